@@ -1,0 +1,77 @@
+"""agenteval: evaluate AI agents live and offline.
+
+The public API is re-exported here; modules whose names start with an underscore are private.
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    AgentEvalError,
+    CaptureError,
+    CaptureFormatError,
+    JudgeError,
+    JudgeParseError,
+    JudgeUnavailableError,
+    MetricInputError,
+    SchemaVersionError,
+    UnknownMetricError,
+)
+from ._metric import (
+    Metric,
+    MetricInfo,
+    MetricKind,
+    Score,
+    SessionMetric,
+    create_metric,
+    list_metrics,
+    metric_class,
+    register_metric,
+)
+from ._results import MetricResult
+from ._schema import (
+    SCHEMA_VERSION,
+    AgentStep,
+    EvalCase,
+    ExpectedToolCall,
+    Session,
+    Span,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    Trace,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AgentEvalError",
+    "AgentStep",
+    "CaptureError",
+    "CaptureFormatError",
+    "EvalCase",
+    "ExpectedToolCall",
+    "JudgeError",
+    "JudgeParseError",
+    "JudgeUnavailableError",
+    "Metric",
+    "MetricInfo",
+    "MetricInputError",
+    "MetricKind",
+    "MetricResult",
+    "SchemaVersionError",
+    "Score",
+    "Session",
+    "SessionMetric",
+    "Span",
+    "SpanKind",
+    "ToolCall",
+    "ToolSpec",
+    "Trace",
+    "UnknownMetricError",
+    "__version__",
+    "create_metric",
+    "list_metrics",
+    "metric_class",
+    "register_metric",
+]

@@ -1,0 +1,88 @@
+"""The exception tree of agenteval.
+
+    AgentEvalError                  every error agenteval raises on purpose
+    ├── MetricInputError            a metric got input it cannot score (value out of range, bad option)
+    ├── UnknownMetricError          no metric is registered under that name
+    ├── CaptureError                a capture file cannot be read
+    │   ├── CaptureFormatError      a line is not a valid trace (carries file, line number and field)
+    │   └── SchemaVersionError      a line was written by a newer schema version
+    └── JudgeError                  a judge could not produce a usable reply
+        ├── JudgeUnavailableError   connection refused, timeouts, 5xx and 429 after all retries
+        └── JudgeParseError         the reply did not parse after the allowed re-asks
+
+Errors from the layer below (pydantic, httpx, json) are re-raised as the most specific class
+above with ``raise ... from exc`` so the cause stays visible.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentEvalError",
+    "CaptureError",
+    "CaptureFormatError",
+    "JudgeError",
+    "JudgeParseError",
+    "JudgeUnavailableError",
+    "MetricInputError",
+    "SchemaVersionError",
+    "UnknownMetricError",
+]
+
+
+class AgentEvalError(Exception):
+    """Base class of every error agenteval raises on purpose."""
+
+
+class MetricInputError(AgentEvalError, ValueError):
+    """A metric was given input it cannot score, or an invalid option."""
+
+
+class UnknownMetricError(AgentEvalError, KeyError):
+    """No metric is registered under the requested name."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        self.known = known
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        return (
+            f"unknown metric {self.name!r}; known metrics: {', '.join(self.known)} "
+            "(run `agenteval metrics` for descriptions)"
+        )
+
+
+class CaptureError(AgentEvalError):
+    """A capture file cannot be read."""
+
+
+class CaptureFormatError(CaptureError):
+    """One line of a capture file is not a valid trace."""
+
+    def __init__(self, path: str, line: int, field: str | None, problem: str) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.problem = problem
+        where = f"{path}:{line}" + (f" field {field!r}" if field else "")
+        super().__init__(f"{where}: {problem}")
+
+
+class SchemaVersionError(CaptureError):
+    """A trace was written by a newer schema version than this agenteval understands."""
+
+
+class JudgeError(AgentEvalError):
+    """A judge could not produce a usable reply."""
+
+
+class JudgeUnavailableError(JudgeError):
+    """The judge could not be reached or kept failing after all retries."""
+
+
+class JudgeParseError(JudgeError):
+    """The judge's reply did not parse into the expected schema after the allowed re-asks."""
+
+    def __init__(self, message: str, raw_reply: str) -> None:
+        self.raw_reply = raw_reply
+        super().__init__(message)

@@ -1,0 +1,311 @@
+"""The metric protocol and the one registry of metrics.
+
+A trace-level metric subclasses :class:`Metric` and implements ``compute`` (or, for metrics
+that wait on I/O such as judges, ``acompute``). A session-level metric subclasses
+:class:`SessionMetric`. Both register under a unique name with :func:`register_metric`;
+:func:`create_metric` builds one by name with options, and third-party packages add metrics
+through the ``agenteval.metrics`` entry-point group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import time
+from abc import ABC
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, TypeVar
+
+from ._errors import MetricInputError, UnknownMetricError
+from ._results import MetricResult, passes
+from ._schema import EvalCase, Trace
+
+__all__ = [
+    "Metric",
+    "MetricInfo",
+    "MetricKind",
+    "Score",
+    "SessionMetric",
+    "create_metric",
+    "list_metrics",
+    "metric_class",
+    "register_metric",
+]
+
+logger = logging.getLogger("agenteval")
+
+
+class MetricKind(StrEnum):
+    """How a metric scores, which decides where and when it runs."""
+
+    DETERMINISTIC = "deterministic"
+    EMBEDDING = "embedding"
+    JUDGE = "judge"
+    SESSION = "session"
+
+
+@dataclass
+class Score:
+    """What a metric's computation returns; the base class turns it into a ``MetricResult``.
+
+    ``value=None`` with ``skipped=True`` means the metric did not apply (``reason`` says why);
+    ``value=None`` with ``error`` set means it failed.
+    """
+
+    value: float | None
+    reason: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    skipped: bool = False
+    error: str | None = None
+    judge_model: str | None = None
+    prompt_version: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @classmethod
+    def skip(cls, reason: str, **metadata: Any) -> Score:
+        """A result for input the metric does not apply to."""
+        return cls(value=None, reason=reason, skipped=True, metadata=metadata)
+
+    @classmethod
+    def failure(cls, error: str, **metadata: Any) -> Score:
+        """A result for a metric that could not produce a score."""
+        return cls(value=None, error=error, metadata=metadata)
+
+
+class _MetricBase(ABC):
+    name: ClassVar[str]
+    """Registry name."""
+    version: ClassVar[str] = "1"
+    kind: ClassVar[MetricKind]
+    default_threshold: ClassVar[float] = 0.5
+
+    def __init__(self, *, threshold: float | None = None) -> None:
+        threshold = self.default_threshold if threshold is None else float(threshold)
+        if not (0.0 <= threshold <= 1.0) or math.isnan(threshold):
+            raise MetricInputError(f"{self.name}: threshold must be in [0, 1], got {threshold}")
+        self.threshold = threshold
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(threshold={self.threshold})"
+
+    def _result(self, score: Score, started: float, **ids: str | None) -> MetricResult:
+        value = score.value
+        if value is not None:
+            if not math.isfinite(value):
+                score = Score.failure(f"metric produced a non-finite score {value!r}")
+                value = None
+            else:
+                value = min(1.0, max(0.0, float(value)))
+        return MetricResult(
+            name=self.name,
+            version=self.version,
+            score=value,
+            threshold=self.threshold,
+            success=None if value is None else passes(value, self.threshold),
+            reason=score.reason or (score.error or ""),
+            metadata=score.metadata,
+            error=score.error,
+            skipped=score.skipped,
+            judge_model=score.judge_model,
+            prompt_version=score.prompt_version,
+            input_tokens=score.input_tokens,
+            output_tokens=score.output_tokens,
+            cost_usd=score.cost_usd,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            **ids,
+        )
+
+
+def _failure_from(exc: BaseException) -> Score:
+    if isinstance(exc, MetricInputError):
+        return Score.failure(f"invalid input: {exc}")
+    logger.warning("metric raised %s: %s", type(exc).__name__, exc, exc_info=exc)
+    return Score.failure(f"{type(exc).__name__}: {exc}")
+
+
+def _as_case(case: EvalCase | Trace) -> EvalCase:
+    return EvalCase.from_trace(case) if isinstance(case, Trace) else case
+
+
+class Metric(_MetricBase):
+    """A trace-level metric.
+
+    Subclasses implement ``compute`` (CPU-bound metrics) or ``acompute`` (metrics that wait on
+    I/O); the other one is derived. ``history`` holds the earlier traces of the same session,
+    oldest first, for metrics that compare a trace with what came before (``loop_detection``).
+    ``measure`` and ``ameasure`` never raise: failures come back as results with ``error`` set.
+    """
+
+    uses_history: ClassVar[bool] = False
+    """True when the metric needs the session's earlier traces."""
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        """Score one case. Default: run ``acompute`` to completion."""
+        if type(self).acompute is Metric.acompute:
+            raise NotImplementedError(f"{type(self).__name__} implements neither compute nor acompute")
+        return _run_sync(self.acompute(case, history))
+
+    async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        """Score one case asynchronously. Default: call ``compute`` inline (it is cheap)."""
+        return self.compute(case, history)
+
+    def measure(self, case: EvalCase | Trace, *, history: Sequence[Trace] = ()) -> MetricResult:
+        """Score a case or a trace; never raises."""
+        started = time.perf_counter()
+        case = _as_case(case)
+        try:
+            score = self.compute(case, history)
+        except Exception as exc:
+            score = _failure_from(exc)
+        return self._ids_result(score, started, case)
+
+    async def ameasure(
+        self, case: EvalCase | Trace, *, history: Sequence[Trace] = ()
+    ) -> MetricResult:
+        """Score a case or a trace without blocking the event loop's other work; never raises."""
+        started = time.perf_counter()
+        case = _as_case(case)
+        try:
+            score = await self.acompute(case, history)
+        except Exception as exc:
+            score = _failure_from(exc)
+        return self._ids_result(score, started, case)
+
+    def _ids_result(self, score: Score, started: float, case: EvalCase) -> MetricResult:
+        trace = case.trace
+        return self._result(
+            score,
+            started,
+            case_id=case.id,
+            trace_id=trace.id if trace else None,
+            session_id=trace.session_id if trace else None,
+        )
+
+
+class SessionMetric(_MetricBase):
+    """A session-level metric: pure math over per-trace signals (no LLM, no embeddings).
+
+    ``signals`` holds one mapping per trace, signal name → score in [0, 1] or ``None`` (missing).
+    """
+
+    kind: ClassVar[MetricKind] = MetricKind.SESSION
+    signal_names: ClassVar[tuple[str, ...]] = ()
+    """Trace-level metrics whose scores this metric reads."""
+
+    def compute_session(
+        self, trace_ids: Sequence[str], signals: Sequence[Mapping[str, float | None]]
+    ) -> Score:
+        raise NotImplementedError
+
+    def measure_session(
+        self,
+        trace_ids: Sequence[str],
+        signals: Sequence[Mapping[str, float | None]],
+        *,
+        session_id: str | None = None,
+    ) -> MetricResult:
+        """Score a session from its traces' signals; never raises."""
+        started = time.perf_counter()
+        try:
+            if len(trace_ids) != len(signals):
+                raise MetricInputError(
+                    f"{len(trace_ids)} trace ids but {len(signals)} signal rows; give one row per trace"
+                )
+            score = self.compute_session(trace_ids, signals)
+        except Exception as exc:
+            score = _failure_from(exc)
+        return self._result(score, started, session_id=session_id)
+
+
+def _run_sync(coroutine: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when called inside a running loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+# --- the registry ------------------------------------------------------------------------
+
+_M = TypeVar("_M", bound=type[_MetricBase])
+_REGISTRY: dict[str, type[_MetricBase]] = {}
+_PLUGINS_LOADED = False
+ENTRY_POINT_GROUP = "agenteval.metrics"
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What the registry knows of a metric, for listings."""
+
+    name: str
+    kind: MetricKind
+    version: str
+    default_threshold: float
+    description: str
+
+
+def register_metric(cls: _M) -> _M:
+    """Class decorator: register a metric under its ``name``. Names are unique."""
+    existing = _REGISTRY.get(cls.name)
+    if existing is not None and existing.__qualname__ != cls.__qualname__:
+        raise ValueError(f"metric name {cls.name!r} is already registered by {existing!r}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _ensure_loaded() -> None:
+    global _PLUGINS_LOADED
+    from . import metrics  # noqa: F401  (registers the built-in metrics)
+
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()
+        except Exception as exc:
+            logger.warning("could not load metric plugin %r: %s", entry.name, exc)
+
+
+def metric_class(name: str) -> type[_MetricBase]:
+    """The class registered under ``name``; raises ``UnknownMetricError`` listing known names."""
+    _ensure_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownMetricError(name, sorted(_REGISTRY)) from None
+
+
+def create_metric(name: str, **options: Any) -> Any:
+    """Build the metric registered under ``name`` with ``options`` (e.g. ``threshold=0.7``)."""
+    cls = metric_class(name)
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise MetricInputError(f"{name}: {exc}") from exc
+
+
+def list_metrics() -> list[MetricInfo]:
+    """Every registered metric, sorted by kind then name."""
+    _ensure_loaded()
+    infos = [
+        MetricInfo(
+            name=cls.name,
+            kind=cls.kind,
+            version=cls.version,
+            default_threshold=cls.default_threshold,
+            description=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
+        )
+        for cls in _REGISTRY.values()
+    ]
+    order = list(MetricKind)
+    return sorted(infos, key=lambda info: (order.index(info.kind), info.name))

@@ -1,0 +1,60 @@
+"""Metric results: every score says how it was made."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["SUCCESS_TOLERANCE", "MetricResult", "passes"]
+
+SUCCESS_TOLERANCE = 1e-9
+"""``success = score >= threshold`` is compared with this tolerance."""
+
+
+def passes(score: float, threshold: float) -> bool:
+    """True when ``score`` reaches ``threshold`` (inclusive, with a 1e-9 tolerance)."""
+    return score >= threshold - SUCCESS_TOLERANCE
+
+
+class MetricResult(BaseModel):
+    """The outcome of one metric on one trace, case or session.
+
+    ``score`` is in [0, 1] (higher is better) or ``None``; when it is ``None`` either ``skipped``
+    is true (the metric did not apply, ``reason`` says why) or ``error`` says what went wrong.
+    Aggregates leave ``None`` scores out and count them.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """Registry name of the metric."""
+    version: str
+    """Version of the metric's definition (and of its prompts, for judge metrics)."""
+    score: float | None
+    threshold: float
+    success: bool | None
+    """``score >= threshold``; ``None`` when there is no score."""
+    reason: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    """Why no score could be produced (judge down, unparsable reply, invalid input)."""
+    skipped: bool = False
+    """The metric did not apply to this input (e.g. no expectation given, no judge configured)."""
+    trace_id: str | None = None
+    session_id: str | None = None
+    case_id: str | None = None
+    judge_model: str | None = None
+    prompt_version: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    latency_ms: float | None = None
+    """Wall time spent producing this result."""
+
+    @property
+    def status(self) -> Literal["ok", "skipped", "error"]:
+        """``ok`` when scored, ``skipped`` when the metric did not apply, else ``error``."""
+        if self.score is not None:
+            return "ok"
+        return "skipped" if self.skipped and self.error is None else "error"

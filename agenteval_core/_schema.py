@@ -1,0 +1,387 @@
+"""The one trace schema that adapters, replay and EvalSuite produce and metrics read.
+
+Span kinds and attribute names follow the OpenTelemetry GenAI semantic conventions, so a
+``Trace`` can be exported as ``invoke_agent`` / ``chat`` / ``execute_tool`` spans and imported back.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "OTEL_OPERATION_NAMES",
+    "SCHEMA_VERSION",
+    "AgentStep",
+    "EvalCase",
+    "ExpectedToolCall",
+    "Session",
+    "Span",
+    "SpanKind",
+    "ToolCall",
+    "ToolSpec",
+    "Trace",
+    "new_id",
+    "text_of",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the JSON form; a reader refuses traces from a newer version."""
+
+
+def new_id() -> str:
+    """A fresh random identifier (32 hex characters, like an OpenTelemetry trace id)."""
+    return uuid.uuid4().hex
+
+
+def text_of(value: Any) -> str:
+    """Serialise a span input or output to text for embedding and judging.
+
+    Strings pass through; ``None`` becomes ``""``; anything else becomes compact JSON
+    (non-JSON values through ``str``) so the same value always gives the same text.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class SpanKind(StrEnum):
+    """What a span did. Values map to OpenTelemetry GenAI operation names."""
+
+    AGENT = "agent"
+    LLM = "llm"
+    TOOL = "tool"
+    RETRIEVER = "retriever"
+    CHAIN = "chain"
+    TASK = "task"
+
+
+OTEL_OPERATION_NAMES: dict[SpanKind, str] = {
+    SpanKind.AGENT: "invoke_agent",
+    SpanKind.LLM: "chat",
+    SpanKind.TOOL: "execute_tool",
+    SpanKind.RETRIEVER: "retrieval",
+    SpanKind.CHAIN: "chain",
+    SpanKind.TASK: "task",
+}
+"""``gen_ai.operation.name`` for each span kind."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class ToolCall(_Model):
+    """One call of a tool: what was asked for and what came back."""
+
+    id: str | None = None
+    """The call id the model gave (links the tool span to the LLM message that asked for it)."""
+    name: str
+    """The tool's name."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """Arguments as a JSON object."""
+    result: Any = None
+    """What the tool returned (``None`` when it raised)."""
+    error: str | None = None
+    """The error the tool raised, or the error status it returned."""
+
+    @property
+    def failed(self) -> bool:
+        """True when the call raised, returned an error object, or its result text mentions an error."""
+        if self.error:
+            return True
+        if isinstance(self.result, dict) and ("error" in self.result or "Error" in self.result):
+            return True
+        return "error" in text_of(self.result).lower()
+
+
+class ToolSpec(_Model):
+    """A tool the agent could call."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    """JSON schema of the tool's arguments."""
+
+
+class ExpectedToolCall(_Model):
+    """A tool call a case expects; ``arguments`` are the reference arguments, when known."""
+
+    name: str
+    arguments: dict[str, Any] | None = None
+
+
+class Span(_Model):
+    """One timed operation in a run: an agent step, an LLM call, a tool call, a retrieval, ..."""
+
+    id: str = Field(default_factory=new_id)
+    parent_id: str | None = None
+    kind: SpanKind
+    name: str
+    input: Any = None
+    output: Any = None
+    """For LLM spans: the text of the model's reply."""
+    error: str | None = None
+    start_time: float | None = None
+    """Seconds since the epoch."""
+    end_time: float | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    """OpenTelemetry GenAI attributes, e.g. ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``."""
+    thought: str | None = None
+    """Reasoning text the model gave with this step (LLM spans that asked for tool calls)."""
+    tool_call: ToolCall | None = None
+    """For tool spans: the call that was executed."""
+    requested_tool_calls: list[ToolCall] = Field(default_factory=list)
+    """For LLM spans: the tool calls the model asked for."""
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to end, when both are known."""
+        if self.start_time is None or self.end_time is None:
+            return None
+        return self.end_time - self.start_time
+
+
+class AgentStep(_Model):
+    """One step of an agent: its reasoning, the tools it called, and any output it produced."""
+
+    thought: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    output: str | None = None
+
+
+class Trace(_Model):
+    """One run of an agent, from the user's input to its final output.
+
+    Build one from a framework run with an adapter, from a capture file with replay, or from
+    seed-style steps with :meth:`Trace.from_steps`.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(default_factory=new_id)
+    session_id: str | None = None
+    input: Any = None
+    output: Any = None
+    error: str | None = None
+    """The error that ended the run, if it did not finish."""
+    spans: list[Span] = Field(default_factory=list)
+    """Spans in the order they started."""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    """Tools that were available to the agent."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    framework: str | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value > SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {value} is newer than this agenteval understands "
+                f"({SCHEMA_VERSION}); upgrade agenteval to read it"
+            )
+        if value < 1:
+            raise ValueError(f"schema_version must be >= 1, got {value}")
+        return value
+
+    # --- derived views -------------------------------------------------------------------
+
+    def tool_calls(self) -> list[ToolCall]:
+        """Every executed tool call, in the order the calls started."""
+        return [span.tool_call for span in self.spans if span.tool_call is not None]
+
+    def steps(self) -> list[AgentStep]:
+        """The run as agent steps: each LLM span opens a step; tool calls join the open step."""
+        steps: list[AgentStep] = []
+        current: AgentStep | None = None
+        for span in self.spans:
+            if span.kind is SpanKind.LLM:
+                output = span.output if isinstance(span.output, str) else None
+                current = AgentStep(thought=span.thought, output=output or None)
+                steps.append(current)
+            elif span.tool_call is not None:
+                if current is None:
+                    current = AgentStep()
+                    steps.append(current)
+                current.tool_calls.append(span.tool_call)
+        return steps
+
+    def spans_of(self, kind: SpanKind) -> list[Span]:
+        """The spans of one kind, in start order."""
+        return [span for span in self.spans if span.kind is kind]
+
+    def token_usage(self) -> dict[str, int]:
+        """Input and output tokens summed over LLM spans (keys ``input_tokens``, ``output_tokens``)."""
+        totals = {"input_tokens": 0, "output_tokens": 0}
+        for span in self.spans:
+            for key in totals:
+                value = span.attributes.get(f"gen_ai.usage.{key}")
+                if isinstance(value, int | float) and math.isfinite(value):
+                    totals[key] += int(value)
+        return totals
+
+    # --- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_steps(
+        cls,
+        input: Any,
+        steps: list[AgentStep],
+        *,
+        output: Any = None,
+        tools: list[ToolSpec] | None = None,
+        session_id: str | None = None,
+        **fields: Any,
+    ) -> Trace:
+        """Build a trace from seed-style agent steps.
+
+        Each step becomes an LLM span (its thought and output) followed by one tool span per
+        call, all children of one agent span. ``output`` defaults to the last step output.
+        ``Trace.from_steps(x, s).steps() == s`` for every list of steps.
+        """
+        root = Span(kind=SpanKind.AGENT, name="agent", input=input)
+        spans = [root]
+        for index, step in enumerate(steps):
+            llm = Span(
+                id=f"{root.id}-step-{index}",
+                parent_id=root.id,
+                kind=SpanKind.LLM,
+                name="agent_step",
+                output=step.output,
+                thought=step.thought,
+                requested_tool_calls=[call.model_copy() for call in step.tool_calls],
+            )
+            spans.append(llm)
+            for call_index, call in enumerate(step.tool_calls):
+                spans.append(
+                    Span(
+                        id=f"{llm.id}-tool-{call_index}",
+                        parent_id=root.id,
+                        kind=SpanKind.TOOL,
+                        name=call.name,
+                        input=call.arguments,
+                        output=call.result,
+                        error=call.error,
+                        tool_call=call,
+                    )
+                )
+        if output is None:
+            output = next((s.output for s in reversed(steps) if s.output is not None), None)
+        root.output = output
+        return cls(
+            input=input,
+            output=output,
+            spans=spans,
+            tools=tools or [],
+            session_id=session_id,
+            **fields,
+        )
+
+
+class Session(_Model):
+    """The traces of one conversation, in the order they happened."""
+
+    id: str
+    traces: list[Trace] = Field(default_factory=list)
+
+
+class EvalCase(_Model):
+    """What a metric scores: a trace plus whatever expectations the case provides.
+
+    The seed constructor works as written::
+
+        EvalCase(
+            input="Search for recent AI papers and write a summary",
+            agent_trace=[AgentStep(thought="...", tool_calls=[ToolCall(name="search")])],
+            expected_tool_calls=["search", "summarize"],
+        )
+    """
+
+    id: str = Field(default_factory=new_id)
+    input: Any = None
+    trace: Trace | None = None
+    agent_trace: list[AgentStep] | None = Field(default=None, exclude=True)
+    """Seed-style steps; converted into ``trace`` on construction."""
+    actual_output: Any = None
+    """The agent's final answer; defaults to the trace's output."""
+    expected_output: Any = None
+    expected_tool_calls: list[ExpectedToolCall] | None = None
+    """``None`` means no expectation (tool-matching metrics skip); ``[]`` expects no calls."""
+    reference_arguments: dict[str, dict[str, Any]] | None = None
+    """Reference arguments per tool name, for tools whose expected call gives none."""
+    tool_schemas: dict[str, dict[str, Any]] | None = None
+    """JSON schemas per tool name; defaults to the schemas of the trace's available tools."""
+    expected_state: dict[str, Any] | None = None
+    actual_state: dict[str, Any] | None = None
+    minimum_steps: int | None = None
+    """Fewest steps the task needs (for ``step_ratio``)."""
+    context: str | None = None
+    """Memory context: prior sessions' summary or log (for ``agent_memory``)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("expected_tool_calls", mode="before")
+    @classmethod
+    def _names_to_calls(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str | dict | ExpectedToolCall):
+            value = [value]
+        return [ExpectedToolCall(name=item) if isinstance(item, str) else item for item in value]
+
+    @model_validator(mode="after")
+    def _build_trace(self) -> EvalCase:
+        if self.trace is None and self.agent_trace is not None:
+            self.trace = Trace.from_steps(self.input, self.agent_trace, output=self.actual_output)
+        if self.trace is not None:
+            if self.input is None:
+                self.input = self.trace.input
+            if self.actual_output is None:
+                self.actual_output = self.trace.output
+        self.agent_trace = None
+        return self
+
+    @classmethod
+    def from_trace(cls, trace: Trace, **expectations: Any) -> EvalCase:
+        """A case for one captured trace, with optional expectations."""
+        return cls(id=trace.id, trace=trace, **expectations)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The executed tool calls of the case's trace (empty without a trace)."""
+        return self.trace.tool_calls() if self.trace is not None else []
+
+    @property
+    def steps(self) -> list[AgentStep]:
+        """The case's trace as agent steps (empty without a trace)."""
+        return self.trace.steps() if self.trace is not None else []
+
+    def schema_for(self, tool_name: str) -> dict[str, Any] | None:
+        """The JSON schema of a tool: from ``tool_schemas``, else from the trace's tools."""
+        if self.tool_schemas and tool_name in self.tool_schemas:
+            return self.tool_schemas[tool_name]
+        if self.trace is not None:
+            for spec in self.trace.tools:
+                if spec.name == tool_name:
+                    return spec.parameters
+        return None
+
+    def reference_for(self, expected: ExpectedToolCall) -> dict[str, Any] | None:
+        """Reference arguments of an expected call: its own, else ``reference_arguments``."""
+        if expected.arguments is not None:
+            return expected.arguments
+        if self.reference_arguments:
+            return self.reference_arguments.get(expected.name)
+        return None
+

@@ -1,0 +1,65 @@
+"""What a judge is: something that answers a chat prompt with a reply parsed into a schema.
+
+Judge metrics build ``JudgeRequest``s and read ``JudgeReply``s; transports (an OpenAI-compatible
+HTTP client, a LangChain chat model) only move text. Prompt building, parsing, re-asking and
+composition live once, outside the transports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel
+
+__all__ = ["Judge", "JudgeReply", "JudgeRequest"]
+
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class JudgeRequest(Generic[T]):
+    """One question to a judge.
+
+    ``metric`` and ``prompt_version`` are part of the cache key, so changing a prompt's text
+    must change its version.
+    """
+
+    metric: str
+    prompt_version: str
+    messages: list[dict[str, str]]
+    """Chat messages, e.g. ``[{"role": "system", "content": ...}, {"role": "user", ...}]``."""
+    schema: type[T]
+    """The reply must parse into this model."""
+    stage: str = "score"
+    """Name of the metric's stage (extract, verdicts, score, ...), for metadata and logs."""
+
+
+@dataclass
+class JudgeReply(Generic[T]):
+    """A parsed judge reply with its accounting."""
+
+    parsed: T
+    raw: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    cached: bool = False
+    attempts: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Answers judge requests. Raises ``JudgeUnavailableError`` or ``JudgeParseError``."""
+
+    @property
+    def model(self) -> str:
+        """The judge model's name, recorded on every result."""
+        ...
+
+    async def judge(self, request: JudgeRequest[T]) -> JudgeReply[T]:
+        """Ask the judge and parse the reply into ``request.schema``."""
+        ...

@@ -1,0 +1,39 @@
+"""Developer sessions: `nox -s tests`, `nox -s lint`, `nox -s types`, `nox -s bench`."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "types"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The default test suite: every metric, capture/replay, adapters with real frameworks."""
+    session.install("-e", ".[dev,all]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff lint and format check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def types(session: nox.Session) -> None:
+    """mypy over the core."""
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: print ratios measured in one run (ours vs. baseline)."""
+    session.install("-e", ".[dev,all]")
+    session.run("python", "-m", "bench", *session.posargs)
