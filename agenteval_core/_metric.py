@@ -149,7 +149,9 @@ class Metric(_MetricBase):
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         """Score one case. Default: run ``acompute`` to completion."""
         if type(self).acompute is Metric.acompute:
-            raise NotImplementedError(f"{type(self).__name__} implements neither compute nor acompute")
+            raise NotImplementedError(
+                f"{type(self).__name__} implements neither compute nor acompute"
+            )
         return _run_sync(self.acompute(case, history))
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:

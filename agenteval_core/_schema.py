@@ -384,4 +384,3 @@ class EvalCase(_Model):
         if self.reference_arguments:
             return self.reference_arguments.get(expected.name)
         return None
-

@@ -2,4 +2,24 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._deterministic import (
+    EndState,
+    ParameterCorrectness,
+    PlanOrder,
+    ReferenceToolCorrectness,
+    StepRatio,
+    ToolCallAccuracy,
+    ToolRoutingAccuracy,
+    ToolSelectionF1,
+)
+
+__all__ = [
+    "EndState",
+    "ParameterCorrectness",
+    "PlanOrder",
+    "ReferenceToolCorrectness",
+    "StepRatio",
+    "ToolCallAccuracy",
+    "ToolRoutingAccuracy",
+    "ToolSelectionF1",
+]

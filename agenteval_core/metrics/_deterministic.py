@@ -1,0 +1,410 @@
+"""Deterministic metrics: tool matching, schema checks, end state and step counts (no LLM)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from .._errors import MetricInputError
+from .._metric import Metric, MetricKind, Score, register_metric
+from .._schema import EvalCase, ExpectedToolCall, ToolCall, Trace, text_of
+from .._text import content_tokens
+from ._matching import assign_by_name, lcs_length, multiset_overlap
+
+__all__ = [
+    "EndState",
+    "ParameterCorrectness",
+    "PlanOrder",
+    "ReferenceToolCorrectness",
+    "StepRatio",
+    "ToolCallAccuracy",
+    "ToolRoutingAccuracy",
+    "ToolSelectionF1",
+    "argument_match",
+]
+
+
+_MISSING = object()
+
+
+def argument_match(reference: Mapping[str, Any] | None, actual: Mapping[str, Any]) -> float:
+    """1.0 for equal argument dicts, else keys with equal values / |union of keys|.
+
+    ``None`` (no reference) counts as a full match: there is nothing to compare.
+    """
+    if reference is None or dict(reference) == dict(actual):
+        return 1.0
+    keys = set(reference) | set(actual)
+    equal = sum(
+        1 for key in keys if key in reference and key in actual and reference[key] == actual[key]
+    )
+    return equal / len(keys)
+
+
+def _names(calls: Sequence[ToolCall | ExpectedToolCall]) -> list[str]:
+    return [call.name for call in calls]
+
+
+def _pair_expected(
+    case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+) -> dict[int, int]:
+    """Expected index → actual index, by name, tie-broken by argument agreement."""
+    similarity = np.array(
+        [[argument_match(case.reference_for(e), c.arguments) for c in calls] for e in expected]
+    ).reshape(len(expected), len(calls))
+    return dict(assign_by_name(_names(expected), _names(calls), similarity))
+
+
+class _ExpectationMetric(Metric):
+    """Base for metrics that compare the calls made with ``case.expected_tool_calls``."""
+
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    default_threshold: ClassVar[float] = 0.7
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        if case.expected_tool_calls is None:
+            return Score.skip("no expectation: the case gives no expected_tool_calls")
+        return self.compare(case, list(case.expected_tool_calls), case.tool_calls)
+
+    def compare(
+        self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+    ) -> Score:
+        raise NotImplementedError
+
+
+@register_metric
+class ToolCallAccuracy(_ExpectationMetric):
+    """Fraction of the expected tool calls the agent made (unordered, or in order by LCS)."""
+
+    name = "tool_call_accuracy"
+
+    def __init__(
+        self,
+        *,
+        require_order: bool = False,
+        penalize_unexpected: bool = False,
+        threshold: float | None = None,
+    ) -> None:
+        super().__init__(threshold=threshold)
+        self.require_order = require_order
+        self.penalize_unexpected = penalize_unexpected
+
+    def compare(
+        self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+    ) -> Score:
+        want, got = _names(expected), _names(calls)
+        matcher = lcs_length if self.require_order else multiset_overlap
+        matched = matcher(want, got)
+        metadata = {
+            "expected": want,
+            "called": got,
+            "matched": matched,
+            "require_order": self.require_order,
+            "penalize_unexpected": self.penalize_unexpected,
+        }
+        if not want:
+            value = 1.0 if not got else 0.0
+            return Score(
+                value, "no calls expected" + ("" if not got else f", {len(got)} made"), metadata
+            )
+        denominator = len(want) + len(got) - matched if self.penalize_unexpected else len(want)
+        value = matched / denominator
+        how = "in order" if self.require_order else "unordered"
+        return Score(value, f"{matched} of {len(want)} expected calls matched ({how})", metadata)
+
+
+@register_metric
+class ToolSelectionF1(_ExpectationMetric):
+    """F1 of the multiset of tool names called against the expected ones."""
+
+    name = "tool_selection_f1"
+
+    def compare(
+        self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+    ) -> Score:
+        want, got = _names(expected), _names(calls)
+        overlap = multiset_overlap(want, got)
+        precision = overlap / len(got) if got else (1.0 if not want else 0.0)
+        recall = overlap / len(want) if want else (1.0 if not got else 0.0)
+        total = len(want) + len(got)
+        value = 2 * overlap / total if total else 1.0
+        metadata = {"precision": precision, "recall": recall, "expected": want, "called": got}
+        return Score(value, f"precision {precision:.3f}, recall {recall:.3f}", metadata)
+
+
+@register_metric
+class ToolRoutingAccuracy(_ExpectationMetric):
+    """Fraction of expected steps where the call at that position used the expected tool."""
+
+    name = "tool_routing_accuracy"
+
+    def compare(
+        self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+    ) -> Score:
+        want, got = _names(expected), _names(calls)
+        if not want:
+            return Score(1.0, "no routing expected", {"expected": want, "called": got})
+        wrong = [
+            {"position": i, "expected": name, "called": got[i] if i < len(got) else None}
+            for i, name in enumerate(want)
+            if i >= len(got) or got[i] != name
+        ]
+        correct = len(want) - len(wrong)
+        metadata = {"expected": want, "called": got, "misrouted": wrong}
+        return Score(
+            correct / len(want), f"{correct} of {len(want)} steps routed correctly", metadata
+        )
+
+
+@register_metric
+class PlanOrder(_ExpectationMetric):
+    """Expected tools found in the expected order: LCS of names / number expected."""
+
+    name = "plan_order"
+
+    def compare(
+        self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+    ) -> Score:
+        want, got = _names(expected), _names(calls)
+        if not want:
+            return Score(1.0, "no plan expected", {"expected": want, "called": got})
+        matched = lcs_length(want, got)
+        metadata = {"expected": want, "called": got, "in_order": matched}
+        return Score(
+            matched / len(want), f"{matched} of {len(want)} planned tools in order", metadata
+        )
+
+
+def _schema_errors(tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise MetricInputError(
+            f"tool {tool!r} has an invalid JSON schema: {exc.message}; fix the tool's schema"
+        ) from exc
+    validator = Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
+    return [f"{error.json_path}: {error.message}" for error in errors]
+
+
+@register_metric
+class ParameterCorrectness(_ExpectationMetric):
+    """Tool arguments valid against the tool's JSON schema and equal to reference arguments.
+
+    Each checked call scores 0 when its arguments break the schema, else its semantic score
+    (reference keys with equal values / number of reference keys; 1.0 with no reference).
+    An expected call with reference arguments that was never made scores 0. The score is the
+    mean over checked calls.
+    """
+
+    name = "parameter_correctness"
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return self.compare(case, list(case.expected_tool_calls or []), case.tool_calls)
+
+    def compare(
+        self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+    ) -> Score:
+        pairs = {actual: want for want, actual in _pair_expected(case, expected, calls).items()}
+        checked: list[dict[str, Any]] = []
+        for index, call in enumerate(calls):
+            schema = case.schema_for(call.name)
+            reference = case.reference_for(expected[pairs[index]]) if index in pairs else None
+            if schema is None and reference is None:
+                continue
+            errors = _schema_errors(call.name, schema, call.arguments) if schema is not None else []
+            semantic = None
+            if reference is not None:
+                matches = sum(
+                    1 for k, v in reference.items() if call.arguments.get(k, _MISSING) == v
+                )
+                semantic = matches / len(reference) if reference else 1.0
+            score = 0.0 if errors else (1.0 if semantic is None else semantic)
+            checked.append(
+                {
+                    "index": index,
+                    "tool": call.name,
+                    "schema_checked": schema is not None,
+                    "schema_valid": not errors,
+                    "schema_errors": errors,
+                    "semantic_score": semantic,
+                    "score": score,
+                }
+            )
+        made = set(pairs.values())
+        for want_index, want in enumerate(expected):
+            if want_index not in made and case.reference_for(want) is not None:
+                checked.append({"tool": want.name, "missing": True, "score": 0.0})
+        if not checked:
+            return Score.skip("nothing to check: no tool schemas or reference arguments apply")
+        value = sum(item["score"] for item in checked) / len(checked)
+        invalid = sum(1 for item in checked if not item.get("schema_valid", True))
+        reason = f"{len(checked)} calls checked, {invalid} with schema errors"
+        return Score(value, reason, {"calls": checked})
+
+
+@register_metric
+class EndState(Metric):
+    """Fraction of expected end-state fields that the actual end state matches."""
+
+    name = "end_state"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    default_threshold: ClassVar[float] = 1.0
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        if case.expected_state is None:
+            return Score.skip("no expectation: the case gives no expected_state")
+        if case.actual_state is None:
+            return Score(0.0, "no actual_state recorded", {"mismatches": {}})
+        expected = case.expected_state
+        mismatches = {
+            key: {"expected": value, "actual": case.actual_state.get(key)}
+            for key, value in expected.items()
+            if case.actual_state.get(key, _MISSING) != value
+        }
+        if not expected:
+            return Score(1.0, "no fields expected", {"mismatches": {}})
+        matched = len(expected) - len(mismatches)
+        return Score(
+            matched / len(expected),
+            f"{matched} of {len(expected)} end-state fields as expected",
+            {"mismatches": mismatches},
+        )
+
+
+@register_metric
+class StepRatio(Metric):
+    """Minimum steps the task needs / steps taken (tool calls by default), at most 1."""
+
+    name = "step_ratio"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    default_threshold: ClassVar[float] = 0.5
+
+    def __init__(self, *, count: str = "tool_calls", threshold: float | None = None) -> None:
+        super().__init__(threshold=threshold)
+        if count not in ("tool_calls", "steps"):
+            raise MetricInputError(
+                f"step_ratio: count must be 'tool_calls' or 'steps', got {count!r}"
+            )
+        self.count = count
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        if case.minimum_steps is None:
+            return Score.skip("no expectation: the case gives no minimum_steps")
+        if case.minimum_steps < 0:
+            raise MetricInputError(f"minimum_steps must be >= 0, got {case.minimum_steps}")
+        actual = len(case.tool_calls) if self.count == "tool_calls" else len(case.steps)
+        metadata = {
+            "minimum_steps": case.minimum_steps,
+            "actual_steps": actual,
+            "count": self.count,
+        }
+        if actual == 0:
+            value = 1.0 if case.minimum_steps == 0 else 0.0
+        else:
+            value = min(1.0, case.minimum_steps / actual)
+        return Score(value, f"{case.minimum_steps} needed, {actual} taken", metadata)
+
+
+_ASPECTS = ("selection", "parameters", "sequence", "utilization")
+
+
+def _selection(used: set[str], expected: set[str]) -> float:
+    if used == expected:
+        return 1.0
+    if used < expected:
+        return len(used) / len(expected)
+    if expected < used:
+        return len(expected) / len(used)
+    return len(used & expected) / len(used | expected)
+
+
+def _uses_results(answer: Any, calls: list[ToolCall]) -> float | None:
+    """1.0 if the answer shares a content word with a successful result, 0.0 if not, None if
+    no call returned anything to use."""
+    results = [
+        content_tokens(text_of(c.result)) for c in calls if not c.failed and c.result is not None
+    ]
+    results = [tokens for tokens in results if tokens]
+    if not results:
+        return None
+    answer_tokens = content_tokens(text_of(answer))
+    return 1.0 if any(tokens & answer_tokens for tokens in results) else 0.0
+
+
+@register_metric
+class ReferenceToolCorrectness(_ExpectationMetric):
+    """Seed 003's four weighted aspects: selection, parameters, sequence, result utilization."""
+
+    name = "reference_tool_correctness"
+    default_threshold: ClassVar[float] = 1.0
+
+    def __init__(
+        self,
+        *,
+        weights: Mapping[str, float] | None = None,
+        order_matters: bool = True,
+        check_utilization: bool = True,
+        threshold: float | None = None,
+    ) -> None:
+        super().__init__(threshold=threshold)
+        merged = {aspect: 0.25 for aspect in _ASPECTS} | dict(weights or {})
+        unknown = set(merged) - set(_ASPECTS)
+        if unknown:
+            raise MetricInputError(
+                f"reference_tool_correctness: unknown weight(s) {sorted(unknown)}; use {list(_ASPECTS)}"
+            )
+        if any(w < 0 or not math.isfinite(w) for w in merged.values()) or not math.isclose(
+            sum(merged.values()), 1.0, abs_tol=1e-9
+        ):
+            raise MetricInputError(
+                f"reference_tool_correctness: weights must be >= 0 and sum to 1, got {merged}"
+            )
+        self.weights = merged
+        self.order_matters = order_matters
+        self.check_utilization = check_utilization
+
+    def compare(
+        self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+    ) -> Score:
+        want, got = _names(expected), _names(calls)
+        if not want and not got:
+            aspects = dict.fromkeys(_ASPECTS, 1.0)
+            return Score(1.0, "no tools expected and none used", {"aspects": aspects})
+        if want and not got:
+            aspects = dict.fromkeys(_ASPECTS, 0.0)
+            return Score(0.0, "tools were expected but none was used", {"aspects": aspects})
+        pairs = _pair_expected(case, expected, calls)
+        parameters = (
+            sum(
+                argument_match(case.reference_for(e), calls[pairs[i]].arguments)
+                if i in pairs
+                else 0.0
+                for i, e in enumerate(expected)
+            )
+            / len(expected)
+            if expected
+            else 1.0
+        )
+        sequence = 1.0 if not self.order_matters or not want else lcs_length(want, got) / len(want)
+        utilization: float | None = 1.0
+        if self.check_utilization:
+            utilization = _uses_results(case.actual_output, calls)
+        aspects = {
+            "selection": _selection(set(got), set(want)),
+            "parameters": parameters,
+            "sequence": sequence,
+            "utilization": 1.0 if utilization is None else utilization,
+        }
+        value = sum(self.weights[a] * aspects[a] for a in _ASPECTS)
+        metadata: dict[str, Any] = {"aspects": aspects, "weights": self.weights}
+        if utilization is None:
+            metadata["note"] = "no tool returned a usable result; utilization counted as 1.0"
+        low = [a for a in _ASPECTS if aspects[a] < 1.0]
+        reason = "all aspects correct" if not low else "imperfect: " + ", ".join(low)
+        return Score(value, reason, metadata)
