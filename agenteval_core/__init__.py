@@ -5,6 +5,7 @@ The public API is re-exported here; modules whose names start with an underscore
 
 from __future__ import annotations
 
+from ._embedder import Embedder, HashingEmbedder, default_embedder
 from ._errors import (
     AgentEvalError,
     CaptureError,
@@ -49,8 +50,10 @@ __all__ = [
     "AgentStep",
     "CaptureError",
     "CaptureFormatError",
+    "Embedder",
     "EvalCase",
     "ExpectedToolCall",
+    "HashingEmbedder",
     "JudgeError",
     "JudgeParseError",
     "JudgeUnavailableError",
@@ -71,6 +74,7 @@ __all__ = [
     "UnknownMetricError",
     "__version__",
     "create_metric",
+    "default_embedder",
     "list_metrics",
     "metric_class",
     "register_metric",

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Embedder"]
+__all__ = ["Embedder", "HashingEmbedder", "cosine_similarities", "default_embedder"]
 
 
 @runtime_checkable
@@ -31,3 +31,97 @@ class Embedder(Protocol):
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed a batch of texts without blocking the event loop."""
         ...
+
+
+_PRIME = np.uint64(0x100000001B3)
+_MIX = np.uint64(0xFF51AFD7ED558CCD)
+_SEPARATOR = 0
+
+
+class HashingEmbedder:
+    """Hashed character n-grams of lower-cased text, signed, sublinear, L2-normalised.
+
+    No model, no download: similar wording gives similar vectors, which is what coherence
+    and loop detection need offline. The hash is a fixed polynomial over the UTF-8 bytes
+    (not Python's salted ``hash``), so vectors are identical across processes and machines.
+    A whole batch is hashed in a few NumPy passes.
+    """
+
+    def __init__(self, dim: int = 1024, ngram_sizes: Sequence[int] = (3, 4, 5)) -> None:
+        if dim < 16:
+            raise ValueError(f"dim must be at least 16, got {dim}")
+        if not ngram_sizes or min(ngram_sizes) < 1:
+            raise ValueError(f"ngram_sizes must be positive, got {list(ngram_sizes)}")
+        self.dim = dim
+        self.ngram_sizes = tuple(sorted(set(ngram_sizes)))
+
+    @property
+    def name(self) -> str:
+        sizes = "-".join(map(str, self.ngram_sizes))
+        return f"hashing-char{sizes}-d{self.dim}"
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        count = len(texts)
+        if count == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # One byte buffer for the batch; a NUL byte separates texts so no n-gram spans two.
+        pieces = [f" {text.strip().lower()} ".encode() if text.strip() else b"" for text in texts]
+        lengths = np.fromiter((len(p) + 1 for p in pieces), dtype=np.int64, count=count)
+        raw = b"\x00".join(p.replace(b"\x00", b" ") for p in pieces) + b"\x00"
+        data = np.frombuffer(raw, dtype=np.uint8).astype(np.uint64)
+        owner = np.repeat(np.arange(count, dtype=np.int64), lengths)
+        is_separator = data == _SEPARATOR
+        buckets: list[npt.NDArray[np.int64]] = []
+        signs: list[npt.NDArray[np.float64]] = []
+        for size in self.ngram_sizes:
+            windows = data.size - size + 1
+            if windows <= 0:
+                continue
+            hashed = np.full(windows, np.uint64(size), dtype=np.uint64)
+            crosses = np.zeros(windows, dtype=bool)
+            for offset in range(size):
+                hashed = hashed * _PRIME + data[offset : offset + windows]
+                crosses |= is_separator[offset : offset + windows]
+            hashed ^= hashed >> np.uint64(31)
+            hashed *= _MIX
+            hashed ^= hashed >> np.uint64(33)
+            keep = ~crosses
+            hashed = hashed[keep]
+            column = (hashed % np.uint64(self.dim)).astype(np.int64)
+            buckets.append(owner[:windows][keep] * self.dim + column)
+            signs.append(np.where(hashed >> np.uint64(63), -1.0, 1.0))
+        if not buckets:
+            return np.zeros((count, self.dim), dtype=np.float32)
+        counts = np.bincount(
+            np.concatenate(buckets), weights=np.concatenate(signs), minlength=count * self.dim
+        ).reshape(count, self.dim)
+        vectors = np.sign(counts) * np.log1p(np.abs(counts))
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        np.divide(vectors, norms, out=vectors, where=norms > 0)
+        return vectors.astype(np.float32)
+
+    async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        # Hashing a batch takes microseconds; handing it to a thread would cost more.
+        return self.embed(texts)
+
+
+_DEFAULT: HashingEmbedder | None = None
+
+
+def default_embedder() -> HashingEmbedder:
+    """The shared default embedder (a :class:`HashingEmbedder` with default settings)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = HashingEmbedder()
+    return _DEFAULT
+
+
+def cosine_similarities(
+    vector: npt.NDArray[np.floating], others: npt.NDArray[np.floating]
+) -> npt.NDArray[np.float64]:
+    """Cosine similarity of one vector with each row of ``others``; a zero vector gives 0."""
+    vector = np.asarray(vector, dtype=np.float64)
+    others = np.atleast_2d(np.asarray(others, dtype=np.float64))
+    norms = np.linalg.norm(others, axis=1) * np.linalg.norm(vector)
+    dots = others @ vector
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)

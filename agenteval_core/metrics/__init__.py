@@ -12,9 +12,12 @@ from ._deterministic import (
     ToolRoutingAccuracy,
     ToolSelectionF1,
 )
+from ._embedding import Coherence, LoopDetection
 
 __all__ = [
+    "Coherence",
     "EndState",
+    "LoopDetection",
     "ParameterCorrectness",
     "PlanOrder",
     "ReferenceToolCorrectness",

@@ -1,0 +1,145 @@
+"""Embedding metrics (seed 000): coherence of output with input, and loops across traces."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._embedder import Embedder, cosine_similarities, default_embedder
+from .._errors import MetricInputError
+from .._metric import Metric, MetricKind, Score, register_metric
+from .._schema import EvalCase, Trace, text_of
+from .._text import content_tokens, jaccard
+
+__all__ = ["Coherence", "LoopDetection"]
+
+
+class _EmbeddingMetric(Metric):
+    kind: ClassVar[MetricKind] = MetricKind.EMBEDDING
+
+    def __init__(self, *, embedder: Embedder | None = None, threshold: float | None = None) -> None:
+        super().__init__(threshold=threshold)
+        self.embedder: Embedder = embedder if embedder is not None else default_embedder()
+
+    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> list[str] | Score:
+        """The texts to embed, or a Score when the metric can decide without embedding."""
+        raise NotImplementedError
+
+    def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
+        raise NotImplementedError
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        texts = self.texts_to_score(case, history)
+        if isinstance(texts, Score):
+            return texts
+        return self.score_vectors(case, history, self.embedder.embed(texts))
+
+    async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        texts = self.texts_to_score(case, history)
+        if isinstance(texts, Score):
+            return texts
+        return self.score_vectors(case, history, await self.embedder.aembed(texts))
+
+
+@register_metric
+class Coherence(_EmbeddingMetric):
+    """Whether the output follows from the input: 1 − cosine distance of their embeddings."""
+
+    name = "coherence"
+
+    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> list[str] | Score:
+        source, answer = text_of(case.input).strip(), text_of(case.actual_output).strip()
+        if not source or not answer:
+            side = "input" if not source else "output"
+            return Score(
+                1.0,
+                f"empty {side}: coherence assumed",
+                {"coherence_gap": 0.0, "embedder": self.embedder.name},
+            )
+        return [source, answer]
+
+    def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
+        similarity = float(cosine_similarities(vectors[0], vectors[1:])[0])
+        distance = 1.0 - similarity
+        return Score(
+            1.0 - distance,
+            f"cosine distance between input and output {distance:.4f}",
+            {"coherence_gap": round(distance, 4), "embedder": self.embedder.name},
+        )
+
+
+@register_metric
+class LoopDetection(_EmbeddingMetric):
+    """Whether the agent repeats itself across a session: 1 − max(cosine × Jaccard) over a window."""
+
+    name = "loop_detection"
+    uses_history: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        window: int = 3,
+        embedder: Embedder | None = None,
+        threshold: float | None = None,
+    ) -> None:
+        super().__init__(embedder=embedder, threshold=threshold)
+        if window < 1:
+            raise MetricInputError(f"loop_detection: window must be >= 1, got {window}")
+        self.window = window
+
+    def _previous(self, history: Sequence[Trace]) -> list[tuple[int, Trace, str]]:
+        found: list[tuple[int, Trace, str]] = []
+        for index in range(len(history) - 1, -1, -1):
+            text = text_of(history[index].output).strip()
+            if text:
+                found.append((index, history[index], text))
+                if len(found) == self.window:
+                    break
+        return found[::-1]
+
+    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> list[str] | Score:
+        current = text_of(case.actual_output).strip()
+        metadata: dict[str, Any] = {
+            "window_size": self.window,
+            "max_hybrid": 0.0,
+            "comparisons": [],
+        }
+        if not current:
+            return Score(1.0, "empty output: nothing to compare", metadata)
+        previous = self._previous(history)
+        if not previous:
+            return Score(1.0, "no previous output in the session to compare with", metadata)
+        return [current] + [text for _, _, text in previous]
+
+    def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
+        previous = self._previous(history)
+        cosines = cosine_similarities(vectors[0], vectors[1:])
+        current_tokens = content_tokens(text_of(case.actual_output))
+        lexical = np.array([jaccard(current_tokens, content_tokens(text)) for *_, text in previous])
+        hybrids = cosines * lexical
+        comparisons = [
+            {
+                "trace_index": index,
+                "trace_id": trace.id,
+                "cosine_similarity": round(float(cosine), 4),
+                "jaccard_similarity": round(float(overlap), 4),
+                "hybrid_score": round(float(hybrid), 4),
+            }
+            for (index, trace, _), cosine, overlap, hybrid in zip(
+                previous, cosines, lexical, hybrids, strict=True
+            )
+        ]
+        max_hybrid = float(hybrids.max())
+        metadata = {
+            "window_size": self.window,
+            "max_hybrid": round(max_hybrid, 4),
+            "comparisons": comparisons,
+            "embedder": self.embedder.name,
+        }
+        return Score(
+            1.0 - max_hybrid,
+            f"highest cosine × Jaccard overlap with a recent output: {max_hybrid:.4f}",
+            metadata,
+        )

@@ -1,0 +1,167 @@
+"""The local embedder, tokens and Jaccard, coherence and loop_detection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agenteval_core import EvalCase, HashingEmbedder, Trace
+from agenteval_core._text import content_tokens, jaccard
+from agenteval_core.metrics import Coherence, LoopDetection
+
+
+class TableEmbedder:
+    """Returns chosen vectors per text, so cosine values are known exactly."""
+
+    name = "table"
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.array([self.table[text] for text in texts], dtype=np.float32)
+
+    async def aembed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+def test_tokens_drop_stop_words_and_single_letters() -> None:
+    assert content_tokens("The cat sat on the mat") == {"cat", "sat", "mat"}
+    assert content_tokens("A cat sat on a hat, x!") == {"cat", "sat", "hat"}
+    # {cat, sat, mat} vs {cat, sat, hat}: 2 shared of 4 → 0.5
+    assert (
+        jaccard(content_tokens("The cat sat on the mat"), content_tokens("A cat sat on a hat"))
+        == 0.5
+    )
+    assert jaccard(frozenset(), frozenset()) == 0.0
+
+
+def test_hashing_embedder_rows() -> None:
+    embedder = HashingEmbedder(dim=256)
+    vectors = embedder.embed(
+        ["Refund issued for order 42", "Refund issued for order 42", "", "   "]
+    )
+    assert vectors.shape == (4, 256) and vectors.dtype == np.float32
+    assert np.linalg.norm(vectors[0]) == pytest.approx(1.0, abs=1e-6)
+    assert float(vectors[0] @ vectors[1]) == pytest.approx(1.0, abs=1e-6)
+    assert not vectors[2].any() and not vectors[3].any()
+    similar = embedder.embed(["the weather in Paris is sunny", "weather in Paris: sunny today"])
+    unrelated = embedder.embed(["the weather in Paris is sunny", "invoice 7 was sent by post"])
+    assert float(similar[0] @ similar[1]) > float(unrelated[0] @ unrelated[1]) + 0.3
+
+
+def test_hashing_embedder_is_the_same_in_another_process() -> None:
+    text = "order 42 shipped yesterday"
+    here = HashingEmbedder(dim=64).embed([text])[0].tolist()
+    code = (
+        "import json; from agenteval_core import HashingEmbedder; "
+        f"print(json.dumps(HashingEmbedder(dim=64).embed([{text!r}])[0].tolist()))"
+    )
+    there = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={"PYTHONHASHSEED": "12345"},
+        ).stdout
+    )
+    assert there == here
+
+
+def test_batch_equals_one_by_one() -> None:
+    embedder = HashingEmbedder(dim=128)
+    texts = ["alpha beta", "", "gamma\x00delta", "alpha beta"]
+    batch = embedder.embed(texts)
+    for row, text in zip(batch, texts, strict=True):
+        assert np.allclose(row, embedder.embed([text])[0])
+
+
+def trace(output: str, input: str = "q") -> Trace:
+    return Trace(input=input, output=output, session_id="s")
+
+
+def test_coherence_from_cosine() -> None:
+    # input (1, 0), output (0.6, 0.8): cosine 0.6, distance 0.4, score 0.6
+    embedder = TableEmbedder({"question": [1, 0], "answer": [0.6, 0.8]})
+    result = Coherence(embedder=embedder).measure(trace("answer", input="question"))
+    assert result.score == pytest.approx(0.6)
+    assert result.metadata["coherence_gap"] == pytest.approx(0.4)
+    assert result.success  # threshold 0.5
+
+
+def test_coherence_empty_side_is_assumed_coherent() -> None:
+    result = Coherence().measure(trace("", input="question"))
+    assert result.score == 1.0 and result.metadata["coherence_gap"] == 0.0
+    assert "empty output" in result.reason
+
+
+def test_loop_detection_hybrid_of_cosine_and_jaccard() -> None:
+    # current "cat sat mat" vs previous "cat sat hat": Jaccard 2/4 = 0.5;
+    # cosine of (1, 0) and (0.8, 0.6) = 0.8; hybrid 0.4; score 1 - 0.4 = 0.6
+    embedder = TableEmbedder({"cat sat mat": [1, 0], "cat sat hat": [0.8, 0.6]})
+    result = LoopDetection(embedder=embedder).measure(
+        trace("cat sat mat"), history=[trace("cat sat hat")]
+    )
+    assert result.score == pytest.approx(0.6)
+    assert result.metadata["max_hybrid"] == pytest.approx(0.4)
+    assert result.metadata["comparisons"] == [
+        {
+            "trace_index": 0,
+            "trace_id": result.metadata["comparisons"][0]["trace_id"],
+            "cosine_similarity": 0.8,
+            "jaccard_similarity": 0.5,
+            "hybrid_score": 0.4,
+        }
+    ]
+
+
+def test_loop_detection_window_uses_last_three_outputs_with_their_indices() -> None:
+    history = [trace("one"), trace("two"), trace(""), trace("three"), trace("four"), trace("")]
+    result = LoopDetection().measure(trace("five"), history=history)
+    assert [c["trace_index"] for c in result.metadata["comparisons"]] == [1, 3, 4]
+    assert result.metadata["window_size"] == 3
+
+
+def test_repeated_output_is_flagged_and_edge_cases_score_one() -> None:
+    same = "I could not find the order, let me search for the order again."
+    result = LoopDetection().measure(trace(same), history=[trace(same)])
+    assert result.score == pytest.approx(0.0, abs=1e-6) and result.success is False
+    assert LoopDetection().measure(trace(same)).score == 1.0
+    assert LoopDetection().measure(trace(""), history=[trace(same)]).score == 1.0
+
+
+def test_async_path_gives_the_same_result() -> None:
+    history = [trace("alpha beta gamma")]
+    sync = LoopDetection().measure(trace("alpha beta delta"), history=history)
+    asynchronous = asyncio.run(LoopDetection().ameasure(trace("alpha beta delta"), history=history))
+    assert sync.score == asynchronous.score
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    current=st.text(max_size=80),
+    previous=st.lists(st.text(max_size=80), max_size=5),
+    source=st.text(max_size=80),
+)
+def test_scores_in_unit_interval(current: str, previous: list[str], source: str) -> None:
+    case = EvalCase(trace=trace(current, input=source))
+    loop = LoopDetection().measure(case, history=[trace(p) for p in previous])
+    coherence = Coherence().measure(case)
+    for result in (loop, coherence):
+        assert result.score is not None and 0.0 <= result.score <= 1.0
+
+
+@given(a=st.text(max_size=60), b=st.text(max_size=60))
+def test_jaccard_symmetric_and_bounded(a: str, b: str) -> None:
+    ta, tb = content_tokens(a), content_tokens(b)
+    assert jaccard(ta, tb) == jaccard(tb, ta)
+    assert 0.0 <= jaccard(ta, tb) <= 1.0
