@@ -41,6 +41,8 @@ from ._schema import (
     ToolSpec,
     Trace,
 )
+from ._statistics import PassKEstimate, estimate_pass_k, pass_at_k, pass_pow_k
+from .metrics import agent_consistency, agent_reliability
 
 __version__ = "0.1.0"
 
@@ -62,6 +64,7 @@ __all__ = [
     "MetricInputError",
     "MetricKind",
     "MetricResult",
+    "PassKEstimate",
     "SchemaVersionError",
     "Score",
     "Session",
@@ -73,9 +76,14 @@ __all__ = [
     "Trace",
     "UnknownMetricError",
     "__version__",
+    "agent_consistency",
+    "agent_reliability",
     "create_metric",
     "default_embedder",
+    "estimate_pass_k",
     "list_metrics",
     "metric_class",
+    "pass_at_k",
+    "pass_pow_k",
     "register_metric",
 ]

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from abc import ABC
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib.metadata import entry_points
@@ -214,13 +214,17 @@ class SessionMetric(_MetricBase):
         session_id: str | None = None,
     ) -> MetricResult:
         """Score a session from its traces' signals; never raises."""
+        if len(trace_ids) != len(signals):
+            message = (
+                f"{len(trace_ids)} trace ids but {len(signals)} signal rows; give one row per trace"
+            )
+            return self._guarded(lambda: Score.failure(f"invalid input: {message}"), session_id)
+        return self._guarded(lambda: self.compute_session(trace_ids, signals), session_id)
+
+    def _guarded(self, compute: Callable[[], Score], session_id: str | None) -> MetricResult:
         started = time.perf_counter()
         try:
-            if len(trace_ids) != len(signals):
-                raise MetricInputError(
-                    f"{len(trace_ids)} trace ids but {len(signals)} signal rows; give one row per trace"
-                )
-            score = self.compute_session(trace_ids, signals)
+            score = compute()
         except Exception as exc:
             score = _failure_from(exc)
         return self._result(score, started, session_id=session_id)

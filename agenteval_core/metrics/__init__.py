@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._agentic import Agentic
 from ._deterministic import (
     EndState,
     ParameterCorrectness,
@@ -13,10 +14,21 @@ from ._deterministic import (
     ToolSelectionF1,
 )
 from ._embedding import Coherence, LoopDetection
+from ._session import (
+    AgentConsistency,
+    AgentReliability,
+    IncrementalSession,
+    agent_consistency,
+    agent_reliability,
+)
 
 __all__ = [
+    "AgentConsistency",
+    "AgentReliability",
+    "Agentic",
     "Coherence",
     "EndState",
+    "IncrementalSession",
     "LoopDetection",
     "ParameterCorrectness",
     "PlanOrder",
@@ -25,4 +37,6 @@ __all__ = [
     "ToolCallAccuracy",
     "ToolRoutingAccuracy",
     "ToolSelectionF1",
+    "agent_consistency",
+    "agent_reliability",
 ]

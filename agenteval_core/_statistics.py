@@ -1,0 +1,128 @@
+"""pass@k and pass^k: plug-in and unbiased estimators, Bayesian means and credible intervals."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from scipy.stats import beta as beta_distribution
+
+from ._errors import MetricInputError
+
+__all__ = ["Estimator", "PassKEstimate", "estimate_pass_k", "pass_at_k", "pass_pow_k"]
+
+Estimator = Literal["plugin", "unbiased"]
+
+
+def _check(n: int, c: int, k: int, estimator: str) -> None:
+    if n < 1:
+        raise MetricInputError(f"n (attempts) must be >= 1, got {n}")
+    if not 0 <= c <= n:
+        raise MetricInputError(f"c (successes) must be between 0 and n={n}, got {c}")
+    if k < 1:
+        raise MetricInputError(f"k must be >= 1, got {k}")
+    if estimator not in ("plugin", "unbiased"):
+        raise MetricInputError(f"estimator must be 'plugin' or 'unbiased', got {estimator!r}")
+    if estimator == "unbiased" and k > n:
+        raise MetricInputError(
+            f"the unbiased estimator needs k <= n (k={k}, n={n}); run more attempts or use "
+            "estimator='plugin'"
+        )
+
+
+def _ratio_product(top: int, bottom: int, k: int) -> float:
+    """C(top, k) / C(bottom, k) as a product of k ratios (no factorials, no overflow)."""
+    if top < k:
+        return 0.0
+    return math.prod((top - i) / (bottom - i) for i in range(k))
+
+
+def pass_at_k(n: int, c: int, k: int, *, estimator: Estimator = "plugin") -> float:
+    """Probability that at least one of k attempts succeeds, from c successes in n attempts.
+
+    ``plugin``: 1 − (1 − c/n)^k. ``unbiased``: 1 − C(n−c, k) / C(n, k) (needs k ≤ n).
+    """
+    _check(n, c, k, estimator)
+    if estimator == "unbiased":
+        return 1.0 - _ratio_product(n - c, n, k)
+    if c == 0:
+        return 0.0
+    if c == n:
+        return 1.0
+    return 1.0 - (1.0 - c / n) ** k
+
+
+def pass_pow_k(n: int, c: int, k: int, *, estimator: Estimator = "plugin") -> float:
+    """Probability that all k attempts succeed, from c successes in n attempts.
+
+    ``plugin``: (c/n)^k. ``unbiased``: C(c, k) / C(n, k) (needs k ≤ n).
+    """
+    _check(n, c, k, estimator)
+    if estimator == "unbiased":
+        return _ratio_product(c, n, k)
+    if c == 0:
+        return 0.0
+    if c == n:
+        return 1.0
+    return (c / n) ** k
+
+
+class PassKEstimate(BaseModel):
+    """pass@k and pass^k for one conversation or suite, with Bayesian credible intervals.
+
+    The posterior of the success rate is Beta(prior_alpha + c, prior_beta + n − c). Means are
+    exact: E[p^k] = ∏_{i<k} (α+i)/(α+β+i), E[pass@k] = 1 − ∏_{i<k} (β+i)/(α+β+i). Both quantities
+    are monotone in p, so the equal-tailed interval maps through the Beta quantiles.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    n: int
+    c: int
+    k: int
+    estimator: Estimator
+    pass_at_k: float
+    pass_pow_k: float
+    posterior_alpha: float
+    posterior_beta: float
+    pass_at_k_mean: float
+    pass_pow_k_mean: float
+    pass_at_k_ci: tuple[float, float]
+    pass_pow_k_ci: tuple[float, float]
+    ci_level: float
+
+
+def estimate_pass_k(
+    n: int,
+    c: int,
+    k: int,
+    *,
+    estimator: Estimator = "plugin",
+    prior: tuple[float, float] = (1.0, 1.0),
+    ci_level: float = 0.95,
+) -> PassKEstimate:
+    """Point estimates (``estimator``) plus the Bayesian posterior means and credible intervals."""
+    _check(n, c, k, estimator)
+    if not 0.0 < ci_level < 1.0:
+        raise MetricInputError(f"ci_level must be between 0 and 1, got {ci_level}")
+    if min(prior) <= 0 or not all(math.isfinite(value) for value in prior):
+        raise MetricInputError(f"prior parameters must be positive and finite, got {prior}")
+    alpha, beta = prior[0] + c, prior[1] + n - c
+    tail = (1.0 - ci_level) / 2.0
+    q_lo, q_hi = (float(q) for q in beta_distribution.ppf([tail, 1.0 - tail], alpha, beta))
+    return PassKEstimate(
+        n=n,
+        c=c,
+        k=k,
+        estimator=estimator,
+        pass_at_k=pass_at_k(n, c, k, estimator=estimator),
+        pass_pow_k=pass_pow_k(n, c, k, estimator=estimator),
+        posterior_alpha=alpha,
+        posterior_beta=beta,
+        pass_at_k_mean=1.0 - math.prod((beta + i) / (alpha + beta + i) for i in range(k)),
+        pass_pow_k_mean=math.prod((alpha + i) / (alpha + beta + i) for i in range(k)),
+        pass_at_k_ci=(1.0 - (1.0 - q_lo) ** k, 1.0 - (1.0 - q_hi) ** k),
+        pass_pow_k_ci=(q_lo**k, q_hi**k),
+        ci_level=ci_level,
+    )

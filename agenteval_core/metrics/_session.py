@@ -1,0 +1,304 @@
+"""Session metrics (seed 001): agent_reliability and agent_consistency over per-trace signals.
+
+Both are pure math over a (traces × signals) matrix with NaN for missing signals, computed
+with NumPy, and both can be updated trace by trace during a live session.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .._errors import MetricInputError
+from .._metric import Score, SessionMetric, register_metric
+from .._results import MetricResult
+
+__all__ = [
+    "DEFAULT_SIGNAL_WEIGHTS",
+    "SIGNALS",
+    "AgentConsistency",
+    "AgentReliability",
+    "IncrementalSession",
+    "agent_consistency",
+    "agent_reliability",
+]
+
+SIGNALS: tuple[str, ...] = ("confidence", "loop_detection", "tool_correctness", "coherence")
+"""Signal names: the registry names of the trace metrics whose scores feed session metrics."""
+
+_RISK_KEYS = ("confidence_risk", "loop_risk", "tool_risk", "coherence_risk")
+
+DEFAULT_SIGNAL_WEIGHTS: dict[str, float] = {
+    "confidence": 1.0,
+    "loop_detection": 1.0,
+    "tool_correctness": 0.8,
+    "coherence": 1.0,
+}
+
+Matrix = npt.NDArray[np.float64]
+
+
+def _matrix(trace_ids: Sequence[str], signals: Sequence[Mapping[str, float | None]]) -> Matrix:
+    matrix = np.full((len(signals), len(SIGNALS)), np.nan)
+    for row, mapping in enumerate(signals):
+        for column, name in enumerate(SIGNALS):
+            value = mapping.get(name)
+            if value is not None:
+                matrix[row, column] = float(value)
+    return matrix
+
+
+def _check_range(trace_ids: Sequence[str], matrix: Matrix) -> None:
+    bad = ~np.isnan(matrix) & ~((matrix >= 0.0) & (matrix <= 1.0))
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise MetricInputError(
+            f"signal {SIGNALS[column]!r} of trace {trace_ids[row]!r} is {float(matrix[row, column])!r}; "
+            "signals must be scores in [0, 1] (use None for a missing signal)"
+        )
+
+
+def _round(values: npt.ArrayLike) -> Any:
+    return np.round(np.asarray(values, dtype=np.float64), 4).tolist()
+
+
+class _SignalSessionMetric(SessionMetric):
+    signal_names: ClassVar[tuple[str, ...]] = SIGNALS
+
+    def __init__(
+        self,
+        *,
+        weights: Mapping[str, float] | None = None,
+        per_trace_limit: int = 1000,
+        threshold: float | None = None,
+    ) -> None:
+        super().__init__(threshold=threshold)
+        merged = DEFAULT_SIGNAL_WEIGHTS | dict(weights or {})
+        unknown = set(merged) - set(SIGNALS)
+        if unknown:
+            raise MetricInputError(
+                f"{self.name}: unknown signal weight(s) {sorted(unknown)}; use {list(SIGNALS)}"
+            )
+        if any(not math.isfinite(w) or w < 0 for w in merged.values()):
+            raise MetricInputError(f"{self.name}: weights must be finite and >= 0, got {merged}")
+        self.signal_weights = merged
+        self.weights = np.array([merged[name] for name in SIGNALS])
+        self.per_trace_limit = per_trace_limit
+
+    def compute_session(
+        self, trace_ids: Sequence[str], signals: Sequence[Mapping[str, float | None]]
+    ) -> Score:
+        return self.score_matrix(trace_ids, _matrix(trace_ids, signals))
+
+    def score_matrix(self, trace_ids: Sequence[str], matrix: Matrix) -> Score:
+        """Score a (traces × SIGNALS) matrix with NaN for missing signals."""
+        _check_range(trace_ids, matrix)
+        if matrix.size == 0 or np.isnan(matrix).all():
+            return Score(
+                1.0,
+                "No traces or signals to evaluate.",
+                {"total_traces_in_session": len(trace_ids), "traces_evaluated": 0},
+            )
+        return self._score(list(trace_ids), matrix)
+
+    def _score(self, trace_ids: list[str], matrix: Matrix) -> Score:
+        raise NotImplementedError
+
+    def _per_trace(
+        self,
+        trace_ids: list[str],
+        rows: npt.NDArray[np.intp],
+        risks: Matrix,
+        extra: dict[str, Matrix],
+    ) -> tuple[dict[str, dict[str, float]], bool]:
+        """Per-trace metadata for at most ``per_trace_limit`` traces, riskiest first."""
+        order = np.arange(len(rows))
+        truncated = len(rows) > self.per_trace_limit
+        if truncated:
+            leading = next(iter(extra.values()))
+            order = np.argsort(-leading, kind="stable")[: self.per_trace_limit]
+        table: dict[str, dict[str, float]] = {}
+        for position in order.tolist():
+            entry = {
+                key: round(float(value), 4)
+                for key, value in zip(_RISK_KEYS, risks[position], strict=True)
+                if not math.isnan(value)
+            }
+            entry.update({key: round(float(values[position]), 4) for key, values in extra.items()})
+            table[trace_ids[rows[position]]] = entry
+        return table, truncated
+
+    def measure_matrix(
+        self, trace_ids: Sequence[str], matrix: Matrix, *, session_id: str | None = None
+    ) -> MetricResult:
+        """Like ``measure_session`` for a ready (traces × SIGNALS) matrix; never raises."""
+        return self._guarded(lambda: self.score_matrix(trace_ids, matrix), session_id)
+
+    def incremental(self) -> IncrementalSession:
+        """A live form of this metric: feed signals as they arrive, read the score any time."""
+        return IncrementalSession(self)
+
+    def from_rows(
+        self, signals: Sequence[Mapping[str, float | None]], trace_ids: Sequence[str] | None = None
+    ) -> MetricResult:
+        ids = (
+            list(trace_ids)
+            if trace_ids is not None
+            else [f"trace-{i}" for i in range(len(signals))]
+        )
+        return self.measure_session(ids, signals)
+
+
+@register_metric
+class AgentReliability(_SignalSessionMetric):
+    """Worst-case risk across a session: per-trace max-composed risk, top-k tail blend."""
+
+    name = "agent_reliability"
+
+    def __init__(
+        self,
+        *,
+        weights: Mapping[str, float] | None = None,
+        top_k_percentile: float = 0.15,
+        ensemble_weight: float = 0.1,
+        flag_threshold: float = 0.5,
+        per_trace_limit: int = 1000,
+        threshold: float | None = None,
+    ) -> None:
+        super().__init__(weights=weights, per_trace_limit=per_trace_limit, threshold=threshold)
+        if not 0.0 < top_k_percentile <= 1.0:
+            raise MetricInputError(f"top_k_percentile must be in (0, 1], got {top_k_percentile}")
+        if not 0.0 <= ensemble_weight <= 1.0:
+            raise MetricInputError(f"ensemble_weight must be in [0, 1], got {ensemble_weight}")
+        self.top_k_percentile = top_k_percentile
+        self.ensemble_weight = ensemble_weight
+        self.flag_threshold = flag_threshold
+
+    def _score(self, trace_ids: list[str], matrix: Matrix) -> Score:
+        rows = np.flatnonzero(~np.isnan(matrix).all(axis=1))
+        risks = 1.0 - matrix[rows]
+        step_risk = np.nanmax(risks * self.weights, axis=1)
+        k = max(1, math.ceil(len(rows) * self.top_k_percentile))
+        top = np.partition(step_risk, len(step_risk) - k)[len(step_risk) - k :]
+        mean_top_k, max_risk = float(top.mean()), float(step_risk.max())
+        raw_risk = (1.0 - self.ensemble_weight) * mean_top_k + self.ensemble_weight * max_risk
+        flagged = [trace_ids[i] for i in rows[step_risk > self.flag_threshold].tolist()]
+        per_trace, truncated = self._per_trace(trace_ids, rows, risks, {"step_risk": step_risk})
+        metadata: dict[str, Any] = {
+            "total_traces_in_session": len(trace_ids),
+            "traces_evaluated": len(rows),
+            "raw_risk": round(raw_risk, 4),
+            "signal_weights": self.signal_weights,
+            "per_trace_signals": per_trace,
+            "flagged_traces": flagged,
+            "aggregation": {
+                "method": "max_compose_top_k",
+                "top_k_percentile": self.top_k_percentile,
+                "ensemble_weight": self.ensemble_weight,
+                "top_k": k,
+                "mean_top_k_risk": round(mean_top_k, 4),
+                "max_risk": round(max_risk, 4),
+            },
+        }
+        if truncated:
+            metadata["per_trace_signals_note"] = f"riskiest {self.per_trace_limit} traces shown"
+        reason = f"tail risk {raw_risk:.4f} over {len(rows)} traces; {len(flagged)} flagged"
+        return Score(1.0 - raw_risk, reason, metadata)
+
+
+@register_metric
+class AgentConsistency(_SignalSessionMetric):
+    """Stability across a session: RMS of confidence risk amplified by the other signals' risks."""
+
+    name = "agent_consistency"
+
+    def _score(self, trace_ids: list[str], matrix: Matrix) -> Score:
+        rows = np.flatnonzero(~np.isnan(matrix[:, 0]))
+        if len(rows) == 0:
+            return Score(
+                1.0,
+                "No evaluable traces.",
+                {"total_traces_in_session": len(trace_ids), "traces_evaluated": 0},
+            )
+        risks = 1.0 - matrix[rows]
+        penalty = np.nansum(risks[:, 1:] * self.weights[1:], axis=1)
+        uncertainty = (1.0 + penalty) * (self.weights[0] * risks[:, 0])
+        rms = float(np.sqrt(np.mean(uncertainty**2)))
+        per_trace, truncated = self._per_trace(
+            trace_ids,
+            rows,
+            risks,
+            {"weighted_uncertainty": uncertainty, "situational_penalty": penalty},
+        )
+        metadata: dict[str, Any] = {
+            "total_traces_in_session": len(trace_ids),
+            "traces_evaluated": len(rows),
+            "raw_instability": round(rms, 4),
+            "signal_weights": self.signal_weights,
+            "per_trace_signals": per_trace,
+            "aggregation": {"method": "weighted_rms", "rms_value": round(rms, 4)},
+        }
+        if truncated:
+            metadata["per_trace_signals_note"] = (
+                f"{self.per_trace_limit} most uncertain traces shown"
+            )
+        return Score(1.0 - rms, f"RMS instability {rms:.4f} over {len(rows)} traces", metadata)
+
+
+class IncrementalSession:
+    """Signals of one session, kept in a growing matrix; ``result()`` equals the batch score.
+
+    ``update`` appends a trace or merges later signals (judge scores arrive after embedding
+    scores) into its row; amortised O(1). ``result`` is one vectorised pass.
+    """
+
+    def __init__(self, metric: _SignalSessionMetric) -> None:
+        self.metric = metric
+        self._rows: dict[str, int] = {}
+        self._ids: list[str] = []
+        self._matrix = np.full((16, len(SIGNALS)), np.nan)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def update(self, trace_id: str, signals: Mapping[str, float | None]) -> None:
+        row = self._rows.get(trace_id)
+        if row is None:
+            row = len(self._ids)
+            if row == len(self._matrix):
+                grown = np.full((2 * row, len(SIGNALS)), np.nan)
+                grown[:row] = self._matrix
+                self._matrix = grown
+            self._rows[trace_id] = row
+            self._ids.append(trace_id)
+        for column, name in enumerate(SIGNALS):
+            value = signals.get(name)
+            if value is not None:
+                self._matrix[row, column] = float(value)
+
+    def result(self, session_id: str | None = None) -> MetricResult:
+        return self.metric.measure_matrix(
+            self._ids, self._matrix[: len(self._ids)], session_id=session_id
+        )
+
+
+def agent_reliability(
+    signals: Sequence[Mapping[str, float | None]],
+    trace_ids: Sequence[str] | None = None,
+    **options: Any,
+) -> MetricResult:
+    """Seed 001's agent_reliability for one session's per-trace signals (one mapping per trace)."""
+    return AgentReliability(**options).from_rows(signals, trace_ids)
+
+
+def agent_consistency(
+    signals: Sequence[Mapping[str, float | None]],
+    trace_ids: Sequence[str] | None = None,
+    **options: Any,
+) -> MetricResult:
+    """Seed 001's agent_consistency for one session's per-trace signals (one mapping per trace)."""
+    return AgentConsistency(**options).from_rows(signals, trace_ids)
