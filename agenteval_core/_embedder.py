@@ -8,6 +8,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from ._text import content_text
+
 __all__ = ["Embedder", "HashingEmbedder", "cosine_similarities", "default_embedder"]
 
 
@@ -39,15 +41,16 @@ _SEPARATOR = 0
 
 
 class HashingEmbedder:
-    """Hashed character n-grams of lower-cased text, signed, sublinear, L2-normalised.
+    """Hashed character n-grams of a text's content words, signed, sublinear, L2-normalised.
 
-    No model, no download: similar wording gives similar vectors, which is what coherence
-    and loop detection need offline. The hash is a fixed polynomial over the UTF-8 bytes
-    (not Python's salted ``hash``), so vectors are identical across processes and machines.
-    A whole batch is hashed in a few NumPy passes.
+    No model, no download: texts that share content words (stop words removed) get similar
+    vectors, which is what loop detection needs and a lexical proxy for coherence. For
+    semantic similarity use a model-backed embedder instead. The hash is a fixed polynomial
+    over the UTF-8 bytes (not Python's salted ``hash``), so vectors are identical across
+    processes and machines. A whole batch is hashed in a few NumPy passes.
     """
 
-    def __init__(self, dim: int = 1024, ngram_sizes: Sequence[int] = (3, 4, 5)) -> None:
+    def __init__(self, dim: int = 1024, ngram_sizes: Sequence[int] = (3, 4)) -> None:
         if dim < 16:
             raise ValueError(f"dim must be at least 16, got {dim}")
         if not ngram_sizes or min(ngram_sizes) < 1:
@@ -65,7 +68,8 @@ class HashingEmbedder:
         if count == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         # One byte buffer for the batch; a NUL byte separates texts so no n-gram spans two.
-        pieces = [f" {text.strip().lower()} ".encode() if text.strip() else b"" for text in texts]
+        words = [content_text(text) for text in texts]
+        pieces = [f" {text} ".encode() if text else b"" for text in words]
         lengths = np.fromiter((len(p) + 1 for p in pieces), dtype=np.int64, count=count)
         raw = b"\x00".join(p.replace(b"\x00", b" ") for p in pieces) + b"\x00"
         data = np.frombuffer(raw, dtype=np.uint8).astype(np.uint64)

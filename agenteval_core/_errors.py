@@ -4,8 +4,8 @@
     ├── MetricInputError            a metric got input it cannot score (value out of range, bad option)
     ├── UnknownMetricError          no metric is registered under that name
     ├── CaptureError                a capture file cannot be read
-    │   ├── CaptureFormatError      a line is not a valid trace (carries file, line number and field)
-    │   └── SchemaVersionError      a line was written by a newer schema version
+    │   └── CaptureFormatError      a line is not a valid trace (carries file, line number and field)
+    │       └── SchemaVersionError  a line was written by a newer schema version
     └── JudgeError                  a judge could not produce a usable reply
         ├── JudgeUnavailableError   connection refused, timeouts, 5xx and 429 after all retries
         └── JudgeParseError         the reply did not parse after the allowed re-asks
@@ -59,16 +59,19 @@ class CaptureError(AgentEvalError):
 class CaptureFormatError(CaptureError):
     """One line of a capture file is not a valid trace."""
 
-    def __init__(self, path: str, line: int, field: str | None, problem: str) -> None:
+    def __init__(
+        self, path: str, line: int, field: str | None, problem: str, *, truncated: bool = False
+    ) -> None:
         self.path = path
         self.line = line
         self.field = field
         self.problem = problem
+        self.truncated = truncated
         where = f"{path}:{line}" + (f" field {field!r}" if field else "")
         super().__init__(f"{where}: {problem}")
 
 
-class SchemaVersionError(CaptureError):
+class SchemaVersionError(CaptureFormatError):
     """A trace was written by a newer schema version than this agenteval understands."""
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "MetricInfo",
     "MetricKind",
     "Score",
+    "SessionAccumulator",
     "SessionMetric",
     "create_metric",
     "list_metrics",
@@ -221,6 +222,10 @@ class SessionMetric(_MetricBase):
             return self._guarded(lambda: Score.failure(f"invalid input: {message}"), session_id)
         return self._guarded(lambda: self.compute_session(trace_ids, signals), session_id)
 
+    def incremental(self) -> SessionAccumulator:
+        """A live form: feed each trace's signals as they arrive, read the result any time."""
+        return SessionAccumulator(self)
+
     def _guarded(self, compute: Callable[[], Score], session_id: str | None) -> MetricResult:
         started = time.perf_counter()
         try:
@@ -228,6 +233,30 @@ class SessionMetric(_MetricBase):
         except Exception as exc:
             score = _failure_from(exc)
         return self._result(score, started, session_id=session_id)
+
+
+class SessionAccumulator:
+    """Collects a session's signals trace by trace for a session metric.
+
+    ``update`` adds a trace or merges later signals into it (judge scores arrive after
+    embedding scores); ``result`` scores what has arrived so far.
+    """
+
+    def __init__(self, metric: SessionMetric) -> None:
+        self.metric = metric
+        self._rows: dict[str, dict[str, float | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def update(self, trace_id: str, signals: Mapping[str, float | None]) -> None:
+        row = self._rows.setdefault(trace_id, {})
+        row.update({name: value for name, value in signals.items() if value is not None})
+
+    def result(self, session_id: str | None = None) -> MetricResult:
+        return self.metric.measure_session(
+            list(self._rows), list(self._rows.values()), session_id=session_id
+        )
 
 
 def _run_sync(coroutine: Any) -> Any:

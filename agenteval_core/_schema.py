@@ -251,7 +251,8 @@ class Trace(_Model):
         call, all children of one agent span. ``output`` defaults to the last step output.
         ``Trace.from_steps(x, s).steps() == s`` for every list of steps.
         """
-        root = Span(kind=SpanKind.AGENT, name="agent", input=input)
+        trace_id = fields.pop("id", None) or new_id()
+        root = Span(id=f"{trace_id}-agent", kind=SpanKind.AGENT, name="agent", input=input)
         spans = [root]
         for index, step in enumerate(steps):
             llm = Span(
@@ -281,6 +282,7 @@ class Trace(_Model):
             output = next((s.output for s in reversed(steps) if s.output is not None), None)
         root.output = output
         return cls(
+            id=trace_id,
             input=input,
             output=output,
             spans=spans,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["STOP_WORDS", "content_tokens", "jaccard"]
+__all__ = ["STOP_WORDS", "content_text", "content_tokens", "jaccard"]
 
 _WORD = re.compile(r"\w+")
 
@@ -22,11 +22,20 @@ STOP_WORDS: frozenset[str] = frozenset(
 """A fixed English stop-word list, so token sets do not change with library versions."""
 
 
+def _content_words(text: str) -> list[str]:
+    return [
+        word for word in _WORD.findall(text.lower()) if len(word) > 1 and word not in STOP_WORDS
+    ]
+
+
 def content_tokens(text: str) -> frozenset[str]:
     """Lower-cased ``\\w+`` words of ``text`` minus stop words and one-letter tokens."""
-    return frozenset(
-        word for word in _WORD.findall(text.lower()) if len(word) > 1 and word not in STOP_WORDS
-    )
+    return frozenset(_content_words(text))
+
+
+def content_text(text: str) -> str:
+    """The content words of ``text`` in order, lower-cased and joined by single spaces."""
+    return " ".join(_content_words(text))
 
 
 def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:

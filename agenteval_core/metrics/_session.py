@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import MetricInputError
-from .._metric import Score, SessionMetric, register_metric
+from .._metric import Score, SessionAccumulator, SessionMetric, register_metric
 from .._results import MetricResult
 
 __all__ = [
@@ -249,7 +249,7 @@ class AgentConsistency(_SignalSessionMetric):
         return Score(1.0 - rms, f"RMS instability {rms:.4f} over {len(rows)} traces", metadata)
 
 
-class IncrementalSession:
+class IncrementalSession(SessionAccumulator):
     """Signals of one session, kept in a growing matrix; ``result()`` equals the batch score.
 
     ``update`` appends a trace or merges later signals (judge scores arrive after embedding
@@ -257,8 +257,9 @@ class IncrementalSession:
     """
 
     def __init__(self, metric: _SignalSessionMetric) -> None:
-        self.metric = metric
-        self._rows: dict[str, int] = {}
+        super().__init__(metric)
+        self._signal_metric = metric
+        self._index: dict[str, int] = {}
         self._ids: list[str] = []
         self._matrix = np.full((16, len(SIGNALS)), np.nan)
 
@@ -266,14 +267,14 @@ class IncrementalSession:
         return len(self._ids)
 
     def update(self, trace_id: str, signals: Mapping[str, float | None]) -> None:
-        row = self._rows.get(trace_id)
+        row = self._index.get(trace_id)
         if row is None:
             row = len(self._ids)
             if row == len(self._matrix):
                 grown = np.full((2 * row, len(SIGNALS)), np.nan)
                 grown[:row] = self._matrix
                 self._matrix = grown
-            self._rows[trace_id] = row
+            self._index[trace_id] = row
             self._ids.append(trace_id)
         for column, name in enumerate(SIGNALS):
             value = signals.get(name)
@@ -281,7 +282,7 @@ class IncrementalSession:
                 self._matrix[row, column] = float(value)
 
     def result(self, session_id: str | None = None) -> MetricResult:
-        return self.metric.measure_matrix(
+        return self._signal_metric.measure_matrix(
             self._ids, self._matrix[: len(self._ids)], session_id=session_id
         )
 

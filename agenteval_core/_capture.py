@@ -1,0 +1,136 @@
+"""Append-only JSONL capture of traces: one trace per line, written whole and flushed."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+from pydantic import ValidationError
+
+from ._errors import CaptureError, CaptureFormatError, SchemaVersionError
+from ._schema import Trace
+
+__all__ = ["CaptureWriter", "read_capture"]
+
+
+class CaptureWriter:
+    """Appends traces to a JSONL file, one line per trace.
+
+    Each trace is written with a single unbuffered ``write`` in append mode, so a crash loses
+    at most the line being written, and concurrent writers never interleave inside a line.
+    A torn last line left by an earlier crash is closed off with a newline first, so the next
+    trace stays readable. Thread-safe.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115  (closed by close())
+        self.written = 0
+        if self._file.tell() > 0:
+            with open(self.path, "rb") as existing:
+                existing.seek(-1, os.SEEK_END)
+                if existing.read(1) != b"\n":
+                    self._file.write(b"\n")
+
+    def write(self, trace: Trace) -> None:
+        """Append one trace as a line and flush it to the operating system."""
+        line = trace.model_dump_json().encode() + b"\n"
+        with self._lock:
+            self._file.write(line)
+            if self.fsync:
+                os.fsync(self._file.fileno())
+            self.written += 1
+
+    def close(self) -> None:
+        """Close the file; later writes raise ``ValueError``."""
+        with self._lock:
+            self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def __enter__(self) -> CaptureWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _line_error(path: str, number: int, line: bytes, exc: ValidationError) -> CaptureFormatError:
+    error = exc.errors(include_url=False)[0]
+    location = ".".join(str(part) for part in error["loc"]) or None
+    message = str(error["msg"])
+    truncated = not line.endswith(b"\n") and error["type"] == "json_invalid"
+    if truncated:
+        return CaptureFormatError(
+            path, number, None, "truncated last line (the writer stopped mid-line)", truncated=True
+        )
+    if error["type"] == "json_invalid":
+        hint = (
+            "a JSON array, not JSON Lines: write one trace object per line"
+            if number == 1 and line.lstrip().startswith(b"[")
+            else f"not valid JSON ({message})"
+        )
+        return CaptureFormatError(path, number, None, hint)
+    if location == "schema_version" and "newer" in message:
+        return SchemaVersionError(path, number, location, message.removeprefix("Value error, "))
+    if error["type"] == "model_type":
+        return CaptureFormatError(path, number, None, "a line must be one JSON object (a trace)")
+    return CaptureFormatError(path, number, location, message.removeprefix("Value error, "))
+
+
+def read_capture(
+    path: str | os.PathLike[str],
+    *,
+    on_error: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
+    """Stream the traces of a capture file, line by line.
+
+    A bad line raises :class:`CaptureFormatError` (file, line number, field), or, when
+    ``on_error`` is given, is passed to it and skipped, so every good line is still read. A
+    truncated last line (a writer that died mid-line) is reported with ``truncated=True``
+    after every complete line before it. ``on_progress`` receives the bytes consumed per line.
+    """
+    name = os.fspath(path)
+    try:
+        handle = open(path, "rb")  # noqa: SIM115  (closed in finally; this is a generator)
+    except FileNotFoundError:
+        raise CaptureError(f"{name}: no such capture file") from None
+    except IsADirectoryError:
+        raise CaptureError(f"{name}: is a directory, not a capture file") from None
+    try:
+        for number, line in enumerate(handle, start=1):
+            if on_progress is not None:
+                on_progress(len(line))
+            if not line.strip():
+                continue
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                problem = CaptureFormatError(
+                    name, number, None, "not UTF-8 text (is this a capture file?)"
+                )
+            else:
+                try:
+                    yield Trace.model_validate_json(text)
+                    continue
+                except ValidationError as exc:
+                    problem = _line_error(name, number, line, exc)
+            if on_error is None:
+                raise problem
+            on_error(problem)
+    finally:
+        handle.close()

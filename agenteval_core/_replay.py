@@ -1,0 +1,168 @@
+"""Offline replay: stream a capture file through the same metrics the online evaluator runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ._capture import read_capture
+from ._errors import CaptureFormatError, MetricInputError
+from ._metric import Metric, MetricKind, SessionMetric, create_metric, list_metrics, metric_class
+from ._results import MetricResult
+from ._schema import Trace
+from ._scoring import ResultSummary, SessionScorer
+
+__all__ = [
+    "DEFAULT_SESSION_METRICS",
+    "ReplayReport",
+    "areplay",
+    "default_metric_names",
+    "replay",
+    "resolve_metrics",
+]
+
+DEFAULT_SESSION_METRICS = ("agent_reliability", "agent_consistency")
+
+
+def default_metric_names(*, with_judge: bool = False) -> list[str]:
+    """Every deterministic and embedding metric, the signal session metrics, and judge
+    metrics when a judge is configured."""
+    kinds = {MetricKind.DETERMINISTIC, MetricKind.EMBEDDING} | (
+        {MetricKind.JUDGE} if with_judge else set()
+    )
+    names = [info.name for info in list_metrics() if info.kind in kinds]
+    return names + list(DEFAULT_SESSION_METRICS)
+
+
+def resolve_metrics(
+    names: Sequence[str | Metric | SessionMetric] | None, *, judge: Any = None
+) -> tuple[list[Metric], list[SessionMetric]]:
+    """Build metrics from names (or take instances), split into trace and session metrics.
+
+    Judge metrics get ``judge``; without one they return skipped results that say so.
+    """
+    trace_metrics: list[Metric] = []
+    session_metrics: list[SessionMetric] = []
+    for item in names if names is not None else default_metric_names(with_judge=judge is not None):
+        if isinstance(item, str):
+            options = (
+                {"judge": judge} if metric_class(item).kind is MetricKind.JUDGE and judge else {}
+            )
+            item = create_metric(item, **options)
+        if isinstance(item, SessionMetric):
+            session_metrics.append(item)
+        elif isinstance(item, Metric):
+            trace_metrics.append(item)
+        else:
+            raise MetricInputError(f"not a metric: {item!r}")
+    return trace_metrics, session_metrics
+
+
+@dataclass
+class ReplayReport:
+    """What a replay found: counts, per-metric summaries, session results and bad lines."""
+
+    path: str
+    traces: int = 0
+    summary: ResultSummary = field(default_factory=ResultSummary)
+    session_summary: ResultSummary = field(default_factory=ResultSummary)
+    session_results: dict[str, list[MetricResult]] = field(default_factory=dict)
+    bad_lines: list[CaptureFormatError] = field(default_factory=list)
+
+    @property
+    def sessions(self) -> int:
+        return len(self.session_results)
+
+
+def _write_line(out: IO[str] | None, record: dict[str, Any]) -> None:
+    if out is not None:
+        out.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+
+async def areplay(
+    path: str | os.PathLike[str],
+    metrics: Sequence[str | Metric | SessionMetric] | None = None,
+    *,
+    judge: Any = None,
+    output: str | os.PathLike[str] | None = None,
+    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
+    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Score every trace of a capture file; see :func:`replay`."""
+    trace_metrics, session_metrics = resolve_metrics(metrics, judge=judge)
+    scorer = SessionScorer(trace_metrics, session_metrics)
+    report = ReplayReport(path=os.fspath(path))
+
+    def bad_line(error: CaptureFormatError) -> None:
+        report.bad_lines.append(error)
+        if on_bad_line is not None:
+            on_bad_line(error)
+
+    out = open(output, "w", encoding="utf-8") if output is not None else None  # noqa: SIM115
+    try:
+        for trace in read_capture(path, on_error=bad_line, on_progress=on_progress):
+            results = await scorer.score_trace(trace)
+            report.traces += 1
+            report.summary.add(results)
+            _write_line(
+                out,
+                {
+                    "trace_id": trace.id,
+                    "session_id": trace.session_id,
+                    "results": [r.model_dump(mode="json") for r in results],
+                },
+            )
+            if on_trace is not None:
+                on_trace(trace, results)
+        for session_id in scorer.sessions():
+            results = scorer.session_results(session_id)
+            report.session_results[session_id] = results
+            report.session_summary.add(results)
+            _write_line(
+                out,
+                {
+                    "session_id": session_id,
+                    "session_results": [r.model_dump(mode="json") for r in results],
+                },
+            )
+    finally:
+        if out is not None:
+            out.close()
+    return report
+
+
+def replay(
+    path: str | os.PathLike[str],
+    metrics: Sequence[str | Metric | SessionMetric] | None = None,
+    *,
+    judge: Any = None,
+    output: str | os.PathLike[str] | None = None,
+    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
+    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Stream a capture file through metrics and return the report.
+
+    ``metrics`` are registry names or metric instances (default: every deterministic and
+    embedding metric plus agent_reliability and agent_consistency). Bad lines go to
+    ``on_bad_line`` and are skipped, so every good line is scored. With ``output``, one JSON
+    line per trace (``trace_id``, ``session_id``, ``results``) is written, then one per session
+    (``session_id``, ``session_results``).
+    """
+    return asyncio.run(
+        areplay(
+            Path(path),
+            metrics,
+            judge=judge,
+            output=output,
+            on_trace=on_trace,
+            on_bad_line=on_bad_line,
+            on_progress=on_progress,
+        )
+    )

@@ -1,0 +1,3 @@
+from ._main import main
+
+main()

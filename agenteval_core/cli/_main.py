@@ -1,0 +1,200 @@
+"""``agenteval``: list metrics, replay captures.
+
+User errors print one line, ``agenteval: error: ...``, and exit with 2 for bad input (missing
+file, unknown metric, bad option) or 1 when a run found problems (bad lines in a capture).
+Never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .._errors import AgentEvalError, CaptureFormatError
+from .._metric import list_metrics
+from .._replay import ReplayReport, replay
+from .._scoring import ResultSummary
+
+__all__ = ["RunProblem", "UserError", "cli", "main"]
+
+MAX_BAD_LINES_SHOWN = 10
+
+
+class UserError(click.ClickException):
+    """Bad input the user can fix; shown as one line, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"agenteval: error: {self.format_message()}", err=True)
+
+
+class RunProblem(UserError):
+    """A run that completed but found problems (e.g. bad lines); exit code 1."""
+
+    exit_code = 1
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AgentEvalError as exc:
+            raise UserError(str(exc)) from exc
+        except OSError as exc:
+            raise RunProblem(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="agenteval", prog_name="agenteval")
+def cli() -> None:
+    """Evaluate AI agents: replay captured runs through metrics, list metrics, run the demo."""
+
+
+@cli.command("metrics")
+@click.option(
+    "--kind", help="Only metrics of this kind (deterministic, embedding, judge, session)."
+)
+def metrics_command(kind: str | None) -> None:
+    """List the registered metrics."""
+    table = Table(title="agenteval metrics")
+    for column in ("name", "kind", "threshold", "version"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description", overflow="fold")
+    for info in list_metrics():
+        if kind is None or info.kind == kind:
+            table.add_row(
+                info.name, info.kind, f"{info.default_threshold:g}", info.version, info.description
+            )
+    Console().print(table)
+
+
+def _split_names(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise UserError(
+            "--metrics needs at least one metric name, e.g. --metrics coherence,loop_detection"
+        )
+    return names
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _summary_table(title: str, summary: ResultSummary) -> Table:
+    table = Table(title=title)
+    for column in ("metric", "mean", "pass rate", "scored", "errors", "skipped", "note"):
+        table.add_column(column, overflow="fold")
+    for item in summary.metrics.values():
+        note = next(iter(item.reasons), "") if item.scored == 0 else ""
+        table.add_row(
+            item.name,
+            _fmt(item.mean),
+            _fmt(item.pass_rate),
+            str(item.scored),
+            str(item.errors),
+            str(item.skipped),
+            note,
+        )
+    return table
+
+
+def _print_report(console: Console, report: ReplayReport) -> None:
+    console.print(_summary_table(f"{report.traces} traces from {report.path}", report.summary))
+    if report.session_results:
+        table = Table(title=f"{report.sessions} sessions")
+        names = [item.name for item in report.session_summary.metrics.values()]
+        table.add_column("session")
+        for name in names:
+            table.add_column(name)
+        table.add_column("flagged traces", overflow="fold")
+        for session_id, results in report.session_results.items():
+            by_name = {r.name: r for r in results}
+            flagged = by_name.get("agent_reliability")
+            flagged_ids = flagged.metadata.get("flagged_traces", []) if flagged else []
+            table.add_row(
+                session_id,
+                *(_fmt(by_name[n].score) if n in by_name else "-" for n in names),
+                ", ".join(flagged_ids) or "-",
+            )
+        console.print(table)
+
+
+@cli.command("replay")
+@click.argument("capture")
+@click.option(
+    "--metrics",
+    "metric_names",
+    help="Comma-separated metric names (default: all that run offline).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False),
+    help="Write per-trace results as JSON lines here.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def replay_command(
+    capture: str, metric_names: str | None, json_out: str | None, quiet: bool
+) -> None:
+    """Score every trace of a capture file (JSONL) and print a summary."""
+    path = Path(capture)
+    if not path.exists():
+        raise UserError(f"{capture}: no such file; pass the path of a capture (.jsonl) file")
+    if path.is_dir():
+        raise UserError(f"{capture}: is a directory; pass the path of a capture (.jsonl) file")
+    names = _split_names(metric_names)
+    err = Console(stderr=True)
+    show_progress = not quiet and err.is_terminal
+
+    def bad_line(error: CaptureFormatError) -> None:
+        if len(report_errors) < MAX_BAD_LINES_SHOWN:
+            err.print(f"agenteval: error: {error}", markup=False, highlight=False)
+        report_errors.append(error)
+
+    report_errors: list[CaptureFormatError] = []
+    progress = Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not show_progress,
+    )
+    with progress:
+        task = progress.add_task("replay", total=os.path.getsize(path))
+        report = replay(
+            path,
+            names,
+            output=json_out,
+            on_bad_line=bad_line,
+            on_progress=lambda size: progress.advance(task, size),
+        )
+    _print_report(Console(), report)
+    if json_out:
+        click.echo(f"per-trace results written to {json_out}")
+    if report_errors:
+        hidden = len(report_errors) - MAX_BAD_LINES_SHOWN
+        more = f" ({hidden} not shown)" if hidden > 0 else ""
+        raise RunProblem(
+            f"{capture}: {len(report_errors)} bad line(s) skipped{more}; every other line was scored"
+        )
+    if report.traces == 0:
+        raise RunProblem(f"{capture}: no traces in the file")
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of the ``agenteval`` console script."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="agenteval")
+    sys.exit(0)
