@@ -77,13 +77,12 @@ def _line_error(path: str, number: int, line: bytes, exc: ValidationError) -> Ca
         return CaptureFormatError(
             path, number, None, "truncated last line (the writer stopped mid-line)", truncated=True
         )
-    if error["type"] == "json_invalid":
-        hint = (
-            "a JSON array, not JSON Lines: write one trace object per line"
-            if number == 1 and line.lstrip().startswith(b"[")
-            else f"not valid JSON ({message})"
+    if line.lstrip().startswith(b"[") and error["type"] in ("json_invalid", "model_type"):
+        return CaptureFormatError(
+            path, number, None, "a JSON array, not JSON Lines: write one trace object per line"
         )
-        return CaptureFormatError(path, number, None, hint)
+    if error["type"] == "json_invalid":
+        return CaptureFormatError(path, number, None, f"not valid JSON ({message})")
     if location == "schema_version" and "newer" in message:
         return SchemaVersionError(path, number, location, message.removeprefix("Value error, "))
     if error["type"] == "model_type":

@@ -120,7 +120,7 @@ async def areplay(
             )
             if on_trace is not None:
                 on_trace(trace, results)
-        for session_id in scorer.sessions():
+        for session_id in scorer.sessions() if session_metrics else ():
             results = scorer.session_results(session_id)
             report.session_results[session_id] = results
             report.session_summary.add(results)

@@ -111,6 +111,8 @@ def _summary_table(title: str, summary: ResultSummary) -> Table:
 
 
 def _print_report(console: Console, report: ReplayReport) -> None:
+    if report.traces == 0:
+        return
     console.print(_summary_table(f"{report.traces} traces from {report.path}", report.summary))
     if report.session_results:
         table = Table(title=f"{report.sessions} sessions")
@@ -160,7 +162,7 @@ def replay_command(
 
     def bad_line(error: CaptureFormatError) -> None:
         if len(report_errors) < MAX_BAD_LINES_SHOWN:
-            err.print(f"agenteval: error: {error}", markup=False, highlight=False)
+            err.print(f"agenteval: error: {error}", markup=False, highlight=False, soft_wrap=True)
         report_errors.append(error)
 
     report_errors: list[CaptureFormatError] = []

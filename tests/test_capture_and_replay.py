@@ -1,0 +1,263 @@
+"""Capture files, the scoring engine, replay and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agenteval_core import (
+    SCHEMA_VERSION,
+    AgentStep,
+    CaptureError,
+    CaptureFormatError,
+    SchemaVersionError,
+    ToolCall,
+    Trace,
+)
+from agenteval_core._capture import CaptureWriter, read_capture
+from agenteval_core._replay import replay
+from agenteval_core._scoring import SessionHistory
+from agenteval_core.cli import cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "captures" / "support_agent.jsonl"
+
+
+def make_trace(output: str, session: str | None = "s1", **fields: object) -> Trace:
+    return Trace.from_steps(
+        "question",
+        [
+            AgentStep(
+                tool_calls=[ToolCall(name="lookup", arguments={"id": 1}, result="ok")],
+                output=output,
+            )
+        ],
+        session_id=session,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def write_lines(path: Path, *lines: str) -> Path:
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+# --- capture ------------------------------------------------------------------------------
+
+
+def test_round_trip_and_append(tmp_path: Path) -> None:
+    path = tmp_path / "capture.jsonl"
+    first, second = make_trace("a"), make_trace("b")
+    with CaptureWriter(path) as writer:
+        writer.write(first)
+    with CaptureWriter(path) as writer:  # a restart appends, never truncates
+        writer.write(second)
+    assert list(read_capture(path)) == [first, second]
+
+
+def test_torn_last_line_is_reported_after_every_complete_line(tmp_path: Path) -> None:
+    good = [make_trace(str(i)) for i in range(3)]
+    text = "".join(t.model_dump_json() + "\n" for t in good)
+    path = write_lines(tmp_path / "c.jsonl", text, make_trace("x").model_dump_json()[:40])
+    errors: list[CaptureFormatError] = []
+    assert list(read_capture(path, on_error=errors.append)) == good
+    assert len(errors) == 1 and errors[0].line == 4 and errors[0].truncated
+    assert "truncated last line" in str(errors[0])
+    # a writer opened on the torn file starts a fresh line, so its trace is readable
+    with CaptureWriter(path) as writer:
+        writer.write(make_trace("after crash"))
+    read_back = list(read_capture(path, on_error=lambda e: None))
+    assert [t.output for t in read_back] == ["0", "1", "2", "after crash"]
+
+
+def test_bad_line_names_file_line_and_field(tmp_path: Path) -> None:
+    bad = make_trace("x").model_dump(mode="json")
+    bad["spans"][1]["kind"] = "robot"
+    path = write_lines(
+        tmp_path / "c.jsonl", make_trace("ok").model_dump_json() + "\n", json.dumps(bad) + "\n"
+    )
+    with pytest.raises(CaptureFormatError) as info:
+        list(read_capture(path))
+    assert info.value.line == 2 and info.value.field == "spans.1.kind"
+    assert str(info.value).startswith(f"{path}:2 field 'spans.1.kind': Input should be")
+
+
+def test_newer_schema_version_and_non_jsonl_files(tmp_path: Path) -> None:
+    newer = write_lines(
+        tmp_path / "n.jsonl", json.dumps({"schema_version": SCHEMA_VERSION + 1}) + "\n"
+    )
+    with pytest.raises(SchemaVersionError, match="newer than this agenteval understands"):
+        list(read_capture(newer))
+    array = write_lines(tmp_path / "a.json", "[" + make_trace("x").model_dump_json() + "]\n")
+    with pytest.raises(CaptureFormatError, match="JSON array, not JSON Lines"):
+        list(read_capture(array))
+    binary = tmp_path / "b.bin"
+    binary.write_bytes(b"\xff\xfe\x00binary\n")
+    with pytest.raises(CaptureFormatError, match="not UTF-8"):
+        list(read_capture(binary))
+    with pytest.raises(CaptureError, match="no such capture file"):
+        list(read_capture(tmp_path / "missing.jsonl"))
+
+
+def test_concurrent_writers_produce_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    writer = CaptureWriter(path)
+    big = "x" * 20_000
+
+    def work(thread: int) -> None:
+        for i in range(25):
+            writer.write(make_trace(f"{thread}-{i}-{big}"))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    writer.close()
+    assert len(list(read_capture(path))) == 100
+
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(outputs=st.lists(text, max_size=6), session=st.one_of(st.none(), text))
+def test_written_traces_read_back_equal(
+    tmp_path: Path, outputs: list[str], session: str | None
+) -> None:
+    path = tmp_path / f"h{abs(hash((tuple(outputs), session)))}.jsonl"
+    path.unlink(missing_ok=True)
+    traces = [make_trace(output, session=session) for output in outputs]
+    with CaptureWriter(path) as writer:
+        for trace in traces:
+            writer.write(trace)
+    assert list(read_capture(path)) == traces
+
+
+# --- scoring engine and replay --------------------------------------------------------------
+
+
+def test_session_history_keeps_real_indices_and_little_memory() -> None:
+    history = SessionHistory(keep=2)
+    for output in ["a", "", "b", "c", ""]:
+        history.append(make_trace(output))
+    # only the last two traces with output ("b" at 2, "c" at 3) are kept; "a" reads as empty
+    assert len(history) == 5
+    assert [trace.output for trace in history] == [None, None, "b", "c", None]
+    assert history[-2].output == "c"
+    with pytest.raises(IndexError):
+        history[5]
+
+
+def test_replay_scores_sessions_and_writes_results(tmp_path: Path) -> None:
+    stuck = "I am still checking the order status for you, please hold on."
+    traces = [make_trace("The order shipped yesterday.", id="t0")]
+    traces += [make_trace(stuck, id=f"t{i}") for i in range(1, 4)]
+    traces.append(make_trace("Standalone answer", session=None, id="lone"))
+    path = tmp_path / "c.jsonl"
+    with CaptureWriter(path) as writer:
+        for trace in traces:
+            writer.write(trace)
+    out = tmp_path / "results.jsonl"
+    report = replay(path, ["loop_detection", "agent_reliability"], output=out)
+    assert report.traces == 5 and report.sessions == 1
+    loop = report.summary.metrics["loop_detection"]
+    # t0 and the standalone trace have nothing before them (1.0); t1 differs from t0;
+    # t2 and t3 repeat t1 exactly (cosine 1 × Jaccard 1 → 0.0)
+    assert loop.scored == 5 and loop.passed == 3
+    reliability = report.session_results["s1"][0]
+    assert reliability.metadata["flagged_traces"] == ["t2", "t3"]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line.get("trace_id") for line in lines[:5]] == ["t0", "t1", "t2", "t3", "lone"]
+    assert (
+        lines[5]["session_id"] == "s1"
+        and lines[5]["session_results"][0]["name"] == "agent_reliability"
+    )
+
+
+def test_shipped_example_capture_replays_and_flags_the_loop() -> None:
+    report = replay(EXAMPLE)
+    assert report.traces == 9 and report.sessions == 3 and not report.bad_lines
+    loop_scores = {
+        tid: r.score
+        for tid, r in _results_by_trace(EXAMPLE, "loop_detection").items()
+        if r is not None
+    }
+    assert loop_scores["session-3-t2"] == pytest.approx(0.0, abs=1e-6)
+    assert loop_scores["session-1-t1"] > 0.5
+
+
+def _results_by_trace(path: Path, name: str) -> dict[str, object]:
+    found: dict[str, object] = {}
+    replay(path, [name], on_trace=lambda trace, results: found.update({trace.id: results[0]}))
+    return found
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def test_cli_replay_summary_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "replay",
+            str(EXAMPLE),
+            "--metrics",
+            "loop_detection,agent_reliability",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "9 traces" in result.output and "loop_detection" in result.output
+    assert "session-3" in result.output
+    assert len(out.read_text().splitlines()) == 9 + 3  # one line per trace, then per session
+
+
+def test_cli_lists_metrics() -> None:
+    result = CliRunner().invoke(cli, ["metrics"])
+    assert result.exit_code == 0
+    for name in ("tool_call_accuracy", "loop_detection", "agent_reliability", "agentic"):
+        assert name in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["replay", "missing.jsonl"], 2, "missing.jsonl: no such file"),
+        (["replay", "{example}", "--metrics", "nope"], 2, "unknown metric 'nope'"),
+        (["replay", "{newer}"], 1, "newer than this agenteval understands"),
+        (["replay", "{torn}"], 1, "truncated last line"),
+    ],
+)
+def test_cli_errors_are_one_line_without_traceback(
+    tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    newer = write_lines(
+        tmp_path / "newer.jsonl", json.dumps({"schema_version": SCHEMA_VERSION + 1}) + "\n"
+    )
+    torn = write_lines(
+        tmp_path / "torn.jsonl", make_trace("ok").model_dump_json() + "\n", '{"id": "x'
+    )
+    paths = {"example": str(EXAMPLE), "newer": str(newer), "torn": str(torn)}
+    argv = [arg.format(**paths) for arg in args]
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval_core.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == code
+    assert "Traceback" not in done.stderr
+    assert message in done.stderr
+    assert all(line.startswith("agenteval: error: ") for line in done.stderr.strip().splitlines())
