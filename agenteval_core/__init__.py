@@ -42,6 +42,7 @@ from ._schema import (
     Trace,
 )
 from ._statistics import PassKEstimate, estimate_pass_k, pass_at_k, pass_pow_k
+from ._suite import CaseReport, EvalSuite, RunResult, SuiteReport
 from .metrics import agent_consistency, agent_reliability
 
 __version__ = "0.1.0"
@@ -52,8 +53,10 @@ __all__ = [
     "AgentStep",
     "CaptureError",
     "CaptureFormatError",
+    "CaseReport",
     "Embedder",
     "EvalCase",
+    "EvalSuite",
     "ExpectedToolCall",
     "HashingEmbedder",
     "JudgeError",
@@ -65,12 +68,14 @@ __all__ = [
     "MetricKind",
     "MetricResult",
     "PassKEstimate",
+    "RunResult",
     "SchemaVersionError",
     "Score",
     "Session",
     "SessionMetric",
     "Span",
     "SpanKind",
+    "SuiteReport",
     "ToolCall",
     "ToolSpec",
     "Trace",

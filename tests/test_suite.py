@@ -1,0 +1,109 @@
+"""EvalSuite: k attempts per case, pass/fail per run, pass@k / pass^k with intervals."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+from agenteval_core import AgentStep, EvalCase, EvalSuite, MetricInputError, ToolCall, Trace
+from agenteval_core.metrics import Coherence, ToolCallAccuracy
+
+
+def recorded_case(case_id: str) -> EvalCase:
+    return EvalCase(
+        id=case_id,
+        input="Search for recent AI papers and write a summary",
+        agent_trace=[
+            AgentStep(tool_calls=[ToolCall(name="search", arguments={"query": "AI papers 2025"})]),
+            AgentStep(tool_calls=[ToolCall(name="summarize")], output="Here are the papers"),
+        ],
+        expected_tool_calls=["search", "summarize"],
+    )
+
+
+def test_seed_style_suite_with_recorded_traces() -> None:
+    suite = (
+        EvalSuite("Agent Eval").add_cases([recorded_case("c1")]).add_evaluators(ToolCallAccuracy())
+    )
+    report = suite.run(lambda task: "Here are the key AI papers", k=2)
+    case = report.cases[0]
+    assert (
+        case.passes == 2 and [run.output for run in case.runs] == ["Here are the key AI papers"] * 2
+    )
+    assert report.pass_at_k == 1.0 and report.pass_pow_k == 1.0
+    assert case.runs[0].results[0].score == 1.0
+
+
+def test_pass_counts_estimates_and_failures() -> None:
+    # of 5 attempts the agent calls the right tool on 0, 1, 3, raises on 2, calls search on 4
+    outcomes = itertools.count()
+
+    def agent(question: str) -> Trace:
+        attempt = next(outcomes)
+        if attempt == 2:
+            raise RuntimeError("tool server down")
+        name = "lookup" if attempt != 4 else "search"
+        return Trace.from_steps(
+            question, [AgentStep(tool_calls=[ToolCall(name=name)], output="ok")]
+        )
+
+    case = EvalCase(id="q", input="Where is A-1?", expected_tool_calls=["lookup"])
+    report = (
+        EvalSuite("s")
+        .add_cases(case)
+        .add_evaluators("tool_call_accuracy")
+        .run(agent, k=2, attempts=5, estimator="unbiased", concurrency=1)
+    )
+    runs = report.cases[0].runs
+    assert [run.passed for run in runs] == [True, True, False, True, False]
+    assert runs[2].error == "RuntimeError: tool server down" and runs[2].results == []
+    estimate = report.cases[0].estimate
+    # n=5, c=3, k=2: unbiased pass@2 = 1 − C(2,2)/C(5,2) = 0.9; pass^2 = C(3,2)/C(5,2) = 0.3
+    assert estimate.pass_at_k == pytest.approx(0.9) and estimate.pass_pow_k == pytest.approx(0.3)
+    # posterior Beta(4, 3): E[p²] = 4·5/(7·8) = 20/56
+    assert estimate.pass_pow_k_mean == pytest.approx(20 / 56)
+    assert report.pooled.n == 5 and report.pooled.c == 3
+    assert json.loads(report.to_json())["cases"][0]["passes"] == 3
+    assert "pass^2" in report.summary()
+
+
+def test_async_agent_and_skipped_metrics_do_not_fail_a_run() -> None:
+    async def agent(question: str) -> str:
+        await asyncio.sleep(0)
+        return "answer"
+
+    # tool_call_accuracy is skipped (no expectation), coherence of "" input scores 1.0
+    case = EvalCase(id="x", input="")
+    report = (
+        EvalSuite("a")
+        .add_cases(case)
+        .add_evaluators(ToolCallAccuracy(), Coherence())
+        .run(agent, k=3)
+    )
+    assert report.cases[0].passes == 3
+    assert report.metrics[0]["skipped"] == 3
+
+
+def test_clear_errors_for_misuse() -> None:
+    with pytest.raises(MetricInputError, match="no cases"):
+        EvalSuite("empty").add_evaluators("coherence").run(k=1)
+    with pytest.raises(MetricInputError, match="no evaluators"):
+        EvalSuite("empty").add_cases(recorded_case("c")).run(k=1)
+    with pytest.raises(MetricInputError, match="attempts must be >= k"):
+        EvalSuite("s").add_cases(recorded_case("c")).add_evaluators("coherence").run(
+            k=3, attempts=2
+        )
+    with pytest.raises(MetricInputError, match="trace metrics"):
+        EvalSuite("s").add_evaluators("agent_reliability")
+
+
+def test_example_runs() -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "test_suite_pass_at_k.py"
+    namespace = runpy.run_path(str(example))
+    report = namespace["suite"].run(namespace["run_agent"], k=3, attempts=10, estimator="unbiased")
+    assert len(report.cases) == 2 and report.attempts == 10
