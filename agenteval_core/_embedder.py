@@ -50,13 +50,19 @@ class HashingEmbedder:
     processes and machines. A whole batch is hashed in a few NumPy passes.
     """
 
-    def __init__(self, dim: int = 1024, ngram_sizes: Sequence[int] = (3, 4)) -> None:
+    def __init__(
+        self, dim: int = 1024, ngram_sizes: Sequence[int] = (3, 4), cache_size: int = 4096
+    ) -> None:
         if dim < 16:
             raise ValueError(f"dim must be at least 16, got {dim}")
         if not ngram_sizes or min(ngram_sizes) < 1:
             raise ValueError(f"ngram_sizes must be positive, got {list(ngram_sizes)}")
         self.dim = dim
         self.ngram_sizes = tuple(sorted(set(ngram_sizes)))
+        # Loop detection re-embeds a session's recent outputs for every new trace, and
+        # coherence embeds the same output again: a small cache of recent texts saves that.
+        self.cache_size = cache_size
+        self._cache: dict[str, npt.NDArray[np.float32]] = {}
 
     @property
     def name(self) -> str:
@@ -64,6 +70,21 @@ class HashingEmbedder:
         return f"hashing-char{sizes}-d{self.dim}"
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        unique = list(dict.fromkeys(texts))
+        known = {text: self._cache[text] for text in unique if text in self._cache}
+        missing = [text for text in unique if text not in known]
+        if missing:
+            fresh = dict(zip(missing, self._hash_batch(missing), strict=True))
+            if len(self._cache) + len(fresh) > self.cache_size:
+                self._cache = {}
+            if len(fresh) <= self.cache_size:
+                self._cache.update(fresh)
+            known.update(fresh)
+        return np.stack([known[text] for text in texts])
+
+    def _hash_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         count = len(texts)
         if count == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -81,28 +102,34 @@ class HashingEmbedder:
             windows = data.size - size + 1
             if windows <= 0:
                 continue
-            hashed = np.full(windows, np.uint64(size), dtype=np.uint64)
-            crosses = np.zeros(windows, dtype=bool)
-            for offset in range(size):
+            hashed = data[:windows] + np.uint64(size)
+            crosses = is_separator[:windows].copy()
+            for offset in range(1, size):
                 hashed = hashed * _PRIME + data[offset : offset + windows]
                 crosses |= is_separator[offset : offset + windows]
+            keep = ~crosses
+            hashed = hashed[keep]
             hashed ^= hashed >> np.uint64(31)
             hashed *= _MIX
             hashed ^= hashed >> np.uint64(33)
-            keep = ~crosses
-            hashed = hashed[keep]
             column = (hashed % np.uint64(self.dim)).astype(np.int64)
             buckets.append(owner[:windows][keep] * self.dim + column)
-            signs.append(np.where(hashed >> np.uint64(63), -1.0, 1.0))
+            signs.append(1.0 - 2.0 * (hashed >> np.uint64(63)).astype(np.float64))
+        vectors = np.zeros((count, self.dim), dtype=np.float32)
         if not buckets:
-            return np.zeros((count, self.dim), dtype=np.float32)
+            return vectors
         counts = np.bincount(
             np.concatenate(buckets), weights=np.concatenate(signs), minlength=count * self.dim
-        ).reshape(count, self.dim)
-        vectors = np.sign(counts) * np.log1p(np.abs(counts))
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        np.divide(vectors, norms, out=vectors, where=norms > 0)
-        return vectors.astype(np.float32)
+        )
+        # Transform only the cells that occur: a text touches a few hundred of its row's cells.
+        cells = np.flatnonzero(counts)
+        values = counts[cells]
+        values = np.sign(values) * np.log1p(np.abs(values))
+        rows = cells // self.dim
+        norms = np.sqrt(np.bincount(rows, weights=values * values, minlength=count))
+        scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+        vectors.reshape(-1)[cells] = values * scale[rows]
+        return vectors
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         # Hashing a batch takes microseconds; handing it to a thread would cost more.
@@ -123,9 +150,10 @@ def default_embedder() -> HashingEmbedder:
 def cosine_similarities(
     vector: npt.NDArray[np.floating], others: npt.NDArray[np.floating]
 ) -> npt.NDArray[np.float64]:
-    """Cosine similarity of one vector with each row of ``others``; a zero vector gives 0."""
-    vector = np.asarray(vector, dtype=np.float64)
-    others = np.atleast_2d(np.asarray(others, dtype=np.float64))
-    norms = np.linalg.norm(others, axis=1) * np.linalg.norm(vector)
-    dots = others @ vector
-    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+    """Cosine similarity of one embedding with each row of ``others``.
+
+    Embedders return L2-normalised rows (zero rows for empty text), so this is a dot
+    product, and a zero vector gives 0 (distance 1) without a special case.
+    """
+    dots = np.atleast_2d(others).astype(np.float64) @ np.asarray(vector, dtype=np.float64)
+    return np.clip(dots, -1.0, 1.0)

@@ -146,6 +146,12 @@ class Metric(_MetricBase):
 
     uses_history: ClassVar[bool] = False
     """True when the metric needs the session's earlier traces."""
+    needs_expectations: ClassVar[bool] = False
+    """True when the metric only scores cases that carry expectations (it skips captures)."""
+
+    def prepare(self, cases: Sequence[EvalCase]) -> None:
+        """Called with a batch of cases about to be scored, so a metric can batch costly work
+        (e.g. embed all their texts in one call). Default: nothing."""
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         """Score one case. Default: run ``acompute`` to completion."""

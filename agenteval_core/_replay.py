@@ -14,7 +14,7 @@ from ._capture import read_capture
 from ._errors import CaptureFormatError, MetricInputError
 from ._metric import Metric, MetricKind, SessionMetric, create_metric, list_metrics, metric_class
 from ._results import MetricResult
-from ._schema import Trace
+from ._schema import EvalCase, Trace
 from ._scoring import ResultSummary, SessionScorer
 
 __all__ = [
@@ -27,15 +27,22 @@ __all__ = [
 ]
 
 DEFAULT_SESSION_METRICS = ("agent_reliability", "agent_consistency")
+BATCH_SIZE = 256
+"""Traces scored together, so embedding work is batched; small enough to keep memory flat."""
 
 
 def default_metric_names(*, with_judge: bool = False) -> list[str]:
-    """Every deterministic and embedding metric, the signal session metrics, and judge
-    metrics when a judge is configured."""
+    """The metrics that can score a plain capture: deterministic and embedding metrics that
+    need no expectations, agent_reliability and agent_consistency, and judge metrics when a
+    judge is configured."""
     kinds = {MetricKind.DETERMINISTIC, MetricKind.EMBEDDING} | (
         {MetricKind.JUDGE} if with_judge else set()
     )
-    names = [info.name for info in list_metrics() if info.kind in kinds]
+    names = [
+        info.name
+        for info in list_metrics()
+        if info.kind in kinds and not getattr(metric_class(info.name), "needs_expectations", False)
+    ]
     return names + list(DEFAULT_SESSION_METRICS)
 
 
@@ -65,18 +72,20 @@ def resolve_metrics(
 
 @dataclass
 class ReplayReport:
-    """What a replay found: counts, per-metric summaries, session results and bad lines."""
+    """What a replay found: counts, per-metric summaries, session results and bad lines.
+
+    ``session_results`` keeps the first ``keep_sessions`` sessions (all of them go to the
+    output file and into ``session_summary``), so memory stays flat on huge captures.
+    """
 
     path: str
+    keep_sessions: int = 1000
     traces: int = 0
+    sessions: int = 0
     summary: ResultSummary = field(default_factory=ResultSummary)
     session_summary: ResultSummary = field(default_factory=ResultSummary)
     session_results: dict[str, list[MetricResult]] = field(default_factory=dict)
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
-
-    @property
-    def sessions(self) -> int:
-        return len(self.session_results)
 
 
 def _write_line(out: IO[str] | None, record: dict[str, Any]) -> None:
@@ -96,18 +105,29 @@ async def areplay(
 ) -> ReplayReport:
     """Score every trace of a capture file; see :func:`replay`."""
     trace_metrics, session_metrics = resolve_metrics(metrics, judge=judge)
-    scorer = SessionScorer(trace_metrics, session_metrics)
     report = ReplayReport(path=os.fspath(path))
-
-    def bad_line(error: CaptureFormatError) -> None:
-        report.bad_lines.append(error)
-        if on_bad_line is not None:
-            on_bad_line(error)
-
     out = open(output, "w", encoding="utf-8") if output is not None else None  # noqa: SIM115
-    try:
-        for trace in read_capture(path, on_error=bad_line, on_progress=on_progress):
-            results = await scorer.score_trace(trace)
+
+    def session_closed(session_id: str, results: list[MetricResult]) -> None:
+        if not results:  # no session metrics were asked for
+            return
+        report.sessions += 1
+        report.session_summary.add(results)
+        if len(report.session_results) < report.keep_sessions:
+            report.session_results[session_id] = results
+        _write_line(
+            out,
+            {
+                "session_id": session_id,
+                "session_results": [r.model_dump(mode="json") for r in results],
+            },
+        )
+
+    scorer = SessionScorer(trace_metrics, session_metrics, on_session_closed=session_closed)
+
+    async def score(traces: list[Trace]) -> None:
+        cases = [EvalCase.from_trace(trace) for trace in traces]
+        for trace, results in zip(traces, await scorer.score_batch(cases), strict=True):
             report.traces += 1
             report.summary.add(results)
             _write_line(
@@ -120,17 +140,21 @@ async def areplay(
             )
             if on_trace is not None:
                 on_trace(trace, results)
-        for session_id in scorer.sessions() if session_metrics else ():
-            results = scorer.session_results(session_id)
-            report.session_results[session_id] = results
-            report.session_summary.add(results)
-            _write_line(
-                out,
-                {
-                    "session_id": session_id,
-                    "session_results": [r.model_dump(mode="json") for r in results],
-                },
-            )
+
+    def bad_line(error: CaptureFormatError) -> None:
+        report.bad_lines.append(error)
+        if on_bad_line is not None:
+            on_bad_line(error)
+
+    try:
+        batch: list[Trace] = []
+        for trace in read_capture(path, on_error=bad_line, on_progress=on_progress):
+            batch.append(trace)
+            if len(batch) == BATCH_SIZE:
+                await score(batch)
+                batch.clear()
+        await score(batch)
+        scorer.close_all()
     finally:
         if out is not None:
             out.close()

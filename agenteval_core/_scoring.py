@@ -8,12 +8,12 @@ Traces without a ``session_id`` are scored alone: no history, no session metrics
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from ._metric import Metric, SessionAccumulator, SessionMetric
+from ._metric import Metric, MetricKind, SessionAccumulator, SessionMetric
 from ._results import MetricResult
 from ._schema import EvalCase, Trace, text_of
 
@@ -24,11 +24,11 @@ class SessionHistory(Sequence[Trace]):
     """The earlier traces of one session, as metrics with ``uses_history`` see them.
 
     Indexes run over every trace seen, so a metric reports real positions, but only the last
-    ``keep`` traces with a non-empty output are retained (as slim copies: id and output),
-    which keeps memory flat over long sessions. Other positions read as empty traces.
+    ``keep`` traces with a non-empty output are retained, which keeps memory flat over long
+    sessions. Other positions read as empty traces.
     """
 
-    _EMPTY = Trace.model_construct(id="", output=None)
+    _EMPTY = Trace(id="", output=None)
 
     def __init__(self, keep: int) -> None:
         self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 1))
@@ -58,10 +58,7 @@ class SessionHistory(Sequence[Trace]):
 
     def append(self, trace: Trace) -> None:
         if text_of(trace.output).strip():
-            slim = Trace.model_construct(
-                id=trace.id, session_id=trace.session_id, output=trace.output
-            )
-            self._kept.append((self._count, slim))
+            self._kept.append((self._count, trace))
         self._count += 1
 
 
@@ -72,7 +69,13 @@ class _SessionState:
 
 
 class SessionScorer:
-    """Scores traces one at a time, keeping per-session history and session metrics."""
+    """Scores traces one at a time, keeping per-session history and session metrics.
+
+    At most ``max_open_sessions`` sessions are kept; when a new one would exceed that, the
+    least recently active session is closed: its final session results go to
+    ``on_session_closed`` and its state is dropped, so memory stays flat however long the
+    stream. A later trace of a closed session starts it afresh (counted in ``reopened``).
+    """
 
     def __init__(
         self,
@@ -80,33 +83,65 @@ class SessionScorer:
         session_metrics: Sequence[SessionMetric] = (),
         *,
         history_window: int | None = None,
+        max_open_sessions: int = 1024,
+        on_session_closed: Callable[[str, list[MetricResult]], None] | None = None,
     ) -> None:
         self.metrics = list(metrics)
+        # Metrics that wait on I/O run concurrently; the others are cheaper called inline.
+        self._waiting = [m for m in self.metrics if m.kind is MetricKind.JUDGE]
         self.session_metrics = list(session_metrics)
         windows = [int(getattr(m, "window", 3)) for m in self.metrics if m.uses_history]
         self.history_window = (
             history_window if history_window is not None else max(windows, default=0)
         )
-        self._sessions: dict[str, _SessionState] = {}
+        self.max_open_sessions = max_open_sessions
+        self.on_session_closed = on_session_closed
+        self.reopened = 0
+        self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
+        self._closed: set[str] = set()
 
     def _state(self, session_id: str) -> _SessionState:
         state = self._sessions.get(session_id)
-        if state is None:
-            state = _SessionState(
-                SessionHistory(self.history_window),
-                {m.name: m.incremental() for m in self.session_metrics},
-            )
-            self._sessions[session_id] = state
+        if state is not None:
+            self._sessions.move_to_end(session_id)
+            return state
+        if session_id in self._closed:
+            self.reopened += 1
+            self._closed.discard(session_id)
+        while len(self._sessions) >= self.max_open_sessions:
+            self.close_session(next(iter(self._sessions)))
+        state = _SessionState(
+            SessionHistory(self.history_window),
+            {m.name: m.incremental() for m in self.session_metrics},
+        )
+        self._sessions[session_id] = state
         return state
+
+    def close_session(self, session_id: str) -> list[MetricResult]:
+        """Finish a session: return (and pass to ``on_session_closed``) its final results."""
+        results = self.session_results(session_id)
+        if self._sessions.pop(session_id, None) is not None:
+            self._closed.add(session_id)
+            if self.on_session_closed is not None:
+                self.on_session_closed(session_id, results)
+        return results
+
+    def close_all(self) -> None:
+        """Close every open session, least recently active first."""
+        for session_id in list(self._sessions):
+            self.close_session(session_id)
 
     async def score_case(self, case: EvalCase) -> list[MetricResult]:
         """Run every trace metric on a case, then update its session. Never raises."""
         trace = case.trace
         state = self._state(trace.session_id) if trace is not None and trace.session_id else None
         history: Sequence[Trace] = state.history if state is not None else ()
-        results = list(
-            await asyncio.gather(*(m.ameasure(case, history=history) for m in self.metrics))
-        )
+        waited = await asyncio.gather(*(m.ameasure(case, history=history) for m in self._waiting))
+        by_metric = dict(zip(self._waiting, waited, strict=True))
+        results = [
+            by_metric[m] if m in by_metric else m.measure(case, history=history)
+            for m in self.metrics
+        ]
         if state is not None and trace is not None:
             self.add_signals(trace, results)
             state.history.append(trace)
@@ -115,6 +150,12 @@ class SessionScorer:
     async def score_trace(self, trace: Trace) -> list[MetricResult]:
         """Score a captured trace (no expectations beyond what the trace holds)."""
         return await self.score_case(EvalCase.from_trace(trace))
+
+    async def score_batch(self, cases: Sequence[EvalCase]) -> list[list[MetricResult]]:
+        """Score cases in order, letting metrics batch their costly work first."""
+        for metric in self.metrics:
+            metric.prepare(cases)
+        return [await self.score_case(case) for case in cases]
 
     def add_signals(self, trace: Trace, results: Sequence[MetricResult]) -> None:
         """Feed a trace's scores to its session's metrics (e.g. judge scores arriving later)."""
@@ -134,7 +175,7 @@ class SessionScorer:
         return [acc.result(session_id) for acc in state.accumulators.values()]
 
     def sessions(self) -> list[str]:
-        """Session ids seen so far, in first-seen order."""
+        """Ids of the open sessions, least recently active first."""
         return list(self._sessions)
 
 

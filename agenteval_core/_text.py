@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["STOP_WORDS", "content_text", "content_tokens", "jaccard"]
@@ -28,6 +29,7 @@ def _content_words(text: str) -> list[str]:
     ]
 
 
+@functools.lru_cache(maxsize=4096)
 def content_tokens(text: str) -> frozenset[str]:
     """Lower-cased ``\\w+`` words of ``text`` minus stop words and one-letter tokens."""
     return frozenset(_content_words(text))

@@ -65,6 +65,7 @@ class _ExpectationMetric(Metric):
 
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     default_threshold: ClassVar[float] = 0.7
+    needs_expectations: ClassVar[bool] = True
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if case.expected_tool_calls is None:
@@ -180,14 +181,30 @@ class PlanOrder(_ExpectationMetric):
         )
 
 
+_VALIDATORS: dict[str, Draft202012Validator] = {}
+
+
+def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+    # Checking a schema costs far more than validating arguments, and tools keep their
+    # schemas, so validators are kept by the schema's text (repr is cheap and stable for the
+    # same parsed schema).
+    key = repr(schema)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        Draft202012Validator.check_schema(schema)
+        if len(_VALIDATORS) >= 256:
+            _VALIDATORS.clear()
+        validator = _VALIDATORS[key] = Draft202012Validator(schema)
+    return validator
+
+
 def _schema_errors(tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
     try:
-        Draft202012Validator.check_schema(schema)
+        validator = _validator(schema)
     except SchemaError as exc:
         raise MetricInputError(
             f"tool {tool!r} has an invalid JSON schema: {exc.message}; fix the tool's schema"
         ) from exc
-    validator = Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
     return [f"{error.json_path}: {error.message}" for error in errors]
 
@@ -203,6 +220,7 @@ class ParameterCorrectness(_ExpectationMetric):
     """
 
     name = "parameter_correctness"
+    needs_expectations: ClassVar[bool] = False  # tool schemas are in the trace itself
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         return self.compare(case, list(case.expected_tool_calls or []), case.tool_calls)
@@ -254,6 +272,7 @@ class EndState(Metric):
 
     name = "end_state"
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    needs_expectations: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 1.0
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
@@ -283,6 +302,7 @@ class StepRatio(Metric):
 
     name = "step_ratio"
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    needs_expectations: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 0.5
 
     def __init__(self, *, count: str = "tool_calls", threshold: float | None = None) -> None:

@@ -30,6 +30,17 @@ class _EmbeddingMetric(Metric):
     def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
         raise NotImplementedError
 
+    def prepare(self, cases: Sequence[EvalCase]) -> None:
+        # One embedding call for the batch; the embedder's cache serves the per-case calls.
+        texts = [
+            text
+            for case in cases
+            for text in (text_of(case.input).strip(), text_of(case.actual_output).strip())
+            if text
+        ]
+        if texts:
+            self.embedder.embed(texts)
+
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         texts = self.texts_to_score(case, history)
         if isinstance(texts, Score):

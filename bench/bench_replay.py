@@ -1,0 +1,95 @@
+"""Replay throughput against parse-only, memory over 10x more traces, and session math at 1M.
+
+python -m bench replay [--quick]
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agenteval_core._capture import read_capture
+from agenteval_core._replay import default_metric_names, replay
+from agenteval_core.metrics import AgentConsistency, AgentReliability
+
+from ._synthetic import write_capture
+
+_CHILD = """
+import resource, sys
+from agenteval_core._replay import replay
+report = replay(sys.argv[1])
+print(report.traces, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _peak_rss_mib(path: Path) -> tuple[int, float]:
+    """Replay in a fresh process; its peak resident memory (Linux reports KiB)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)], check=True, capture_output=True, text=True
+    )
+    traces, kib = done.stdout.split()
+    return int(traces), int(kib) / 1024
+
+
+def throughput(directory: Path, count: int) -> None:
+    path = write_capture(directory / "throughput.jsonl", count)
+    started = time.perf_counter()
+    parsed = sum(1 for _ in read_capture(path))
+    parse_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    report = replay(path)
+    replay_seconds = time.perf_counter() - started
+    parse_rate, replay_rate = parsed / parse_seconds, report.traces / replay_seconds
+    print(f"metrics: {', '.join(default_metric_names())}")
+    print(f"traces: {count:,} ({path.stat().st_size / count / 1024:.1f} KiB each)")
+    print(f"parse only: {parse_rate:,.0f} traces/s")
+    print(f"replay with metrics: {replay_rate:,.0f} traces/s")
+    print(f"ratio replay/parse: {replay_rate / parse_rate:.3f} (goal >= 0.333)")
+
+
+def memory(directory: Path, count: int) -> None:
+    small = write_capture(directory / "small.jsonl", count)
+    large = write_capture(directory / "large.jsonl", count * 10)
+    small_traces, small_mib = _peak_rss_mib(small)
+    large_traces, large_mib = _peak_rss_mib(large)
+    print(f"peak memory, {small_traces:,} traces: {small_mib:.0f} MiB")
+    print(f"peak memory, {large_traces:,} traces: {large_mib:.0f} MiB")
+    print(f"ratio 10x traces / 1x traces: {large_mib / small_mib:.2f} (goal: flat, about 1)")
+
+
+def session_math(count: int) -> None:
+    rng = np.random.default_rng(0)
+    matrix = rng.random((count, 4))
+    matrix[rng.random((count, 4)) < 0.1] = np.nan  # some signals missing
+    ids = [f"t{i}" for i in range(count)]
+    for metric in (AgentReliability(), AgentConsistency()):
+        started = time.perf_counter()
+        result = metric.measure_matrix(ids, matrix)
+        seconds = time.perf_counter() - started
+        print(
+            f"{metric.name} over {count:,} traces' signals: {seconds:.3f} s (goal < 1 s), score {result.score:.4f}"
+        )
+    live = AgentReliability().incremental()
+    sample = min(count, 100_000)
+    rows = [
+        dict(zip(("confidence", "loop_detection", "tool_correctness", "coherence"), r, strict=True))
+        for r in matrix[:sample].tolist()
+    ]
+    started = time.perf_counter()
+    for trace_id, row in zip(ids, rows, strict=False):
+        live.update(trace_id, row)
+    per_update = (time.perf_counter() - started) / sample * 1e6
+    print(f"incremental update: {per_update:.1f} µs per trace ({sample:,} updates)")
+
+
+def main(quick: bool = False) -> None:
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name)
+        throughput(directory, 10_000 if quick else 100_000)
+        memory(directory, 2_000 if quick else 20_000)
+    session_math(100_000 if quick else 1_000_000)
