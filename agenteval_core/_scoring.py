@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -131,25 +131,32 @@ class SessionScorer:
         for session_id in list(self._sessions):
             self.close_session(session_id)
 
-    async def score_case(self, case: EvalCase) -> list[MetricResult]:
-        """Run every trace metric on a case, then update its session. Never raises."""
+    async def score_case(
+        self, case: EvalCase, *, skip: Collection[Metric] = ()
+    ) -> list[MetricResult]:
+        """Run every trace metric (but those in ``skip``) on a case, then update its session.
+        Never raises."""
         trace = case.trace
         state = self._state(trace.session_id) if trace is not None and trace.session_id else None
         history: Sequence[Trace] = state.history if state is not None else ()
-        waited = await asyncio.gather(*(m.ameasure(case, history=history) for m in self._waiting))
-        by_metric = dict(zip(self._waiting, waited, strict=True))
+        waiting = [m for m in self._waiting if m not in skip]
+        waited = await asyncio.gather(*(m.ameasure(case, history=history) for m in waiting))
+        by_metric = dict(zip(waiting, waited, strict=True))
         results = [
             by_metric[m] if m in by_metric else m.measure(case, history=history)
             for m in self.metrics
+            if m not in skip
         ]
         if state is not None and trace is not None:
             self.add_signals(trace, results)
             state.history.append(trace)
         return results
 
-    async def score_trace(self, trace: Trace) -> list[MetricResult]:
+    async def score_trace(
+        self, trace: Trace, *, skip: Collection[Metric] = ()
+    ) -> list[MetricResult]:
         """Score a captured trace (no expectations beyond what the trace holds)."""
-        return await self.score_case(EvalCase.from_trace(trace))
+        return await self.score_case(EvalCase.from_trace(trace), skip=skip)
 
     async def score_batch(self, cases: Sequence[EvalCase]) -> list[list[MetricResult]]:
         """Score cases in order, letting metrics batch their costly work first."""

@@ -1,0 +1,339 @@
+"""LangChain events → core spans. Runs on the event pump's thread, never the agent's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+
+from agenteval_core._online import OnlineEvaluator
+from agenteval_core._recorder import TraceAssembler
+from agenteval_core._schema import SpanKind, ToolCall, ToolSpec
+
+__all__ = ["Translator", "jsonable"]
+
+SESSION_KEYS = ("session_id", "thread_id", "conversation_id")
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """A JSON-friendly copy of LangChain inputs and outputs (messages become role/content)."""
+    if depth > 20:
+        return repr(value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, BaseMessage):
+        message: dict[str, Any] = {
+            "role": value.type,
+            "content": jsonable(value.content, depth + 1),
+        }
+        tool_calls = getattr(value, "tool_calls", None)
+        if tool_calls:
+            message["tool_calls"] = jsonable(tool_calls, depth + 1)
+        return message
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v, depth + 1) for v in value]
+    if hasattr(value, "model_dump"):
+        try:
+            return jsonable(value.model_dump(), depth + 1)
+        except Exception:
+            return repr(value)
+    return repr(value)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks
+        return "".join(
+            block.get("text", "") if isinstance(block, dict) else str(block) for block in content
+        )
+    return "" if content is None else str(content)
+
+
+def conversation_text(value: Any, role: str) -> Any:
+    """For a LangGraph state (``{"messages": [...]}``) the text of the last message of
+    ``role``; anything else unchanged."""
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if isinstance(messages, list):
+        for message in reversed(messages):
+            if isinstance(message, BaseMessage) and message.type == role:
+                return _text(message.content)
+            if isinstance(message, tuple) and len(message) == 2 and message[0] in (role, "user"):
+                return str(message[1]) if role == "human" else message[1]
+    return value
+
+
+def _error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
+    specs = []
+    for tool in (invocation_params or {}).get("tools") or []:
+        function = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if function.get("name"):
+            specs.append(
+                ToolSpec(
+                    name=function["name"],
+                    description=function.get("description", ""),
+                    parameters=function.get("parameters"),
+                )
+            )
+    return specs
+
+
+def _session(metadata: dict[str, Any] | None) -> str | None:
+    if not metadata:
+        return None
+    for key in SESSION_KEYS:
+        if metadata.get(key):
+            return str(metadata[key])
+    return None
+
+
+class Translator:
+    """Turns LangChain callback events into TraceAssembler calls for one handler."""
+
+    def __init__(self, evaluator: OnlineEvaluator, *, session_id: str | None, watch_loops: bool):
+        self.session_id = session_id
+        self.assembler = TraceAssembler(
+            "langchain",
+            evaluator.submit,
+            on_tool_start=evaluator.observe_tool_start if watch_loops else None,
+        )
+        self._dispatch: dict[str, Callable[..., None]] = {
+            "on_chain_start": self._chain_start,
+            "on_chain_end": self._end_output,
+            "on_chain_error": self._end_error,
+            "on_chat_model_start": self._model_start,
+            "on_llm_start": self._model_start,
+            "on_llm_end": self._llm_end,
+            "on_llm_error": self._end_error,
+            "on_tool_start": self._tool_start,
+            "on_tool_end": self._tool_end,
+            "on_tool_error": self._end_error,
+            "on_retriever_start": self._retriever_start,
+            "on_retriever_end": self._end_output,
+            "on_retriever_error": self._end_error,
+            "on_agent_action": self._agent_action,
+            "on_agent_finish": self._agent_finish,
+        }
+
+    def handle(self, event: tuple[Any, ...]) -> None:
+        hook, run_id, parent_run_id, args, kwargs, at = event
+        self._dispatch[hook](run_id, parent_run_id, args, kwargs, at)
+
+    def _start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        kind: SpanKind,
+        name: str,
+        inputs: Any,
+        kwargs: dict[str, Any],
+        at: float,
+        **extra: Any,
+    ) -> None:
+        metadata = kwargs.get("metadata")
+        self.assembler.start_span(
+            run_id,
+            parent_run_id,
+            kind,
+            name,
+            input=inputs,
+            start_time=at,
+            session_id=self.session_id or _session(metadata),
+            **extra,
+        )
+
+    def _chain_start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        serialized, inputs = args
+        name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
+        root = parent_run_id is None or self.assembler.trace_of(parent_run_id) is None
+        kind = SpanKind.AGENT if root else SpanKind.CHAIN
+        if root:
+            inputs = conversation_text(inputs, "human")
+        self._start(run_id, parent_run_id, kind, name, jsonable(inputs), kwargs, at)
+
+    def _model_start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        serialized, prompts = args
+        params = kwargs.get("invocation_params") or {}
+        model = params.get("model") or params.get("model_name") or (serialized or {}).get("name")
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+        name = kwargs.get("name") or (serialized or {}).get("name") or "llm"
+        self._start(
+            run_id,
+            parent_run_id,
+            SpanKind.LLM,
+            name,
+            jsonable(prompts),
+            kwargs,
+            at,
+            attributes=attributes,
+            tools=_tools(params),
+        )
+
+    def _llm_end(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        response: LLMResult = args[0]
+        generation = (
+            response.generations[0][0] if response.generations and response.generations[0] else None
+        )
+        text, requested, attributes = "", [], {}
+        if generation is not None:
+            text = _text(getattr(generation, "text", ""))
+            if isinstance(generation, ChatGeneration):
+                message = generation.message
+                text = _text(message.content)
+                requested = [
+                    ToolCall(id=call.get("id"), name=call["name"], arguments=call.get("args") or {})
+                    for call in getattr(message, "tool_calls", None) or []
+                ]
+                usage = getattr(message, "usage_metadata", None) or {}
+                if usage:
+                    attributes["gen_ai.usage.input_tokens"] = usage.get("input_tokens", 0)
+                    attributes["gen_ai.usage.output_tokens"] = usage.get("output_tokens", 0)
+        token_usage = (response.llm_output or {}).get("token_usage") or {}
+        if token_usage and "gen_ai.usage.input_tokens" not in attributes:
+            attributes["gen_ai.usage.input_tokens"] = token_usage.get("prompt_tokens", 0)
+            attributes["gen_ai.usage.output_tokens"] = token_usage.get("completion_tokens", 0)
+        self.assembler.end_span(
+            run_id,
+            output=text,
+            end_time=at,
+            attributes=attributes,
+            requested_tool_calls=requested,
+            thought=text if requested else None,
+        )
+
+    def _tool_start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        serialized, input_str = args
+        name = (serialized or {}).get("name") or kwargs.get("name") or "tool"
+        inputs = kwargs.get("inputs")
+        if not isinstance(inputs, dict):
+            try:
+                inputs = json.loads(input_str)
+            except (TypeError, ValueError):
+                inputs = None
+            if not isinstance(inputs, dict):
+                inputs = {"input": input_str}
+        arguments = jsonable(inputs)
+        call = ToolCall(id=kwargs.get("tool_call_id"), name=name, arguments=arguments)
+        self._start(
+            run_id, parent_run_id, SpanKind.TOOL, name, arguments, kwargs, at, tool_call=call
+        )
+
+    def _tool_end(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        output = args[0]
+        error = None
+        if isinstance(output, ToolMessage):
+            if output.status == "error":
+                error = _text(output.content)
+            output = output.content
+        self.assembler.end_span(run_id, output=jsonable(output), error=error, end_time=at)
+
+    def _retriever_start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        serialized, query = args
+        name = kwargs.get("name") or (serialized or {}).get("name") or "retriever"
+        self._start(run_id, parent_run_id, SpanKind.RETRIEVER, name, query, kwargs, at)
+
+    def _end_output(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        output = args[0]
+        if self.assembler.is_root(run_id):
+            output = conversation_text(output, "ai")
+        self.assembler.end_span(run_id, output=jsonable(output), end_time=at)
+
+    def _end_error(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        self.assembler.end_span(run_id, error=_error(args[0]), end_time=at)
+
+    def _agent_action(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        action = args[0]
+        trace = self.assembler.trace_of(run_id)
+        if trace is not None:
+            trace.metadata.setdefault("agent_actions", []).append(
+                {"tool": action.tool, "tool_input": jsonable(action.tool_input), "log": action.log}
+            )
+
+    def _agent_finish(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float,
+    ) -> None:
+        finish = args[0]
+        trace = self.assembler.trace_of(run_id)
+        if trace is not None:
+            trace.metadata["agent_finish"] = {
+                "output": jsonable(finish.return_values),
+                "log": finish.log,
+            }
