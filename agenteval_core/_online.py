@@ -320,7 +320,7 @@ class OnlineEvaluator:
 
     def _deliver_alert(self, alert: LoopAlert) -> None:
         self.stats.alerts += 1
-        logger.warning("agenteval loop alert: %s", alert.message)
+        logger.info("agenteval loop alert: %s", alert.message)
         self._call(self._alert_callbacks, alert)
 
     # --- the background loop --------------------------------------------------------------

@@ -196,6 +196,25 @@ def replay_command(
         raise RunProblem(f"{capture}: no traces in the file")
 
 
+@cli.command("demo")
+@click.option(
+    "--capture",
+    default="agenteval-demo-capture.jsonl",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where the demo's traces are captured.",
+)
+def demo_command(capture: str) -> None:
+    """Run an offline LangGraph agent with live scoring and a loop alert (needs the langchain extra)."""
+    try:
+        from agenteval_langchain._demo import run_demo
+    except ImportError as exc:
+        raise UserError(f"{exc}; the demo runs a LangGraph agent") from exc
+    path = Path(capture)
+    path.unlink(missing_ok=True)
+    run_demo(path).close()
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the ``agenteval`` console script."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="agenteval")

@@ -1,0 +1,53 @@
+"""The README's demo command and the LangChain examples run offline and show what they promise."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agenteval_core._capture import read_capture
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_shows_live_scores_and_a_loop_alert(tmp_path: Path) -> None:
+    capture = tmp_path / "demo.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval_core.cli", "demo", "--capture", str(capture)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.count("scored in the background") == 4
+    assert "LOOP ALERT (repeated_call): lookup_order called 3 times" in out
+    assert "guard stopped the run" in out
+    assert "agent_reliability" in out
+    traces = list(read_capture(capture))
+    assert len(traces) == 4 and all(t.session_id == "demo-session" for t in traces)
+    assert "AgentLoopError" in (traces[-1].error or "")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["langchain_quickstart.py", "langchain_loop_alert.py"])
+def test_examples_run(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        runpy.run_path(str(ROOT / "examples" / name), run_name="__main__")
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr().out
+    if name == "langchain_quickstart.py":
+        assert "It is sunny and 21°C in Paris." in out and "coherence" in out
+        assert len(list(read_capture(tmp_path / "quickstart-capture.jsonl"))) == 1
+    else:
+        assert "ALERT: check_status called 3 times" in out
+        assert "stopped: repeated_call 3 calls" in out

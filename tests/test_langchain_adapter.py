@@ -1,0 +1,282 @@
+"""The LangChain / LangGraph adapter, driven by real agent loops with a scripted chat model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agenteval_langchain import (
+    AgentEvalCallbackHandler,
+    AgentLoopError,
+    AsyncAgentEvalCallbackHandler,
+)
+from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import ToolException, tool
+from langgraph.prebuilt import create_react_agent
+
+from agenteval_core import SpanKind, Trace
+from agenteval_core._capture import read_capture
+from agenteval_core._online import LoopAlert, OnlineEvaluator, TraceResults
+
+ORDERS = {"A-1": "shipped", "A-2": "processing"}
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    """Status of an order by id."""
+    if order_id not in ORDERS:
+        raise ValueError(f"no order {order_id}")
+    return ORDERS[order_id]
+
+
+@tool
+def refund(order_id: str, amount: float) -> str:
+    """Refund an amount on an order."""
+    return f"refunded {amount} on {order_id}"
+
+
+def two_tool_script() -> list[AIMessage]:
+    return [
+        AIMessage(
+            content="Let me look the order up.",
+            tool_calls=[tool_call("lookup_order", "call-1", order_id="A-1")],
+            usage_metadata={"input_tokens": 20, "output_tokens": 5, "total_tokens": 25},
+        ),
+        AIMessage(
+            content="Refunding.",
+            tool_calls=[tool_call("refund", "call-2", order_id="A-1", amount=5.0)],
+        ),
+        AIMessage(content="Order A-1 has shipped and I refunded 5.0."),
+    ]
+
+
+@pytest.fixture
+def evaluator(tmp_path: Path) -> Any:
+    alerts: list[LoopAlert] = []
+    results: list[TraceResults] = []
+    ev = OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl", on_alert=alerts.append, on_result=results.append
+    )
+    ev.alerts, ev.results = alerts, results  # type: ignore[attr-defined]
+    yield ev
+    ev.close()
+
+
+def captured(evaluator: OnlineEvaluator) -> list[Trace]:
+    assert evaluator.flush(20)
+    assert evaluator.capture_path is not None
+    return list(read_capture(evaluator.capture_path))
+
+
+@pytest.mark.parametrize(
+    "builder", [create_agent, create_react_agent], ids=["create_agent", "create_react_agent"]
+)
+def test_agent_run_becomes_a_trace(evaluator: OnlineEvaluator, builder: Any) -> None:
+    agent = builder(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund])
+    handler = AgentEvalCallbackHandler(evaluator)
+    agent.invoke(
+        {"messages": [("user", "Where is A-1? Refund 5.")]},
+        config={"callbacks": [handler], "configurable": {"thread_id": "thread-7"}},
+    )
+    [trace] = captured(evaluator)
+    assert trace.input == "Where is A-1? Refund 5."
+    assert trace.output == "Order A-1 has shipped and I refunded 5.0."
+    assert trace.session_id == "thread-7" and trace.framework == "langchain"
+    root = trace.spans[0]
+    assert root.kind is SpanKind.AGENT and root.parent_id is None
+    by_id = {span.id: span for span in trace.spans}
+    assert all(span.parent_id in by_id for span in trace.spans[1:])
+    calls = trace.tool_calls()
+    assert [(c.id, c.name, c.arguments, c.result) for c in calls] == [
+        ("call-1", "lookup_order", {"order_id": "A-1"}, "shipped"),
+        ("call-2", "refund", {"order_id": "A-1", "amount": 5.0}, "refunded 5.0 on A-1"),
+    ]
+    llms = trace.spans_of(SpanKind.LLM)
+    assert len(llms) == 3
+    assert [c.id for c in llms[0].requested_tool_calls] == ["call-1"]  # linked by tool call id
+    assert llms[0].thought == "Let me look the order up."
+    assert llms[0].attributes["gen_ai.request.model"] == "scripted-model"
+    assert trace.token_usage() == {"input_tokens": 20, "output_tokens": 5}
+    assert {t.name for t in trace.tools} == {"lookup_order", "refund"}
+    assert (
+        trace.tools[0].parameters is not None
+        and "order_id" in trace.tools[0].parameters["properties"]
+    )
+    steps = trace.steps()
+    assert [[c.name for c in s.tool_calls] for s in steps] == [["lookup_order"], ["refund"], []]
+
+
+def test_tool_that_raises_is_captured_with_its_error(evaluator: OnlineEvaluator) -> None:
+    # unhandled: on_tool_error, then the run fails at the root; both are in the trace
+    script = [AIMessage(content="", tool_calls=[tool_call("lookup_order", "bad", order_id="Z-9")])]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[lookup_order])
+    with pytest.raises(ValueError, match="no order Z-9"):
+        agent.invoke(
+            {"messages": [("user", "Where is Z-9?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+    [trace] = captured(evaluator)
+    [call] = trace.tool_calls()
+    assert call.name == "lookup_order" and call.failed and call.id == "bad"
+    assert call.error == "ValueError: no order Z-9"
+    assert trace.error == "ValueError: no order Z-9"
+
+
+def test_handled_tool_error_is_captured_as_an_error(evaluator: OnlineEvaluator) -> None:
+    @tool
+    def flaky(order_id: str) -> str:
+        """Fails the way a remote tool does."""
+        raise ToolException(f"service unavailable for {order_id}")
+
+    flaky.handle_tool_error = True
+    script = [
+        AIMessage(content="", tool_calls=[tool_call("flaky", "f1", order_id="A-1")]),
+        AIMessage(content="The service is down, try later."),
+    ]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[flaky])
+    agent.invoke(
+        {"messages": [("user", "A-1?")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = captured(evaluator)
+    [call] = trace.tool_calls()
+    assert call.error == "service unavailable for A-1" and call.failed
+    assert trace.error is None and trace.output == "The service is down, try later."
+
+
+def test_run_that_errors_at_the_root_is_captured(evaluator: OnlineEvaluator) -> None:
+    def explode(messages: Sequence[BaseMessage]) -> AIMessage:
+        raise ConnectionError("model endpoint down")
+
+    agent = create_agent(ScriptedChatModel(reply=explode), tools=[lookup_order])
+    with pytest.raises(ConnectionError):
+        agent.invoke(
+            {"messages": [("user", "hi")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+    [trace] = captured(evaluator)
+    assert trace.error == "ConnectionError: model endpoint down"
+    assert trace.spans_of(SpanKind.LLM)[0].error == "ConnectionError: model endpoint down"
+
+
+def test_async_and_streaming_runs(evaluator: OnlineEvaluator) -> None:
+    agent = create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund])
+    handler = AsyncAgentEvalCallbackHandler(evaluator, session_id="async-session")
+
+    async def main() -> None:
+        await agent.ainvoke({"messages": [("user", "async run")]}, config={"callbacks": [handler]})
+        async for _ in agent.astream(
+            {"messages": [("user", "streamed run")]}, config={"callbacks": [handler]}
+        ):
+            pass
+
+    asyncio.run(main())
+    traces = captured(evaluator)
+    assert sorted(t.input for t in traces) == ["async run", "streamed run"]
+    assert all(t.session_id == "async-session" and len(t.tool_calls()) == 2 for t in traces)
+
+
+def test_concurrent_runs_in_threads_and_tasks_do_not_mix(evaluator: OnlineEvaluator) -> None:
+    handler = AgentEvalCallbackHandler(evaluator)
+
+    def reply_for(messages: Sequence[BaseMessage]) -> AIMessage:
+        question = str(messages[0].content)
+        order = question.split()[-1]
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return AIMessage(
+                content="", tool_calls=[tool_call("lookup_order", f"id-{order}", order_id=order)]
+            )
+        return AIMessage(content=f"answer for {order}")
+
+    agent = create_agent(ScriptedChatModel(reply=reply_for), tools=[lookup_order])
+
+    def run(order: str) -> None:
+        agent.invoke(
+            {"messages": [("user", f"status of {order}")]}, config={"callbacks": [handler]}
+        )
+
+    threads = [threading.Thread(target=run, args=(o,)) for o in ["A-1", "A-2"] * 4]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    async def tasks() -> None:
+        await asyncio.gather(
+            *(
+                agent.ainvoke(
+                    {"messages": [("user", f"status of {o}")]}, config={"callbacks": [handler]}
+                )
+                for o in ["A-1", "A-2"] * 4
+            )
+        )
+
+    asyncio.run(tasks())
+    traces = captured(evaluator)
+    assert len(traces) == 16
+    for trace in traces:
+        order = str(trace.input).split()[-1]
+        [call] = trace.tool_calls()
+        assert call.arguments == {"order_id": order} and call.id == f"id-{order}"
+        assert trace.output == f"answer for {order}"
+
+
+def looping_model(turns: int = 6) -> ScriptedChatModel:
+    same = [
+        AIMessage(content="", tool_calls=[tool_call("lookup_order", f"loop-{i}", order_id="A-2")])
+        for i in range(turns)
+    ]
+    return ScriptedChatModel(replies=[*same, AIMessage(content="Still processing.")])
+
+
+def test_loop_alert_fires_on_the_looping_run_only(evaluator: OnlineEvaluator) -> None:
+    handler = AgentEvalCallbackHandler(evaluator, session_id="s")
+    create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund]).invoke(
+        {"messages": [("user", "normal")]}, config={"callbacks": [handler]}
+    )
+    assert evaluator.flush(10)
+    assert evaluator.alerts == []  # type: ignore[attr-defined]
+    create_agent(looping_model(), tools=[lookup_order]).invoke(
+        {"messages": [("user", "loop")]}, config={"callbacks": [handler]}
+    )
+    captured(evaluator)
+    alerts = evaluator.alerts  # type: ignore[attr-defined]
+    repeated = [a for a in alerts if a.pattern == "repeated_call"]
+    assert len(repeated) == 1 and repeated[0].count == 3
+    assert repeated[0].calls[0].arguments == {"order_id": "A-2"}
+
+
+def test_guard_stops_the_looping_agent(evaluator: OnlineEvaluator) -> None:
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+    agent = create_agent(looping_model(), tools=[lookup_order])
+    with pytest.raises(AgentLoopError, match="lookup_order called 3 times"):
+        agent.invoke({"messages": [("user", "loop")]}, config={"callbacks": [handler]})
+    [trace] = captured(evaluator)
+    assert len(trace.tool_calls()) == 3  # the third identical call was refused before it ran
+    assert "AgentLoopError" in (trace.error or "")
+    assert evaluator.alerts[0].pattern == "repeated_call"  # type: ignore[attr-defined]
+    # a normal run through the same guarded handler is untouched
+    create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund]).invoke(
+        {"messages": [("user", "normal")]}, config={"callbacks": [handler]}
+    )
+    assert len(captured(evaluator)) == 2
+
+
+def test_handler_never_raises_when_evaluation_fails(tmp_path: Path) -> None:
+    def broken_sink(results: TraceResults) -> None:
+        raise RuntimeError("sink down")
+
+    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", on_result=broken_sink)
+    handler = AgentEvalCallbackHandler(evaluator)
+    handler._recorder.translator.assembler.on_trace = lambda trace: 1 / 0  # type: ignore[method-assign]
+    agent = create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund])
+    result = agent.invoke({"messages": [("user", "go")]}, config={"callbacks": [handler]})
+    assert result["messages"][-1].content == "Order A-1 has shipped and I refunded 5.0."
+    assert handler._recorder.pump.flush(10) and handler._recorder.pump.errors >= 1
+    evaluator.close()
