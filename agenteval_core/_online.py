@@ -29,7 +29,7 @@ from ._metric import Metric, MetricKind, SessionMetric
 from ._recorder import EventPump, ToolStart
 from ._replay import DEFAULT_SESSION_METRICS, resolve_metrics
 from ._results import MetricResult
-from ._schema import ToolCall, Trace
+from ._schema import EvalCase, ToolCall, Trace
 from ._scoring import SessionScorer
 
 __all__ = [
@@ -57,6 +57,9 @@ class LoopAlert(BaseModel):
     calls: list[ToolCall] = Field(default_factory=list)
     message: str
     time: float = Field(default_factory=time.time)
+    """When the alert was raised."""
+    call_started: float | None = None
+    """When the tool call that closed the loop started (live patterns), for latency."""
 
 
 def canonical_call(call: ToolCall) -> tuple[str, str]:
@@ -127,6 +130,7 @@ class LiveLoopMonitor:
             calls=calls,
             message=f"{signature[0]} called {count} times with the same arguments {signature[1]}",
             time=time.time(),
+            call_started=start.time,
         )
 
     def _cycle(self, start: ToolStart, run: _RunCalls) -> LoopAlert | None:
@@ -153,6 +157,7 @@ class LiveLoopMonitor:
                 calls=run.calls[-span:],
                 message=f"cycle {names} repeated {self.cycle_repeats} times",
                 time=time.time(),
+                call_started=start.time,
             )
         return None
 
@@ -208,6 +213,9 @@ class OnlineEvaluator:
     ``judge_sample_rate``), update the session's metrics, and deliver a :class:`TraceResults`
     to the callbacks and the results file. Loop alerts go to ``on_alert`` callbacks.
 
+    Scoring runs in batches: the first finished trace waits up to ``batch_delay`` seconds
+    for up to ``batch_size`` more (a ``flush`` cuts the wait short).
+
     Queue policy: the scoring queue holds ``queue_size`` traces; when it is full, a new trace
     is captured but not scored, counted in ``stats.dropped_from_scoring`` and listed in
     ``stats.unscored_trace_ids`` (replay the capture to score it later). The agent never waits.
@@ -226,6 +234,8 @@ class OnlineEvaluator:
         results_path: str | os.PathLike[str] | None = None,
         loop_repeat_threshold: int = 3,
         queue_size: int = 1000,
+        batch_size: int = 64,
+        batch_delay: float = 0.2,
         exit_timeout: float = 5.0,
         seed: int | None = 0,
     ) -> None:
@@ -255,6 +265,9 @@ class OnlineEvaluator:
         self._idle = threading.Condition()
         self._closed = False
         self._queue_size = queue_size
+        self.batch_size = batch_size
+        self.batch_delay = batch_delay
+        self._hurry = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._queue: asyncio.Queue[Trace] | None = None
         ready = threading.Event()
@@ -348,24 +361,49 @@ class OnlineEvaluator:
         if len(self.stats.unscored_trace_ids) < 10_000:
             self.stats.unscored_trace_ids.append(trace.id)
 
-    async def _consume(self) -> None:
+    async def _next_batch(self) -> list[Trace]:
+        """The next trace, plus whatever else arrives within ``batch_delay`` (or until a
+        flush asks for hurry), up to ``batch_size``: scoring in batches lets metrics batch
+        their work, and keeps scoring from competing with a busy agent on every trace."""
         assert self._queue is not None
-        while True:
-            trace = await self._queue.get()
+        batch = [await self._queue.get()]
+        deadline = time.monotonic() + self.batch_delay
+        while len(batch) < self.batch_size and not self._hurry.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
             try:
-                await self._score(trace)
-            except Exception as exc:
-                self.stats.metric_errors += 1
-                logger.warning("agenteval could not score trace %s: %s", trace.id, exc)
-            finally:
-                self._done()
+                batch.append(await asyncio.wait_for(self._queue.get(), min(remaining, 0.01)))
+            except TimeoutError:
+                continue
+        return batch
 
-    async def _score(self, trace: Trace) -> None:
+    async def _consume(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            cases = [EvalCase.from_trace(trace) for trace in batch]
+            for metric in self._scorer.metrics:
+                try:
+                    metric.prepare(cases)
+                except Exception as exc:
+                    logger.debug("agenteval: %s.prepare failed: %s", metric.name, exc)
+            for case in cases:
+                try:
+                    await self._score(case)
+                except Exception as exc:
+                    self.stats.metric_errors += 1
+                    logger.warning("agenteval could not score trace %s: %s", case.id, exc)
+                finally:
+                    self._done()
+
+    async def _score(self, case: EvalCase) -> None:
+        trace = case.trace
+        assert trace is not None
         sampled = not self._judged or self._sampler.random() < self.judge_sample_rate
         if not sampled:
             self.stats.judge_not_sampled += 1
         scorer = self._scorer
-        results = await scorer.score_trace(trace, skip=() if sampled else self._judged)
+        results = await scorer.score_case(case, skip=() if sampled else self._judged)
         self.monitor.forget(trace.id)
         self.stats.scored += 1
         self.stats.metric_errors += sum(1 for r in results if r.status == "error")
@@ -398,6 +436,7 @@ class OnlineEvaluator:
         with self._idle:
             self._pending -= 1
             if self._pending <= 0:
+                self._hurry.clear()
                 self._idle.notify_all()
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -410,6 +449,8 @@ class OnlineEvaluator:
             if not pump.flush(remaining):
                 return False
         with self._idle:
+            if self._pending > 0:
+                self._hurry.set()
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             return self._idle.wait_for(lambda: self._pending <= 0, remaining)
 

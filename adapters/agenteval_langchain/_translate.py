@@ -69,6 +69,16 @@ def conversation_text(value: Any, role: str) -> Any:
     return value
 
 
+def _state_summary(value: Any) -> Any:
+    """Inner LangGraph nodes pass the whole conversation state in and out; the LLM and tool
+    spans already hold what matters, so a node span keeps only the message count and the
+    last message (copying every state on every node would grow quadratically)."""
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if isinstance(messages, list) and messages:
+        return {"messages": len(messages), "last": messages[-1]}
+    return value
+
+
 def _error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
@@ -164,8 +174,7 @@ class Translator:
         name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
         root = parent_run_id is None or self.assembler.trace_of(parent_run_id) is None
         kind = SpanKind.AGENT if root else SpanKind.CHAIN
-        if root:
-            inputs = conversation_text(inputs, "human")
+        inputs = conversation_text(inputs, "human") if root else _state_summary(inputs)
         self._start(run_id, parent_run_id, kind, name, jsonable(inputs), kwargs, at)
 
     def _model_start(
@@ -295,6 +304,8 @@ class Translator:
         output = args[0]
         if self.assembler.is_root(run_id):
             output = conversation_text(output, "ai")
+        else:
+            output = _state_summary(output)
         self.assembler.end_span(run_id, output=jsonable(output), end_time=at)
 
     def _end_error(
