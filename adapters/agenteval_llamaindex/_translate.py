@@ -1,0 +1,248 @@
+"""LlamaIndex instrumentation events → core spans. Runs on the event pump's thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.base.llms.base import BaseLLM
+from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
+from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatStartEvent
+from llama_index.core.tools.types import BaseTool
+
+from agenteval_core._online import OnlineEvaluator
+from agenteval_core._recorder import TraceAssembler
+from agenteval_core._schema import SpanKind, ToolCall, ToolSpec
+
+__all__ = ["Translator"]
+
+RUN_TAG = "llamaindex.run_id"
+
+
+def _name(span_id: str) -> str:
+    """Dispatcher span ids are ``Class.method-uuid``."""
+    return span_id.rsplit("-", 5)[0] if span_id.count("-") >= 5 else span_id
+
+
+def _message_text(message: ChatMessage | None) -> str:
+    if message is None:
+        return ""
+    texts = [block.text for block in message.blocks if isinstance(block, TextBlock)]
+    return "".join(texts) if texts else (message.content or "")
+
+
+def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    return [{"role": str(m.role.value), "content": _message_text(m)} for m in messages]
+
+
+def _tool_specs(tools: Any) -> list[ToolSpec]:
+    specs = []
+    for tool in tools or []:
+        metadata = getattr(tool, "metadata", None)
+        if metadata is None:
+            continue
+        try:
+            parameters = metadata.get_parameters_dict()
+        except Exception:
+            parameters = None
+        specs.append(
+            ToolSpec(
+                name=metadata.name or "tool",
+                description=metadata.description or "",
+                parameters=parameters,
+            )
+        )
+    return specs
+
+
+def _user_message(arguments: dict[str, Any]) -> Any:
+    """The user's message of an agent run, from ``run(user_msg=...)`` or its start event."""
+    user_msg = arguments.get("user_msg") or (arguments.get("kwargs") or {}).get("user_msg")
+    start_event = arguments.get("start_event")
+    if user_msg is None and start_event is not None:
+        user_msg = getattr(start_event, "user_msg", None)
+    return _message_text(user_msg) if isinstance(user_msg, ChatMessage) else user_msg
+
+
+def _output_text(result: Any) -> Any:
+    """The final answer of an agent run's StopEvent (an AgentOutput with a response message)."""
+    value = getattr(result, "result", result)
+    response = getattr(value, "response", None)
+    if isinstance(response, ChatMessage):
+        return _message_text(response)
+    return str(value) if value is not None else None
+
+
+class Translator:
+    """Turns dispatcher spans and events into TraceAssembler calls.
+
+    Kept as spans: the agent run (root, AGENT), workflow steps (CHAIN), tool calls
+    (``BaseWorkflowAgent.call_tool`` → TOOL). LLM calls become LLM spans timed by the
+    ``LLMChatStart/EndEvent`` pair (the streaming span itself ends before the stream does).
+    Spans of LLM and tool internals are folded into their parent.
+    """
+
+    def __init__(self, evaluator: OnlineEvaluator, *, session_id: str | None) -> None:
+        self.session_id = session_id
+        self.assembler = TraceAssembler(
+            "llamaindex", self._finished, on_tool_start=evaluator.observe_tool_start
+        )
+        self._submit = evaluator.submit
+        self._folded: dict[str, str | None] = {}  # folded span → its parent
+        self._tool_errors: dict[str, str] = {}
+        self.run_ids: dict[str, str] = {}  # trace id → LlamaIndex run id, for the loop guard
+
+    def _finished(self, trace: Any) -> None:
+        self.run_ids.pop(trace.id, None)
+        self._submit(trace)
+
+    def _parent(self, parent_id: str | None) -> str | None:
+        while parent_id is not None and parent_id in self._folded:
+            parent_id = self._folded[parent_id]
+        return parent_id
+
+    def handle(self, event: tuple[Any, ...]) -> None:
+        kind = event[0]
+        if kind == "start":
+            self._start(*event[1:])
+        elif kind == "exit":
+            self._exit(*event[1:])
+        elif kind == "drop":
+            self._drop(*event[1:])
+        else:
+            self._event(*event[1:])
+
+    def _start(
+        self,
+        span_id: str,
+        parent_id: str | None,
+        instance: Any,
+        bound_args: Any,
+        tags: dict[str, Any] | None,
+        at: float,
+    ) -> None:
+        name = _name(span_id)
+        arguments = bound_args.arguments if bound_args is not None else {}
+        parent = self._parent(parent_id)
+        tags = tags or {}
+        session = self.session_id or tags.get("session_id")
+        if name.endswith("_prepare_chat_with_tools") and parent is not None:
+            self.assembler.annotate(parent, tools=_tool_specs(arguments.get("tools")))
+        if isinstance(instance, BaseLLM | BaseTool):
+            # LLM calls are timed by their events, tool calls by call_tool: fold internals
+            self._folded[span_id] = parent
+            return
+        if name.endswith("call_tool") and "ev" in arguments:
+            request = arguments["ev"]
+            call = ToolCall(
+                id=getattr(request, "tool_id", None),
+                name=getattr(request, "tool_name", "tool"),
+                arguments=dict(getattr(request, "tool_kwargs", {}) or {}),
+            )
+            self.assembler.start_span(
+                span_id,
+                parent,
+                SpanKind.TOOL,
+                call.name,
+                input=call.arguments,
+                start_time=at,
+                session_id=session,
+                tool_call=call,
+            )
+        elif parent is None or self.assembler.trace_of(parent) is None:
+            self.assembler.start_span(
+                span_id,
+                None,
+                SpanKind.AGENT,
+                name,
+                input=_user_message(arguments),
+                start_time=at,
+                session_id=session,
+            )
+        else:
+            self.assembler.start_span(
+                span_id, parent, SpanKind.CHAIN, name, start_time=at, session_id=session
+            )
+        run_id = tags.get(RUN_TAG)
+        trace = self.assembler.trace_of(span_id)
+        if run_id and trace is not None and trace.id not in self.run_ids:
+            self.run_ids[trace.id] = run_id
+            self.assembler.annotate(span_id, metadata={RUN_TAG: run_id})
+
+    def _exit(self, span_id: str, result: Any, at: float) -> None:
+        if self._folded.pop(span_id, "unset") != "unset":
+            return
+        name = _name(span_id)
+        if name.endswith("call_tool"):
+            output = getattr(result, "tool_output", None)
+            content = getattr(output, "content", None) if output is not None else None
+            error = self._tool_errors.pop(span_id, None)
+            if output is not None and getattr(output, "is_error", False):
+                error = error or content or "tool error"
+            self.assembler.end_span(span_id, output=content, error=error, end_time=at)
+        elif self.assembler.is_root(span_id):
+            self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
+        else:
+            self.assembler.end_span(span_id, end_time=at)
+
+    def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
+        message = f"{type(error).__name__}: {error}" if error is not None else "dropped"
+        parent = self._folded.pop(span_id, "unset")
+        if parent != "unset":
+            # a tool's own span dropped: the error belongs to its call_tool span
+            if parent is not None and _name(parent).endswith("call_tool"):
+                self._tool_errors[parent] = message
+            return
+        self.assembler.end_span(span_id, error=message, end_time=at)
+
+    def _event(self, event: Any, at: float) -> None:
+        if isinstance(event, LLMChatStartEvent):
+            parent = self._parent(event.span_id)
+            model = (event.model_dict or {}).get("model") or (event.model_dict or {}).get(
+                "class_name"
+            )
+            self.assembler.start_span(
+                ("llm", event.span_id),
+                parent,
+                SpanKind.LLM,
+                str(model or "llm"),
+                input=_messages(event.messages),
+                start_time=at,
+                attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": model},
+            )
+        elif isinstance(event, LLMChatEndEvent):
+            message = event.response.message if event.response is not None else None
+            requested = [
+                ToolCall(
+                    id=block.tool_call_id,
+                    name=block.tool_name,
+                    arguments=block.tool_kwargs
+                    if isinstance(block.tool_kwargs, dict)
+                    else {"input": block.tool_kwargs},
+                )
+                for block in (message.blocks if message is not None else [])
+                if isinstance(block, ToolCallBlock)
+            ]
+            text = _message_text(message)
+            attributes: dict[str, Any] = {}
+            raw = getattr(event.response, "raw", None) or {}
+            usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
+            if usage is not None:
+                get = (
+                    usage.get
+                    if isinstance(usage, dict)
+                    else lambda key, default=None: getattr(usage, key, default)
+                )
+                attributes["gen_ai.usage.input_tokens"] = (
+                    get("prompt_tokens", None) or get("input_tokens", 0) or 0
+                )
+                attributes["gen_ai.usage.output_tokens"] = (
+                    get("completion_tokens", None) or get("output_tokens", 0) or 0
+                )
+            self.assembler.end_span(
+                ("llm", event.span_id),
+                output=text,
+                end_time=at,
+                attributes=attributes,
+                requested_tool_calls=requested,
+                thought=text if requested else None,
+            )
