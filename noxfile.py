@@ -36,5 +36,7 @@ def types(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: print ratios measured in one run (ours vs. baseline)."""
     # OpenInference's LangChain tracer is the baseline the callback-overhead benchmark compares to.
-    session.install("-e", ".[dev,all]", "openinference-instrumentation-langchain", "opentelemetry-sdk")
+    session.install(
+        "-e", ".[dev,all]", "openinference-instrumentation-langchain", "opentelemetry-sdk"
+    )
     session.run("python", "-m", "bench", *session.posargs)

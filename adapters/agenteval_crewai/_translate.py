@@ -1,0 +1,247 @@
+"""CrewAI events → core spans. Runs on the event pump's thread, in emission order."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from agenteval_core._online import OnlineEvaluator
+from agenteval_core._recorder import ToolStart, TraceAssembler
+from agenteval_core._schema import SpanKind, ToolCall, ToolSpec
+
+__all__ = ["EVENT_NAMES", "Translator"]
+
+STARTS = {
+    "CrewKickoffStartedEvent": SpanKind.AGENT,
+    "TaskStartedEvent": SpanKind.TASK,
+    "AgentExecutionStartedEvent": SpanKind.AGENT,
+    "LLMCallStartedEvent": SpanKind.LLM,
+    "ToolUsageStartedEvent": SpanKind.TOOL,
+}
+ENDS = {
+    "CrewKickoffCompletedEvent",
+    "TaskCompletedEvent",
+    "AgentExecutionCompletedEvent",
+    "LLMCallCompletedEvent",
+    "ToolUsageFinishedEvent",
+}
+FAILURES = {
+    "CrewKickoffFailedEvent",
+    "TaskFailedEvent",
+    "AgentExecutionErrorEvent",
+    "LLMCallFailedEvent",
+    "ToolUsageErrorEvent",
+}
+EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
+
+_ACTION = re.compile(
+    r"Action:\s*(?P<name>[^\n]+?)\s*\nAction Input:\s*(?P<args>\{.*?\})\s*(?:\n|$)", re.DOTALL
+)
+
+
+def json_arguments(value: Any) -> dict[str, Any]:
+    """Tool arguments as a dict: CrewAI gives a dict, or (ReAct mode) a raw JSON string."""
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"input": value}
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    raw = getattr(value, "raw", None)
+    return raw if isinstance(raw, str) else str(value)
+
+
+def _task_id(event: Any) -> str | None:
+    """The task an event belongs to (CrewAI fills ``task_id`` on some events only)."""
+    if event.task_id:
+        return str(event.task_id)
+    task = getattr(event, "task", None) or getattr(event, "from_task", None)
+    task_id = getattr(task, "id", None)
+    return str(task_id) if task_id is not None else None
+
+
+def _tool_specs(tools: Any) -> list[ToolSpec]:
+    specs = []
+    for tool in tools or []:
+        schema = getattr(tool, "args_schema", None)
+        try:
+            parameters = schema.model_json_schema() if schema is not None else None
+        except Exception:
+            parameters = None
+        specs.append(
+            ToolSpec(
+                name=getattr(tool, "name", "tool"),
+                description=getattr(tool, "description", ""),
+                parameters=parameters,
+            )
+        )
+    return specs
+
+
+class Translator:
+    """Pairs CrewAI start and end events (``started_event_id``) into spans.
+
+    Loops are watched on the tool calls the model asks for (CrewAI answers an immediately
+    repeated identical call itself, without running the tool or emitting tool events).
+    LLM and tool events name parents that CrewAI does not publish, so they attach to the
+    open agent execution of their task. Tool events carry no call id: each is
+    linked to the LLM call that asked for it by order, as ``<llm call id>#<n>``.
+    """
+
+    def __init__(
+        self, evaluator: OnlineEvaluator, *, session_id: str | None, watch_loops: bool = True
+    ) -> None:
+        self.session_id = session_id
+        self.assembler = TraceAssembler("crewai", evaluator.submit)
+        # CrewAI itself refuses an immediately repeated identical tool call without emitting
+        # tool events, so loops are watched on the calls the model asks for.
+        self._observe = evaluator.observe_tool_start if watch_loops else None
+        self._executions: dict[str | None, str] = {}  # task id → its agent execution's span
+        self._tasks: dict[str | None, str] = {}  # task id → span key
+        self._last_llm: dict[str, tuple[str, int]] = {}  # execution key → (call id, tools used)
+
+    def handle(self, event: tuple[Any, ...]) -> None:
+        payload, at = event
+        name = type(payload).__name__
+        at = payload.timestamp.timestamp() if getattr(payload, "timestamp", None) else at
+        if name in STARTS:
+            self._start(name, payload, at)
+        elif name in ENDS:
+            self._end(name, payload, at)
+        elif name in FAILURES:
+            self._forget(name, payload)
+            error = getattr(payload, "error", None) or "failed"
+            self.assembler.end_span(payload.started_event_id, error=str(error), end_time=at)
+
+    def _forget(self, name: str, event: Any) -> None:
+        """Drop the lookup entries of an agent execution or task that ended."""
+        if name.startswith("AgentExecution"):
+            execution = self._executions.pop(_task_id(event), None)
+            self._last_llm.pop(execution or "", None)
+        elif name.startswith("Task"):
+            self._tasks.pop(_task_id(event), None)
+
+    def _parent(self, event: Any) -> str | None:
+        parent = event.parent_event_id
+        if parent is not None and self.assembler.trace_of(parent) is not None:
+            return str(parent)
+        task = _task_id(event)
+        return self._executions.get(task) or self._tasks.get(task)
+
+    def _start(self, name: str, event: Any, at: float) -> None:
+        key = event.event_id
+        kind = STARTS[name]
+        parent = None if name == "CrewKickoffStartedEvent" else self._parent(event)
+        if name == "CrewKickoffStartedEvent":
+            crew = getattr(event, "crew", None)
+            session = self.session_id or (
+                str(crew.id) if crew is not None and getattr(crew, "id", None) else None
+            )
+            self.assembler.start_span(
+                key,
+                None,
+                kind,
+                event.crew_name or "crew",
+                input=event.inputs or None,
+                start_time=at,
+                session_id=session,
+            )
+        elif name == "TaskStartedEvent":
+            task = getattr(event, "task", None)
+            description = getattr(task, "description", None) or event.task_name
+            self.assembler.start_span(
+                key, parent, kind, event.task_name or "task", input=description, start_time=at
+            )
+            trace = self.assembler.trace_of(key)
+            if trace is not None and trace.input is None:
+                trace.input = description  # a kickoff without inputs: the first task is the request
+            self._tasks[_task_id(event)] = key
+        elif name == "AgentExecutionStartedEvent":
+            self.assembler.start_span(
+                key,
+                parent,
+                kind,
+                event.agent_role or "agent",
+                input=getattr(event, "task_prompt", None),
+                start_time=at,
+                tools=_tool_specs(getattr(event, "tools", None)),
+            )
+            self._executions[_task_id(event)] = key
+        elif name == "LLMCallStartedEvent":
+            attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": event.model}
+            self.assembler.start_span(
+                key,
+                parent,
+                kind,
+                str(event.model or "llm"),
+                input=event.messages,
+                start_time=at,
+                attributes=attributes,
+            )
+        else:  # ToolUsageStartedEvent
+            execution = self._executions.get(_task_id(event), "")
+            call_id, used = self._last_llm.get(execution, ("", 0))
+            self._last_llm[execution] = (call_id, used + 1)
+            call = ToolCall(
+                id=f"{call_id}#{used}" if call_id else None,
+                name=event.tool_name,
+                arguments=json_arguments(event.tool_args),
+            )
+            self.assembler.start_span(
+                key,
+                parent,
+                kind,
+                event.tool_name,
+                input=call.arguments,
+                start_time=at,
+                tool_call=call,
+            )
+
+    def _end(self, name: str, event: Any, at: float) -> None:
+        key = event.started_event_id
+        if name == "LLMCallCompletedEvent":
+            text = _text(event.response)
+            requested = [
+                ToolCall(
+                    id=f"{event.call_id}#{n}",
+                    name=match["name"].strip(),
+                    arguments=json_arguments(match["args"]),
+                )
+                for n, match in enumerate(_ACTION.finditer(text))
+            ]
+            usage = event.usage or {}
+            attributes = {}
+            if usage:
+                attributes["gen_ai.usage.input_tokens"] = usage.get("prompt_tokens", 0)
+                attributes["gen_ai.usage.output_tokens"] = usage.get("completion_tokens", 0)
+            execution = self._executions.get(_task_id(event))
+            if execution is not None:
+                self._last_llm[execution] = (event.call_id, 0)
+            thought = (
+                text.split("\nAction:")[0].removeprefix("Thought:").strip() if requested else None
+            )
+            trace = self.assembler.trace_of(key)
+            if self._observe is not None and trace is not None:
+                for call in requested:
+                    self._observe(ToolStart(trace.id, trace.id, trace.session_id, key, call, at))
+            self.assembler.end_span(
+                key,
+                output=text,
+                end_time=at,
+                attributes=attributes,
+                requested_tool_calls=requested,
+                thought=thought,
+            )
+            return
+        output = getattr(event, "output", None)
+        self._forget(name, event)
+        self.assembler.end_span(
+            key, output=output if name == "ToolUsageFinishedEvent" else _text(output), end_time=at
+        )

@@ -1,0 +1,226 @@
+"""The CrewAI adapter, driven by real crews with a scripted LLM and real tools."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# CrewAI writes credentials and settings under HOME when imported, and sends telemetry:
+# keep both inside a throwaway directory for the whole test run.
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+os.environ["HOME"] = tempfile.mkdtemp(prefix="agenteval-crewai-home-")
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agenteval_crewai import AgentEvalListener
+from agenteval_crewai._scripted import ScriptedLLM
+from crewai import Agent, Crew, Task
+from crewai.tools import BaseTool, tool
+
+from agenteval_core import SpanKind, Trace
+from agenteval_core._capture import read_capture
+from agenteval_core._online import LoopAlert, OnlineEvaluator
+
+ORDERS = {"A-1": "shipped", "A-2": "processing"}
+
+
+@tool("lookup_order")
+def lookup_order(order_id: str) -> str:
+    """Status of an order by id."""
+    if order_id not in ORDERS:
+        raise ValueError(f"no order {order_id}")
+    return ORDERS[order_id]
+
+
+class Refund(BaseTool):
+    name: str = "refund"
+    description: str = "Refund an order."
+
+    def _run(self, order_id: str) -> str:
+        return f"refunded {order_id}"
+
+
+def action(name: str, **arguments: Any) -> str:
+    import json
+
+    return f"Thought: I should use {name}.\nAction: {name}\nAction Input: {json.dumps(arguments)}"
+
+
+def crew_for(llm: ScriptedLLM, question: str = "Where is A-1? Refund it.") -> Crew:
+    agent = Agent(
+        role="support",
+        goal="help customers",
+        backstory="careful",
+        llm=llm,
+        tools=[lookup_order, Refund()],
+        verbose=False,
+    )
+    task = Task(description=question, expected_output="an answer", agent=agent)
+    return Crew(agents=[agent], tasks=[task], verbose=False)
+
+
+@pytest.fixture
+def listener(tmp_path: Path) -> Iterator[AgentEvalListener]:
+    alerts: list[LoopAlert] = []
+    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", on_alert=alerts.append)
+    evaluator.alerts = alerts  # type: ignore[attr-defined]
+    created = AgentEvalListener(evaluator, session_id="crew-session")
+    yield created
+    created.close()
+    evaluator.close()
+
+
+def captured(listener: AgentEvalListener) -> list[Trace]:
+    assert listener.flush(20)
+    assert listener.evaluator.capture_path is not None
+    return list(read_capture(listener.evaluator.capture_path))
+
+
+def test_crew_run_becomes_a_trace(listener: AgentEvalListener) -> None:
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[
+            action("lookup_order", order_id="A-1"),
+            action("refund", order_id="A-1"),
+            "Thought: I know it.\nFinal Answer: A-1 shipped and was refunded.",
+        ],
+    )
+    result = crew_for(llm).kickoff()
+    assert str(result) == "A-1 shipped and was refunded."
+    [trace] = captured(listener)
+    assert trace.framework == "crewai" and trace.session_id == "crew-session"
+    assert trace.input == "Where is A-1? Refund it."
+    assert trace.output == "A-1 shipped and was refunded."
+    kinds = [span.kind for span in trace.spans]
+    assert kinds[:3] == [SpanKind.AGENT, SpanKind.TASK, SpanKind.AGENT]
+    ids = {span.id for span in trace.spans}
+    assert all(span.parent_id in ids for span in trace.spans[1:])
+    calls = trace.tool_calls()
+    assert [(c.name, c.arguments, c.result) for c in calls] == [
+        ("lookup_order", {"order_id": "A-1"}, "shipped"),
+        ("refund", {"order_id": "A-1"}, "refunded A-1"),
+    ]
+    llms = trace.spans_of(SpanKind.LLM)
+    assert len(llms) == 3
+    # each tool call is linked to the LLM message that asked for it
+    assert [c.id for c in llms[0].requested_tool_calls] == [calls[0].id]
+    assert llms[0].thought == "I should use lookup_order."
+    assert trace.token_usage() == {"input_tokens": 30, "output_tokens": 15}
+    tools = {spec.name: spec for spec in trace.tools}
+    assert set(tools) == {"lookup_order", "refund"}
+    assert tools["lookup_order"].parameters is not None
+    assert tools["lookup_order"].parameters["required"] == ["order_id"]
+
+
+def test_tool_error_is_captured(listener: AgentEvalListener) -> None:
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[
+            action("lookup_order", order_id="Z-9"),
+            "Thought: done\nFinal Answer: No such order.",
+        ],
+    )
+    crew_for(llm, "Where is Z-9?").kickoff()
+    [trace] = captured(listener)
+    failed = [c for c in trace.tool_calls() if c.failed]
+    assert failed and all(c.error == "no order Z-9" for c in failed)
+    assert trace.output == "No such order."
+
+
+def test_llm_failure_at_the_root_is_captured(listener: AgentEvalListener) -> None:
+    def broken(messages: Any) -> str:
+        raise ConnectionError("model endpoint down")
+
+    with pytest.raises(ConnectionError):
+        crew_for(ScriptedLLM(model="scripted", reply=broken)).kickoff()
+    [trace] = captured(listener)
+    assert trace.error is not None and "model endpoint down" in trace.error
+
+
+def test_concurrent_crews_do_not_mix(listener: AgentEvalListener) -> None:
+    def run(order: str) -> None:
+        llm = ScriptedLLM(
+            model="scripted",
+            replies=[
+                action("lookup_order", order_id=order),
+                f"Thought: ok\nFinal Answer: answer for {order}",
+            ],
+        )
+        crew_for(llm, f"status of {order}").kickoff()
+
+    threads = [threading.Thread(target=run, args=(order,)) for order in ["A-1", "A-2"] * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    traces = captured(listener)
+    assert len(traces) == 6
+    for trace in traces:
+        order = str(trace.input).split()[-1]
+        [call] = trace.tool_calls()
+        assert call.arguments == {"order_id": order} and trace.output == f"answer for {order}"
+
+
+def test_loop_alert_on_the_looping_crew_only(listener: AgentEvalListener) -> None:
+    normal = ScriptedLLM(
+        model="scripted",
+        replies=[action("lookup_order", order_id="A-1"), "Thought: ok\nFinal Answer: shipped"],
+    )
+    crew_for(normal).kickoff()
+    captured(listener)
+    assert listener.evaluator.alerts == []  # type: ignore[attr-defined]
+    looping = ScriptedLLM(
+        model="scripted",
+        replies=[action("lookup_order", order_id="A-2")] * 4
+        + ["Thought: giving up\nFinal Answer: still processing"],
+    )
+    crew_for(looping).kickoff()
+    captured(listener)
+    alerts = listener.evaluator.alerts  # type: ignore[attr-defined]
+    assert [a.pattern for a in alerts] == ["repeated_call"]
+    assert alerts[0].calls[0].arguments == {"order_id": "A-2"}
+
+
+def test_guard_refuses_the_looping_call(tmp_path: Path) -> None:
+    # CrewAI refuses an immediately repeated identical call itself; the guard catches what it
+    # lets through: a cycle poll → status → poll → status, and a third identical poll.
+    alerts: list[LoopAlert] = []
+    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", on_alert=alerts.append)
+    guarded = AgentEvalListener(evaluator, stop_on_loop=True)
+    ran: list[str] = []
+
+    @tool("poll")
+    def poll(job_id: str) -> str:
+        """Poll a job."""
+        ran.append("poll")
+        return "pending"
+
+    @tool("status")
+    def status(job_id: str) -> str:
+        """Status page of a job."""
+        ran.append("status")
+        return "pending"
+
+    script = [action("poll", job_id="j-7"), action("status", job_id="j-7")] * 3
+    llm = ScriptedLLM(
+        model="scripted", replies=[*script, "Thought: stop\nFinal Answer: still pending"]
+    )
+    agent = Agent(
+        role="worker", goal="finish", backstory="b", llm=llm, tools=[poll, status], verbose=False
+    )
+    try:
+        Crew(
+            agents=[agent],
+            tasks=[Task(description="Is job j-7 done?", expected_output="status", agent=agent)],
+        ).kickoff()
+        assert guarded.flush(20)
+    finally:
+        guarded.close()
+        evaluator.close()
+    assert ran == ["poll", "status", "poll"]  # the 4th call closes the cycle and is refused
+    assert [a.pattern for a in alerts][:1] == ["cycle"]
