@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agenteval")
+results_logger = logging.getLogger("agenteval.results")
+"""The logging sink: one INFO line per scored trace (enable it with logging's own config)."""
 
 
 class LoopAlert(BaseModel):
@@ -219,6 +221,10 @@ class OnlineEvaluator:
     Queue policy: the scoring queue holds ``queue_size`` traces; when it is full, a new trace
     is captured but not scored, counted in ``stats.dropped_from_scoring`` and listed in
     ``stats.unscored_trace_ids`` (replay the capture to score it later). The agent never waits.
+
+    Sinks: ``on_result`` callbacks (add more with ``add_result_callback``), the JSONL
+    ``results_path`` file, and the ``agenteval.results`` logger (one INFO line per trace).
+    A failing sink is counted in ``stats.callback_errors`` and never stops the others.
     """
 
     def __init__(
@@ -423,6 +429,9 @@ class OnlineEvaluator:
                         f"(loop_detection {result.score:.2f} < {result.threshold})",
                     )
                 )
+        if results_logger.isEnabledFor(logging.INFO):
+            scores = ", ".join(f"{r.name}={r.score:.3f}" for r in results if r.score is not None)
+            results_logger.info("trace %s (session %s): %s", trace.id, trace.session_id, scores)
         if self._results_file is not None:
             try:
                 self._results_file.write(outcome.model_dump_json() + "\n")

@@ -2,15 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
-# CrewAI writes credentials and settings under HOME when imported, and sends telemetry:
-# keep both inside a throwaway directory for the whole test run.
-os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("OTEL_SDK_DISABLED", "true")
-os.environ["HOME"] = tempfile.mkdtemp(prefix="agenteval-crewai-home-")
-
 import threading
 from collections.abc import Iterator
 from pathlib import Path

@@ -36,7 +36,15 @@ def test_demo_shows_live_scores_and_a_loop_alert(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("name", ["langchain_quickstart.py", "langchain_loop_alert.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "langchain_quickstart.py",
+        "langchain_loop_alert.py",
+        "llamaindex_quickstart.py",
+        "crewai_quickstart.py",
+    ],
+)
 def test_examples_run(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cwd = Path.cwd()
     os.chdir(tmp_path)
@@ -45,9 +53,18 @@ def test_examples_run(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
     finally:
         os.chdir(cwd)
     out = capsys.readouterr().out
-    if name == "langchain_quickstart.py":
-        assert "It is sunny and 21°C in Paris." in out and "coherence" in out
-        assert len(list(read_capture(tmp_path / "quickstart-capture.jsonl"))) == 1
-    else:
+    if name == "langchain_loop_alert.py":
         assert "ALERT: check_status called 3 times" in out
         assert "stopped: repeated_call 3 calls" in out
+        return
+    assert "It is sunny and 21°C in Paris." in out and "coherence" in out
+    capture = {
+        "langchain_quickstart.py": "quickstart-capture.jsonl",
+        "llamaindex_quickstart.py": "llamaindex-capture.jsonl",
+        "crewai_quickstart.py": "crewai-capture.jsonl",
+    }[name]
+    [trace] = read_capture(tmp_path / capture)
+    assert trace.session_id == "user-42"
+    assert [(c.name, c.arguments) for c in trace.tool_calls()] == [
+        ("get_weather", {"city": "Paris"})
+    ]
