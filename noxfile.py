@@ -27,8 +27,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def types(session: nox.Session) -> None:
-    """mypy over the core."""
-    session.install("-e", ".[dev]")
+    """mypy over the core and the adapters."""
+    session.install("-e", ".[dev,all]")
     session.run("mypy")
 
 

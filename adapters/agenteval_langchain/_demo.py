@@ -10,9 +10,11 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from rich.console import Console
 
@@ -113,9 +115,9 @@ def run_demo(capture: Path, console: Console | None = None) -> OnlineEvaluator:
         console.print(f"[bold cyan]turn {number}[/] user: {question}")
         started["turn"] = time.perf_counter()
         try:
-            state = agent.invoke(
-                {"messages": [("user", question)]}, config={"callbacks": [handler]}
-            )
+            request: Any = {"messages": [("user", question)]}
+            config: RunnableConfig = {"callbacks": [handler]}
+            state = agent.invoke(request, config=config)
             console.print(f"  agent: {state['messages'][-1].content}")
         except AgentLoopError as stop:
             console.print(f"  [bold red]guard stopped the run[/]: {stop}")

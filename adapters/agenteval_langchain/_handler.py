@@ -24,24 +24,24 @@ __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallback
 
 logger = logging.getLogger("agenteval")
 
-# Hook name → how many leading positional arguments it takes (after self).
-HOOKS: dict[str, int] = {
-    "on_chain_start": 2,
-    "on_chain_end": 1,
-    "on_chain_error": 1,
-    "on_chat_model_start": 2,
-    "on_llm_start": 2,
-    "on_llm_end": 1,
-    "on_llm_error": 1,
-    "on_tool_start": 2,
-    "on_tool_end": 1,
-    "on_tool_error": 1,
-    "on_retriever_start": 2,
-    "on_retriever_end": 1,
-    "on_retriever_error": 1,
-    "on_agent_action": 1,
-    "on_agent_finish": 1,
-}
+HOOKS = (
+    "on_chain_start",
+    "on_chain_end",
+    "on_chain_error",
+    "on_chat_model_start",
+    "on_llm_start",
+    "on_llm_end",
+    "on_llm_error",
+    "on_tool_start",
+    "on_tool_end",
+    "on_tool_error",
+    "on_retriever_start",
+    "on_retriever_end",
+    "on_retriever_error",
+    "on_agent_action",
+    "on_agent_finish",
+)
+_now = time.time
 
 
 class AgentLoopError(AgentEvalError):
@@ -77,6 +77,26 @@ class _Recorder:
         )
         self.roots: dict[UUID, UUID] = {}
 
+    def guard_event(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_id: UUID,
+        parent_run_id: UUID | None,
+    ) -> None:
+        """Track run roots and check tool starts for loops; raises only ``AgentLoopError``."""
+        if parent_run_id is not None:
+            self.roots[run_id] = self.roots.get(parent_run_id, parent_run_id)
+        if name != "on_tool_start":
+            return
+        try:
+            self.check_guard(args[0], kwargs.get("inputs") or args[1], run_id, parent_run_id)
+        except AgentLoopError:
+            raise
+        except Exception as exc:  # a bug of ours must never reach the agent
+            logger.debug("agenteval loop guard failed: %s", exc)
+
     def check_guard(
         self, serialized: Any, inputs: Any, run_id: UUID, parent_run_id: UUID | None
     ) -> None:
@@ -91,31 +111,20 @@ class _Recorder:
             raise AgentLoopError(alert)
 
 
-def _make_hook(name: str, positional: int) -> Any:
+def _make_hook(name: str) -> Any:
     def hook(
         self: Any, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        recorder: _Recorder = self._recorder
-        recorder.put((name, run_id, parent_run_id, args[:positional], kwargs, time.time()))
-        if recorder.stop_on_loop:
-            if parent_run_id is not None:
-                recorder.roots[run_id] = recorder.roots.get(parent_run_id, parent_run_id)
-            if name == "on_tool_start":
-                try:
-                    recorder.check_guard(
-                        args[0], kwargs.get("inputs") or args[1], run_id, parent_run_id
-                    )
-                except AgentLoopError:
-                    raise
-                except Exception as exc:  # a bug of ours must never reach the agent
-                    logger.debug("agenteval loop guard failed: %s", exc)
+        self._put((name, run_id, parent_run_id, args, kwargs, _now()))
+        if self._guarded:
+            self._recorder.guard_event(name, args, kwargs, run_id, parent_run_id)
 
     hook.__name__ = name
     return hook
 
 
-def _make_async_hook(name: str, positional: int) -> Any:
-    sync = _make_hook(name, positional)
+def _make_async_hook(name: str) -> Any:
+    sync = _make_hook(name)
 
     async def hook(self: Any, *args: Any, **kwargs: Any) -> None:
         sync(self, *args, **kwargs)
@@ -149,6 +158,8 @@ class AgentEvalCallbackHandler(BaseCallbackHandler):
     ) -> None:
         super().__init__()
         self._recorder = _Recorder(evaluator, session_id, stop_on_loop, loop_repeat_threshold)
+        self._put = self._recorder.put  # the hot path reads these two attributes only
+        self._guarded = stop_on_loop
         self.raise_error = stop_on_loop
 
     @property
@@ -175,6 +186,8 @@ class AsyncAgentEvalCallbackHandler(AsyncCallbackHandler):
     ) -> None:
         super().__init__()
         self._recorder = _Recorder(evaluator, session_id, stop_on_loop, loop_repeat_threshold)
+        self._put = self._recorder.put  # the hot path reads these two attributes only
+        self._guarded = stop_on_loop
         self.raise_error = stop_on_loop
 
     @property
@@ -186,6 +199,6 @@ class AsyncAgentEvalCallbackHandler(AsyncCallbackHandler):
         return self._recorder.evaluator.flush(timeout)
 
 
-for _name, _count in HOOKS.items():
-    setattr(AgentEvalCallbackHandler, _name, _make_hook(_name, _count))
-    setattr(AsyncAgentEvalCallbackHandler, _name, _make_async_hook(_name, _count))
+for _name in HOOKS:
+    setattr(AgentEvalCallbackHandler, _name, _make_hook(_name))
+    setattr(AsyncAgentEvalCallbackHandler, _name, _make_async_hook(_name))
