@@ -10,3 +10,5 @@ import tempfile
 os.environ["HOME"] = tempfile.mkdtemp(prefix="agenteval-test-home-")
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["OTEL_SDK_DISABLED"] = "true"
+
+pytest_plugins = ["judge_server"]

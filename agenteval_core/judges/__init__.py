@@ -2,6 +2,45 @@
 
 from __future__ import annotations
 
-from ._protocol import Judge, JudgeReply, JudgeRequest
+from pathlib import Path
 
-__all__ = ["Judge", "JudgeReply", "JudgeRequest"]
+from ._base import DEFAULT_CACHE, BaseJudge, Completion, JudgeStats
+from ._cache import JudgeCache, default_cache_path
+from ._langchain import LangChainJudge
+from ._openai import OpenAIJudge
+from ._parse import ReplyError, parse_reply
+from ._pricing import DEFAULT_PRICES
+from ._protocol import Judge, JudgeReply, JudgeRequest
+from ._traffic import Traffic
+
+__all__ = [
+    "DEFAULT_CACHE",
+    "DEFAULT_PRICES",
+    "BaseJudge",
+    "Completion",
+    "Judge",
+    "JudgeCache",
+    "JudgeReply",
+    "JudgeRequest",
+    "JudgeStats",
+    "LangChainJudge",
+    "OpenAIJudge",
+    "ReplyError",
+    "Traffic",
+    "default_cache_path",
+    "judge_from_options",
+    "parse_reply",
+]
+
+
+def judge_from_options(
+    *,
+    model: str,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    use_cache: bool = True,
+    cache_path: str | Path | None = None,
+) -> OpenAIJudge:
+    """The judge the CLI's ``--judge-*`` options describe."""
+    cache = JudgeCache(cache_path) if use_cache else None
+    return OpenAIJudge(model, base_url=base_url, api_key=api_key, cache=cache)

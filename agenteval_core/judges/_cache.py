@@ -1,0 +1,78 @@
+"""An on-disk (SQLite) cache of judge replies."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JudgeCache", "cache_key", "default_cache_path"]
+
+
+def default_cache_path() -> Path:
+    """``$AGENTEVAL_CACHE_DIR/judge.sqlite``, else ``~/.cache/agenteval/judge.sqlite``."""
+    root = os.environ.get("AGENTEVAL_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "agenteval"
+    return base / "judge.sqlite"
+
+
+def cache_key(*parts: Any) -> str:
+    """sha256 of the parts as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class JudgeCache:
+    """Replies keyed by judge model, metric, prompt version and the canonical request.
+
+    A hit makes no call. Safe to share between threads; WAL mode lets several processes
+    read while one writes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+        )
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM replies WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        value: dict[str, Any] = json.loads(row[0])
+        return value
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO replies (key, value) VALUES (?, ?)",
+                (key, json.dumps(value, default=str)),
+            )
+
+    def clear(self) -> int:
+        """Delete every cached reply; returns how many there were."""
+        with self._lock:
+            count = self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+            self._db.execute("DELETE FROM replies")
+        return int(count)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

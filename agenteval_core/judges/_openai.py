@@ -1,0 +1,165 @@
+"""A judge on any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LM Studio,
+LiteLLM, ...)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel
+
+from .._errors import JudgeUnavailableError
+from ._base import DEFAULT_CACHE, BaseJudge, Completion
+from ._cache import JudgeCache
+from ._traffic import Traffic
+
+__all__ = ["OpenAIJudge"]
+
+Mode = Literal["json_schema", "json_object", "text"]
+_FALLBACK: dict[Mode, Mode] = {"json_schema": "json_object", "json_object": "text"}
+
+
+class OpenAIJudge(BaseJudge):
+    """An LLM judge over the OpenAI chat-completions API.
+
+    Asks for structured output with ``response_format`` (a JSON schema); a server that
+    rejects that (HTTP 400 naming ``response_format``) is asked in JSON mode, then with plain
+    text, and the reply is parsed tolerantly either way. The mode that worked is remembered.
+
+    Args:
+        model: the judge model's name.
+        base_url: the API root (``$OPENAI_BASE_URL``, else ``https://api.openai.com/v1``).
+        api_key: ``$OPENAI_API_KEY`` when not given; local servers need none.
+        headers: extra HTTP headers.
+        requests_per_period, period: rate limit (asyncio-throttle).
+        max_concurrency: requests in flight at once.
+        max_retries: retries on 429, 5xx, timeouts and connection errors (honouring Retry-After).
+        backoff_base: first backoff in seconds (doubles per retry, full jitter, capped at 20 s).
+        timeout: seconds per HTTP call.
+        max_parse_retries: re-asks after a reply that does not parse.
+        cache: a :class:`JudgeCache`; default the on-disk cache; ``None`` disables it.
+        prices: USD per million (input, output) tokens, merged over the defaults.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        headers: dict[str, str] | None = None,
+        requests_per_period: int = 10,
+        period: float = 1.0,
+        max_concurrency: int = 8,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        timeout: float = 60.0,
+        max_parse_retries: int = 2,
+        temperature: float = 0.0,
+        cache: JudgeCache | None = DEFAULT_CACHE,
+        prices: dict[str, tuple[float, float]] | None = None,
+    ) -> None:
+        super().__init__(cache=cache, max_parse_retries=max_parse_retries, prices=prices)
+        self._model = model
+        self.base_url = (
+            base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        ).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+        self.timeout = timeout
+        self.temperature = temperature
+        self.traffic = Traffic(
+            requests_per_period=requests_per_period,
+            period=period,
+            max_concurrency=max_concurrency,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+        )
+        self.mode: Mode = "json_schema"
+        self._clients: dict[int, httpx.AsyncClient] = {}
+
+    def __repr__(self) -> str:
+        return f"OpenAIJudge(model={self._model!r}, base_url={self.base_url!r})"
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def _client(self) -> httpx.AsyncClient:
+        # an httpx client belongs to the event loop it was made on
+        key = id(asyncio.get_running_loop())
+        client = self._clients.get(key)
+        if client is None or client.is_closed:
+            client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
+            self._clients[key] = client
+        return client
+
+    def _payload(self, messages: list[dict[str, str]], schema: type[BaseModel]) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self._model,
+            "messages": messages,
+            "temperature": self.temperature,
+        }
+        if self.mode == "json_schema":
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()},
+            }
+        elif self.mode == "json_object":
+            payload["response_format"] = {"type": "json_object"}
+        return payload
+
+    async def _complete(
+        self, messages: list[dict[str, str]], schema: type[BaseModel]
+    ) -> Completion:
+        client = self._client()
+        url = f"{self.base_url}/chat/completions"
+        while True:
+            payload = self._payload(messages, schema)
+            response = await self.traffic.send(functools.partial(client.post, url, json=payload))
+            if (
+                response.status_code == 400
+                and "response_format" in response.text
+                and self.mode != "text"
+            ):
+                self.mode = _FALLBACK[self.mode]
+                continue
+            if response.status_code >= 400:
+                raise JudgeUnavailableError(
+                    f"HTTP {response.status_code} from {url}: {response.text[:300]}"
+                )
+            return _completion(response)
+
+    async def aclose(self) -> None:
+        """Close this event loop's HTTP client."""
+        client = self._clients.pop(id(asyncio.get_running_loop()), None)
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> OpenAIJudge:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _completion(response: httpx.Response) -> Completion:
+    """The text and usage of a chat-completions response; a malformed body reads as its text,
+    so it goes through the same parse-and-re-ask path as a malformed reply."""
+    try:
+        body = response.json()
+        text = body["choices"][0]["message"]["content"] or ""
+    except (ValueError, KeyError, IndexError, TypeError):
+        return Completion(text=response.text[:2000])
+    usage = body.get("usage") or {}
+    return Completion(
+        text=text if isinstance(text, str) else json.dumps(text),
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+    )

@@ -1,0 +1,55 @@
+"""Reading a judge's reply: the JSON object in it, validated against the expected schema."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["ReplyError", "parse_reply"]
+
+T = TypeVar("T", bound=BaseModel)
+
+_FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+
+class ReplyError(ValueError):
+    """A reply that is not the JSON the schema asks for; the message says what is wrong."""
+
+
+def _json_object(text: str) -> Any:
+    stripped = text.strip()
+    candidates = [stripped]
+    candidates += [match.group(1) for match in _FENCE.finditer(text)]
+    start, end = stripped.find("{"), stripped.rfind("}")
+    if 0 <= start < end:
+        candidates.append(stripped[start : end + 1])  # prose around one object
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    raise ReplyError("the reply holds no complete JSON object (truncated or not JSON)")
+
+
+def parse_reply(text: str, schema: type[T]) -> T:
+    """The reply's JSON object validated against ``schema``; ``ReplyError`` says why not.
+
+    Accepts a bare object, one inside a fenced code block, or one surrounded by prose. It
+    never repairs JSON: a truncated object is an error, so the judge is asked again.
+    """
+    if not text or not text.strip():
+        raise ReplyError("the reply is empty")
+    data = _json_object(text)
+    if not isinstance(data, dict):
+        raise ReplyError(f"the reply is JSON but not an object: {type(data).__name__}")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'reply'}: {error['msg']}"
+            for error in exc.errors(include_url=False)
+        )
+        raise ReplyError(f"the reply does not match the schema: {problems}") from exc

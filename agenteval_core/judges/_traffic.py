@@ -1,0 +1,120 @@
+"""Traffic control shared by every HTTP client: rate limit, concurrency bound, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import httpx
+from asyncio_throttle import Throttler
+
+from .._errors import JudgeUnavailableError
+
+__all__ = ["RETRY_STATUSES", "Traffic", "TrafficStats", "retry_after_seconds"]
+
+T = TypeVar("T")
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (a number or an HTTP date), if any."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+@dataclass
+class TrafficStats:
+    """What went over the wire: calls made, retries, and why."""
+
+    calls: int = 0
+    retries: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+
+
+class Traffic:
+    """At most ``requests_per_period`` requests per ``period`` seconds (asyncio-throttle),
+    at most ``max_concurrency`` in flight, and retries with exponential backoff and full
+    jitter on 429, 5xx, timeouts and connection errors, honouring ``Retry-After``.
+
+    Throttlers and semaphores belong to one event loop, so each loop gets its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        requests_per_period: int = 10,
+        period: float = 1.0,
+        max_concurrency: int = 8,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+    ) -> None:
+        self.requests_per_period = requests_per_period
+        self.period = period
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.stats = TrafficStats()
+        self._per_loop: dict[int, tuple[Throttler, asyncio.Semaphore]] = {}
+
+    def _limits(self) -> tuple[Throttler, asyncio.Semaphore]:
+        key = id(asyncio.get_running_loop())
+        limits = self._per_loop.get(key)
+        if limits is None:
+            limits = (
+                Throttler(rate_limit=self.requests_per_period, period=self.period),
+                asyncio.Semaphore(self.max_concurrency),
+            )
+            self._per_loop[key] = limits
+        return limits
+
+    def _note(self, reason: str) -> None:
+        self.stats.failures[reason] = self.stats.failures.get(reason, 0) + 1
+
+    async def send(self, request: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+        """Send with throttling and retries. Returns the first response that is not worth
+        retrying (a success, or e.g. a 400); raises ``JudgeUnavailableError`` when retries
+        run out."""
+        throttler, semaphore = self._limits()
+        last_problem = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            wait: float | None = None
+            async with semaphore, throttler:
+                self.stats.calls += 1
+                try:
+                    response = await request()
+                except httpx.TimeoutException:
+                    last_problem = "timed out"
+                except httpx.TransportError as exc:
+                    last_problem = f"connection error ({type(exc).__name__})"
+                else:
+                    if response.status_code not in RETRY_STATUSES:
+                        return response  # success, or an error retrying cannot fix
+                    last_problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                    wait = retry_after_seconds(response)
+            self._note(last_problem.split(":")[0])
+            if attempt == self.max_retries:
+                break
+            self.stats.retries += 1
+            if wait is None:
+                wait = random.uniform(0, min(self.backoff_max, self.backoff_base * 2**attempt))
+            await asyncio.sleep(min(wait, self.backoff_max))
+        raise JudgeUnavailableError(
+            f"gave up after {self.max_retries + 1} attempts; last: {last_problem}"
+        )

@@ -1,0 +1,127 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions API from a script.
+
+Each request takes the next scripted reply (or asks ``responder``), so tests exercise
+retries, Retry-After, timeouts, malformed bodies and JSON-mode-only servers for real.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Reply:
+    """One scripted answer: an assistant message ``content``, or a raw ``body``, with any
+    status, headers and delay."""
+
+    content: str | None = None
+    status: int = 200
+    body: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    usage: tuple[int, int] = (100, 20)
+
+
+class JudgeServer:
+    def __init__(self) -> None:
+        self.script: deque[Reply] = deque()
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []
+        self.unsupported_formats: set[str] = set()
+        self.latency = 0.0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                request = json.loads(self.rfile.read(length) or b"{}")
+                reply = server._next(request)
+                time.sleep(reply.delay or server.latency)
+                if reply.body is not None:
+                    body = reply.body
+                elif reply.status >= 400:
+                    body = json.dumps({"error": {"message": reply.content or "error"}})
+                else:
+                    body = json.dumps(
+                        {
+                            "id": "chatcmpl-test",
+                            "object": "chat.completion",
+                            "model": request.get("model"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": reply.content},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": reply.usage[0],
+                                "completion_tokens": reply.usage[1],
+                                "total_tokens": sum(reply.usage),
+                            },
+                        }
+                    )
+                data = body.encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _next(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            self.arrivals.append(time.monotonic())
+            kind = (request.get("response_format") or {}).get("type")
+            if kind in self.unsupported_formats:
+                return Reply(status=400, content=f"response_format type {kind} is not supported")
+            if self.script:
+                return self.script.popleft()
+        if self.responder is not None:
+            return self.responder(request)
+        return Reply(status=500, content="no scripted reply left")
+
+    def reply(self, *replies: Reply | str | dict[str, Any]) -> None:
+        """Queue replies: a ``Reply``, a content string, or a dict sent as JSON content."""
+        for item in replies:
+            if isinstance(item, dict):
+                item = Reply(json.dumps(item))
+            elif isinstance(item, str):
+                item = Reply(item)
+            self.script.append(item)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def judge_server() -> Iterator[JudgeServer]:
+    server = JudgeServer()
+    yield server
+    server.close()

@@ -1,0 +1,175 @@
+"""The OpenAI-compatible judge against a real scripted server on 127.0.0.1, the cache,
+and the LangChain chat-model judge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from judge_server import JudgeServer, Reply
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from pydantic import BaseModel
+
+from agenteval_core import JudgeParseError, JudgeUnavailableError
+from agenteval_core.judges import JudgeCache, JudgeRequest, LangChainJudge, OpenAIJudge, parse_reply
+from agenteval_core.judges._parse import ReplyError
+
+
+class Verdict(BaseModel):
+    score: float
+    reason: str
+
+
+def request(text: str = "Is this good?", version: str = "v1") -> JudgeRequest[Verdict]:
+    return JudgeRequest(
+        metric="test_metric",
+        prompt_version=version,
+        messages=[{"role": "system", "content": "Judge."}, {"role": "user", "content": text}],
+        schema=Verdict,
+    )
+
+
+def judge(server: JudgeServer, **options: object) -> OpenAIJudge:
+    settings: dict[str, object] = {
+        "cache": None,
+        "max_retries": 3,
+        "timeout": 2.0,
+        "backoff_base": 0.05,
+    }
+    settings.update(options)
+    return OpenAIJudge("judge-model", base_url=server.base_url, **settings)  # type: ignore[arg-type]
+
+
+def ask(j: OpenAIJudge | LangChainJudge, req: JudgeRequest[Verdict] | None = None) -> object:
+    return asyncio.run(j.judge(req or request()))
+
+
+def test_structured_reply_with_usage_and_cost(judge_server: JudgeServer) -> None:
+    judge_server.reply(Reply(json.dumps({"score": 0.8, "reason": "fine"}), usage=(1000, 200)))
+    j = judge(judge_server, prices={"judge-model": (1.0, 2.0)})
+    reply = ask(j)
+    assert reply.parsed == Verdict(score=0.8, reason="fine")  # type: ignore[attr-defined]
+    assert (reply.input_tokens, reply.output_tokens) == (1000, 200)  # type: ignore[attr-defined]
+    # 1000 × $1/M + 200 × $2/M = $0.0014
+    assert reply.cost_usd == pytest.approx(0.0014)  # type: ignore[attr-defined]
+    sent = judge_server.requests[0]
+    assert sent["model"] == "judge-model" and sent["temperature"] == 0.0
+    assert sent["response_format"]["type"] == "json_schema"
+    assert sent["response_format"]["json_schema"]["schema"]["required"] == ["score", "reason"]
+
+
+def test_429_with_retry_after_then_500_then_success(judge_server: JudgeServer) -> None:
+    judge_server.reply(
+        Reply(status=429, content="slow down", headers={"Retry-After": "0.3"}),
+        Reply(status=500, content="boom"),
+        {"score": 1, "reason": "ok"},
+    )
+    j = judge(judge_server)
+    reply = ask(j)
+    assert reply.parsed.score == 1.0  # type: ignore[attr-defined]
+    assert len(judge_server.requests) == 3 and j.traffic.stats.retries == 2
+    # the retry after the 429 waited at least the 0.3 s it asked for
+    assert judge_server.arrivals[1] - judge_server.arrivals[0] >= 0.3
+
+
+def test_timeout_is_retried(judge_server: JudgeServer) -> None:
+    judge_server.reply(
+        Reply(json.dumps({"score": 0, "reason": "late"}), delay=1.5), {"score": 0.5, "reason": "ok"}
+    )
+    reply = ask(judge(judge_server, timeout=0.5))
+    assert reply.parsed.score == 0.5  # type: ignore[attr-defined]
+
+
+def test_judge_down_raises_unavailable_with_the_cause(judge_server: JudgeServer) -> None:
+    for _ in range(4):
+        judge_server.reply(Reply(status=503, content="overloaded"))
+    with pytest.raises(JudgeUnavailableError, match="gave up after 4 attempts; last: HTTP 503"):
+        ask(judge(judge_server))
+    nobody = OpenAIJudge(
+        "m", base_url="http://127.0.0.1:9/v1", cache=None, max_retries=1, timeout=0.5
+    )
+    with pytest.raises(JudgeUnavailableError, match="connection error"):
+        ask(nobody)
+
+
+def test_malformed_then_truncated_then_good_reply_is_reasked(judge_server: JudgeServer) -> None:
+    judge_server.reply(
+        Reply(body="<html>not json</html>"),
+        Reply('{"score": 0.9, "reason": "cut o'),
+        Reply('Here you go:\n```json\n{"score": 0.9, "reason": "good"}\n```'),
+    )
+    j = judge(judge_server)
+    reply = ask(j)
+    assert reply.parsed == Verdict(score=0.9, reason="good")  # type: ignore[attr-defined]
+    assert reply.attempts == 3 and j.stats.reasks == 2  # type: ignore[attr-defined]
+    reask = judge_server.requests[2]["messages"]
+    assert reask[-2] == {"role": "assistant", "content": '{"score": 0.9, "reason": "cut o'}
+    assert "could not be used" in reask[-1]["content"]
+
+
+def test_still_unparsable_raises_with_the_raw_reply(judge_server: JudgeServer) -> None:
+    judge_server.reply("no", "still no", "never")
+    with pytest.raises(JudgeParseError, match="unparsable after 3 replies") as failure:
+        ask(judge(judge_server))
+    assert failure.value.raw_reply == "never"
+
+
+def test_server_without_json_schema_falls_back_to_json_mode(judge_server: JudgeServer) -> None:
+    judge_server.unsupported_formats = {"json_schema"}
+    judge_server.reply({"score": 0.7, "reason": "json mode"}, {"score": 0.6, "reason": "again"})
+    j = judge(judge_server)
+    assert ask(j).parsed.score == 0.7  # type: ignore[attr-defined]
+    assert [r.get("response_format", {}).get("type") for r in judge_server.requests] == [
+        "json_schema",
+        "json_object",
+    ]
+    assert ask(j, request("second")).parsed.score == 0.6  # type: ignore[attr-defined]
+    assert judge_server.requests[-1]["response_format"]["type"] == "json_object"  # remembered
+
+
+def test_cache_hits_make_no_call_and_prompt_versions_miss(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    cache = JudgeCache(tmp_path / "judge.sqlite")
+    judge_server.reply({"score": 0.4, "reason": "first"}, {"score": 0.9, "reason": "new prompt"})
+    j = judge(judge_server, cache=cache)
+    first = ask(j)
+    again = ask(judge(judge_server, cache=JudgeCache(tmp_path / "judge.sqlite")))
+    assert again.parsed == first.parsed and again.cached and again.cost_usd == 0.0  # type: ignore[attr-defined]
+    assert len(judge_server.requests) == 1
+    changed = ask(j, request(version="v2"))
+    assert changed.parsed.reason == "new prompt" and len(judge_server.requests) == 2  # type: ignore[attr-defined]
+    assert cache.clear() == 2 and len(cache) == 0
+
+
+def test_rate_limit_is_honoured(judge_server: JudgeServer) -> None:
+    judge_server.responder = lambda _: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    j = judge(judge_server, requests_per_period=5, period=0.5)
+
+    async def burst() -> None:
+        await asyncio.gather(*(j.judge(request(f"q{i}")) for i in range(10)))
+
+    asyncio.run(burst())
+    # 10 requests at 5 per 0.5 s: the sixth cannot start before 0.5 s after the first
+    arrivals = sorted(judge_server.arrivals)
+    assert arrivals[5] - arrivals[0] >= 0.45
+
+
+def test_langchain_chat_model_judge() -> None:
+    model = FakeListChatModel(responses=["not json", '{"score": 0.25, "reason": "weak"}'])
+    j = LangChainJudge(model, cache=None)
+    reply = ask(j)
+    assert reply.parsed == Verdict(score=0.25, reason="weak")  # type: ignore[attr-defined]
+    assert reply.model == "FakeListChatModel" and j.stats.reasks == 1  # type: ignore[attr-defined]
+
+
+def test_parser_rejects_what_it_cannot_read() -> None:
+    assert parse_reply('{"score": 1, "reason": "x"}', Verdict).score == 1
+    with pytest.raises(ReplyError, match="no complete JSON object"):
+        parse_reply('{"score": 1, "reason": "x"', Verdict)
+    with pytest.raises(ReplyError, match="not an object"):
+        parse_reply("[1, 2]", Verdict)
+    with pytest.raises(ReplyError, match="score"):
+        parse_reply('{"reason": "missing score"}', Verdict)
