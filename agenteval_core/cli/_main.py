@@ -147,16 +147,46 @@ def _print_report(console: Console, report: ReplayReport) -> None:
     help="Write per-trace results as JSON lines here.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--judge-model", help="Judge model name; enables the LLM-judge metrics.")
+@click.option("--judge-base-url", help="OpenAI-compatible API root, e.g. http://localhost:8000/v1.")
+@click.option("--judge-api-key", help="API key (default: $OPENAI_API_KEY).")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the judge cache.")
+@click.option("--clear-cache", is_flag=True, help="Empty the judge cache before replaying.")
 def replay_command(
-    capture: str, metric_names: str | None, json_out: str | None, quiet: bool
+    capture: str,
+    metric_names: str | None,
+    json_out: str | None,
+    quiet: bool,
+    judge_model: str | None,
+    judge_base_url: str | None,
+    judge_api_key: str | None,
+    no_cache: bool,
+    clear_cache: bool,
 ) -> None:
-    """Score every trace of a capture file (JSONL) and print a summary."""
+    """Score every trace of a capture file (JSONL) and print a summary.
+
+    Judge metrics run when --judge-model is given; otherwise they are skipped with a reason.
+    """
     path = Path(capture)
     if not path.exists():
         raise UserError(f"{capture}: no such file; pass the path of a capture (.jsonl) file")
     if path.is_dir():
         raise UserError(f"{capture}: is a directory; pass the path of a capture (.jsonl) file")
     names = _split_names(metric_names)
+    judge = None
+    if judge_model:
+        from ..judges import judge_from_options
+
+        judge = judge_from_options(
+            model=judge_model,
+            base_url=judge_base_url,
+            api_key=judge_api_key,
+            use_cache=not no_cache,
+        )
+        if clear_cache and judge.cache is not None:
+            judge.cache.clear()
+    elif judge_base_url or judge_api_key:
+        raise UserError("--judge-base-url and --judge-api-key need --judge-model")
     err = Console(stderr=True)
     show_progress = not quiet and err.is_terminal
 
@@ -179,11 +209,18 @@ def replay_command(
         report = replay(
             path,
             names,
+            judge=judge,
             output=json_out,
             on_bad_line=bad_line,
             on_progress=lambda size: progress.advance(task, size),
         )
     _print_report(Console(), report)
+    tokens = sum(m.input_tokens + m.output_tokens for m in report.summary.metrics.values())
+    if judge is not None:
+        cost = sum(m.cost_usd for m in report.summary.metrics.values())
+        click.echo(
+            f"judge {judge.model}: {tokens} tokens, ${cost:.4f}; {judge.stats.cache_hits} cache hits"
+        )
     if json_out:
         click.echo(f"per-trace results written to {json_out}")
     if report_errors:

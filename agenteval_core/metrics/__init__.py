@@ -14,6 +14,22 @@ from ._deterministic import (
     ToolSelectionF1,
 )
 from ._embedding import Coherence, LoopDetection
+from ._judge_base import JudgeMetric, Prompt
+from ._judge_metrics import (
+    AgentMemory,
+    AnswerCorrectness,
+    ArgumentCorrectness,
+    Confidence,
+    PlanAdherence,
+    PlanQuality,
+    StepEfficiency,
+    StepFaithfulness,
+    TaskCompletion,
+    ToolArgumentAccuracy,
+    ToolCallNecessity,
+    ToolCorrectness,
+    TrajectoryEfficiency,
+)
 from ._session import (
     AgentConsistency,
     AgentReliability,
@@ -24,19 +40,34 @@ from ._session import (
 
 __all__ = [
     "AgentConsistency",
+    "AgentMemory",
     "AgentReliability",
     "Agentic",
+    "AnswerCorrectness",
+    "ArgumentCorrectness",
     "Coherence",
+    "Confidence",
     "EndState",
     "IncrementalSession",
+    "JudgeMetric",
     "LoopDetection",
     "ParameterCorrectness",
+    "PlanAdherence",
     "PlanOrder",
+    "PlanQuality",
+    "Prompt",
     "ReferenceToolCorrectness",
+    "StepEfficiency",
+    "StepFaithfulness",
     "StepRatio",
+    "TaskCompletion",
+    "ToolArgumentAccuracy",
     "ToolCallAccuracy",
+    "ToolCallNecessity",
+    "ToolCorrectness",
     "ToolRoutingAccuracy",
     "ToolSelectionF1",
+    "TrajectoryEfficiency",
     "agent_consistency",
     "agent_reliability",
 ]
