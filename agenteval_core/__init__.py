@@ -17,6 +17,7 @@ from ._errors import (
     SchemaVersionError,
     UnknownMetricError,
 )
+from ._http_embedder import HTTPEmbedder
 from ._metric import (
     Metric,
     MetricInfo,
@@ -41,6 +42,7 @@ from ._schema import (
     ToolSpec,
     Trace,
 )
+from ._st_embedder import SentenceTransformerEmbedder
 from ._statistics import PassKEstimate, estimate_pass_k, pass_at_k, pass_pow_k
 from ._suite import CaseReport, EvalSuite, RunResult, SuiteReport
 from .metrics import agent_consistency, agent_reliability
@@ -58,6 +60,7 @@ __all__ = [
     "EvalCase",
     "EvalSuite",
     "ExpectedToolCall",
+    "HTTPEmbedder",
     "HashingEmbedder",
     "JudgeError",
     "JudgeParseError",
@@ -71,6 +74,7 @@ __all__ = [
     "RunResult",
     "SchemaVersionError",
     "Score",
+    "SentenceTransformerEmbedder",
     "Session",
     "SessionMetric",
     "Span",

@@ -36,6 +36,7 @@ class JudgeServer:
         self.script: deque[Reply] = deque()
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []
         self.unsupported_formats: set[str] = set()
         self.latency = 0.0
@@ -49,6 +50,9 @@ class JudgeServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.endswith("/embeddings"):
+                    self._embeddings(request)
+                    return
                 reply = server._next(request)
                 time.sleep(reply.delay or server.latency)
                 if reply.body is not None:
@@ -86,6 +90,20 @@ class JudgeServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left
+
+            def _embeddings(self, request: dict[str, Any]) -> None:
+                # a vector each text determines: (length, count of "a", 1)
+                server.embedding_requests.append(request)
+                data = [
+                    {"index": i, "embedding": [float(len(t)), float(t.count("a")), 1.0]}
+                    for i, t in enumerate(request["input"])
+                ]
+                body = json.dumps({"data": data, "model": request.get("model")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

