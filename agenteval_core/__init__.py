@@ -46,6 +46,7 @@ from ._st_embedder import SentenceTransformerEmbedder
 from ._statistics import PassKEstimate, estimate_pass_k, pass_at_k, pass_pow_k
 from ._suite import CaseReport, EvalSuite, RunResult, SuiteReport
 from .metrics import agent_consistency, agent_reliability
+from .metrics._best_of import BestOfResult, abest_of, best_of
 
 __version__ = "0.1.0"
 
@@ -53,6 +54,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentEvalError",
     "AgentStep",
+    "BestOfResult",
     "CaptureError",
     "CaptureFormatError",
     "CaseReport",
@@ -85,8 +87,10 @@ __all__ = [
     "Trace",
     "UnknownMetricError",
     "__version__",
+    "abest_of",
     "agent_consistency",
     "agent_reliability",
+    "best_of",
     "create_metric",
     "default_embedder",
     "estimate_pass_k",
