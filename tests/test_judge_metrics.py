@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,8 +15,16 @@ from judge_server import JudgeServer, Reply
 
 from agenteval_core import AgentStep, EvalCase, ToolCall, ToolSpec, Trace, create_metric
 from agenteval_core._capture import CaptureWriter
+from agenteval_core._scoring import SessionScorer
 from agenteval_core.judges import OpenAIJudge
-from agenteval_core.metrics import JudgeMetric, Prompt, TaskCompletion
+from agenteval_core.metrics import (
+    Agentic,
+    AnswerCorrectness,
+    JudgeMetric,
+    Prompt,
+    ReferenceToolCorrectness,
+    TaskCompletion,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -312,3 +321,45 @@ def test_replay_runs_judge_metrics_and_a_cached_rerun_makes_no_call(
     second = replay()
     assert second.returncode == 0 and len(judge_server.requests) == 3  # all from the cache
     assert "3 cache hits" in second.stdout
+
+
+def test_agentic_end_to_end_with_the_answer_judge(judge_server: JudgeServer) -> None:
+    # Two interactions of one conversation: answers judged 0.9 and 0.5 (threshold 0.7); both
+    # used the expected tool with the expected arguments (reference_tool_correctness 1.0).
+    # Interaction 2 fails on its answer → 1 of 2 correct; plug-in p = 1/2 → pass@2 = 0.75.
+    judge_server.reply({"score": 0.9, "reason": "right"}, {"score": 0.5, "reason": "half right"})
+
+    def interaction(question: str, answer: str) -> EvalCase:
+        trace = Trace.from_steps(
+            question,
+            [
+                AgentStep(
+                    tool_calls=[ToolCall(name="lookup", arguments={"id": 1}, result="shipped")],
+                    output=answer,
+                )
+            ],
+            session_id="conversation-1",
+        )
+        return EvalCase(
+            trace=trace,
+            expected_output="it shipped",
+            expected_tool_calls=[{"name": "lookup", "arguments": {"id": 1}}],
+        )
+
+    scorer = SessionScorer(
+        [AnswerCorrectness(judge=judge(judge_server)), ReferenceToolCorrectness()], [Agentic(k=2)]
+    )
+
+    async def run() -> None:
+        await scorer.score_case(interaction("Where is order 1?", "It shipped."))
+        await scorer.score_case(interaction("And when does it arrive?", "It shipped yesterday."))
+
+    asyncio.run(run())
+    [agentic] = scorer.session_results("conversation-1")
+    assert (
+        agentic.metadata["correct_interactions"] == 1
+        and agentic.metadata["total_interactions"] == 2
+    )
+    assert agentic.metadata["tool_correctness_scores"] == [1.0, 1.0]
+    assert agentic.metadata["pass_at_k"] == pytest.approx(0.75)
+    assert agentic.metadata["is_fully_correct"] is False and agentic.success is False
