@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +21,10 @@ class SentenceTransformerEmbedder:
     ``pip install 'agenteval[embeddings]'``; the model loads on first use.
     """
 
-    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 64) -> None:
-        self.model_name = model
+    def __init__(
+        self, model: str | os.PathLike[str], *, device: str | None = None, batch_size: int = 64
+    ) -> None:
+        self.model_name = os.fspath(model)
         self.device = device
         self.batch_size = batch_size
         self._model: Any = None
