@@ -133,7 +133,36 @@ def _make_async_hook(name: str) -> Any:
     return hook
 
 
-class AgentEvalCallbackHandler(BaseCallbackHandler):
+class _HandlerSetup:
+    """What the sync and async handlers share: the recorder and the two hot-path attributes."""
+
+    run_inline = True  # the hot path is a thread-safe queue put; no need for an executor hop
+    raise_error: bool
+
+    def __init__(
+        self,
+        evaluator: OnlineEvaluator | None = None,
+        *,
+        session_id: str | None = None,
+        stop_on_loop: bool = False,
+        loop_repeat_threshold: int = 3,
+    ) -> None:
+        super().__init__()
+        self._recorder = _Recorder(evaluator, session_id, stop_on_loop, loop_repeat_threshold)
+        self._put = self._recorder.put  # the hot path reads these two attributes only
+        self._guarded = stop_on_loop
+        self.raise_error = stop_on_loop
+
+    @property
+    def evaluator(self) -> OnlineEvaluator:
+        return self._recorder.evaluator
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until this handler's runs are captured and scored."""
+        return self._recorder.evaluator.flush(timeout)
+
+
+class AgentEvalCallbackHandler(_HandlerSetup, BaseCallbackHandler):
     """Captures every LangChain / LangGraph run as a trace and scores it in the background.
 
     Args:
@@ -146,57 +175,9 @@ class AgentEvalCallbackHandler(BaseCallbackHandler):
             it the LangChain way (the handler sets ``raise_error``).
     """
 
-    run_inline = True  # the hot path is a thread-safe queue put; no need for an executor hop
 
-    def __init__(
-        self,
-        evaluator: OnlineEvaluator | None = None,
-        *,
-        session_id: str | None = None,
-        stop_on_loop: bool = False,
-        loop_repeat_threshold: int = 3,
-    ) -> None:
-        super().__init__()
-        self._recorder = _Recorder(evaluator, session_id, stop_on_loop, loop_repeat_threshold)
-        self._put = self._recorder.put  # the hot path reads these two attributes only
-        self._guarded = stop_on_loop
-        self.raise_error = stop_on_loop
-
-    @property
-    def evaluator(self) -> OnlineEvaluator:
-        return self._recorder.evaluator
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until this handler's runs are captured and scored."""
-        return self._recorder.evaluator.flush(timeout)
-
-
-class AsyncAgentEvalCallbackHandler(AsyncCallbackHandler):
+class AsyncAgentEvalCallbackHandler(_HandlerSetup, AsyncCallbackHandler):
     """The same handler for async-only callback managers (same arguments)."""
-
-    run_inline = True
-
-    def __init__(
-        self,
-        evaluator: OnlineEvaluator | None = None,
-        *,
-        session_id: str | None = None,
-        stop_on_loop: bool = False,
-        loop_repeat_threshold: int = 3,
-    ) -> None:
-        super().__init__()
-        self._recorder = _Recorder(evaluator, session_id, stop_on_loop, loop_repeat_threshold)
-        self._put = self._recorder.put  # the hot path reads these two attributes only
-        self._guarded = stop_on_loop
-        self.raise_error = stop_on_loop
-
-    @property
-    def evaluator(self) -> OnlineEvaluator:
-        return self._recorder.evaluator
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until this handler's runs are captured and scored."""
-        return self._recorder.evaluator.flush(timeout)
 
 
 for _name in HOOKS:

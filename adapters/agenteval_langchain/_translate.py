@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage, ToolMessage
@@ -107,6 +107,16 @@ def _session(metadata: dict[str, Any] | None) -> str | None:
     return None
 
 
+class Event(NamedTuple):
+    """One recorded callback, as the handler put it on the pump."""
+
+    run_id: UUID
+    parent_run_id: UUID | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    at: float
+
+
 class Translator:
     """Turns LangChain callback events into TraceAssembler calls for one handler."""
 
@@ -136,81 +146,45 @@ class Translator:
         }
 
     def handle(self, event: tuple[Any, ...]) -> None:
-        hook, run_id, parent_run_id, args, kwargs, at = event
-        self._dispatch[hook](run_id, parent_run_id, args, kwargs, at)
+        self._dispatch[event[0]](Event(*event[1:]))
 
-    def _start(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        kind: SpanKind,
-        name: str,
-        inputs: Any,
-        kwargs: dict[str, Any],
-        at: float,
-        **extra: Any,
-    ) -> None:
-        metadata = kwargs.get("metadata")
+    def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
         self.assembler.start_span(
-            run_id,
-            parent_run_id,
+            e.run_id,
+            e.parent_run_id,
             kind,
             name,
             input=inputs,
-            start_time=at,
-            session_id=self.session_id or _session(metadata),
+            start_time=e.at,
+            session_id=self.session_id or _session(e.kwargs.get("metadata")),
             **extra,
         )
 
-    def _chain_start(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        serialized, inputs = args
-        name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
-        root = parent_run_id is None or self.assembler.trace_of(parent_run_id) is None
+    def _chain_start(self, e: Event) -> None:
+        serialized, inputs = e.args
+        name = e.kwargs.get("name") or (serialized or {}).get("name") or "chain"
+        root = e.parent_run_id is None or self.assembler.trace_of(e.parent_run_id) is None
         kind = SpanKind.AGENT if root else SpanKind.CHAIN
         inputs = conversation_text(inputs, "human") if root else _state_summary(inputs)
-        self._start(run_id, parent_run_id, kind, name, jsonable(inputs), kwargs, at)
+        self._start(e, kind, name, jsonable(inputs))
 
-    def _model_start(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        serialized, prompts = args
-        params = kwargs.get("invocation_params") or {}
+    def _model_start(self, e: Event) -> None:
+        serialized, prompts = e.args
+        params = e.kwargs.get("invocation_params") or {}
         model = params.get("model") or params.get("model_name") or (serialized or {}).get("name")
         attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
-        name = kwargs.get("name") or (serialized or {}).get("name") or "llm"
+        name = e.kwargs.get("name") or (serialized or {}).get("name") or "llm"
         self._start(
-            run_id,
-            parent_run_id,
+            e,
             SpanKind.LLM,
             name,
             jsonable(prompts),
-            kwargs,
-            at,
             attributes=attributes,
             tools=_tools(params),
         )
 
-    def _llm_end(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        response: LLMResult = args[0]
+    def _llm_end(self, e: Event) -> None:
+        response: LLMResult = e.args[0]
         generation = (
             response.generations[0][0] if response.generations and response.generations[0] else None
         )
@@ -221,7 +195,9 @@ class Translator:
                 message = generation.message
                 text = _text(message.content)
                 requested = [
-                    ToolCall(id=call.get("id"), name=call["name"], arguments=call.get("args") or {})
+                    ToolCall(
+                        id=call.get("id"), name=call["name"], arguments=call.get("e.args") or {}
+                    )
                     for call in getattr(message, "tool_calls", None) or []
                 ]
                 usage = getattr(message, "usage_metadata", None) or {}
@@ -233,25 +209,18 @@ class Translator:
             attributes["gen_ai.usage.input_tokens"] = token_usage.get("prompt_tokens", 0)
             attributes["gen_ai.usage.output_tokens"] = token_usage.get("completion_tokens", 0)
         self.assembler.end_span(
-            run_id,
+            e.run_id,
             output=text,
-            end_time=at,
+            end_time=e.at,
             attributes=attributes,
             requested_tool_calls=requested,
             thought=text if requested else None,
         )
 
-    def _tool_start(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        serialized, input_str = args
-        name = (serialized or {}).get("name") or kwargs.get("name") or "tool"
-        inputs = kwargs.get("inputs")
+    def _tool_start(self, e: Event) -> None:
+        serialized, input_str = e.args
+        name = (serialized or {}).get("name") or e.kwargs.get("name") or "tool"
+        inputs = e.kwargs.get("inputs")
         if not isinstance(inputs, dict):
             try:
                 inputs = json.loads(input_str)
@@ -260,89 +229,51 @@ class Translator:
             if not isinstance(inputs, dict):
                 inputs = {"input": input_str}
         arguments = jsonable(inputs)
-        call = ToolCall(id=kwargs.get("tool_call_id"), name=name, arguments=arguments)
+        call = ToolCall(id=e.kwargs.get("tool_call_id"), name=name, arguments=arguments)
         self._start(
-            run_id, parent_run_id, SpanKind.TOOL, name, arguments, kwargs, at, tool_call=call
+            e,
+            SpanKind.TOOL,
+            name,
+            arguments,
+            tool_call=call,
         )
 
-    def _tool_end(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        output = args[0]
+    def _tool_end(self, e: Event) -> None:
+        output = e.args[0]
         error = None
         if isinstance(output, ToolMessage):
             if output.status == "error":
                 error = _text(output.content)
             output = output.content
-        self.assembler.end_span(run_id, output=jsonable(output), error=error, end_time=at)
+        self.assembler.end_span(e.run_id, output=jsonable(output), error=error, end_time=e.at)
 
-    def _retriever_start(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        serialized, query = args
-        name = kwargs.get("name") or (serialized or {}).get("name") or "retriever"
-        self._start(run_id, parent_run_id, SpanKind.RETRIEVER, name, query, kwargs, at)
+    def _retriever_start(self, e: Event) -> None:
+        serialized, query = e.args
+        name = e.kwargs.get("name") or (serialized or {}).get("name") or "retriever"
+        self._start(e, SpanKind.RETRIEVER, name, query)
 
-    def _end_output(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        output = args[0]
-        if self.assembler.is_root(run_id):
+    def _end_output(self, e: Event) -> None:
+        output = e.args[0]
+        if self.assembler.is_root(e.run_id):
             output = conversation_text(output, "ai")
         else:
             output = _state_summary(output)
-        self.assembler.end_span(run_id, output=jsonable(output), end_time=at)
+        self.assembler.end_span(e.run_id, output=jsonable(output), end_time=e.at)
 
-    def _end_error(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        self.assembler.end_span(run_id, error=_error(args[0]), end_time=at)
+    def _end_error(self, e: Event) -> None:
+        self.assembler.end_span(e.run_id, error=_error(e.args[0]), end_time=e.at)
 
-    def _agent_action(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        action = args[0]
-        trace = self.assembler.trace_of(run_id)
+    def _agent_action(self, e: Event) -> None:
+        action = e.args[0]
+        trace = self.assembler.trace_of(e.run_id)
         if trace is not None:
             trace.metadata.setdefault("agent_actions", []).append(
                 {"tool": action.tool, "tool_input": jsonable(action.tool_input), "log": action.log}
             )
 
-    def _agent_finish(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        at: float,
-    ) -> None:
-        finish = args[0]
-        trace = self.assembler.trace_of(run_id)
+    def _agent_finish(self, e: Event) -> None:
+        finish = e.args[0]
+        trace = self.assembler.trace_of(e.run_id)
         if trace is not None:
             trace.metadata["agent_finish"] = {
                 "output": jsonable(finish.return_values),
