@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from ._capture import CaptureWriter
 from ._metric import Metric, MetricKind, SessionMetric
 from ._recorder import EventPump, ToolStart
-from ._replay import DEFAULT_SESSION_METRICS, resolve_metrics
+from ._replay import DEFAULT_SESSION_METRICS, default_trace_metric_names, resolve_metrics
 from ._results import MetricResult
 from ._schema import EvalCase, ToolCall, Trace
 from ._scoring import SessionScorer
@@ -195,17 +195,6 @@ class EvaluatorStats:
     unscored_trace_ids: list[str] = field(default_factory=list)
 
 
-def _default_trace_metrics() -> list[str]:
-    from ._metric import list_metrics, metric_class
-
-    return [
-        info.name
-        for info in list_metrics()
-        if info.kind in (MetricKind.DETERMINISTIC, MetricKind.EMBEDDING)
-        and not getattr(metric_class(info.name), "needs_expectations", False)
-    ]
-
-
 class OnlineEvaluator:
     """Captures and scores finished traces in the background while the agent runs.
 
@@ -246,7 +235,9 @@ class OnlineEvaluator:
         seed: int | None = 0,
     ) -> None:
         names: list[str | Metric | SessionMetric] = list(
-            metrics if metrics is not None else _default_trace_metrics()
+            metrics
+            if metrics is not None
+            else default_trace_metric_names(with_judge=judge is not None)
         )
         names += list(session_metrics if session_metrics is not None else DEFAULT_SESSION_METRICS)
         trace_metrics, sessions = resolve_metrics(names, judge=judge)

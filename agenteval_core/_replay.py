@@ -23,6 +23,7 @@ __all__ = [
     "ReplayReport",
     "areplay",
     "default_metric_names",
+    "default_trace_metric_names",
     "replay",
     "resolve_metrics",
 ]
@@ -32,19 +33,22 @@ BATCH_SIZE = 256
 """Traces scored together, so embedding work is batched; small enough to keep memory flat."""
 
 
-def default_metric_names(*, with_judge: bool = False) -> list[str]:
-    """The metrics that can score a plain capture: deterministic and embedding metrics that
-    need no expectations, agent_reliability and agent_consistency, and judge metrics when a
-    judge is configured."""
+def default_trace_metric_names(*, with_judge: bool = False) -> list[str]:
+    """The trace metrics that can score a plain capture: deterministic and embedding metrics
+    that need no expectations, and judge metrics (that need none) when a judge is configured."""
     kinds = {MetricKind.DETERMINISTIC, MetricKind.EMBEDDING} | (
         {MetricKind.JUDGE} if with_judge else set()
     )
-    names = [
+    return [
         info.name
         for info in list_metrics()
         if info.kind in kinds and not getattr(metric_class(info.name), "needs_expectations", False)
     ]
-    return names + list(DEFAULT_SESSION_METRICS)
+
+
+def default_metric_names(*, with_judge: bool = False) -> list[str]:
+    """:func:`default_trace_metric_names` plus agent_reliability and agent_consistency."""
+    return default_trace_metric_names(with_judge=with_judge) + list(DEFAULT_SESSION_METRICS)
 
 
 def resolve_metrics(

@@ -164,17 +164,6 @@ def trace(output: str, session: str = "s1", **fields: Any) -> Trace:
     return Trace(input="Where is my order?", output=output, session_id=session, **fields)
 
 
-class SlowMetric(Metric):
-    """Takes a while, like a judge."""
-
-    name = "slow"
-    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
-
-    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
-        time.sleep(0.05)
-        return Score(1.0)
-
-
 class BrokenMetric(Metric):
     """Always raises."""
 
@@ -207,20 +196,46 @@ def test_results_session_signals_and_cross_trace_loop_alert(tmp_path: Path) -> N
     assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3
 
 
+class GatedMetric(Metric):
+    """Blocks until the test opens the gate, like a judge that has stalled."""
+
+    name = "gated"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    gate = threading.Event()
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        self.gate.wait(10)
+        return Score(1.0)
+
+
 def test_full_queue_drops_from_scoring_never_from_capture(tmp_path: Path) -> None:
+    # One trace in scoring (stalled), two queued, so 17 of 20 are dropped from scoring;
+    # every one of the 20 is in the capture.
+    gated = GatedMetric()
+    gated.gate.clear()
     evaluator = OnlineEvaluator(
-        capture=tmp_path / "c.jsonl", metrics=[SlowMetric()], session_metrics=[], queue_size=2
+        capture=tmp_path / "c.jsonl",
+        metrics=[gated],
+        session_metrics=[],
+        queue_size=2,
+        batch_size=1,
+        batch_delay=0.0,
     )
     submitted = [trace(f"answer {i}", session=f"s{i}") for i in range(20)]
-    for item in submitted:
+    evaluator.submit(submitted[0])
+    deadline = time.monotonic() + 5
+    while evaluator._queue is not None and evaluator._queue.qsize() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first trace has left the queue and is being scored
+    time.sleep(0.05)
+    for item in submitted[1:]:
         evaluator.submit(item)
+    gated.gate.set()
     assert evaluator.flush(10)
     stats = evaluator.stats
     evaluator.close()
     assert [t.id for t in read_capture(tmp_path / "c.jsonl")] == [t.id for t in submitted]
-    assert stats.captured == 20 and stats.dropped_from_scoring > 0
-    assert stats.scored + stats.dropped_from_scoring == 20
-    assert len(stats.unscored_trace_ids) == stats.dropped_from_scoring
+    assert stats.captured == 20 and stats.scored == 3 and stats.dropped_from_scoring == 17
+    assert stats.unscored_trace_ids == [t.id for t in submitted[3:]]
 
 
 def test_failing_metrics_and_callbacks_are_counted_not_raised(tmp_path: Path) -> None:

@@ -94,9 +94,10 @@ class LlamaIndexInstrumentation:
         evaluator: where traces go; default: the process-wide evaluator.
         session_id: groups runs into a session; otherwise a ``session_id`` tag set with
             ``instrument_tags({"session_id": ...})`` is used.
-        stop_on_loop: when a run calls the same tool with the same arguments
-            ``loop_repeat_threshold`` times (or cycles), cancel that run's workflow
-            (``WorkflowHandler.cancel_run``); the awaiting caller sees the cancellation.
+        stop_on_loop: when the evaluator's live monitor alerts on a run (the same tool with
+            the same arguments ``OnlineEvaluator(loop_repeat_threshold=...)`` times, or a
+            cycle), cancel that run's workflow (``WorkflowHandler.cancel_run``); the awaiting
+            caller sees the cancellation.
     """
 
     def __init__(
@@ -105,10 +106,8 @@ class LlamaIndexInstrumentation:
         *,
         session_id: str | None = None,
         stop_on_loop: bool = False,
-        loop_repeat_threshold: int = 3,
     ) -> None:
         self.evaluator = evaluator if evaluator is not None else default_evaluator()
-        self.evaluator.monitor.repeat_threshold = loop_repeat_threshold
         self.stop_on_loop = stop_on_loop
         self.translator = Translator(self.evaluator, session_id=session_id)
         self.pump = EventPump(self.translator.handle, name="agenteval-llamaindex")
@@ -162,13 +161,9 @@ def instrument(
     *,
     session_id: str | None = None,
     stop_on_loop: bool = False,
-    loop_repeat_threshold: int = 3,
 ) -> LlamaIndexInstrumentation:
     """Capture and score every LlamaIndex agent run from now on; returns the instrumentation
     (call ``uninstrument()`` on it to stop)."""
     return LlamaIndexInstrumentation(
-        evaluator,
-        session_id=session_id,
-        stop_on_loop=stop_on_loop,
-        loop_repeat_threshold=loop_repeat_threshold,
+        evaluator, session_id=session_id, stop_on_loop=stop_on_loop
     ).instrument()
