@@ -11,4 +11,5 @@ os.environ["HOME"] = tempfile.mkdtemp(prefix="agenteval-test-home-")
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["OTEL_SDK_DISABLED"] = "true"
 
-pytest_plugins = ["judge_server"]
+# the scripted OpenAI-API server fixture, and pytest's own fixture for running inner sessions
+pytest_plugins = ["judge_server", "pytester"]

@@ -1,0 +1,99 @@
+"""pytest integration: ``assert_eval``, the ``agenteval_k_runs`` fixture, and a results report.
+
+Installed with agenteval (entry point ``pytest11``), so no ``conftest.py`` is needed::
+
+    from agenteval_core.pytest_plugin import assert_eval
+
+    def test_agent_calls_search(trace):
+        assert_eval(trace, ["tool_call_accuracy", "coherence"])
+
+``pytest --agenteval-report results.json`` writes every result asserted in the session.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._metric import Metric, create_metric
+from ._results import MetricResult
+from ._schema import EvalCase, Trace
+from ._statistics import Estimator
+from ._suite import AgentFn, EvalSuite, SuiteReport
+
+__all__ = ["assert_eval", "assert_pass_k"]
+
+_RECORDED: list[dict[str, Any]] = []
+
+
+def _describe(result: MetricResult) -> str:
+    if result.score is None:
+        return f"{result.name}: no score — {result.error or result.reason}"
+    return f"{result.name}: score {result.score:.3f} < threshold {result.threshold:g} — {result.reason}"
+
+
+def assert_eval(
+    case: EvalCase | Trace, metrics: Sequence[str | Metric], **options: Any
+) -> list[MetricResult]:
+    """Score ``case`` with ``metrics`` (names or instances; ``options`` go to metrics built by
+    name) and fail with every failing metric's score, threshold and reason. A metric that
+    errors fails too; a skipped one does not. Returns the results."""
+    built = [create_metric(m, **options) if isinstance(m, str) else m for m in metrics]
+    results = [metric.measure(case) for metric in built]
+    _RECORDED.extend(r.model_dump(mode="json") for r in results)
+    failing = [r for r in results if r.status == "error" or (r.score is not None and not r.success)]
+    if failing:
+        raise AssertionError("agenteval: " + "; ".join(_describe(r) for r in failing))
+    return results
+
+
+def assert_pass_k(
+    agent: AgentFn,
+    cases: EvalCase | Sequence[EvalCase],
+    metrics: Sequence[str | Metric],
+    *,
+    k: int,
+    attempts: int | None = None,
+    min_pass_at_k: float | None = None,
+    min_pass_pow_k: float | None = None,
+    estimator: Estimator = "plugin",
+) -> SuiteReport:
+    """Run ``agent`` on each case ``attempts`` times (default k) and fail when the suite's
+    pass@k or pass^k falls below the given bounds; the message shows each case's passes."""
+    suite = EvalSuite("pytest").add_cases(cases).add_evaluators(*metrics)
+    report = suite.run(agent, k=k, attempts=attempts, estimator=estimator, progress=False)
+    for case in report.cases:
+        _RECORDED.extend(r.model_dump(mode="json") for run in case.runs for r in run.results)
+    problems = []
+    if min_pass_at_k is not None and report.pass_at_k < min_pass_at_k:
+        problems.append(f"pass@{k} {report.pass_at_k:.3f} < {min_pass_at_k}")
+    if min_pass_pow_k is not None and report.pass_pow_k < min_pass_pow_k:
+        problems.append(f"pass^{k} {report.pass_pow_k:.3f} < {min_pass_pow_k}")
+    if problems:
+        passes = ", ".join(f"{c.case_id}: {c.passes}/{len(c.runs)}" for c in report.cases)
+        raise AssertionError(f"agenteval: {'; '.join(problems)} (passes per case: {passes})")
+    return report
+
+
+@pytest.fixture
+def agenteval_k_runs() -> Callable[..., SuiteReport]:
+    """:func:`assert_pass_k` as a fixture."""
+    return assert_pass_k
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--agenteval-report",
+        metavar="PATH",
+        help="write every agenteval result asserted in this session to PATH (JSON)",
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = session.config.getoption("--agenteval-report", default=None)
+    if path:
+        Path(path).write_text(json.dumps({"results": _RECORDED}, indent=2), encoding="utf-8")

@@ -1,0 +1,73 @@
+"""The pytest plugin, run in a real inner pytest session (pytester)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_assert_eval_failure_names_score_threshold_and_reason(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from agenteval_core import AgentStep, EvalCase, ToolCall
+        from agenteval_core.pytest_plugin import assert_eval
+
+        def case(calls):
+            return EvalCase(
+                input="Search and summarize",
+                agent_trace=[AgentStep(tool_calls=[ToolCall(name=c) for c in calls], output="done")],
+                expected_tool_calls=["search", "summarize"],
+            )
+
+        def test_good():
+            results = assert_eval(case(["search", "summarize"]), ["tool_call_accuracy"])
+            assert results[0].score == 1.0
+
+        def test_bad():
+            assert_eval(case(["search"]), ["tool_call_accuracy", "tool_selection_f1"])
+        """
+    )
+    result = pytester.runpytest("--agenteval-report", "report.json")
+    result.assert_outcomes(passed=1, failed=1)
+    # tool_call_accuracy: 1 of 2 → 0.5 < 0.7; F1: 2·1/(2+1) = 0.667 < 0.7
+    result.stdout.fnmatch_lines(
+        [
+            "*agenteval: tool_call_accuracy: score 0.500 < threshold 0.7 — 1 of 2 expected calls matched (unordered); "
+            "tool_selection_f1: score 0.667 < threshold 0.7*"
+        ]
+    )
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert [r["name"] for r in report["results"]] == [
+        "tool_call_accuracy",
+        "tool_call_accuracy",
+        "tool_selection_f1",
+    ]
+
+
+def test_k_runs_fixture_asserts_pass_k_bounds(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import itertools
+        from agenteval_core import AgentStep, EvalCase, ToolCall, Trace
+
+        def flaky_agent():
+            # right tool on 3 of 4 attempts
+            names = itertools.cycle(["search", "search", "browse", "search"])
+            return lambda q: Trace.from_steps(q, [AgentStep(tool_calls=[ToolCall(name=next(names))], output="ok")])
+
+        CASE = EvalCase(id="c1", input="find it", expected_tool_calls=["search"])
+
+        def test_bounds_hold(agenteval_k_runs):
+            # n=4, c=3, k=2 plug-in: pass@2 = 1 − 0.25² = 0.9375, pass^2 = 0.75² = 0.5625
+            report = agenteval_k_runs(flaky_agent(), CASE, ["tool_call_accuracy"], k=2, attempts=4,
+                                      min_pass_at_k=0.9, min_pass_pow_k=0.5)
+            assert round(report.pass_pow_k, 4) == 0.5625
+
+        def test_bounds_fail(agenteval_k_runs):
+            agenteval_k_runs(flaky_agent(), CASE, ["tool_call_accuracy"], k=2, attempts=4, min_pass_pow_k=0.9)
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*agenteval: pass^2 0.562 < 0.9 (passes per case: c1: 3/4)*"])
