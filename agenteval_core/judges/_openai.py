@@ -7,6 +7,7 @@ import asyncio
 import functools
 import json
 import os
+import weakref
 from typing import Any, Literal
 
 import httpx
@@ -82,7 +83,9 @@ class OpenAIJudge(BaseJudge):
             backoff_base=backoff_base,
         )
         self.mode: Mode = "json_schema"
-        self._clients: dict[int, httpx.AsyncClient] = {}
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIJudge(model={self._model!r}, base_url={self.base_url!r})"
@@ -93,7 +96,7 @@ class OpenAIJudge(BaseJudge):
 
     def _client(self) -> httpx.AsyncClient:
         # an httpx client belongs to the event loop it was made on
-        key = id(asyncio.get_running_loop())
+        key = asyncio.get_running_loop()
         client = self._clients.get(key)
         if client is None or client.is_closed:
             client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
@@ -138,7 +141,7 @@ class OpenAIJudge(BaseJudge):
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP client."""
-        client = self._clients.pop(id(asyncio.get_running_loop()), None)
+        client = self._clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()
 

@@ -6,6 +6,7 @@ import asyncio
 import email.utils
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -71,10 +72,13 @@ class Traffic:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.stats = TrafficStats()
-        self._per_loop: dict[int, tuple[Throttler, asyncio.Semaphore]] = {}
+        # keyed by the loop object itself: a finished loop's id can be reused by a new loop
+        self._per_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[Throttler, asyncio.Semaphore]
+        ] = weakref.WeakKeyDictionary()
 
     def _limits(self) -> tuple[Throttler, asyncio.Semaphore]:
-        key = id(asyncio.get_running_loop())
+        key = asyncio.get_running_loop()
         limits = self._per_loop.get(key)
         if limits is None:
             limits = (
