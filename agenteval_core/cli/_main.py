@@ -233,6 +233,25 @@ def replay_command(
         raise RunProblem(f"{capture}: no traces in the file")
 
 
+@cli.command("report")
+@click.argument("results")
+@click.option("--capture", help="The capture the results came from, for the spans of each trace.")
+@click.option(
+    "--html",
+    "html_out",
+    default="agenteval-report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the report.",
+)
+def report_command(results: str, capture: str | None, html_out: str) -> None:
+    """Write a self-contained HTML report from replay --json results (or online results)."""
+    from .._report import write_report
+
+    path = write_report(results, html_out, capture=capture)
+    click.echo(f"report written to {path}")
+
+
 @cli.command("demo")
 @click.option(
     "--capture",
