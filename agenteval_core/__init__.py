@@ -29,6 +29,7 @@ from ._metric import (
     metric_class,
     register_metric,
 )
+from ._redact import Redactor
 from ._results import MetricResult
 from ._schema import (
     SCHEMA_VERSION,
@@ -73,6 +74,7 @@ __all__ = [
     "MetricKind",
     "MetricResult",
     "PassKEstimate",
+    "Redactor",
     "RunResult",
     "SchemaVersionError",
     "Score",

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from ._capture import CaptureWriter
 from ._metric import Metric, MetricKind, SessionMetric
 from ._recorder import EventPump, ToolStart
+from ._redact import Redactor
 from ._replay import DEFAULT_SESSION_METRICS, default_trace_metric_names, resolve_metrics
 from ._results import MetricResult
 from ._schema import EvalCase, ToolCall, Trace
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agenteval")
+DEFAULT_REDACTOR = Redactor()
+"""Redacts common credential shapes and secret-named fields, and cuts strings over 100,000
+characters; pass ``redactor=Redactor(patterns=..., fields=..., max_chars=...)`` to extend it
+or ``redactor=None`` to keep traces as they are."""
 results_logger = logging.getLogger("agenteval.results")
 """The logging sink: one INFO line per scored trace (enable it with logging's own config)."""
 
@@ -211,6 +216,9 @@ class OnlineEvaluator:
     is captured but not scored, counted in ``stats.dropped_from_scoring`` and listed in
     ``stats.unscored_trace_ids`` (replay the capture to score it later). The agent never waits.
 
+    Secrets: every trace is redacted (``redactor``) before it is captured, scored or sent to
+    a judge; strings over the redactor's ``max_chars`` are cut with a marker giving their size.
+
     Sinks: ``on_result`` callbacks (add more with ``add_result_callback``), the JSONL
     ``results_path`` file, and the ``agenteval.results`` logger (one INFO line per trace).
     A failing sink is counted in ``stats.callback_errors`` and never stops the others.
@@ -233,6 +241,7 @@ class OnlineEvaluator:
         batch_delay: float = 0.2,
         exit_timeout: float = 5.0,
         seed: int | None = 0,
+        redactor: Redactor | None = DEFAULT_REDACTOR,
     ) -> None:
         names: list[str | Metric | SessionMetric] = list(
             metrics
@@ -257,6 +266,7 @@ class OnlineEvaluator:
         )
         self.stats = EvaluatorStats()
         self.exit_timeout = exit_timeout
+        self.redactor = redactor
         self._pumps: weakref.WeakSet[EventPump] = weakref.WeakSet()
         self._pending = 0
         self._idle = threading.Condition()
@@ -281,6 +291,8 @@ class OnlineEvaluator:
         """Capture a finished trace now and queue it for scoring. Never blocks or raises."""
         try:
             self.stats.submitted += 1
+            if self.redactor is not None:
+                trace = self.redactor.trace(trace)  # before it is written, scored or sent
             if self._capture is not None and not self._capture.closed:
                 try:
                     self._capture.write(trace)

@@ -11,12 +11,16 @@ from pydantic import BaseModel
 
 from .._errors import JudgeParseError, JudgeUnavailableError
 from .._metric import Metric, MetricKind, Score
+from .._redact import Redactor
 from .._schema import EvalCase, ToolCall, Trace, text_of
 from ..judges._protocol import Judge, JudgeRequest
 
 __all__ = ["JudgeMetric", "Prompt", "data_block", "describe_trace"]
 
 T = TypeVar("T", bound=BaseModel)
+
+_REDACTOR = Redactor(max_chars=None)
+"""Captures made by agenteval are redacted already; this covers traces from elsewhere."""
 
 MAX_FIELD_CHARS = 4000
 """Longest piece of trace text sent to a judge; longer values are cut with a visible marker."""
@@ -35,8 +39,9 @@ def _neutralise(text: str) -> str:
 
 
 def data_block(label: str, value: Any) -> str:
-    """``value`` as text inside clear delimiters, markers neutralised, length bounded."""
-    text = _neutralise(text_of(value))
+    """``value`` as text inside clear delimiters, secrets redacted, markers neutralised,
+    length bounded."""
+    text = _neutralise(_REDACTOR.text(text_of(value)))
     if len(text) > MAX_FIELD_CHARS:
         text = f"{text[:MAX_FIELD_CHARS]} …[truncated {len(text) - MAX_FIELD_CHARS} characters]"
     return f"<<<DATA {label}\n{text}\nDATA>>>"

@@ -1,0 +1,97 @@
+"""Redacting secrets and truncating oversized values before a trace is written or sent."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._schema import Trace
+
+__all__ = ["DEFAULT_SECRET_FIELDS", "DEFAULT_SECRET_PATTERNS", "Redactor"]
+
+DEFAULT_SECRET_PATTERNS: dict[str, str] = {
+    "anthropic-key": r"sk-ant-[A-Za-z0-9_\-]{20,}",
+    "openai-key": r"sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}",
+    "aws-access-key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    "aws-secret-key": r"(?i)\baws_secret_access_key[\"'\s:=]+[A-Za-z0-9/+=]{40}",
+    "bearer-token": r"(?i)\bBearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
+    "github-token": r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",
+}
+"""Shapes of common credentials; each match becomes ``[REDACTED:<name>]``."""
+
+DEFAULT_SECRET_FIELDS: frozenset[str] = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "api-key",
+        "authorization",
+        "password",
+        "passwd",
+        "secret",
+        "client_secret",
+        "access_token",
+        "refresh_token",
+        "token",
+        "x-api-key",
+    }
+)
+"""Keys whose values are secrets whatever they look like (compared case-insensitively)."""
+
+
+@dataclass
+class Redactor:
+    """Replaces secrets in every string of a trace, and cuts strings over ``max_chars``.
+
+    Args:
+        patterns: extra regular expressions, name → pattern (merged over the defaults).
+        fields: extra key names whose values are always redacted.
+        max_chars: strings longer than this are cut, ending in a visible marker that records
+            their original size (``None`` keeps them whole).
+    """
+
+    patterns: dict[str, str] = field(default_factory=dict)
+    fields: Iterable[str] = ()
+    max_chars: int | None = 100_000
+    _compiled: list[tuple[str, re.Pattern[str]]] = field(init=False, repr=False)
+    _fields: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        merged = DEFAULT_SECRET_PATTERNS | dict(self.patterns)
+        self._compiled = [(name, re.compile(pattern)) for name, pattern in merged.items()]
+        self._fields = DEFAULT_SECRET_FIELDS | {name.lower() for name in self.fields}
+
+    def text(self, value: str) -> str:
+        """One string with its secrets replaced and its length bounded."""
+        for name, pattern in self._compiled:
+            value = pattern.sub(f"[REDACTED:{name}]", value)
+        if self.max_chars is not None and len(value) > self.max_chars:
+            value = f"{value[: self.max_chars]}…[truncated: {len(value)} characters in all]"
+        return value
+
+    def value(self, value: Any) -> Any:
+        """A copy of a JSON-like value with secrets replaced, in keys' values and strings."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {
+                key: "[REDACTED]"
+                if isinstance(key, str)
+                and key.lower() in self._fields
+                and value[key] not in (None, "")
+                else self.value(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self.value(item) for item in value]
+        return value
+
+    def trace(self, trace: Trace) -> Trace:
+        """A redacted copy of a trace: every field, span, tool call and attribute, except the
+        tools' JSON schemas (a parameter named ``password`` is not a secret)."""
+        data = trace.model_dump(mode="json")
+        tools = data.pop("tools")
+        redacted = self.value(data)
+        redacted["tools"] = tools
+        return Trace.model_validate(redacted)

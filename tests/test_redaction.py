@@ -1,0 +1,111 @@
+"""Secrets planted in tool arguments, prompts, outputs and metadata never reach the capture,
+the results or a judge; oversized strings are cut with a visible marker and their size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from judge_server import JudgeServer, Reply
+
+from agenteval_core import AgentStep, Redactor, ToolCall, ToolSpec, Trace, create_metric
+from agenteval_core._online import OnlineEvaluator
+from agenteval_core.judges import OpenAIJudge
+
+OPENAI = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
+ANTHROPIC = "sk-ant-api03-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+BEARER = "Bearer " + "eyJhbGciOiJIUzI1NiJ9.payload.signature"
+CUSTOM = "ACME-" + "0042-SECRET-TOKEN"
+
+
+def planted() -> Trace:
+    trace = Trace.from_steps(
+        f"Use my key {OPENAI} to call the API",
+        [
+            AgentStep(
+                thought=f"The header is {BEARER}",
+                tool_calls=[
+                    ToolCall(
+                        name="http_get",
+                        arguments={
+                            "url": "https://api.example",
+                            "api_key": "plain-looking-value",
+                            "aws": AWS,
+                        },
+                        result=f"echo {ANTHROPIC}",
+                    )
+                ],
+            ),
+            AgentStep(output=f"Done; internal ref {CUSTOM}"),
+        ],
+        tools=[
+            ToolSpec(
+                name="http_get",
+                parameters={"type": "object", "properties": {"password": {"type": "string"}}},
+            )
+        ],
+        session_id="s",
+        metadata={"authorization": "Token abc", "note": f"key {OPENAI}"},
+    )
+    return trace
+
+
+SECRETS = [OPENAI, ANTHROPIC, AWS, BEARER.split()[1], "plain-looking-value", "Token abc", CUSTOM]
+
+
+def test_redactor_replaces_every_planted_secret() -> None:
+    redactor = Redactor(patterns={"acme-token": r"ACME-\d{4}-SECRET-TOKEN"})
+    text = redactor.trace(planted()).model_dump_json()
+    for secret in SECRETS:
+        assert secret not in text
+    assert "[REDACTED:openai-key]" in text and "[REDACTED:anthropic-key]" in text
+    assert "[REDACTED:aws-access-key]" in text and "[REDACTED:bearer-token]" in text
+    assert "[REDACTED:acme-token]" in text and '"api_key":"[REDACTED]"' in text
+    # tool schemas are not secrets: a parameter named "password" keeps its schema
+    assert redactor.trace(planted()).tools[0].parameters == {
+        "type": "object",
+        "properties": {"password": {"type": "string"}},
+    }
+
+
+def test_oversized_strings_are_cut_with_their_size() -> None:
+    redactor = Redactor(max_chars=100)
+    trace = redactor.trace(Trace(input="x" * 250, output="short"))
+    assert trace.input == "x" * 100 + "…[truncated: 250 characters in all]"
+    assert trace.output == "short"
+
+
+def test_nothing_secret_reaches_capture_results_or_judge(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    judge = OpenAIJudge("m", base_url=judge_server.base_url, cache=None)
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "c.jsonl",
+        results_path=tmp_path / "r.jsonl",
+        metrics=["coherence", create_metric("confidence", judge=judge)],
+        redactor=Redactor(patterns={"acme-token": r"ACME-\d{4}-SECRET-TOKEN"}),
+    )
+    evaluator.submit(planted())
+    assert evaluator.flush(20)
+    evaluator.close()
+    written = (tmp_path / "c.jsonl").read_text() + (tmp_path / "r.jsonl").read_text()
+    sent = json.dumps(judge_server.requests)
+    assert len(judge_server.requests) == 1
+    for secret in SECRETS:
+        assert secret not in written and secret not in sent
+
+
+def test_judge_prompts_are_redacted_even_for_foreign_traces(judge_server: JudgeServer) -> None:
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    judge = OpenAIJudge("m", base_url=judge_server.base_url, cache=None)
+    create_metric("confidence", judge=judge).measure(planted())  # not passed through a redactor
+    sent = json.dumps(judge_server.requests)
+    for secret in (OPENAI, ANTHROPIC, AWS):
+        assert secret not in sent
+
+
+def test_aws_secret_key_assignment() -> None:
+    line = 'aws_secret_access_key = "' + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + 'EXAMPLEKEY"'
+    assert Redactor().text(line) == '[REDACTED:aws-secret-key]"'
