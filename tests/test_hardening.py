@@ -1,0 +1,180 @@
+"""Hardening: judge faults end in explicit results, a killed agent loses at most the trace in
+flight, and odd callback sequences never reach the agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from judge_server import JudgeServer, Reply
+
+from agenteval_core import Trace, create_metric
+from agenteval_core._capture import read_capture
+from agenteval_core._online import OnlineEvaluator, TraceResults
+from agenteval_core._replay import replay
+from agenteval_core.judges import OpenAIJudge
+
+# --- judge faults --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [("down", "judge unavailable: gave up"), ("slow", "timed out"), ("garbage", "unparsable:")],
+)
+def test_judge_faults_end_in_explicit_results_and_replay_rescores(
+    fault: str, error: str, judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    if fault == "down":
+        base_url = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    else:
+        base_url = judge_server.base_url
+        judge_server.responder = (
+            (lambda r: Reply(json.dumps({"score": 1, "reason": "late"}), delay=1.0))
+            if fault == "slow"
+            else (lambda r: Reply("<<garbage>>"))
+        )
+    judge = OpenAIJudge(
+        "m", base_url=base_url, cache=None, max_retries=1, timeout=0.3, backoff_base=0.01
+    )
+    seen: list[TraceResults] = []
+    with OnlineEvaluator(
+        capture=tmp_path / "c.jsonl",
+        metrics=[create_metric("confidence", judge=judge)],
+        on_result=seen.append,
+    ) as evaluator:
+        for i in range(3):
+            evaluator.submit(Trace(input=f"q{i}", output=f"a{i}", session_id="s"))
+        assert evaluator.flush(30)
+    results = [r for outcome in seen for r in outcome.results]
+    assert len(results) == 3
+    assert all(r.score is None and r.error is not None and error in r.error for r in results)
+    # later, with the judge back, a replay of the capture scores every trace
+    judge_server.responder = lambda r: Reply(json.dumps({"score": 0.75, "reason": "ok"}))
+    healthy = OpenAIJudge("m", base_url=judge_server.base_url, cache=None)
+    report = replay(tmp_path / "c.jsonl", ["confidence"], judge=healthy)
+    confidence = report.summary.metrics["confidence"]
+    assert confidence.scored == 3 and confidence.mean == 0.75
+
+
+# --- crash safety ------------------------------------------------------------------------------
+
+AGENT = textwrap.dedent(
+    """
+    import sys, time
+    from agenteval_core import Trace
+    from agenteval_core._online import OnlineEvaluator
+    evaluator = OnlineEvaluator(capture=sys.argv[1])
+    for i in range(100000):
+        evaluator.submit(Trace(input=f"question {i}", output="x" * 2000, session_id="s"))
+        time.sleep(0.002)
+    """
+)
+
+
+def test_sigkill_loses_at_most_the_trace_in_flight_and_restart_appends(tmp_path: Path) -> None:
+    capture = tmp_path / "c.jsonl"
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, str(capture)])
+    deadline = time.monotonic() + 60
+    while (
+        not capture.exists() or capture.stat().st_size < 200_000
+    ) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait(10)
+    errors: list[Any] = []
+    survived = list(read_capture(capture, on_error=errors.append))
+    assert len(survived) > 50
+    assert len(errors) <= 1 and all(e.truncated for e in errors)  # at most the line being written
+    assert [t.input for t in survived] == [f"question {i}" for i in range(len(survived))]
+    # a restart appends to the same capture, and every complete line still reads
+    with OnlineEvaluator(capture=capture) as evaluator:
+        evaluator.submit(Trace(input="after restart", output="ok", session_id="s"))
+    again = list(read_capture(capture, on_error=lambda e: None))
+    assert len(again) == len(survived) + 1 and again[-1].input == "after restart"
+
+
+# --- callback fuzzing (LangChain) ---------------------------------------------------------------
+
+HOOKS = [
+    "on_chain_start",
+    "on_chain_end",
+    "on_chain_error",
+    "on_chat_model_start",
+    "on_llm_start",
+    "on_llm_end",
+    "on_llm_error",
+    "on_tool_start",
+    "on_tool_end",
+    "on_tool_error",
+    "on_retriever_start",
+    "on_retriever_end",
+    "on_retriever_error",
+    "on_agent_action",
+    "on_agent_finish",
+]
+
+
+class Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+payloads = st.one_of(
+    st.none(),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+    st.just(Cyclic()),
+    st.just("y" * 200_000),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+    st.just(ValueError("boom")),
+)
+events = st.lists(
+    st.tuples(
+        st.sampled_from(HOOKS), st.integers(0, 5), st.one_of(st.none(), st.integers(0, 5)), payloads
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=int(os.environ.get("AGENTEVAL_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sequence=events)
+def test_langchain_handler_survives_any_event_sequence(
+    sequence: list[tuple[str, int, int | None, Any]], tmp_path: Path
+) -> None:
+    from agenteval_langchain import AgentEvalCallbackHandler
+
+    evaluator = OnlineEvaluator(capture=None, metrics=[], session_metrics=[])
+    handler = AgentEvalCallbackHandler(evaluator)
+    ids = [uuid4() for _ in range(6)]
+    for hook, run, parent, payload in sequence:
+        kwargs: dict[str, Any] = {
+            "run_id": ids[run],
+            "parent_run_id": ids[parent] if parent is not None else None,
+        }
+        args: tuple[Any, ...] = (
+            (payload,)
+            if hook.endswith(("_end", "_error", "_action", "_finish"))
+            else ({"name": "x"}, payload)
+        )
+        getattr(handler, hook)(*args, **kwargs)  # must never raise into the agent
+    pump = handler._recorder.pump
+    assert pump.flush(10)
+    assembler = handler._recorder.translator.assembler
+    assert assembler.open_traces() <= 6  # bounded by the runs that were started
+    pump.close(5)
+    evaluator.close()
