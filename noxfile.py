@@ -43,6 +43,15 @@ def embeddings(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def tests_long(session: nox.Session) -> None:
+    """The long variants: 10,000 fuzzed callback sequences per adapter, and the hardening tests."""
+    _install_chromium(session)
+    session.install("-e", ".[dev,all]")
+    session.env["AGENTEVAL_FUZZ_EXAMPLES"] = "10000"
+    session.run("pytest", "tests/test_hardening.py", "tests/test_online.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""
     session.install("ruff>=0.6")

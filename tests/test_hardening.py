@@ -3,23 +3,31 @@ flight, and odd callback sequences never reach the agent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from uuid import uuid4
 
 import pytest
+from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain._scripted import ScriptedChatModel, tool_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from judge_server import JudgeServer, Reply
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import tool
 
-from agenteval_core import Trace, create_metric
+from agenteval_core import EvalCase, Metric, MetricKind, Score, Trace, create_metric
 from agenteval_core._capture import read_capture
 from agenteval_core._online import OnlineEvaluator, TraceResults
 from agenteval_core._replay import replay
@@ -156,8 +164,6 @@ events = st.lists(
 def test_langchain_handler_survives_any_event_sequence(
     sequence: list[tuple[str, int, int | None, Any]], tmp_path: Path
 ) -> None:
-    from agenteval_langchain import AgentEvalCallbackHandler
-
     evaluator = OnlineEvaluator(capture=None, metrics=[], session_metrics=[])
     handler = AgentEvalCallbackHandler(evaluator)
     ids = [uuid4() for _ in range(6)]
@@ -178,3 +184,78 @@ def test_langchain_handler_survives_any_event_sequence(
     assert assembler.open_traces() <= 6  # bounded by the runs that were started
     pump.close(5)
     evaluator.close()
+
+
+# --- load -----------------------------------------------------------------------------------------
+
+
+def test_100_concurrent_sessions_and_a_slow_judge(tmp_path: Path) -> None:
+
+    from agenteval_langchain import AgentEvalCallbackHandler
+    from langchain_core.messages import AIMessage
+
+    from agenteval_core import MetricKind, Score
+
+    class SlowJudge(Metric):
+        """A judge-like metric that takes 50 ms per trace."""
+
+        name = "slow_judge"
+        kind: ClassVar[MetricKind] = MetricKind.JUDGE
+
+        async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+            await asyncio.sleep(0.05)
+            return Score(1.0)
+
+    @tool
+    def lookup(user: str) -> str:
+        """Look a user up."""
+        return f"record of {user}"
+
+    def reply(messages: Sequence[BaseMessage]) -> AIMessage:
+        user = str(messages[0].content).split()[-1]
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return AIMessage(content="", tool_calls=[tool_call("lookup", f"id-{user}", user=user)])
+        return AIMessage(content=f"done for {user}")
+
+    agent = create_agent(ScriptedChatModel(reply=reply), tools=[lookup])
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "c.jsonl", metrics=[SlowJudge()], session_metrics=[], queue_size=10
+    )
+
+    def run(user: str) -> None:
+        handler = AgentEvalCallbackHandler(evaluator, session_id=f"session-{user}")
+        agent.invoke({"messages": [("user", f"help {user}")]}, config={"callbacks": [handler]})
+
+    async def run_async(users: list[str]) -> None:
+        async def one(user: str) -> None:
+            handler = AgentEvalCallbackHandler(evaluator, session_id=f"session-{user}")
+            await agent.ainvoke(
+                {"messages": [("user", f"help {user}")]}, config={"callbacks": [handler]}
+            )
+
+        await asyncio.gather(*(one(u) for u in users))
+
+    threads = [threading.Thread(target=run, args=(f"t{i}",)) for i in range(50)]
+    for thread in threads:
+        thread.start()
+    asyncio.run(run_async([f"a{i}" for i in range(50)]))
+    for thread in threads:
+        thread.join()
+    assert evaluator.flush(60)
+    stats = evaluator.stats
+    evaluator.close()
+    traces = list(read_capture(tmp_path / "c.jsonl"))
+    assert len(traces) == 100 and len({t.session_id for t in traces}) == 100
+    for trace in traces:
+        user = trace.session_id.removeprefix("session-")  # type: ignore[union-attr]
+        assert trace.input == f"help {user}" and trace.output == f"done for {user}"
+        assert [c.arguments for c in trace.tool_calls()] == [{"user": user}]
+    # the queue policy held: everything captured, the slow scorer kept up with what fit in its queue
+    assert stats.captured == 100 and stats.scored + stats.dropped_from_scoring == 100
+    assert (
+        stats.dropped_from_scoring > 0
+        and len(stats.unscored_trace_ids) == stats.dropped_from_scoring
+    )
+    print(
+        f"load: 100 sessions, {stats.scored} scored, {stats.dropped_from_scoring} dropped from scoring"
+    )
