@@ -18,8 +18,10 @@ from typing import Any, ClassVar
 from uuid import uuid4
 
 import pytest
+from agenteval_crewai._translate import Translator
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from agenteval_llamaindex import LlamaIndexInstrumentation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from judge_server import JudgeServer, Reply
@@ -30,6 +32,7 @@ from langchain_core.tools import tool
 from agenteval_core import EvalCase, Metric, MetricKind, Score, Trace, create_metric
 from agenteval_core._capture import read_capture
 from agenteval_core._online import OnlineEvaluator, TraceResults
+from agenteval_core._recorder import EventPump
 from agenteval_core._replay import replay
 from agenteval_core.judges import OpenAIJudge
 
@@ -190,12 +193,6 @@ def test_langchain_handler_survives_any_event_sequence(
 
 
 def test_100_concurrent_sessions_and_a_slow_judge(tmp_path: Path) -> None:
-
-    from agenteval_langchain import AgentEvalCallbackHandler
-    from langchain_core.messages import AIMessage
-
-    from agenteval_core import MetricKind, Score
-
     class SlowJudge(Metric):
         """A judge-like metric that takes 50 ms per trace."""
 
@@ -259,3 +256,135 @@ def test_100_concurrent_sessions_and_a_slow_judge(tmp_path: Path) -> None:
     print(
         f"load: 100 sessions, {stats.scored} scored, {stats.dropped_from_scoring} dropped from scoring"
     )
+
+
+# --- callback fuzzing (LlamaIndex, CrewAI) ---------------------------------------------------------
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("AGENTEVAL_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+SPAN_NAMES = [
+    "FunctionAgent.run",
+    "BaseWorkflowAgent.call_tool",
+    "BaseWorkflowAgent.run_agent_step",
+    "Other.step",
+]
+
+
+class Bound:
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.arguments = arguments
+
+
+@FUZZ
+@given(
+    sequence=st.lists(
+        st.tuples(
+            st.sampled_from(["new", "exit", "drop"]),
+            st.integers(0, 5),
+            st.one_of(st.none(), st.integers(0, 5)),
+            payloads,
+        ),
+        max_size=30,
+    )
+)
+def test_llamaindex_handlers_survive_any_span_sequence(
+    sequence: list[tuple[str, int, int | None, Any]],
+) -> None:
+    evaluator = OnlineEvaluator(capture=None, metrics=[], session_metrics=[])
+    instrumentation = LlamaIndexInstrumentation(evaluator)  # not installed: driven directly
+    handler = instrumentation._span_handler
+    ids = [f"{SPAN_NAMES[i % len(SPAN_NAMES)]}-{uuid4()}" for i in range(6)]
+    for action, span, parent, payload in sequence:
+        if action == "new":
+            handler.new_span(
+                ids[span],
+                Bound({"ev": payload, "user_msg": payload}),
+                payload,
+                ids[parent] if parent is not None else None,
+                {"session_id": payload},
+            )
+        elif action == "exit":
+            handler.prepare_to_exit_span(ids[span], None, result=payload)
+        else:
+            handler.prepare_to_drop_span(
+                ids[span], None, err=payload if isinstance(payload, BaseException) else None
+            )
+        instrumentation._event_handler.handle(payload)  # not an LLM event: ignored, never raises
+    assert instrumentation.pump.flush(10)
+    assert instrumentation.translator.assembler.open_traces() <= 6
+    instrumentation.pump.close(5)
+    evaluator.close()
+
+
+def crew_event(name: str, **fields: Any) -> Any:
+    """An object of the CrewAI event class name the translator dispatches on."""
+    return type(name, (), {"timestamp": None, "task_id": None, "agent_id": None, **fields})()
+
+
+CREW_EVENTS = [
+    "CrewKickoffStartedEvent",
+    "CrewKickoffCompletedEvent",
+    "CrewKickoffFailedEvent",
+    "TaskStartedEvent",
+    "TaskCompletedEvent",
+    "AgentExecutionStartedEvent",
+    "LLMCallStartedEvent",
+    "LLMCallCompletedEvent",
+    "ToolUsageStartedEvent",
+    "ToolUsageFinishedEvent",
+    "ToolUsageErrorEvent",
+    "SomethingElseEvent",
+]
+
+
+@FUZZ
+@given(
+    sequence=st.lists(
+        st.tuples(
+            st.sampled_from(CREW_EVENTS),
+            st.integers(0, 5),
+            st.one_of(st.none(), st.integers(0, 5)),
+            payloads,
+        ),
+        max_size=30,
+    )
+)
+def test_crewai_translator_survives_any_event_sequence(
+    sequence: list[tuple[str, int, int | None, Any]],
+) -> None:
+    evaluator = OnlineEvaluator(capture=None, metrics=[], session_metrics=[])
+    translator = Translator(evaluator, session_id="fuzz")
+    ids = [str(uuid4()) for _ in range(6)]
+    pump = EventPump(translator.handle)
+    for name, key, parent, payload in sequence:
+        pump.put(
+            (
+                crew_event(
+                    name,
+                    event_id=ids[key],
+                    started_event_id=ids[key],
+                    parent_event_id=ids[parent] if parent is not None else None,
+                    crew_name=payload,
+                    inputs=payload,
+                    task_name=payload,
+                    agent_role=payload,
+                    tool_name="tool",
+                    tool_args=payload,
+                    output=payload,
+                    error=payload,
+                    response=payload,
+                    model=payload,
+                    messages=payload,
+                    call_id=payload,
+                    usage=None,
+                ),
+                time.time(),
+            )
+        )
+    assert pump.flush(10)
+    assert translator.assembler.open_traces() <= 6
+    pump.close(5)
+    evaluator.close()
