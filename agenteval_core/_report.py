@@ -12,6 +12,7 @@ from typing import Any
 
 from ._capture import read_capture
 from ._errors import CaptureError
+from ._redact import Redactor
 from ._results import MetricResult
 from ._schema import Span, Trace, text_of
 from ._scoring import ResultSummary
@@ -68,7 +69,10 @@ def load_results(
             raise CaptureError(f"{path}:{number}: not a results line ({exc})") from exc
     if capture is not None:
         wanted = set(data.traces)
-        data.captured = {t.id: t for t in read_capture(capture) if t.id in wanted}
+        redactor = (
+            Redactor()
+        )  # a capture from elsewhere may hold secrets; a report never shows them
+        data.captured = {t.id: redactor.trace(t) for t in read_capture(capture) if t.id in wanted}
     return data
 
 

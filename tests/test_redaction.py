@@ -6,10 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from agenteval_otel import OTelExporter, otlp_json
 from judge_server import JudgeServer, Reply
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agenteval_core import AgentStep, Redactor, ToolCall, ToolSpec, Trace, create_metric
 from agenteval_core._online import OnlineEvaluator
+from agenteval_core._replay import replay
+from agenteval_core._report import load_results, render_html
 from agenteval_core.judges import OpenAIJudge
 
 OPENAI = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
@@ -109,3 +116,22 @@ def test_judge_prompts_are_redacted_even_for_foreign_traces(judge_server: JudgeS
 def test_aws_secret_key_assignment() -> None:
     line = 'aws_secret_access_key = "' + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + 'EXAMPLEKEY"'
     assert Redactor().text(line) == '[REDACTED:aws-secret-key]"'
+
+
+def test_reports_and_otel_exports_never_show_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    trace = planted()
+    capture = tmp_path / "raw.jsonl"  # written by someone else, unredacted
+    capture.write_text(trace.model_dump_json() + "\n")
+    results = tmp_path / "results.jsonl"
+    replay(capture, ["coherence"], output=results)
+    page = render_html(load_results(results, capture))
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    OTelExporter(provider).export(trace)
+    exported = json.dumps(otlp_json(memory.get_finished_spans()))
+    for secret in (OPENAI, ANTHROPIC, AWS, "plain-looking-value"):
+        assert secret not in page and secret not in exported

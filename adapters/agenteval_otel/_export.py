@@ -11,6 +11,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 
 from agenteval_core import MetricResult, Span, SpanKind, Trace
+from agenteval_core._online import DEFAULT_REDACTOR
+from agenteval_core._redact import Redactor
 from agenteval_core._schema import OTEL_OPERATION_NAMES
 
 __all__ = ["OTelExporter", "otlp_json"]
@@ -79,11 +81,17 @@ class OTelExporter:
     ``<gen_ai.operation.name> <name>`` (``invoke_agent``, ``chat``, ``execute_tool``), and one
     ``gen_ai.evaluation.result`` event per metric result on the root span."""
 
-    def __init__(self, tracer_provider: Any = None) -> None:
+    def __init__(
+        self, tracer_provider: Any = None, *, redactor: Redactor | None = DEFAULT_REDACTOR
+    ) -> None:
         provider = tracer_provider or otel_trace.get_tracer_provider()
         self.tracer = provider.get_tracer("agenteval")
+        self.redactor = redactor
 
     def export(self, trace: Trace, results: Sequence[MetricResult] = ()) -> None:
+        """Write one trace (redacted first, unless ``redactor=None``) and its results."""
+        if self.redactor is not None:
+            trace = self.redactor.trace(trace)
         opened: dict[str, Any] = {}
         root_id = trace.spans[0].id if trace.spans else None
         for span in trace.spans:
