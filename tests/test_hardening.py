@@ -20,6 +20,7 @@ from uuid import uuid4
 import pytest
 from agenteval_crewai._translate import Translator
 from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain._handler import HOOKS
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
 from agenteval_llamaindex import LlamaIndexInstrumentation
 from hypothesis import HealthCheck, given, settings
@@ -116,24 +117,6 @@ def test_sigkill_loses_at_most_the_trace_in_flight_and_restart_appends(tmp_path:
 
 
 # --- callback fuzzing (LangChain) ---------------------------------------------------------------
-
-HOOKS = [
-    "on_chain_start",
-    "on_chain_end",
-    "on_chain_error",
-    "on_chat_model_start",
-    "on_llm_start",
-    "on_llm_end",
-    "on_llm_error",
-    "on_tool_start",
-    "on_tool_end",
-    "on_tool_error",
-    "on_retriever_start",
-    "on_retriever_end",
-    "on_retriever_error",
-    "on_agent_action",
-    "on_agent_finish",
-]
 
 
 class Cyclic:
