@@ -18,9 +18,20 @@ def _install_chromium(session: nox.Session) -> None:
     missing and possible; without it that one test is skipped, never the run."""
     if shutil.which("chromium") or not shutil.which("apt-get") or os.geteuid() != 0:
         return
-    session.run("apt-get", "update", "-qq", external=True, success_codes=range(256))
+    # bounded, so a slow mirror can delay the run but never hang it
     session.run(
-        "apt-get", "install", "-y", "-qq", "chromium", external=True, success_codes=range(256)
+        "timeout", "300", "apt-get", "update", "-qq", external=True, success_codes=range(256)
+    )
+    session.run(
+        "timeout",
+        "600",
+        "apt-get",
+        "install",
+        "-y",
+        "-qq",
+        "chromium",
+        external=True,
+        success_codes=range(256),
     )
 
 
