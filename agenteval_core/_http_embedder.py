@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import JudgeUnavailableError
+from ._metric import _run_sync
 from .judges._cache import JudgeCache, cache_key
 from .judges._traffic import Traffic
 
@@ -55,8 +56,9 @@ class HTTPEmbedder:
         return f"http:{self.model}"
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Blocking form of :meth:`aembed` (runs it on a private event loop)."""
-        return asyncio.run(self.aembed(texts))
+        """Blocking form of :meth:`aembed`; safe to call from inside a running event loop
+        (it then runs on a private loop in a worker thread)."""
+        return _run_sync(self.aembed(texts))
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         keys = [cache_key("embedding", self.model, text) for text in texts]

@@ -148,10 +148,27 @@ class Metric(_MetricBase):
     """True when the metric needs the session's earlier traces."""
     needs_expectations: ClassVar[bool] = False
     """True when the metric only scores cases that carry expectations (it skips captures)."""
+    blocking: ClassVar[bool] = False
+    """True when ``compute`` does heavy CPU work or blocking I/O: the engine then runs it on a
+    worker thread so the event loop (and the judges waiting on it) never stalls."""
 
     def prepare(self, cases: Sequence[EvalCase]) -> None:
         """Called with a batch of cases about to be scored, so a metric can batch costly work
         (e.g. embed all their texts in one call). Default: nothing."""
+
+    async def aprepare(self, cases: Sequence[EvalCase]) -> None:
+        """:meth:`prepare` as the engine calls it, inside its event loop; a metric whose
+        preparation waits on I/O overrides this. Default: ``prepare`` on a worker thread
+        when the metric is ``blocking``, inline otherwise. Never raises."""
+        try:
+            if type(self).prepare is Metric.prepare:
+                return
+            if self.blocking:
+                await asyncio.to_thread(self.prepare, cases)
+            else:
+                self.prepare(cases)
+        except Exception as exc:
+            logger.debug("%s: preparing a batch failed: %s", self.name, exc)
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         """Score one case. Default: run ``acompute`` to completion."""

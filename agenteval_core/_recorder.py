@@ -1,23 +1,38 @@
-"""Recording framework events off the agent's thread, and assembling them into traces.
+"""The live path every adapter shares: one event pump, trace assembly and the loop guard.
 
-Adapters put one tuple per callback on an :class:`EventPump` (a lock-free queue put, nothing
-else) and return. The pump's thread translates those events into :class:`TraceAssembler`
-calls, which build spans and hand each finished trace on.
+Adapters put one tuple per framework callback on the evaluator's :class:`Recorder` (a
+lock-free queue put, nothing else) and return. The recorder's one thread hands each event to
+the adapter's translator (the tuple's first item), which builds spans with a
+:class:`TraceAssembler`; finished traces go to the evaluator. Tool calls are checked by the
+one :class:`~agenteval_core.LoopGuard` before they run.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._schema import Span, SpanKind, ToolCall, ToolSpec, Trace, new_id
+from ._loops import LoopGuard
+from ._schema import (
+    GUARD_REFUSED,
+    LoopAlert,
+    RunStatus,
+    Span,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    Trace,
+    new_id,
+)
 
-__all__ = ["UNSET", "EventPump", "ToolStart", "TraceAssembler"]
+__all__ = ["UNSET", "EventPump", "Recorder", "RunRoots", "TraceAssembler"]
 
 logger = logging.getLogger("agenteval")
 
@@ -39,23 +54,32 @@ class _Marker:
 
 
 _STOP = object()
+_pumps: weakref.WeakSet[EventPump] = weakref.WeakSet()
 
 
 class EventPump:
-    """A queue of framework events and the daemon thread that handles them in order.
+    """A queue of events and the daemon thread that handles them in order.
 
-    ``put`` is the adapters' hot path: a ``SimpleQueue.put``, which never blocks and never
-    raises. Exceptions in ``handle`` are logged (once per kind of error) and swallowed.
+    An event is a tuple whose first item is the function that handles it (it receives the
+    whole tuple). ``put`` is the adapters' hot path: a ``SimpleQueue.put``, which never blocks
+    and never raises. Events are never dropped (they become the capture); exceptions in a
+    handler are logged once per kind and swallowed. After ``fork()`` the child gets a fresh
+    queue and thread, so nothing the parent had queued is handled twice.
     """
 
-    def __init__(self, handle: Callable[[tuple[Any, ...]], None], *, name: str = "agenteval-pump"):
-        self._handle = handle
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.put = self._queue.put  # bound once: the hot path is a single C call
+    def __init__(self, *, name: str = "agenteval-pump") -> None:
+        self.name = name
         self.handled = 0
         self.errors = 0
         self._logged: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._start()
+        _pumps.add(self)
+
+    def _start(self) -> None:
+        self.closed = False
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.put = self._queue.put  # bound once: the hot path is a single C call
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -68,10 +92,10 @@ class EventPump:
                 event.done.set()
                 continue
             try:
-                self._handle(event)
+                event[0](event)
             except Exception as exc:
                 self.errors += 1
-                kind = f"{type(exc).__name__}:{event[0] if event else ''}"
+                kind = f"{type(exc).__name__}:{getattr(event[0], '__qualname__', '?')}"
                 if kind not in self._logged:
                     self._logged.add(kind)
                     logger.warning(
@@ -89,21 +113,126 @@ class EventPump:
 
     def close(self, timeout: float | None = None) -> None:
         """Handle what is queued, then stop the thread."""
+        self.closed = True
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(timeout)
 
 
-@dataclass(frozen=True)
-class ToolStart:
-    """A tool call that has just started, for live loop detection."""
+def _restart_pumps_in_child() -> None:
+    for pump in list(_pumps):
+        if not pump.closed:
+            pump._start()
 
-    trace_key: Hashable
-    trace_id: str
-    session_id: str | None
-    span_key: Hashable
-    tool_call: ToolCall
-    time: float
+
+os.register_at_fork(after_in_child=_restart_pumps_in_child)
+
+
+class Recorder:
+    """The live path of one evaluator, shared by every adapter attached to it.
+
+    One :class:`EventPump` (one thread) handles the events of every handler, listener and
+    instrumentation that records into the evaluator; one :class:`~agenteval_core.LoopGuard`
+    checks their tool calls. Alerts are delivered to the evaluator on the pump's thread
+    (named ``agenteval-recorder``), whichever thread raised them.
+
+    Adapters use three things: ``put`` (the hot path), :meth:`assembler` (one per adapter
+    object, used only on the pump's thread) and :meth:`check_tool_call` (on the agent's
+    thread, before a tool runs, when the adapter stops loops).
+    """
+
+    def __init__(
+        self,
+        *,
+        on_trace: Callable[[Trace], None],
+        on_alert: Callable[[LoopAlert], None],
+        guard: LoopGuard | None = None,
+    ) -> None:
+        self.pump = EventPump(name="agenteval-recorder")
+        self.guard = guard if guard is not None else LoopGuard()
+        self._on_trace = on_trace
+        self._on_alert = on_alert
+
+    @property
+    def put(self) -> Callable[[tuple[Any, ...]], None]:
+        """Queue an event ``(handler, *payload)``: never blocks, never raises."""
+        return self.pump.put
+
+    def assembler(self, framework: str, *, watch_loops: bool = True) -> TraceAssembler:
+        """A trace assembler for one adapter object. With ``watch_loops`` it checks each tool
+        call it records with the guard (for adapters that do not check calls before they run)."""
+        return TraceAssembler(framework, self, watch_loops=watch_loops)
+
+    def check_tool_call(
+        self, run: Hashable, call: ToolCall, *, refuse: Callable[[tuple[Any, ...]], None]
+    ) -> LoopAlert | None:
+        """Ask the guard about a tool call before it runs, on the agent's thread.
+
+        Returns an alert when the call closes a loop, or when the guard already stopped the
+        run; the adapter then refuses the call its framework's way. ``refuse`` is queued
+        with the alert, so the refusal is recorded on the trace in order with the run's
+        events; a new alert also goes to the sinks (once).
+        """
+        earlier = self.guard.stopped_by(run)
+        if earlier is not None:
+            self.put((refuse, earlier.model_copy(update={"calls": [call]})))
+            return earlier
+        alert = self.guard.observe(run, call, started=time.time())
+        if alert is None:
+            return None
+        alert.stopped = True
+        self.guard.stop(run, alert)
+        self.put((refuse, alert))
+        self.put((self._alert_event, alert))
+        return alert
+
+    def _alert_event(self, event: tuple[Any, ...]) -> None:
+        self._on_alert(event[1])
+
+    def deliver_alert(self, alert: LoopAlert) -> None:
+        """Deliver an alert on the pump's thread (from any thread; never blocks)."""
+        self.put((self._alert_event, alert))
+
+    def trace_finished(self, key: Hashable, trace: Trace) -> None:
+        """Called by assemblers on the pump's thread: forget the run, hand the trace on."""
+        self.guard.forget(key)
+        self._on_trace(trace)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event queued so far is handled."""
+        return self.pump.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Handle what is queued, then stop the pump's thread."""
+        self.pump.close(timeout)
+
+
+class RunRoots:
+    """Which run (root span) each open span belongs to, kept on the agent's thread so the
+    guard can be asked before a tool runs. A run's entries go when its root ends."""
+
+    def __init__(self) -> None:
+        self._roots: dict[Hashable, Hashable] = {}
+        self._members: dict[Hashable, list[Hashable]] = {}
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def enter(self, key: Hashable, parent: Hashable | None) -> Hashable:
+        """Record a span starting under ``parent`` (``None`` for a root); return its root."""
+        if parent is None:
+            self._members.setdefault(key, [])
+            return key
+        root = self._roots.get(parent, parent)
+        if key not in self._roots:
+            self._roots[key] = root
+            self._members.setdefault(root, []).append(key)
+        return root
+
+    def exit(self, key: Hashable) -> None:
+        """A span ended: when it is a root, forget its run."""
+        for member in self._members.pop(key, ()):
+            self._roots.pop(member, None)
 
 
 @dataclass
@@ -120,26 +249,26 @@ class _OpenSpan:
 
 
 class TraceAssembler:
-    """Builds traces from span starts and ends (called on one thread, the pump's).
+    """Builds traces from span starts and ends (called on one thread, the recorder's).
 
     A span whose parent is unknown starts a new trace and is its root; when the root ends the
-    trace is finished, ordered by start time, and passed to ``on_trace`` once. Children still
-    open then are closed with an error note rather than lost. Ends of unknown spans are
+    trace is finished, ordered by start time, given its status, and passed on once. Children
+    still open then are closed with an error note rather than lost. Ends of unknown spans are
     counted and ignored. At most ``max_open_runs`` spans stay open: past that the oldest
-    unfinished trace is finished as it stands, marked as evicted.
+    unfinished trace is finished as it stands, with status ``error`` and the reason.
     """
 
     def __init__(
         self,
         framework: str,
-        on_trace: Callable[[Trace], None],
+        recorder: Recorder,
         *,
-        on_tool_start: Callable[[ToolStart], None] | None = None,
+        watch_loops: bool = True,
         max_open_runs: int = 10_000,
     ) -> None:
         self.framework = framework
-        self.on_trace = on_trace
-        self.on_tool_start = on_tool_start
+        self.recorder = recorder
+        self.watch_loops = watch_loops
         self.max_open_runs = max_open_runs
         self._spans: dict[Hashable, _OpenSpan] = {}
         self._traces: dict[Hashable, _OpenTrace] = {}
@@ -159,6 +288,11 @@ class TraceAssembler:
         """The unfinished trace a span belongs to, if that span is open."""
         open_span = self._spans.get(key)
         return open_span.owner.trace if open_span is not None else None
+
+    def root_key(self, key: Hashable) -> Hashable | None:
+        """The key of the root span of the trace an open span belongs to."""
+        open_span = self._spans.get(key)
+        return open_span.owner.key if open_span is not None else None
 
     def start_span(
         self,
@@ -194,19 +328,57 @@ class TraceAssembler:
         owner.open_keys.add(key)
         self._spans[key] = _OpenSpan(span, owner)
         self.annotate(key, session_id=session_id, metadata=metadata, tools=tools)
-        if tool_call is not None and self.on_tool_start is not None:
-            self.on_tool_start(
-                ToolStart(
-                    trace_key=owner.key,
-                    trace_id=owner.trace.id,
-                    session_id=owner.trace.session_id,
-                    span_key=key,
-                    tool_call=tool_call,
-                    time=span.start_time or time.time(),
-                )
-            )
+        if tool_call is not None and self.watch_loops:
+            self.watch(owner.key, tool_call, started=span.start_time)
         if len(self._spans) > self.max_open_runs:
             self._evict_oldest()
+
+    def watch(self, key: Hashable, call: ToolCall, *, started: float | None = None) -> None:
+        """Check a tool call of the trace rooted at ``key`` with the guard (alert only)."""
+        owner = self._traces.get(key)
+        if owner is None:
+            return
+        trace = owner.trace
+        alert = self.recorder.guard.observe(
+            key, call, trace_id=trace.id, session_id=trace.session_id, started=started
+        )
+        if alert is not None:
+            trace.alerts.append(alert)
+            self.recorder._on_alert(alert)  # already on the pump's thread
+
+    def refuse(self, key: Hashable, alert: LoopAlert, *, call: ToolCall | None = None) -> None:
+        """Record that the guard refused a tool call and stopped the run: the call's span
+        (``key``; or, with ``call``, a new span under ``key`` for a call the framework never
+        opened one for) ends as refused, and the trace's status becomes ``stopped``."""
+        open_span = self._spans.get(key)
+        if open_span is None:
+            return
+        trace = open_span.owner.trace
+        if trace.status is not RunStatus.STOPPED:
+            alert.trace_id, alert.session_id = trace.id, trace.session_id
+            trace.alerts.append(alert)
+            trace.status = RunStatus.STOPPED
+            trace.status_reason = f"stopped by the loop guard: {alert.message}"
+        if call is not None:
+            parent, key = key, ("refused", new_id())
+            watching, self.watch_loops = self.watch_loops, False  # the guard already saw it
+            self.start_span(
+                key,
+                parent,
+                SpanKind.TOOL,
+                call.name,
+                input=call.arguments,
+                start_time=alert.time,
+                tool_call=call,
+            )
+            self.watch_loops = watching
+        if open_span.owner.key != key:
+            self.end_span(
+                key,
+                error=f"refused by the loop guard: {alert.message}",
+                attributes={GUARD_REFUSED: True},
+                end_time=alert.time,
+            )
 
     def annotate(
         self,
@@ -285,7 +457,10 @@ class TraceAssembler:
         trace.end_time = root.end_time
         if trace.start_time is None:
             trace.start_time = root.start_time
-        self.on_trace(trace)
+        if trace.status is None:
+            trace.status = RunStatus.ERROR if root.error is not None else RunStatus.OK
+            trace.status_reason = root.error
+        self.recorder.trace_finished(owner.key, trace)
 
     def _evict_oldest(self) -> None:
         owner = next(iter(self._traces.values()))

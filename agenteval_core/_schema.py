@@ -7,18 +7,23 @@ Span kinds and attribute names follow the OpenTelemetry GenAI semantic conventio
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "COMPLETED_STATUSES",
+    "GUARD_REFUSED",
     "OTEL_OPERATION_NAMES",
     "SCHEMA_VERSION",
     "AgentStep",
     "EvalCase",
     "ExpectedToolCall",
+    "LoopAlert",
+    "RunStatus",
     "Session",
     "Span",
     "SpanKind",
@@ -31,6 +36,9 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 """Version of the JSON form; a reader refuses traces from a newer version."""
+
+GUARD_REFUSED = "agenteval.guard.refused"
+"""Span attribute set to ``True`` on a tool call that the loop guard refused."""
 
 
 def new_id() -> str:
@@ -82,6 +90,30 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
 
+class RunStatus(StrEnum):
+    """How a run ended."""
+
+    OK = "ok"
+    """It finished and returned an output."""
+    ERROR = "error"
+    """It raised, or never ended and was closed by agenteval (the reason says which)."""
+    INTERRUPTED = "interrupted"
+    """It paused, waiting for a human (control flow, not a failure)."""
+    STOPPED = "stopped"
+    """agenteval's loop guard stopped it (the trace's ``alerts`` say why)."""
+    CANCELLED = "cancelled"
+    """It was cancelled by its caller."""
+    TIMEOUT = "timeout"
+    """The framework ended it for taking too long."""
+    LIMIT = "limit"
+    """The framework ended it at an iteration or recursion limit."""
+
+
+COMPLETED_STATUSES = frozenset({RunStatus.OK})
+"""Statuses of runs that completed; metrics that assume a perfect score for an empty input or
+output keep that assumption for these only."""
+
+
 class ToolCall(_Model):
     """One call of a tool: what was asked for and what came back."""
 
@@ -120,6 +152,27 @@ class ExpectedToolCall(_Model):
 
     name: str
     arguments: dict[str, Any] | None = None
+
+
+class LoopAlert(_Model):
+    """An agent caught repeating itself."""
+
+    session_id: str | None
+    trace_id: str
+    pattern: Literal["repeated_call", "cycle", "loop_detection"]
+    """``repeated_call``: the same tool with the same arguments N times in one run;
+    ``cycle``: a short sequence of calls repeated (A→B→A→B); ``loop_detection``: the
+    cross-trace metric fell below its threshold."""
+    count: int
+    """How many times the call (or the cycle) has occurred."""
+    calls: list[ToolCall] = Field(default_factory=list)
+    message: str
+    time: float = Field(default_factory=time.time)
+    """When the alert was raised."""
+    call_started: float | None = None
+    """When the tool call that closed the loop started (live patterns), for latency."""
+    stopped: bool = False
+    """True when the loop guard refused the call and stopped the run."""
 
 
 class Span(_Model):
@@ -183,6 +236,20 @@ class Trace(_Model):
     framework: str | None = None
     start_time: float | None = None
     end_time: float | None = None
+    status: RunStatus | None = None
+    """How the run ended (``None``: not recorded, as in traces built by hand)."""
+    status_reason: str | None = None
+    """Why it ended that way, when it did not end ``ok``."""
+    alerts: list[LoopAlert] = Field(default_factory=list)
+    """Loop alerts raised while the run ran."""
+
+    @property
+    def completed(self) -> bool:
+        """Whether the run finished normally (an unrecorded status counts as finished
+        unless the trace has an error)."""
+        if self.status is None:
+            return self.error is None
+        return self.status in COMPLETED_STATUSES
 
     @field_validator("schema_version")
     @classmethod

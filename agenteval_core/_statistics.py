@@ -6,7 +6,6 @@ import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-from scipy.stats import beta as beta_distribution
 
 from ._errors import MetricInputError
 
@@ -110,7 +109,11 @@ def estimate_pass_k(
         raise MetricInputError(f"prior parameters must be positive and finite, got {prior}")
     alpha, beta = prior[0] + c, prior[1] + n - c
     tail = (1.0 - ci_level) / 2.0
-    q_lo, q_hi = (float(q) for q in beta_distribution.ppf([tail, 1.0 - tail], alpha, beta))
+    # the Beta quantile is the inverse regularised incomplete beta function; importing it
+    # from scipy.special (here, when first needed) keeps scipy.stats out of import time
+    from scipy.special import betaincinv
+
+    q_lo, q_hi = (float(betaincinv(alpha, beta, q)) for q in (tail, 1.0 - tail))
     return PassKEstimate(
         n=n,
         c=c,

@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from ._engine import Engine, resolve_metrics
 from ._errors import MetricInputError
-from ._metric import Metric, create_metric
+from ._metric import Metric
 from ._results import MetricResult
 from ._schema import EvalCase, Trace
 from ._scoring import ResultSummary
@@ -143,8 +144,12 @@ class EvalSuite:
         print(report.summary())
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, judge: Any = None, embedder: Any = None) -> None:
         self.name = name
+        self.judge = judge
+        """Given to the judge metrics added by name (and only those)."""
+        self.embedder = embedder
+        """Given to the embedding metrics added by name."""
         self.cases: list[EvalCase] = []
         self.evaluators: list[Metric] = []
 
@@ -159,14 +164,17 @@ class EvalSuite:
         return self
 
     def add_evaluators(self, *metrics: Metric | str | Iterable[Metric | str]) -> EvalSuite:
-        """Add trace metrics, as instances or registry names; returns the suite for chaining."""
-        for metric in _flatten(metrics):
-            metric = create_metric(metric) if isinstance(metric, str) else metric
-            if not isinstance(metric, Metric):
-                raise MetricInputError(
-                    f"add_evaluators takes trace metrics (or their names), got {metric!r}"
-                )
-            self.evaluators.append(metric)
+        """Add trace metrics, as instances or registry names; returns the suite for chaining.
+        Metrics added by name get the suite's judge or embedder when they take one."""
+        trace_metrics, session_metrics = resolve_metrics(
+            _flatten(metrics), judge=self.judge, embedder=self.embedder
+        )
+        if session_metrics:
+            raise MetricInputError(
+                f"add_evaluators takes trace metrics (or their names), got session metric "
+                f"{session_metrics[0].name!r}; session metrics score sessions, not cases"
+            )
+        self.evaluators += trace_metrics
         return self
 
     def run(
@@ -230,13 +238,14 @@ class EvalSuite:
         if attempts < k:
             raise MetricInputError(f"attempts must be >= k ({k}), got {attempts}")
         limit = asyncio.Semaphore(max(1, concurrency))
+        engine = Engine(self.evaluators, judge=self.judge)
         show = sys.stderr.isatty() if progress is None else progress
         with Progress(console=Console(stderr=True), disable=not show) as bar:
             task = bar.add_task(self.name, total=len(self.cases) * attempts)
 
             async def attempt(case: EvalCase, index: int) -> RunResult:
                 async with limit:
-                    result = await self._attempt(agent_fn, case, index)
+                    result = await self._attempt(engine, agent_fn, case, index)
                 bar.advance(task)
                 return result
 
@@ -245,7 +254,9 @@ class EvalSuite:
             )
         return self._report(list(runs), k, attempts, estimator, ci_level, prior)
 
-    async def _attempt(self, agent_fn: AgentFn | None, case: EvalCase, index: int) -> RunResult:
+    async def _attempt(
+        self, engine: Engine, agent_fn: AgentFn | None, case: EvalCase, index: int
+    ) -> RunResult:
         scored = case
         if agent_fn is not None:
             try:
@@ -264,10 +275,17 @@ class EvalSuite:
                     passed=False,
                     error=f"{type(exc).__name__}: {exc}",
                 )
-        results = [await metric.ameasure(scored) for metric in self.evaluators]
-        passed = all(r.success for r in results if r.score is not None) and not any(
-            r.status == "error" for r in results
+        # runs of a case are independent attempts, not a session: score each on its own
+        alone = (
+            scored.model_copy(
+                update={"trace": scored.trace.model_copy(update={"session_id": None})}
+            )
+            if scored.trace is not None and scored.trace.session_id
+            else scored
         )
+        (outcome,) = await engine.score([alone])
+        results = outcome.results
+        passed = not outcome.failing()
         return RunResult(
             case_id=case.id,
             attempt=index,

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from ._metric import Metric, create_metric
+from ._engine import Engine
+from ._errors import MetricInputError
+from ._metric import Metric
 from ._results import MetricResult
 from ._schema import EvalCase, Trace
 from ._statistics import Estimator
@@ -37,18 +39,30 @@ def _describe(result: MetricResult) -> str:
 
 
 def assert_eval(
-    case: EvalCase | Trace, metrics: Sequence[str | Metric], **options: Any
+    case: EvalCase | Trace,
+    metrics: Sequence[str | Metric],
+    *,
+    judge: Any = None,
+    embedder: Any = None,
+    **options: Any,
 ) -> list[MetricResult]:
-    """Score ``case`` with ``metrics`` (names or instances; ``options`` go to metrics built by
-    name) and fail with every failing metric's score, threshold and reason. A metric that
-    errors fails too; a skipped one does not. Returns the results."""
-    built = [create_metric(m, **options) if isinstance(m, str) else m for m in metrics]
-    results = [metric.measure(case) for metric in built]
-    _RECORDED.extend(r.model_dump(mode="json") for r in results)
-    failing = [r for r in results if r.status == "error" or (r.score is not None and not r.success)]
+    """Score ``case`` with ``metrics`` (names or instances) through the same engine as
+    replay and online scoring, and fail with every failing metric's score, threshold and
+    reason. ``judge`` and ``embedder`` go to the metrics that take them; ``options`` to
+    every metric built by name. A metric that errors fails too; a skipped one does not.
+    Returns the results."""
+    engine = Engine(metrics, judge=judge, embedder=embedder, **options)
+    if engine.session_metrics:
+        raise MetricInputError(
+            f"assert_eval scores one trace; {engine.session_metrics[0].name!r} is a session "
+            "metric (use replay or OnlineEvaluator for sessions)"
+        )
+    (outcome,) = engine.score_sync([case])
+    _RECORDED.extend(r.model_dump(mode="json") for r in outcome.results)
+    failing = outcome.failing()
     if failing:
         raise AssertionError("agenteval: " + "; ".join(_describe(r) for r in failing))
-    return results
+    return outcome.results
 
 
 def assert_pass_k(
@@ -57,6 +71,7 @@ def assert_pass_k(
     metrics: Sequence[str | Metric],
     *,
     k: int,
+    judge: Any = None,
     attempts: int | None = None,
     min_pass_at_k: float | None = None,
     min_pass_pow_k: float | None = None,
@@ -64,7 +79,7 @@ def assert_pass_k(
 ) -> SuiteReport:
     """Run ``agent`` on each case ``attempts`` times (default k) and fail when the suite's
     pass@k or pass^k falls below the given bounds; the message shows each case's passes."""
-    suite = EvalSuite("pytest").add_cases(cases).add_evaluators(*metrics)
+    suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
     report = suite.run(agent, k=k, attempts=attempts, estimator=estimator, progress=False)
     for case in report.cases:
         _RECORDED.extend(r.model_dump(mode="json") for run in case.runs for r in run.results)

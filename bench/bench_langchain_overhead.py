@@ -23,7 +23,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
-from agenteval_core._online import LoopAlert, OnlineEvaluator
+from agenteval_core import LoopAlert, OnlineEvaluator
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

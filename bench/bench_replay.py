@@ -13,15 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from agenteval_core._capture import read_capture
-from agenteval_core._replay import default_metric_names, replay
+from agenteval_core import default_metric_names, read_capture, replay
 from agenteval_core.metrics import AgentConsistency, AgentReliability
 
 from ._synthetic import write_capture
 
 _CHILD = """
 import resource, sys
-from agenteval_core._replay import replay
+from agenteval_core import replay
 report = replay(sys.argv[1])
 print(report.traces, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """

@@ -12,7 +12,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
-from agenteval_core._online import OnlineEvaluator
+from agenteval_core import OnlineEvaluator
 
 
 @tool

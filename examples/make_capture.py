@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agenteval_core import AgentStep, ToolCall, ToolSpec, Trace
-from agenteval_core._capture import CaptureWriter
+from agenteval_core import AgentStep, CaptureWriter, ToolCall, ToolSpec, Trace
 
 TOOLS = [
     ToolSpec(

@@ -18,13 +18,14 @@ from agenteval_core import (
     AgentStep,
     CaptureError,
     CaptureFormatError,
+    CaptureWriter,
     SchemaVersionError,
+    SessionHistory,
     ToolCall,
     Trace,
+    read_capture,
+    replay,
 )
-from agenteval_core._capture import CaptureWriter, read_capture
-from agenteval_core._replay import replay
-from agenteval_core._scoring import SessionHistory
 from agenteval_core.cli import cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "captures" / "support_agent.jsonl"

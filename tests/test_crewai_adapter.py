@@ -13,9 +13,7 @@ from agenteval_crewai._scripted import ScriptedLLM
 from crewai import Agent, Crew, Task
 from crewai.tools import BaseTool, tool
 
-from agenteval_core import SpanKind, Trace
-from agenteval_core._capture import read_capture
-from agenteval_core._online import LoopAlert, OnlineEvaluator
+from agenteval_core import LoopAlert, OnlineEvaluator, SpanKind, Trace, read_capture
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agenteval_core._capture import read_capture
+from agenteval_core import read_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,11 +30,18 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
-from agenteval_core import EvalCase, Metric, MetricKind, Score, Trace, create_metric
-from agenteval_core._capture import read_capture
-from agenteval_core._online import OnlineEvaluator, TraceResults
-from agenteval_core._recorder import EventPump
-from agenteval_core._replay import replay
+from agenteval_core import (
+    EvalCase,
+    Metric,
+    MetricKind,
+    OnlineEvaluator,
+    Score,
+    Trace,
+    TraceResults,
+    create_metric,
+    read_capture,
+    replay,
+)
 from agenteval_core.judges import OpenAIJudge
 
 # --- judge faults --------------------------------------------------------------------------
@@ -63,7 +70,7 @@ def test_judge_faults_end_in_explicit_results_and_replay_rescores(
     with OnlineEvaluator(
         capture=tmp_path / "c.jsonl",
         metrics=[create_metric("confidence", judge=judge)],
-        on_result=seen.append,
+        on_result=lambda trace, outcome: seen.append(outcome),
     ) as evaluator:
         for i in range(3):
             evaluator.submit(Trace(input=f"q{i}", output=f"a{i}", session_id="s"))
@@ -85,7 +92,7 @@ AGENT = textwrap.dedent(
     """
     import sys, time
     from agenteval_core import Trace
-    from agenteval_core._online import OnlineEvaluator
+    from agenteval_core import OnlineEvaluator
     evaluator = OnlineEvaluator(capture=sys.argv[1])
     for i in range(100000):
         evaluator.submit(Trace(input=f"question {i}", output="x" * 2000, session_id="s"))
@@ -164,11 +171,8 @@ def test_langchain_handler_survives_any_event_sequence(
             else ({"name": "x"}, payload)
         )
         getattr(handler, hook)(*args, **kwargs)  # must never raise into the agent
-    pump = handler._recorder.pump
-    assert pump.flush(10)
-    assembler = handler._recorder.translator.assembler
-    assert assembler.open_traces() <= 6  # bounded by the runs that were started
-    pump.close(5)
+    assert evaluator.recorder.flush(10)
+    assert handler._translator.assembler.open_traces() <= 6  # bounded by the runs started
     evaluator.close()
 
 
@@ -296,9 +300,8 @@ def test_llamaindex_handlers_survive_any_span_sequence(
                 ids[span], None, err=payload if isinstance(payload, BaseException) else None
             )
         instrumentation._event_handler.handle(payload)  # not an LLM event: ignored, never raises
-    assert instrumentation.pump.flush(10)
+    assert instrumentation.recorder.flush(10)
     assert instrumentation.translator.assembler.open_traces() <= 6
-    instrumentation.pump.close(5)
     evaluator.close()
 
 
@@ -339,12 +342,13 @@ def test_crewai_translator_survives_any_event_sequence(
     sequence: list[tuple[str, int, int | None, Any]],
 ) -> None:
     evaluator = OnlineEvaluator(capture=None, metrics=[], session_metrics=[])
-    translator = Translator(evaluator, session_id="fuzz")
+    translator = Translator(evaluator.recorder, session_id="fuzz", watch_loops=True)
     ids = [str(uuid4()) for _ in range(6)]
-    pump = EventPump(translator.handle)
+    put = evaluator.recorder.put
     for name, key, parent, payload in sequence:
-        pump.put(
+        put(
             (
+                translator.handle,
                 crew_event(
                     name,
                     event_id=ids[key],
@@ -367,7 +371,6 @@ def test_crewai_translator_survives_any_event_sequence(
                 time.time(),
             )
         )
-    assert pump.flush(10)
+    assert evaluator.recorder.flush(10)
     assert translator.assembler.open_traces() <= 6
-    pump.close(5)
     evaluator.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -13,9 +12,16 @@ from typing import Any
 import pytest
 from judge_server import JudgeServer, Reply
 
-from agenteval_core import AgentStep, EvalCase, ToolCall, ToolSpec, Trace, create_metric
-from agenteval_core._capture import CaptureWriter
-from agenteval_core._scoring import SessionScorer
+from agenteval_core import (
+    AgentStep,
+    CaptureWriter,
+    Engine,
+    EvalCase,
+    ToolCall,
+    ToolSpec,
+    Trace,
+    create_metric,
+)
 from agenteval_core.judges import OpenAIJudge
 from agenteval_core.metrics import (
     Agentic,
@@ -346,15 +352,15 @@ def test_agentic_end_to_end_with_the_answer_judge(judge_server: JudgeServer) -> 
             expected_tool_calls=[{"name": "lookup", "arguments": {"id": 1}}],
         )
 
-    scorer = SessionScorer(
-        [AnswerCorrectness(judge=judge(judge_server)), ReferenceToolCorrectness()], [Agentic(k=2)]
+    scorer = Engine(
+        [AnswerCorrectness(judge=judge(judge_server)), ReferenceToolCorrectness(), Agentic(k=2)]
     )
-
-    async def run() -> None:
-        await scorer.score_case(interaction("Where is order 1?", "It shipped."))
-        await scorer.score_case(interaction("And when does it arrive?", "It shipped yesterday."))
-
-    asyncio.run(run())
+    scorer.score_sync(
+        [
+            interaction("Where is order 1?", "It shipped."),
+            interaction("And when does it arrive?", "It shipped yesterday."),
+        ]
+    )
     [agentic] = scorer.session_results("conversation-1")
     assert (
         agentic.metadata["correct_interactions"] == 1

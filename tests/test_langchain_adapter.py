@@ -20,9 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.prebuilt import create_react_agent
 
-from agenteval_core import SpanKind, Trace
-from agenteval_core._capture import read_capture
-from agenteval_core._online import LoopAlert, OnlineEvaluator, TraceResults
+from agenteval_core import LoopAlert, OnlineEvaluator, SpanKind, Trace, TraceResults, read_capture
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
 
@@ -61,7 +59,9 @@ def evaluator(tmp_path: Path) -> Any:
     alerts: list[LoopAlert] = []
     results: list[TraceResults] = []
     ev = OnlineEvaluator(
-        capture=tmp_path / "capture.jsonl", on_alert=alerts.append, on_result=results.append
+        capture=tmp_path / "capture.jsonl",
+        on_alert=alerts.append,
+        on_result=lambda trace, outcome: results.append(outcome),
     )
     ev.alerts, ev.results = alerts, results  # type: ignore[attr-defined]
     yield ev
@@ -269,14 +269,14 @@ def test_guard_stops_the_looping_agent(evaluator: OnlineEvaluator) -> None:
 
 
 def test_handler_never_raises_when_evaluation_fails(tmp_path: Path) -> None:
-    def broken_sink(results: TraceResults) -> None:
+    def broken_sink(trace: Trace, results: TraceResults) -> None:
         raise RuntimeError("sink down")
 
     evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", on_result=broken_sink)
     handler = AgentEvalCallbackHandler(evaluator)
-    handler._recorder.translator.assembler.on_trace = lambda trace: 1 / 0  # type: ignore[method-assign]
+    handler._translator.assembler._finish = lambda *args, **kwargs: 1 / 0  # type: ignore[method-assign]
     agent = create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund])
     result = agent.invoke({"messages": [("user", "go")]}, config={"callbacks": [handler]})
     assert result["messages"][-1].content == "Order A-1 has shipped and I refunded 5.0."
-    assert handler._recorder.pump.flush(10) and handler._recorder.pump.errors >= 1
+    assert evaluator.recorder.flush(10) and evaluator.recorder.pump.errors >= 1
     evaluator.close()

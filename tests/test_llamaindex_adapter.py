@@ -17,9 +17,7 @@ from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from agenteval_core import SpanKind, Trace
-from agenteval_core._capture import read_capture
-from agenteval_core._online import LoopAlert, OnlineEvaluator
+from agenteval_core import LoopAlert, OnlineEvaluator, SpanKind, Trace, read_capture
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
 

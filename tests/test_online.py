@@ -1,12 +1,12 @@
-"""The event pump, trace assembler, live loop monitor and online evaluator."""
+"""The live path: event pump, trace assembler, loop guard, recorder and online evaluator."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,16 +15,41 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenteval_core import EvalCase, Metric, MetricKind, Score, SpanKind, ToolCall, Trace
-from agenteval_core._capture import read_capture
-from agenteval_core._online import LiveLoopMonitor, LoopAlert, OnlineEvaluator, TraceResults
-from agenteval_core._recorder import EventPump, ToolStart, TraceAssembler
+from agenteval_core import (
+    GUARD_REFUSED,
+    CallbackSink,
+    EvalCase,
+    EventPump,
+    LoopAlert,
+    LoopGuard,
+    Metric,
+    MetricKind,
+    OnlineEvaluator,
+    Recorder,
+    RunRoots,
+    RunStatus,
+    Score,
+    SpanKind,
+    ToolCall,
+    Trace,
+    TraceAssembler,
+    TraceResults,
+    read_capture,
+)
 
 
-def call_start(trace_id: str, name: str, **arguments: Any) -> ToolStart:
-    return ToolStart(
-        trace_id, trace_id, "s", name, ToolCall(name=name, arguments=arguments), time.time()
+def call(name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(name=name, arguments=arguments)
+
+
+def assembler_with(
+    finished: list[Trace], alerts: list[LoopAlert] | None = None, **options: Any
+) -> TraceAssembler:
+    """An assembler driven directly on the test's thread (the recorder's pump is idle)."""
+    recorder = Recorder(
+        on_trace=finished.append, on_alert=(alerts if alerts is not None else []).append
     )
+    return TraceAssembler("test", recorder, **options)
 
 
 # --- assembler --------------------------------------------------------------------------------
@@ -32,8 +57,7 @@ def call_start(trace_id: str, name: str, **arguments: Any) -> ToolStart:
 
 def test_assembler_builds_one_trace_with_parent_links() -> None:
     finished: list[Trace] = []
-    starts: list[ToolStart] = []
-    assembler = TraceAssembler("test", finished.append, on_tool_start=starts.append)
+    assembler = assembler_with(finished)
     assembler.start_span("root", None, SpanKind.AGENT, "agent", input="q", start_time=1.0)
     assembler.start_span("llm", "root", SpanKind.LLM, "model", start_time=2.0, session_id="s1")
     assembler.end_span("llm", output="use tool", end_time=3.0, thought="use tool")
@@ -55,30 +79,32 @@ def test_assembler_builds_one_trace_with_parent_links() -> None:
         ToolCall(id="c1", name="lookup", arguments={"id": 7}, result="found")
     ]
     assert trace.steps()[0].thought == "use tool"
-    assert starts[0].trace_id == trace.id and starts[0].tool_call.name == "lookup"
-    assert assembler.open_traces() == 0
+    assert (trace.status, trace.status_reason, trace.alerts) == (RunStatus.OK, None, [])
+    assert assembler.open_traces() == 0 and len(assembler.recorder.guard) == 0
 
 
 def test_children_still_open_at_root_end_are_kept_with_a_note() -> None:
     finished: list[Trace] = []
-    assembler = TraceAssembler("test", finished.append)
+    assembler = assembler_with(finished)
     assembler.start_span("root", None, SpanKind.AGENT, "agent")
     assembler.start_span("child", "root", SpanKind.TOOL, "slow", tool_call=ToolCall(name="slow"))
     assembler.end_span("root", error="RuntimeError: boom")
     assembler.end_span("child", output="late")  # after the trace finished: ignored, counted
     [trace] = finished
     assert trace.error == "RuntimeError: boom"
+    assert (trace.status, trace.status_reason) == (RunStatus.ERROR, "RuntimeError: boom")
     assert trace.spans[1].error == "not ended before its run ended"
     assert assembler.unknown_ends == 1
 
 
 def test_open_runs_are_bounded() -> None:
     finished: list[Trace] = []
-    assembler = TraceAssembler("test", finished.append, max_open_runs=10)
+    assembler = assembler_with(finished, max_open_runs=10)
     for index in range(25):
         assembler.start_span(f"root{index}", None, SpanKind.AGENT, "never ends")
     assert assembler.open_traces() <= 10 and assembler.evicted == 15
     assert all(trace.error == "evicted: the run never ended" for trace in finished)
+    assert all(trace.status is RunStatus.ERROR for trace in finished)
 
 
 events = st.lists(
@@ -97,7 +123,7 @@ def test_odd_event_sequences_never_raise_and_lose_no_finished_run(
     sequence: list[tuple[str, int, int | None]],
 ) -> None:
     finished: list[Trace] = []
-    assembler = TraceAssembler("test", finished.append)
+    assembler = assembler_with(finished)
     roots_started = 0
     for action, key, parent in sequence:
         if action == "start":
@@ -115,46 +141,122 @@ def test_pump_handles_in_order_and_survives_handler_errors() -> None:
     seen: list[int] = []
 
     def handle(event: tuple[Any, ...]) -> None:
-        if event[0] == 3:
+        if event[1] == 3:
             raise ValueError("bad event")
-        seen.append(event[0])
+        seen.append(event[1])
 
-    pump = EventPump(handle)
+    pump = EventPump()
     for index in range(6):
-        pump.put((index,))
+        pump.put((handle, index))
     assert pump.flush(5)
     assert seen == [0, 1, 2, 4, 5] and pump.errors == 1
     pump.close(5)
 
 
-# --- live loop monitor -----------------------------------------------------------------------
+def test_run_roots_map_spans_to_their_run_and_forget_ended_runs() -> None:
+    runs = RunRoots()
+    assert runs.enter("root", None) == "root"
+    assert runs.enter("child", "root") == "root"
+    assert runs.enter("grandchild", "child") == "root"
+    assert runs.enter("other", None) == "other"
+    runs.exit("child")  # not a root: nothing forgotten
+    assert len(runs) == 2 and runs.enter("late", "grandchild") == "root"
+    runs.exit("root")
+    runs.exit("other")
+    assert len(runs) == 0
+
+
+# --- the loop guard --------------------------------------------------------------------------
 
 
 def test_repeated_identical_call_alerts_at_the_threshold_once() -> None:
-    alerts: list[LoopAlert] = []
-    monitor = LiveLoopMonitor(repeat_threshold=3, on_alert=alerts.append)
-    assert monitor.observe(call_start("t", "search", q="x")) is None
-    assert monitor.observe(call_start("t", "search", q="y")) is None  # other arguments
-    assert monitor.observe(call_start("t", "search", q="x")) is None
-    alert = monitor.observe(call_start("t", "search", q="x"))
-    assert alert is not None and alert.pattern == "repeated_call" and alert.count == 3
+    guard = LoopGuard(repeat_threshold=3)
+    assert guard.observe("t", call("search", q="x")) is None
+    assert guard.observe("t", call("search", q="y")) is None  # other arguments
+    assert guard.observe("t", call("search", q="x")) is None
+    alert = guard.observe("t", call("search", q="x"), trace_id="trace-1", session_id="s")
+    assert alert is not None
+    assert (alert.pattern, alert.count, alert.trace_id, alert.session_id) == (
+        "repeated_call",
+        3,
+        "trace-1",
+        "s",
+    )
+    assert alert.message == 'search called 3 times with the same arguments {"q": "x"}'
     assert [c.arguments for c in alert.calls] == [{"q": "x"}] * 3
-    assert monitor.observe(call_start("t", "search", q="x")) is None  # once per loop
-    assert alerts == [alert]
-    assert monitor.observe(call_start("other-run", "search", q="x")) is None  # runs don't mix
+    assert guard.observe("t", call("search", q="x")) is None  # once per loop
+    assert guard.observe("other-run", call("search", q="x")) is None  # runs don't mix
+    guard.forget("t")
+    guard.forget("other-run")
+    assert len(guard) == 0
 
 
 def test_short_cycles_alert() -> None:
-    monitor = LiveLoopMonitor(repeat_threshold=5)
-    results = [
-        monitor.observe(call_start("t", name, n=1)) for name in ["open", "read", "open", "read"]
-    ]
+    guard = LoopGuard(repeat_threshold=5)
+    results = [guard.observe("t", call(name, n=1)) for name in ["open", "read", "open", "read"]]
     assert results[:3] == [None, None, None]
     assert results[3] is not None and results[3].pattern == "cycle"
-    assert "open → read" in results[3].message
-    three = LiveLoopMonitor(repeat_threshold=5)
+    assert results[3].message == "cycle open → read repeated 2 times"
+    three = LoopGuard(repeat_threshold=5)
     names = ["a", "b", "c", "a", "b", "c"]
-    assert [three.observe(call_start("t", n)) is not None for n in names] == [False] * 5 + [True]
+    assert [three.observe("t", call(n)) is not None for n in names] == [False] * 5 + [True]
+
+
+def test_guard_refusal_is_recorded_on_the_trace_and_alerts_arrive_on_one_thread() -> None:
+    finished: list[Trace] = []
+    alerts: list[tuple[LoopAlert, str]] = []
+    recorder = Recorder(
+        on_trace=finished.append,
+        on_alert=lambda alert: alerts.append((alert, threading.current_thread().name)),
+    )
+    assembler = recorder.assembler("test", watch_loops=False)
+
+    def record(event: tuple[Any, ...]) -> None:
+        action, key, *rest = event[1:]
+        if action == "start":
+            parent, tool_call = rest
+            kind = SpanKind.TOOL if tool_call else SpanKind.AGENT
+            assembler.start_span(key, parent, kind, key, tool_call=tool_call, start_time=1.0)
+        else:
+            assembler.end_span(key, output=rest[0], end_time=2.0)
+
+    def refuser(key: str) -> Any:
+        return lambda event: assembler.refuse(key, event[1])
+
+    recorder.put((record, "start", "root", None, None))
+    refused_at = None
+    for index in range(4):
+        key = f"tool{index}"
+        lookup = call("lookup", id=7)
+        recorder.put((record, "start", key, "root", lookup))
+        alert = recorder.check_tool_call("root", lookup, refuse=refuser(key))
+        if alert is None:
+            recorder.put((record, "end", key, "found"))
+        elif refused_at is None:
+            refused_at = index
+    recorder.put((record, "end", "root", "gave up"))
+    assert recorder.flush(5)
+    assert refused_at == 2  # the third identical call, before it ran
+    [trace] = finished
+    assert trace.status is RunStatus.STOPPED
+    assert trace.status_reason == (
+        'stopped by the loop guard: lookup called 3 times with the same arguments {"id": 7}'
+    )
+    [alert] = trace.alerts
+    assert alert.stopped and alert.trace_id == trace.id and alert.count == 3
+    tools = [span for span in trace.spans if span.kind is SpanKind.TOOL]
+    assert [(s.output, s.error, s.attributes.get(GUARD_REFUSED)) for s in tools] == [
+        ("found", None, None),
+        ("found", None, None),
+        (None, f"refused by the loop guard: {alert.message}", True),
+        (None, f"refused by the loop guard: {alert.message}", True),  # the run stays stopped
+    ]
+    # one alert, delivered on the recorder's thread; the run's guard state is gone
+    assert [(a.pattern, thread) for a, thread in alerts] == [
+        ("repeated_call", "agenteval-recorder")
+    ]
+    assert len(recorder.guard) == 0
+    recorder.close(5)
 
 
 # --- online evaluator --------------------------------------------------------------------------
@@ -175,25 +277,54 @@ class BrokenMetric(Metric):
 
 
 def test_results_session_signals_and_cross_trace_loop_alert(tmp_path: Path) -> None:
-    results: list[TraceResults] = []
+    results: list[tuple[Trace, TraceResults]] = []
     alerts: list[LoopAlert] = []
     stuck = "I am still looking up your order, please wait a moment."
     with OnlineEvaluator(
         capture=tmp_path / "c.jsonl",
         results_path=tmp_path / "r.jsonl",
-        on_result=results.append,
+        on_result=lambda trace, outcome: results.append((trace, outcome)),
         on_alert=alerts.append,
     ) as evaluator:
         for output in ["Your order shipped yesterday.", stuck, stuck]:
             evaluator.submit(trace(output))
         assert evaluator.flush(10)
-    assert [r.trace_id for r in results] == [t.id for t in read_capture(tmp_path / "c.jsonl")]
-    loops = [next(x for x in r.results if x.name == "loop_detection").score for r in results]
+    captured = list(read_capture(tmp_path / "c.jsonl"))
+    assert (
+        [t.id for t, _ in results] == [r.trace_id for _, r in results] == [t.id for t in captured]
+    )
+    assert [t.output for t, _ in results] == [t.output for t in captured]
+    loops = [next(x for x in r.results if x.name == "loop_detection").score for _, r in results]
     assert loops[0] == 1.0 and loops[2] == pytest.approx(0.0, abs=1e-6)
     assert [a.pattern for a in alerts] == ["loop_detection"]
-    reliability = next(r for r in results[-1].session_results if r.name == "agent_reliability")
+    reliability = next(r for r in results[-1][1].session_results if r.name == "agent_reliability")
     assert reliability.metadata["traces_evaluated"] == 3
-    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3
+    # one line per trace with its own results, then one for the session when it closed
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [line.get("trace_id") for line in lines] == [t.id for t in captured] + [None]
+    assert lines[-1]["session_id"] == "s1"
+    assert {r["name"] for r in lines[-1]["session_results"]} == {
+        "agent_reliability",
+        "agent_consistency",
+    }
+
+
+def test_online_results_file_grows_linearly(tmp_path: Path) -> None:
+    sizes = {}
+    for count in (50, 200):
+        results = tmp_path / f"r{count}.jsonl"
+        with OnlineEvaluator(
+            capture=tmp_path / f"c{count}.jsonl", results_path=results, log=False
+        ) as evaluator:
+            for index in range(count):
+                evaluator.submit(trace(f"Order {index} shipped on day {index}.", session="one"))
+            assert evaluator.flush(60)
+        lines = results.read_text().splitlines()
+        assert len(lines) == count + 1  # each trace once, the session once
+        sizes[count] = results.stat().st_size
+    # every trace line holds the same metrics, so 4× the traces is 4× the bytes (± the one
+    # session line and the digits)
+    assert 3.8 < sizes[200] / sizes[50] < 4.1, sizes
 
 
 class GatedMetric(Metric):
@@ -201,6 +332,7 @@ class GatedMetric(Metric):
 
     name = "gated"
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    blocking = True  # the engine runs it on a worker thread
     gate = threading.Event()
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
@@ -208,9 +340,9 @@ class GatedMetric(Metric):
         return Score(1.0)
 
 
-def test_full_queue_drops_from_scoring_never_from_capture(tmp_path: Path) -> None:
-    # One trace in scoring (stalled), two queued, so 17 of 20 are dropped from scoring;
-    # every one of the 20 is in the capture.
+def test_full_hand_off_drops_from_scoring_never_from_capture(tmp_path: Path) -> None:
+    # The hand-off holds 2 traces until they are scored; scoring is stalled, so 18 of 20
+    # are dropped from scoring, decided on the submitting thread. All 20 are captured.
     gated = GatedMetric()
     gated.gate.clear()
     evaluator = OnlineEvaluator(
@@ -222,33 +354,29 @@ def test_full_queue_drops_from_scoring_never_from_capture(tmp_path: Path) -> Non
         batch_delay=0.0,
     )
     submitted = [trace(f"answer {i}", session=f"s{i}") for i in range(20)]
-    evaluator.submit(submitted[0])
-    deadline = time.monotonic() + 5
-    while evaluator._queue is not None and evaluator._queue.qsize() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the first trace has left the queue and is being scored
-    time.sleep(0.05)
-    for item in submitted[1:]:
+    for item in submitted:
         evaluator.submit(item)
+    stats = evaluator.stats
+    assert stats.dropped_from_scoring == 18  # before anything was scored
     gated.gate.set()
     assert evaluator.flush(10)
-    stats = evaluator.stats
     evaluator.close()
     assert [t.id for t in read_capture(tmp_path / "c.jsonl")] == [t.id for t in submitted]
-    assert stats.captured == 20 and stats.scored == 3 and stats.dropped_from_scoring == 17
-    assert stats.unscored_trace_ids == [t.id for t in submitted[3:]]
+    assert stats.captured == 20 and stats.scored == 2 and stats.dropped_from_scoring == 18
+    assert stats.unscored_trace_ids == [t.id for t in submitted[2:]]
 
 
-def test_failing_metrics_and_callbacks_are_counted_not_raised(tmp_path: Path) -> None:
-    def bad_callback(results: TraceResults) -> None:
+def test_failing_metrics_and_sinks_are_counted_not_raised(tmp_path: Path) -> None:
+    def bad_callback(trace: Trace, results: TraceResults) -> None:
         raise ValueError("sink bug")
 
     seen: list[TraceResults] = []
     with OnlineEvaluator(
         capture=tmp_path / "c.jsonl", metrics=[BrokenMetric(), "coherence"], on_result=bad_callback
     ) as evaluator:
-        evaluator.add_result_callback(seen.append)
+        evaluator.add_sink(CallbackSink(lambda trace, results: seen.append(results)))
         evaluator.submit(trace("fine"))
-        evaluator.flush(10)
+        assert evaluator.flush(10)
     assert evaluator.stats.metric_errors == 1 and evaluator.stats.callback_errors == 1
     broken = next(r for r in seen[0].results if r.name == "broken")
     assert broken.score is None and broken.error == "RuntimeError: metric bug"
@@ -259,16 +387,15 @@ def test_live_tool_alert_is_delivered_within_milliseconds(tmp_path: Path) -> Non
     got = threading.Event()
     evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", on_alert=lambda alert: got.set())
     for _ in range(3):
-        evaluator.observe_tool_start(call_start("run", "search", q="same"))
-    assert got.is_set()  # delivered synchronously on the observing thread
+        evaluator.recorder.check_tool_call("run", call("search", q="same"), refuse=lambda e: None)
+    assert got.wait(1)  # delivered on the recorder's thread right away
     evaluator.close()
 
 
 def test_exit_without_close_loses_no_captured_trace(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
-        from agenteval_core import Trace
-        from agenteval_core._online import OnlineEvaluator
+        from agenteval_core import OnlineEvaluator, Trace
         evaluator = OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r},
                                     results_path={str(tmp_path / "r.jsonl")!r})
         for i in range(50):
@@ -278,4 +405,27 @@ def test_exit_without_close_loses_no_captured_trace(tmp_path: Path) -> None:
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     assert len(list(read_capture(tmp_path / "c.jsonl"))) == 50
-    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 50
+    # 50 trace lines, and the session's line written when the exit hook closed it
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 51
+
+
+def test_a_forked_child_scores_its_own_traces(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os
+        from agenteval_core import OnlineEvaluator, Trace
+        evaluator = OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r}, log=False)
+        evaluator.submit(Trace(input="q", output="parent", session_id="p"))
+        assert evaluator.flush(30)
+        pid = os.fork()
+        if pid == 0:
+            evaluator.submit(Trace(input="q", output="child", session_id="c"))
+            ok = evaluator.flush(30) and evaluator.stats.scored == 2
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        raise SystemExit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert done.returncode == 0
+    assert [t.output for t in read_capture(tmp_path / "c.jsonl")] == ["parent", "child"]

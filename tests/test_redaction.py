@@ -13,9 +13,16 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agenteval_core import AgentStep, Redactor, ToolCall, ToolSpec, Trace, create_metric
-from agenteval_core._online import OnlineEvaluator
-from agenteval_core._replay import replay
+from agenteval_core import (
+    AgentStep,
+    OnlineEvaluator,
+    Redactor,
+    ToolCall,
+    ToolSpec,
+    Trace,
+    create_metric,
+    replay,
+)
 from agenteval_core._report import load_results, render_html
 from agenteval_core.judges import OpenAIJudge
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agenteval_core._replay import replay
+from agenteval_core import replay
 from agenteval_core._report import load_results, render_html, write_report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,9 +19,7 @@ from crewai.hooks.tool_hooks import (
     unregister_before_tool_call_hook,
 )
 
-from agenteval_core._online import LiveLoopMonitor, OnlineEvaluator, default_evaluator
-from agenteval_core._recorder import EventPump, ToolStart
-from agenteval_core._schema import ToolCall
+from agenteval_core import OnlineEvaluator, ToolCall, default_evaluator
 
 from ._translate import EVENT_NAMES, Translator
 
@@ -36,10 +34,14 @@ class AgentEvalListener(BaseEventListener):
     Args:
         evaluator: where traces go; default: the process-wide evaluator.
         session_id: groups kickoffs into a session; otherwise the crew's id is used.
-        stop_on_loop: refuse a tool call that repeats the same tool with the same arguments
-            ``loop_repeat_threshold`` times in a task (or continues a short cycle), through a
-            CrewAI before-tool-call hook; the agent receives the refusal instead of a result.
-            (CrewAI already refuses an immediately repeated identical call on its own.)
+        stop_on_loop: before a tool runs, ask the evaluator's loop guard (through a CrewAI
+            before-tool-call hook); when the call closes a loop (the same tool with the
+            same arguments ``OnlineEvaluator(loop_repeat_threshold=...)`` times in one
+            kickoff, or a cycle) it is refused, and so is every later tool call of that
+            kickoff: the agent receives CrewAI's "blocked by hook" answer instead of a
+            result and has to finish without tools. The refusals and the alert are on the
+            trace, whose status is ``stopped``. (CrewAI itself refuses an immediately
+            repeated identical call, and fails the kickoff at the 5th.)
     """
 
     def __init__(
@@ -48,45 +50,43 @@ class AgentEvalListener(BaseEventListener):
         *,
         session_id: str | None = None,
         stop_on_loop: bool = False,
-        loop_repeat_threshold: int = 3,
     ) -> None:
         self.evaluator = evaluator if evaluator is not None else default_evaluator()
+        self.recorder = self.evaluator.recorder
         self.translator = Translator(
-            self.evaluator, session_id=session_id, watch_loops=not stop_on_loop
+            self.recorder, session_id=session_id, watch_loops=not stop_on_loop
         )
-        self.pump = EventPump(self.translator.handle, name="agenteval-crewai")
-        self.evaluator.attach(self.pump)
         self._active = True
-        self._guard = (
-            LiveLoopMonitor(repeat_threshold=loop_repeat_threshold) if stop_on_loop else None
-        )
+        self._guarded = stop_on_loop
         if stop_on_loop:
             register_before_tool_call_hook(self._before_tool_call)
         super().__init__()
 
     def setup_listeners(self, crewai_event_bus: Any) -> None:
-        put = self.pump.put
+        put, handle = self.recorder.put, self.translator.handle
 
         async def record(source: Any, event: Any, *_: Any) -> None:
             if self._active:
-                put((event, time.time()))
+                put((handle, event, time.time()))
 
         for name in EVENT_NAMES:
             crewai_event_bus.on(getattr(crew_events, name))(record)
 
     def _before_tool_call(self, context: ToolCallHookContext) -> bool | None:
         try:
-            assert self._guard is not None
-            run = f"{getattr(context.crew, 'id', '')}:{getattr(context.agent, 'id', '')}:{getattr(context.task, 'id', '')}"
+            # the kickoff's start event id: the key of the trace's root span
+            run = getattr(context.crew, "_kickoff_event_id", None)
+            if run is None:
+                return None
             call = ToolCall(name=context.tool_name, arguments=dict(context.tool_input or {}))
-            alert = self._guard.observe(ToolStart(run, run, None, run, call, time.time()))
+            task_id = str(context.task.id) if context.task is not None else None
+            alert = self.recorder.check_tool_call(
+                run, call, refuse=self.translator.refuser(run, task_id, call)
+            )
         except Exception as exc:  # a bug of ours must never reach the crew
             logger.debug("agenteval loop guard failed: %s", exc)
             return None
-        if alert is None:
-            return None
-        self.evaluator.report_alert(alert)
-        return False
+        return False if alert is not None else None
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until CrewAI has delivered its events and they are captured and scored."""
@@ -96,5 +96,5 @@ class AgentEvalListener(BaseEventListener):
     def close(self) -> None:
         """Stop recording (the bus keeps no way to remove one listener's handlers)."""
         self._active = False
-        if self._guard is not None:
+        if self._guarded:
             unregister_before_tool_call_hook(self._before_tool_call)

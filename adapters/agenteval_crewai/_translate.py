@@ -6,9 +6,7 @@ import json
 import re
 from typing import Any
 
-from agenteval_core._online import OnlineEvaluator
-from agenteval_core._recorder import ToolStart, TraceAssembler
-from agenteval_core._schema import SpanKind, ToolCall, ToolSpec
+from agenteval_core import LoopAlert, Recorder, SpanKind, ToolCall, ToolSpec
 
 __all__ = ["EVENT_NAMES", "Translator"]
 
@@ -95,20 +93,30 @@ class Translator:
     linked to the LLM call that asked for it by order, as ``<llm call id>#<n>``.
     """
 
-    def __init__(
-        self, evaluator: OnlineEvaluator, *, session_id: str | None, watch_loops: bool = True
-    ) -> None:
+    def __init__(self, recorder: Recorder, *, session_id: str | None, watch_loops: bool) -> None:
         self.session_id = session_id
-        self.assembler = TraceAssembler("crewai", evaluator.submit)
         # CrewAI itself refuses an immediately repeated identical tool call without emitting
-        # tool events, so loops are watched on the calls the model asks for.
-        self._observe = evaluator.observe_tool_start if watch_loops else None
+        # tool events, so loops are watched on the calls the model asks for, not on tool spans.
+        self.assembler = recorder.assembler("crewai", watch_loops=False)
+        self._watch_loops = watch_loops
         self._executions: dict[str | None, str] = {}  # task id → its agent execution's span
         self._tasks: dict[str | None, str] = {}  # task id → span key
         self._last_llm: dict[str, tuple[str, int]] = {}  # execution key → (call id, tools used)
 
+    def refuser(self, root: str, task_id: str | None, call: ToolCall) -> Any:
+        """What the recorder calls, in order with the events, to record a refused call
+        (CrewAI opens no tool span for it) under the agent execution of its task."""
+
+        def refuse(event: tuple[Any, ...]) -> None:
+            alert: LoopAlert = event[1]
+            parent = self._executions.get(task_id) or root
+            self.assembler.refuse(parent, alert, call=call)
+
+        return refuse
+
     def handle(self, event: tuple[Any, ...]) -> None:
-        payload, at = event
+        """Called on the recorder's thread with ``(handle, event, time)``."""
+        _, payload, at = event
         name = type(payload).__name__
         at = payload.timestamp.timestamp() if getattr(payload, "timestamp", None) else at
         if name in STARTS:
@@ -227,10 +235,10 @@ class Translator:
             thought = (
                 text.split("\nAction:")[0].removeprefix("Thought:").strip() if requested else None
             )
-            trace = self.assembler.trace_of(key)
-            if self._observe is not None and trace is not None:
+            root = self.assembler.root_key(key)
+            if self._watch_loops and root is not None:
                 for call in requested:
-                    self._observe(ToolStart(trace.id, trace.id, trace.session_id, key, call, at))
+                    self.assembler.watch(root, call, started=at)
             self.assembler.end_span(
                 key,
                 output=text,

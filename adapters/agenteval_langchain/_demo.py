@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from rich.console import Console
 
-from agenteval_core._online import LoopAlert, OnlineEvaluator, TraceResults
+from agenteval_core import LoopAlert, OnlineEvaluator, Trace, TraceResults
 
 from ._handler import AgentEvalCallbackHandler, AgentLoopError
 from ._scripted import ScriptedChatModel, tool_call
@@ -81,7 +81,7 @@ def run_demo(capture: Path, console: Console | None = None) -> OnlineEvaluator:
     console = console or Console()
     started: dict[str, float] = {}
 
-    def show_scores(outcome: TraceResults) -> None:
+    def show_scores(trace: Trace, outcome: TraceResults) -> None:
         parts = [
             f"{r.name} [{'green' if r.success else 'red'}]{r.score:.2f}[/]"
             for r in outcome.results
@@ -105,7 +105,9 @@ def run_demo(capture: Path, console: Console | None = None) -> OnlineEvaluator:
     # LangChain logs the guard's deliberate exception as a callback error; the demo shows
     # the alert itself instead.
     logging.getLogger("langchain_core.callbacks.manager").setLevel(logging.CRITICAL)
-    evaluator = OnlineEvaluator(capture=capture, on_result=show_scores, on_alert=show_alert)
+    evaluator = OnlineEvaluator(
+        capture=capture, on_result=show_scores, on_alert=show_alert, log=False
+    )
     handler = AgentEvalCallbackHandler(evaluator, session_id="demo-session", stop_on_loop=True)
     agent = create_agent(
         ScriptedChatModel(reply=_support_agent), tools=[lookup_order, issue_refund]

@@ -13,10 +13,14 @@ from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 
-from agenteval_core import AgentEvalError
-from agenteval_core._online import LiveLoopMonitor, LoopAlert, OnlineEvaluator, default_evaluator
-from agenteval_core._recorder import EventPump, ToolStart
-from agenteval_core._schema import ToolCall
+from agenteval_core import (
+    AgentEvalError,
+    LoopAlert,
+    OnlineEvaluator,
+    RunRoots,
+    ToolCall,
+    default_evaluator,
+)
 
 from ._translate import Translator
 
@@ -45,39 +49,27 @@ _now = time.time
 
 
 class AgentLoopError(AgentEvalError):
-    """Raised into the agent by the loop guard (``stop_on_loop=True``) to stop a looping run."""
+    """Raised into the agent by the loop guard (``stop_on_loop=True``) to stop a looping run.
+
+    LangChain logs it once as ``Error in AgentEvalCallbackHandler.on_tool_start callback:
+    AgentLoopError(...)`` before the run ends with it: that line is the guard at work.
+    """
 
     def __init__(self, alert: LoopAlert) -> None:
         self.alert = alert
         super().__init__(f"agenteval stopped the run: {alert.message}")
 
 
-class _Recorder:
-    """The state shared by the sync and async handlers: pump, translator, loop guard."""
+class _Guard:
+    """The agent-thread side of the loop guard: finds each tool call's run, asks the
+    evaluator's guard before the tool runs, and raises ``AgentLoopError`` on a loop."""
 
-    def __init__(
-        self,
-        evaluator: OnlineEvaluator | None,
-        session_id: str | None,
-        stop_on_loop: bool,
-        loop_repeat_threshold: int,
-    ) -> None:
-        self.evaluator = evaluator if evaluator is not None else default_evaluator()
-        self.translator = Translator(
-            self.evaluator, session_id=session_id, watch_loops=not stop_on_loop
-        )
-        self.pump = EventPump(self.translator.handle, name="agenteval-langchain")
-        self.evaluator.attach(self.pump)
-        self.put = self.pump.put
-        self.stop_on_loop = stop_on_loop
-        # The guard must decide before the tool runs, so it watches tool starts here; it only
-        # costs anything on tool events, and only when enabled.
-        self.guard = (
-            LiveLoopMonitor(repeat_threshold=loop_repeat_threshold) if stop_on_loop else None
-        )
-        self.roots: dict[UUID, UUID] = {}
+    def __init__(self, evaluator: OnlineEvaluator, translator: Translator) -> None:
+        self.recorder = evaluator.recorder
+        self.translator = translator
+        self.runs = RunRoots()
 
-    def guard_event(
+    def event(
         self,
         name: str,
         args: tuple[Any, ...],
@@ -85,29 +77,23 @@ class _Recorder:
         run_id: UUID,
         parent_run_id: UUID | None,
     ) -> None:
-        """Track run roots and check tool starts for loops; raises only ``AgentLoopError``."""
-        if parent_run_id is not None:
-            self.roots[run_id] = self.roots.get(parent_run_id, parent_run_id)
+        if parent_run_id is None and name.endswith(("_end", "_error")):
+            self.runs.exit(run_id)
+            return
+        root = self.runs.enter(run_id, parent_run_id)
         if name != "on_tool_start":
             return
         try:
-            self.check_guard(args[0], kwargs.get("inputs") or args[1], run_id, parent_run_id)
-        except AgentLoopError:
-            raise
+            serialized, input_str = args[0], args[1]
+            inputs = kwargs.get("inputs")
+            arguments = inputs if isinstance(inputs, dict) else self.translator.arguments(input_str)
+            call = ToolCall(name=(serialized or {}).get("name") or "tool", arguments=arguments)
+            refuse = self.translator.refuser(run_id)
+            alert = self.recorder.check_tool_call(root, call, refuse=refuse)
         except Exception as exc:  # a bug of ours must never reach the agent
             logger.debug("agenteval loop guard failed: %s", exc)
-
-    def check_guard(
-        self, serialized: Any, inputs: Any, run_id: UUID, parent_run_id: UUID | None
-    ) -> None:
-        assert self.guard is not None
-        root = self.roots.get(parent_run_id, parent_run_id) if parent_run_id else run_id
-        name = (serialized or {}).get("name") or "tool"
-        arguments = inputs if isinstance(inputs, dict) else {"input": inputs}
-        call = ToolCall(name=name, arguments=arguments)
-        alert = self.guard.observe(ToolStart(root, str(root), None, run_id, call, time.time()))
+            return
         if alert is not None:
-            self.evaluator.report_alert(alert)
             raise AgentLoopError(alert)
 
 
@@ -115,9 +101,9 @@ def _make_hook(name: str) -> Any:
     def hook(
         self: Any, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        self._put((name, run_id, parent_run_id, args, kwargs, _now()))
-        if self._guarded:
-            self._recorder.guard_event(name, args, kwargs, run_id, parent_run_id)
+        self._put((self._handle, name, run_id, parent_run_id, args, kwargs, _now()))
+        if self._guard is not None:
+            self._guard.event(name, args, kwargs, run_id, parent_run_id)
 
     hook.__name__ = name
     return hook
@@ -134,7 +120,8 @@ def _make_async_hook(name: str) -> Any:
 
 
 class _HandlerSetup:
-    """What the sync and async handlers share: the recorder and the two hot-path attributes."""
+    """What the sync and async handlers share: the evaluator's recorder, a translator, and
+    the guard when ``stop_on_loop``."""
 
     run_inline = True  # the hot path is a thread-safe queue put; no need for an executor hop
     raise_error: bool
@@ -145,34 +132,40 @@ class _HandlerSetup:
         *,
         session_id: str | None = None,
         stop_on_loop: bool = False,
-        loop_repeat_threshold: int = 3,
     ) -> None:
         super().__init__()
-        self._recorder = _Recorder(evaluator, session_id, stop_on_loop, loop_repeat_threshold)
-        self._put = self._recorder.put  # the hot path reads these two attributes only
-        self._guarded = stop_on_loop
+        self.evaluator = evaluator if evaluator is not None else default_evaluator()
+        recorder = self.evaluator.recorder
+        # With the guard on, calls are checked on the agent's thread before they run;
+        # otherwise the recorder's thread watches them as it records them.
+        self._translator = Translator(recorder, session_id=session_id, watch_loops=not stop_on_loop)
+        self._put = recorder.put  # the hot path reads these three attributes only
+        self._handle = self._translator.handle
+        self._guard = _Guard(self.evaluator, self._translator) if stop_on_loop else None
         self.raise_error = stop_on_loop
-
-    @property
-    def evaluator(self) -> OnlineEvaluator:
-        return self._recorder.evaluator
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until this handler's runs are captured and scored."""
-        return self._recorder.evaluator.flush(timeout)
+        return self.evaluator.flush(timeout)
 
 
 class AgentEvalCallbackHandler(_HandlerSetup, BaseCallbackHandler):
     """Captures every LangChain / LangGraph run as a trace and scores it in the background.
+
+    Handlers are cheap: every handler of one evaluator shares its one recorder thread, so
+    building one per ``invoke`` costs no thread.
 
     Args:
         evaluator: where traces go; default: the process-wide :func:`default_evaluator`
             (capture to ``agenteval-capture.jsonl``).
         session_id: groups runs into a session; otherwise taken from run metadata
             (``session_id``) or LangGraph's ``thread_id``.
-        stop_on_loop: raise :class:`AgentLoopError` into the run when it calls the same tool
-            with the same arguments ``loop_repeat_threshold`` times (or cycles), which stops
-            it the LangChain way (the handler sets ``raise_error``).
+        stop_on_loop: before a tool runs, ask the evaluator's loop guard; when the call
+            closes a loop (the same tool with the same arguments
+            ``OnlineEvaluator(loop_repeat_threshold=...)`` times, or a cycle), raise
+            :class:`AgentLoopError` into the run, which stops it the LangChain way (the
+            handler sets ``raise_error``). The refused call and the alert are on the trace,
+            whose status is ``stopped``.
     """
 
 

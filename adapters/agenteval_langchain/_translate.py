@@ -10,9 +10,7 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from agenteval_core._online import OnlineEvaluator
-from agenteval_core._recorder import TraceAssembler
-from agenteval_core._schema import SpanKind, ToolCall, ToolSpec
+from agenteval_core import LoopAlert, Recorder, SpanKind, ToolCall, ToolSpec
 
 __all__ = ["Translator", "jsonable"]
 
@@ -120,13 +118,9 @@ class Event(NamedTuple):
 class Translator:
     """Turns LangChain callback events into TraceAssembler calls for one handler."""
 
-    def __init__(self, evaluator: OnlineEvaluator, *, session_id: str | None, watch_loops: bool):
+    def __init__(self, recorder: Recorder, *, session_id: str | None, watch_loops: bool):
         self.session_id = session_id
-        self.assembler = TraceAssembler(
-            "langchain",
-            evaluator.submit,
-            on_tool_start=evaluator.observe_tool_start if watch_loops else None,
-        )
+        self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
         self._dispatch: dict[str, Callable[..., None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
@@ -146,7 +140,26 @@ class Translator:
         }
 
     def handle(self, event: tuple[Any, ...]) -> None:
-        self._dispatch[event[0]](Event(*event[1:]))
+        """Called on the recorder's thread with ``(handle, hook name, *Event fields)``."""
+        self._dispatch[event[1]](Event(*event[2:]))
+
+    def refuser(self, run_id: UUID) -> Callable[[tuple[Any, ...]], None]:
+        """What the recorder calls, in order with the events, to mark a refused tool run."""
+
+        def refuse(event: tuple[Any, ...]) -> None:
+            alert: LoopAlert = event[1]
+            self.assembler.refuse(run_id, alert)
+
+        return refuse
+
+    @staticmethod
+    def arguments(input_str: Any) -> dict[str, Any]:
+        """A tool's arguments from the string LangChain passes when it gives no dict."""
+        try:
+            inputs = json.loads(input_str)
+        except (TypeError, ValueError):
+            inputs = None
+        return inputs if isinstance(inputs, dict) else {"input": input_str}
 
     def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
         self.assembler.start_span(
@@ -221,14 +234,7 @@ class Translator:
         serialized, input_str = e.args
         name = (serialized or {}).get("name") or e.kwargs.get("name") or "tool"
         inputs = e.kwargs.get("inputs")
-        if not isinstance(inputs, dict):
-            try:
-                inputs = json.loads(input_str)
-            except (TypeError, ValueError):
-                inputs = None
-            if not isinstance(inputs, dict):
-                inputs = {"input": input_str}
-        arguments = jsonable(inputs)
+        arguments = jsonable(inputs if isinstance(inputs, dict) else self.arguments(input_str))
         call = ToolCall(id=e.kwargs.get("tool_call_id"), name=name, arguments=arguments)
         self._start(
             e,

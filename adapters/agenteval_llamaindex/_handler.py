@@ -18,22 +18,26 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.span.simple import SimpleSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 
-from agenteval_core._online import LoopAlert, OnlineEvaluator, default_evaluator
-from agenteval_core._recorder import EventPump
+from agenteval_core import LoopAlert, OnlineEvaluator, RunRoots, default_evaluator
 
-from ._translate import Translator
+from ._translate import Translator, requested_call
 
 __all__ = ["LlamaIndexInstrumentation", "instrument"]
 
 logger = logging.getLogger("agenteval")
+RUN_TAG = "llamaindex.run_id"
+"""The tag LlamaIndex workflows put on the spans of a run (the handler's ``run_id``)."""
 
 
 class _SpanHandler(BaseSpanHandler[SimpleSpan]):
-    """Records span starts, exits and drops (LlamaIndex calls it inline)."""
+    """Records span starts, exits and drops (LlamaIndex calls it inline, on the agent's
+    thread); with the guard on, checks each tool call before it runs."""
 
-    def __init__(self, put: Any) -> None:
+    def __init__(self, instrumentation: LlamaIndexInstrumentation) -> None:
         super().__init__()
-        self._put = put
+        self._put = instrumentation.recorder.put
+        self._handle = instrumentation.translator.handle
+        self._guard = instrumentation if instrumentation.stop_on_loop else None
 
     @classmethod
     def class_name(cls) -> str:
@@ -48,7 +52,11 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         tags: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put(("start", id_, parent_span_id, instance, bound_args, tags, time.time()))
+        self._put(
+            (self._handle, "start", id_, parent_span_id, instance, bound_args, tags, time.time())
+        )
+        if self._guard is not None:
+            self._guard.check(id_, parent_span_id, bound_args, tags)
         return None
 
     def prepare_to_exit_span(
@@ -59,7 +67,9 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         result: Any | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put(("exit", id_, result, time.time()))
+        self._put((self._handle, "exit", id_, result, time.time()))
+        if self._guard is not None:
+            self._guard.runs.exit(id_)
         return None
 
     def prepare_to_drop_span(
@@ -70,7 +80,9 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         err: BaseException | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put(("drop", id_, err, time.time()))
+        self._put((self._handle, "drop", id_, err, time.time()))
+        if self._guard is not None:
+            self._guard.runs.exit(id_)
         return None
 
 
@@ -78,13 +90,14 @@ class _EventHandler(BaseEventHandler):
     """Records instrumentation events (LLM chat start and end)."""
 
     put: Any = None
+    translate: Any = None
 
     @classmethod
     def class_name(cls) -> str:
         return "AgentEvalEventHandler"
 
     def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.put(("event", event, time.time()))
+        self.put((self.translate, "event", event, time.time()))
 
 
 class LlamaIndexInstrumentation:
@@ -94,10 +107,14 @@ class LlamaIndexInstrumentation:
         evaluator: where traces go; default: the process-wide evaluator.
         session_id: groups runs into a session; otherwise a ``session_id`` tag set with
             ``instrument_tags({"session_id": ...})`` is used.
-        stop_on_loop: when the evaluator's live monitor alerts on a run (the same tool with
-            the same arguments ``OnlineEvaluator(loop_repeat_threshold=...)`` times, or a
-            cycle), cancel that run's workflow (``WorkflowHandler.cancel_run``); the awaiting
-            caller sees the cancellation.
+        stop_on_loop: before a tool runs, ask the evaluator's loop guard; when the call
+            closes a loop (the same tool with the same arguments
+            ``OnlineEvaluator(loop_repeat_threshold=...)`` times, or a cycle) the call is
+            refused (the agent's ``call_tool`` step answers that the tool is not available,
+            and the tool never runs) and the run's workflow is cancelled
+            (``WorkflowHandler.cancel_run``) when it was handed to :meth:`guard`. Every
+            later call of a stopped run is refused too. The refusal and the alert are on the
+            trace, whose status is ``stopped``.
     """
 
     def __init__(
@@ -108,16 +125,18 @@ class LlamaIndexInstrumentation:
         stop_on_loop: bool = False,
     ) -> None:
         self.evaluator = evaluator if evaluator is not None else default_evaluator()
+        self.recorder = self.evaluator.recorder
         self.stop_on_loop = stop_on_loop
-        self.translator = Translator(self.evaluator, session_id=session_id)
-        self.pump = EventPump(self.translator.handle, name="agenteval-llamaindex")
-        self.evaluator.attach(self.pump)
-        self._span_handler = _SpanHandler(self.pump.put)
+        self.translator = Translator(
+            self.recorder, session_id=session_id, watch_loops=not stop_on_loop
+        )
+        self.runs = RunRoots()
+        self._span_handler = _SpanHandler(self)
         self._event_handler = _EventHandler()
-        self._event_handler.put = self.pump.put
-        self._runs: dict[str, tuple[Any, asyncio.AbstractEventLoop]] = {}
-        if stop_on_loop:
-            self.evaluator.add_alert_callback(self._stop_run)
+        self._event_handler.put = self.recorder.put
+        self._event_handler.translate = self.translator.handle
+        self._handlers: dict[str, tuple[Any, asyncio.AbstractEventLoop]] = {}
+        self._watchers: set[asyncio.Future[None]] = set()
         self.installed = False
 
     def instrument(self) -> LlamaIndexInstrumentation:
@@ -140,16 +159,49 @@ class LlamaIndexInstrumentation:
     def guard(self, run: Any) -> Any:
         """Let the loop guard cancel this run (the ``WorkflowHandler`` that ``agent.run``
         returns). Returns it, so ``handler = instrumentation.guard(agent.run(...))`` works."""
-        self._runs[run.run_id] = (run, asyncio.get_running_loop())
+        self._handlers[run.run_id] = (run, asyncio.get_running_loop())
+        watcher = asyncio.ensure_future(self._forget_when_done(run))
+        self._watchers.add(watcher)  # held, so the task is not collected before it runs
+        watcher.add_done_callback(self._watchers.discard)
         return run
 
-    def _stop_run(self, alert: LoopAlert) -> None:
-        target = self._runs.pop(self.translator.run_ids.get(alert.trace_id, ""), None)
-        if target is None:
-            return
-        run, loop = target
-        logger.info("agenteval cancels a looping LlamaIndex run: %s", alert.message)
-        loop.call_soon_threadsafe(lambda: asyncio.ensure_future(run.cancel_run()))
+    async def _forget_when_done(self, run: Any) -> None:
+        try:
+            await run
+        except BaseException:  # the caller sees how the run ended; this only tidies up
+            pass
+        finally:
+            self._handlers.pop(run.run_id, None)
+
+    def check(
+        self, span_id: str, parent_id: str | None, bound_args: Any, tags: dict[str, Any] | None
+    ) -> None:
+        """On the agent's thread: ask the guard about a tool call before it runs."""
+        try:
+            root = self.runs.enter(span_id, parent_id)
+            name = span_id.rsplit("-", 5)[0]
+            arguments = bound_args.arguments if bound_args is not None else {}
+            call = requested_call(name, arguments)
+            if call is None:
+                return
+            alert = self.recorder.check_tool_call(
+                root, call, refuse=self.translator.refuser(span_id)
+            )
+            if alert is not None:
+                self._refuse(arguments["ev"], alert, (tags or {}).get(RUN_TAG))
+        except Exception as exc:  # a bug of ours must never reach the agent
+            logger.debug("agenteval loop guard failed: %s", exc)
+
+    def _refuse(self, request: Any, alert: LoopAlert, run_id: str | None) -> None:
+        # LlamaIndex swallows handler exceptions, so the call is refused through the request
+        # the agent's call_tool step is about to look up: no tool has this name, so the step
+        # answers with an error and the tool never runs.
+        request.tool_name = f"{request.tool_name} (refused by the agenteval loop guard)"
+        target = self._handlers.pop(run_id or "", None)
+        if target is not None:
+            run, loop = target
+            logger.info("agenteval cancels a looping LlamaIndex run: %s", alert.message)
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(run.cancel_run()))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the runs seen so far are captured and scored."""

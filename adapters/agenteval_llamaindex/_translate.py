@@ -9,13 +9,9 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlo
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatStartEvent
 from llama_index.core.tools.types import BaseTool
 
-from agenteval_core._online import OnlineEvaluator
-from agenteval_core._recorder import TraceAssembler
-from agenteval_core._schema import SpanKind, ToolCall, ToolSpec
+from agenteval_core import LoopAlert, Recorder, SpanKind, ToolCall, ToolSpec
 
 __all__ = ["Translator"]
-
-RUN_TAG = "llamaindex.run_id"
 
 
 def _name(span_id: str) -> str:
@@ -72,6 +68,18 @@ def _output_text(result: Any) -> Any:
     return str(value) if value is not None else None
 
 
+def requested_call(name: str, arguments: dict[str, Any]) -> ToolCall | None:
+    """The tool call a ``BaseWorkflowAgent.call_tool`` span is about to make, if it is one."""
+    request = arguments.get("ev") if name.endswith("call_tool") else None
+    if request is None:
+        return None
+    return ToolCall(
+        id=getattr(request, "tool_id", None),
+        name=getattr(request, "tool_name", "tool"),
+        arguments=dict(getattr(request, "tool_kwargs", {}) or {}),
+    )
+
+
 class Translator:
     """Turns dispatcher spans and events into TraceAssembler calls.
 
@@ -81,19 +89,20 @@ class Translator:
     Spans of LLM and tool internals are folded into their parent.
     """
 
-    def __init__(self, evaluator: OnlineEvaluator, *, session_id: str | None) -> None:
+    def __init__(self, recorder: Recorder, *, session_id: str | None, watch_loops: bool) -> None:
         self.session_id = session_id
-        self.assembler = TraceAssembler(
-            "llamaindex", self._finished, on_tool_start=evaluator.observe_tool_start
-        )
-        self._submit = evaluator.submit
+        self.assembler = recorder.assembler("llamaindex", watch_loops=watch_loops)
         self._folded: dict[str, str | None] = {}  # folded span → its parent
         self._tool_errors: dict[str, str] = {}
-        self.run_ids: dict[str, str] = {}  # trace id → LlamaIndex run id, for the loop guard
 
-    def _finished(self, trace: Any) -> None:
-        self.run_ids.pop(trace.id, None)
-        self._submit(trace)
+    def refuser(self, span_id: str) -> Any:
+        """What the recorder calls, in order with the events, to mark a refused call."""
+
+        def refuse(event: tuple[Any, ...]) -> None:
+            alert: LoopAlert = event[1]
+            self.assembler.refuse(span_id, alert)
+
+        return refuse
 
     def _parent(self, parent_id: str | None) -> str | None:
         while parent_id is not None and parent_id in self._folded:
@@ -101,15 +110,16 @@ class Translator:
         return parent_id
 
     def handle(self, event: tuple[Any, ...]) -> None:
-        kind = event[0]
+        """Called on the recorder's thread with ``(handle, kind, *payload)``."""
+        kind = event[1]
         if kind == "start":
-            self._start(*event[1:])
+            self._start(*event[2:])
         elif kind == "exit":
-            self._exit(*event[1:])
+            self._exit(*event[2:])
         elif kind == "drop":
-            self._drop(*event[1:])
+            self._drop(*event[2:])
         else:
-            self._event(*event[1:])
+            self._event(*event[2:])
 
     def _start(
         self,
@@ -131,13 +141,8 @@ class Translator:
             # LLM calls are timed by their events, tool calls by call_tool: fold internals
             self._folded[span_id] = parent
             return
-        if name.endswith("call_tool") and "ev" in arguments:
-            request = arguments["ev"]
-            call = ToolCall(
-                id=getattr(request, "tool_id", None),
-                name=getattr(request, "tool_name", "tool"),
-                arguments=dict(getattr(request, "tool_kwargs", {}) or {}),
-            )
+        call = requested_call(name, arguments)
+        if call is not None:
             self.assembler.start_span(
                 span_id,
                 parent,
@@ -162,11 +167,6 @@ class Translator:
             self.assembler.start_span(
                 span_id, parent, SpanKind.CHAIN, name, start_time=at, session_id=session
             )
-        run_id = tags.get(RUN_TAG)
-        trace = self.assembler.trace_of(span_id)
-        if run_id and trace is not None and trace.id not in self.run_ids:
-            self.run_ids[trace.id] = run_id
-            self.assembler.annotate(span_id, metadata={RUN_TAG: run_id})
 
     def _exit(self, span_id: str, result: Any, at: float) -> None:
         if self._folded.pop(span_id, "unset") != "unset":

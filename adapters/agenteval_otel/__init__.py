@@ -1,7 +1,7 @@
 """agenteval and OpenTelemetry: export traces as GenAI spans with scores as evaluation events,
 and import traces captured by OpenInference or GenAI-convention instrumentors (OTLP JSON).
 
-    from agenteval_otel import OTelExporter, import_otlp_json
+    from agenteval_otel import OTelExporter, OTelSink, import_otlp_json
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("agenteval_otel needs OpenTelemetry: pip install 'agenteval[otel]'") from exc
 
-from ._export import OTelExporter, otlp_json
+from ._export import OTelExporter, OTelSink, otlp_json
 from ._import import import_otlp_json
 
-__all__ = ["OTelExporter", "import_otlp_json", "otlp_json"]
+__all__ = ["OTelExporter", "OTelSink", "import_otlp_json", "otlp_json"]

@@ -10,12 +10,19 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 
-from agenteval_core import MetricResult, Span, SpanKind, Trace
-from agenteval_core._online import DEFAULT_REDACTOR
-from agenteval_core._redact import Redactor
-from agenteval_core._schema import OTEL_OPERATION_NAMES
+from agenteval_core import (
+    DEFAULT_REDACTOR,
+    OTEL_OPERATION_NAMES,
+    MetricResult,
+    Redactor,
+    Sink,
+    Span,
+    SpanKind,
+    Trace,
+    TraceResults,
+)
 
-__all__ = ["OTelExporter", "otlp_json"]
+__all__ = ["OTelExporter", "OTelSink", "otlp_json"]
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 
@@ -125,6 +132,18 @@ class OTelExporter:
             root.add_event(EVALUATION_EVENT, event)
         for span in reversed(trace.spans):  # children end before their parents
             opened[span.id].end(end_time=_seconds_to_ns(span.end_time))
+
+
+class OTelSink(Sink):
+    """The OpenTelemetry sink: exports each scored trace with its results through an
+    :class:`OTelExporter`, online (``OnlineEvaluator(sinks=[OTelSink()])``) or in replay
+    (``replay(..., sinks=[OTelSink()])``)."""
+
+    def __init__(self, exporter: OTelExporter | None = None) -> None:
+        self.exporter = exporter if exporter is not None else OTelExporter()
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        self.exporter.export(trace, results.results)
 
 
 def _value(value: Any) -> dict[str, Any]:

@@ -9,8 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agenteval_core import Span, SpanKind, ToolCall, ToolSpec, Trace
-from agenteval_core._errors import CaptureError
+from agenteval_core import CaptureError, Span, SpanKind, ToolCall, ToolSpec, Trace
 
 __all__ = ["import_otlp_json"]
 

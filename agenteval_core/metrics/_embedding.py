@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -14,6 +15,8 @@ from .._schema import EvalCase, Trace, text_of
 from .._text import content_tokens, jaccard
 
 __all__ = ["Coherence", "LoopDetection"]
+
+logger = logging.getLogger("agenteval")
 
 
 class _EmbeddingMetric(Metric):
@@ -30,16 +33,28 @@ class _EmbeddingMetric(Metric):
     def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
         raise NotImplementedError
 
-    def prepare(self, cases: Sequence[EvalCase]) -> None:
-        # One embedding call for the batch; the embedder's cache serves the per-case calls.
-        texts = [
+    @staticmethod
+    def _batch_texts(cases: Sequence[EvalCase]) -> list[str]:
+        return [
             text
             for case in cases
             for text in (text_of(case.input).strip(), text_of(case.actual_output).strip())
             if text
         ]
+
+    def prepare(self, cases: Sequence[EvalCase]) -> None:
+        # One embedding call for the batch; the embedder's cache serves the per-case calls.
+        texts = self._batch_texts(cases)
         if texts:
             self.embedder.embed(texts)
+
+    async def aprepare(self, cases: Sequence[EvalCase]) -> None:
+        texts = self._batch_texts(cases)
+        if texts:
+            try:
+                await self.embedder.aembed(texts)
+            except Exception as exc:  # each case then reports the embedder's error itself
+                logger.debug("%s: embedding a batch failed: %s", self.name, exc)
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         texts = self.texts_to_score(case, history)

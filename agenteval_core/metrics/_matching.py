@@ -6,7 +6,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 __all__ = ["assign_by_name", "lcs_length", "multiset_overlap"]
 
@@ -35,6 +34,8 @@ def assign_by_name(
     weight = same * (len(expected) + 1.0)
     if similarity is not None:
         weight = weight + same * similarity
+    from scipy.optimize import linear_sum_assignment  # here: scipy.optimize is slow to import
+
     rows, cols = linear_sum_assignment(weight, maximize=True)
     return [(int(i), int(j)) for i, j in zip(rows, cols, strict=True) if same[i, j]]
 

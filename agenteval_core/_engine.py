@@ -1,0 +1,449 @@
+"""The one scoring engine: online scoring, replay, EvalSuite and the pytest helpers use it.
+
+It resolves metrics and their options once (a judge and an embedder go only to the metrics
+that take them), always awaits, runs blocking metrics on worker threads, keeps trace order
+within a session while different sessions are scored concurrently, keeps each session's
+history and session metrics, and hands every result to its sinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import random
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from pydantic import BaseModel, Field
+
+from ._errors import MetricInputError
+from ._metric import (
+    Metric,
+    MetricKind,
+    SessionAccumulator,
+    SessionMetric,
+    _run_sync,
+    create_metric,
+    list_metrics,
+    metric_class,
+)
+from ._results import MetricResult
+from ._schema import EvalCase, Trace, text_of
+from ._sinks import Sink
+
+__all__ = [
+    "DEFAULT_SESSION_METRICS",
+    "Engine",
+    "SessionHistory",
+    "TraceResults",
+    "default_metric_names",
+    "default_trace_metric_names",
+    "resolve_metrics",
+]
+
+logger = logging.getLogger("agenteval")
+DEFAULT_SESSION_METRICS = ("agent_reliability", "agent_consistency")
+DEFAULT_CONCURRENCY = 8
+"""Traces scored at once when no judge sets the pace (a judge's own bound is used if it has one)."""
+
+
+def default_trace_metric_names(*, with_judge: bool = False) -> list[str]:
+    """The trace metrics that can score a plain capture: deterministic and embedding metrics
+    that need no expectations, and judge metrics (that need none) when a judge is configured."""
+    kinds = {MetricKind.DETERMINISTIC, MetricKind.EMBEDDING} | (
+        {MetricKind.JUDGE} if with_judge else set()
+    )
+    return [
+        info.name
+        for info in list_metrics()
+        if info.kind in kinds and not getattr(metric_class(info.name), "needs_expectations", False)
+    ]
+
+
+def default_metric_names(*, with_judge: bool = False) -> list[str]:
+    """:func:`default_trace_metric_names` plus agent_reliability and agent_consistency."""
+    return default_trace_metric_names(with_judge=with_judge) + list(DEFAULT_SESSION_METRICS)
+
+
+def _accepts(cls: type, option: str) -> bool:
+    return option in inspect.signature(cls).parameters
+
+
+def resolve_metrics(
+    names: Sequence[str | Metric | SessionMetric] | None,
+    *,
+    judge: Any = None,
+    embedder: Any = None,
+    **options: Any,
+) -> tuple[list[Metric], list[SessionMetric]]:
+    """Build metrics from registry names (or take instances), split into trace and session
+    metrics.
+
+    ``judge`` and ``embedder`` go to the metrics built by name whose constructor takes them,
+    and to no other; ``options`` go to every metric built by name. Without a judge, judge
+    metrics return skipped results that say so. With ``names=None``: the default metrics
+    (with the judge metrics when a judge is given).
+    """
+    trace_metrics: list[Metric] = []
+    session_metrics: list[SessionMetric] = []
+    for item in names if names is not None else default_metric_names(with_judge=judge is not None):
+        if isinstance(item, str):
+            cls = metric_class(item)
+            given = dict(options)
+            for option, value in (("judge", judge), ("embedder", embedder)):
+                if value is not None and _accepts(cls, option):
+                    given[option] = value
+            item = create_metric(item, **given)
+        if isinstance(item, SessionMetric):
+            session_metrics.append(item)
+        elif isinstance(item, Metric):
+            trace_metrics.append(item)
+        else:
+            raise MetricInputError(
+                f"not a metric: {item!r}; give registry names (see `agenteval metrics`) "
+                "or Metric instances"
+            )
+    return trace_metrics, session_metrics
+
+
+class SessionHistory(Sequence[Trace]):
+    """The earlier traces of one session, as metrics with ``uses_history`` see them.
+
+    Indexes run over every trace seen, so a metric reports real positions, but only the last
+    ``keep`` traces with a non-empty output are retained, which keeps memory flat over long
+    sessions. Other positions read as empty traces.
+    """
+
+    _EMPTY = Trace(id="", output=None)
+
+    def __init__(self, keep: int) -> None:
+        self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 1))
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Trace: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Trace]: ...
+    def __getitem__(self, index: int | slice) -> Trace | Sequence[Trace]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        for position, trace in self._kept:
+            if position == index:
+                return trace
+        return self._EMPTY
+
+    def __iter__(self) -> Iterator[Trace]:
+        return (self[i] for i in range(self._count))
+
+    def append(self, trace: Trace) -> None:
+        if text_of(trace.output).strip():
+            self._kept.append((self._count, trace))
+        self._count += 1
+
+
+class TraceResults(BaseModel):
+    """What the engine produced for one trace (or case)."""
+
+    trace_id: str | None
+    case_id: str | None = None
+    session_id: str | None
+    results: list[MetricResult]
+    session_results: list[MetricResult] = Field(default_factory=list)
+    """The session's metrics as they stand after this trace."""
+
+    def failing(self) -> list[MetricResult]:
+        """Results that failed their threshold or ended in an error, in metric order."""
+        return [
+            r
+            for r in self.results
+            if r.status == "error" or (r.score is not None and not r.success)
+        ]
+
+
+@dataclass
+class _SessionState:
+    history: SessionHistory
+    accumulators: dict[str, SessionAccumulator]
+
+
+class Engine:
+    """Scores traces and cases with one set of metrics, however they arrive.
+
+    Args:
+        metrics: registry names or instances, trace and session metrics mixed (default: the
+            default metrics, see :func:`default_metric_names`).
+        judge: given to the metrics built by name that take a judge, and only those.
+        embedder: given to the metrics built by name that take an embedder.
+        sinks: receive every trace's results and every closed session's results.
+        concurrency: traces scored at once (default: the judge's ``max_concurrency``, or 8).
+            Traces of one session are always scored in order, one after the other.
+        judge_sample_rate: the share of traces the judge metrics score (the others skip them).
+        max_open_sessions: sessions kept open; past that the least recently active one is
+            closed (its results go to the sinks), so memory stays flat.
+        options: given to every metric built by name (e.g. ``threshold=0.7``).
+    """
+
+    def __init__(
+        self,
+        metrics: Sequence[str | Metric | SessionMetric] | None = None,
+        *,
+        judge: Any = None,
+        embedder: Any = None,
+        sinks: Iterable[Sink] = (),
+        concurrency: int | None = None,
+        judge_sample_rate: float = 1.0,
+        seed: int | None = 0,
+        history_window: int | None = None,
+        max_open_sessions: int = 1024,
+        **options: Any,
+    ) -> None:
+        self.metrics, self.session_metrics = resolve_metrics(
+            metrics, judge=judge, embedder=embedder, **options
+        )
+        self.judge = judge
+        self.sinks: list[Sink] = list(sinks)
+        if concurrency is None:
+            traffic = getattr(judge, "traffic", None)
+            concurrency = getattr(traffic, "max_concurrency", None) or DEFAULT_CONCURRENCY
+        if concurrency < 1:
+            raise MetricInputError(f"concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        self._judged = [m for m in self.metrics if m.kind is MetricKind.JUDGE]
+        if not 0.0 <= judge_sample_rate <= 1.0:
+            raise MetricInputError(f"judge_sample_rate must be in [0, 1], got {judge_sample_rate}")
+        self.judge_sample_rate = judge_sample_rate
+        self.judge_not_sampled = 0
+        self._sampler = random.Random(seed)
+        windows = [int(getattr(m, "window", 3)) for m in self.metrics if m.uses_history]
+        self.history_window = (
+            history_window if history_window is not None else max(windows, default=0)
+        )
+        self.max_open_sessions = max_open_sessions
+        self.reopened = 0
+        self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
+        self._closed: set[str] = set()
+        self._tails: dict[str, asyncio.Task[tuple[EvalCase, TraceResults]]] = {}
+        self._slots: asyncio.Semaphore | None = None
+
+    # --- scoring ---------------------------------------------------------------------------
+
+    async def score(self, items: Sequence[EvalCase | Trace]) -> list[TraceResults]:
+        """Score a batch (sessions concurrently, each session in order); results in input
+        order. Every result also goes to the sinks. Never raises for a metric's failure."""
+        await self.prepare(items)
+        outcomes = []
+        for task in self.schedule(items):
+            outcomes.append(self._deliver(await task))
+        return outcomes
+
+    async def stream(
+        self, batches: AsyncIterable[Sequence[EvalCase | Trace]] | Iterable[Sequence[Any]]
+    ) -> int:
+        """Score batches as they come, keeping up to ``concurrency`` × 4 traces in flight
+        across batch boundaries (so a slow judge never waits for a batch to drain). Returns
+        how many traces were scored; results go to the sinks, in input order."""
+        window = self.concurrency * 4
+        pending: deque[asyncio.Task[tuple[EvalCase, TraceResults]]] = deque()
+        delivered = 0
+
+        def deliver_ready(_: object = None) -> None:
+            # as soon as the oldest trace is scored, it and every scored trace behind it go
+            # to the sinks (in input order), without waiting for more input
+            nonlocal delivered
+            while pending and pending[0].done():
+                self._deliver(pending.popleft().result())
+                delivered += 1
+
+        async for batch in _aiter(batches):
+            await self.prepare(batch)
+            for task in self.schedule(batch):
+                pending.append(task)
+                task.add_done_callback(deliver_ready)
+                while len(pending) > window:
+                    await asyncio.wait([pending[0]])
+                    deliver_ready()
+        while pending:
+            await asyncio.wait([pending[0]])
+            deliver_ready()
+        return delivered
+
+    def _deliver(self, scored: tuple[EvalCase, TraceResults]) -> TraceResults:
+        """Hand a trace's results to the sinks; results are delivered in input order."""
+        case, outcome = scored
+        if case.trace is not None:
+            for sink in self.sinks:
+                _deliver(sink.trace_scored, case.trace, outcome)
+        return outcome
+
+    async def prepare(self, items: Sequence[EvalCase | Trace]) -> None:
+        """Let metrics batch their costly work (e.g. one embedding call for a whole batch)."""
+        cases = [_as_case(item) for item in items]
+        for metric in self.metrics:
+            await metric.aprepare(cases)
+
+    def schedule(
+        self, items: Sequence[EvalCase | Trace]
+    ) -> list[asyncio.Task[tuple[EvalCase, TraceResults]]]:
+        """Start scoring each item; a trace waits for the previous trace of its session."""
+        tasks = []
+        for item in items:
+            case = _as_case(item)
+            session_id = case.trace.session_id if case.trace is not None else None
+            previous = self._tails.get(session_id) if session_id else None
+            task = asyncio.ensure_future(self._score_after(previous, case))
+            if session_id:
+                self._tails[session_id] = task
+                task.add_done_callback(functools.partial(self._release, session_id))
+            tasks.append(task)
+        return tasks
+
+    def _release(self, session_id: str, task: asyncio.Task[tuple[EvalCase, TraceResults]]) -> None:
+        if self._tails.get(session_id) is task:
+            del self._tails[session_id]
+
+    async def _score_after(
+        self, previous: asyncio.Task[tuple[EvalCase, TraceResults]] | None, case: EvalCase
+    ) -> tuple[EvalCase, TraceResults]:
+        if previous is not None:
+            await asyncio.wait([previous])
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.concurrency)
+        async with self._slots:
+            try:
+                return await self._score_case(case)
+            except Exception as exc:  # metrics never raise; this is a bug of ours
+                logger.error("agenteval could not score %s: %s", case.id, exc, exc_info=exc)
+                trace = case.trace
+                return case, TraceResults(
+                    trace_id=trace.id if trace is not None else None,
+                    case_id=case.id,
+                    session_id=trace.session_id if trace is not None else None,
+                    results=[],
+                )
+
+    async def _score_case(self, case: EvalCase) -> tuple[EvalCase, TraceResults]:
+        trace = case.trace
+        session_id = trace.session_id if trace is not None else None
+        state = self._state(session_id) if session_id else None
+        history: Sequence[Trace] = state.history if state is not None else ()
+        metrics = self.metrics
+        if self._judged and self._sampler.random() >= self.judge_sample_rate:
+            self.judge_not_sampled += 1
+            metrics = [m for m in metrics if m not in self._judged]
+        results = list(await asyncio.gather(*(_measure(m, case, history) for m in metrics)))
+        session_results: list[MetricResult] = []
+        if state is not None and trace is not None:
+            self._add_signals(state, trace, results)
+            state.history.append(trace)
+            session_results = [acc.result(session_id) for acc in state.accumulators.values()]
+        outcome = TraceResults(
+            trace_id=trace.id if trace is not None else None,
+            case_id=case.id,
+            session_id=session_id,
+            results=results,
+            session_results=session_results,
+        )
+        return case, outcome
+
+    # --- sessions --------------------------------------------------------------------------
+
+    def _state(self, session_id: str) -> _SessionState:
+        state = self._sessions.get(session_id)
+        if state is not None:
+            self._sessions.move_to_end(session_id)
+            return state
+        if session_id in self._closed:
+            self.reopened += 1
+            self._closed.discard(session_id)
+        while len(self._sessions) >= self.max_open_sessions:
+            self.close_session(next(iter(self._sessions)))
+        state = _SessionState(
+            SessionHistory(self.history_window),
+            {m.name: m.incremental() for m in self.session_metrics},
+        )
+        self._sessions[session_id] = state
+        return state
+
+    def _add_signals(
+        self, state: _SessionState, trace: Trace, results: Sequence[MetricResult]
+    ) -> None:
+        scores = {r.name: r.score for r in results if r.score is not None}
+        for metric in self.session_metrics:
+            signals = {name: scores[name] for name in metric.signal_names if name in scores}
+            state.accumulators[metric.name].update(trace.id, signals)
+
+    def session_results(self, session_id: str) -> list[MetricResult]:
+        """The session metrics of one open session as they stand now."""
+        state = self._sessions.get(session_id)
+        if state is None:
+            return []
+        return [acc.result(session_id) for acc in state.accumulators.values()]
+
+    def sessions(self) -> list[str]:
+        """Ids of the open sessions, least recently active first."""
+        return list(self._sessions)
+
+    def close_session(self, session_id: str) -> list[MetricResult]:
+        """Finish a session: its final results go to the sinks and are returned."""
+        results = self.session_results(session_id)
+        if self._sessions.pop(session_id, None) is not None:
+            self._closed.add(session_id)
+            if results:
+                for sink in self.sinks:
+                    _deliver(sink.session_scored, session_id, results)
+        return results
+
+    def close_all(self) -> None:
+        """Close every open session, least recently active first."""
+        for session_id in list(self._sessions):
+            self.close_session(session_id)
+
+    # --- sync driver -----------------------------------------------------------------------
+
+    def score_sync(self, items: Sequence[EvalCase | Trace]) -> list[TraceResults]:
+        """:meth:`score` from synchronous code (also from inside a running event loop)."""
+        return _run_sync(self.score(items))
+
+
+def _as_case(item: EvalCase | Trace) -> EvalCase:
+    if isinstance(item, Trace):
+        return EvalCase.from_trace(item)
+    if isinstance(item, EvalCase):
+        return item
+    raise MetricInputError(f"expected an EvalCase or a Trace, got {type(item).__name__}")
+
+
+async def _measure(metric: Metric, case: EvalCase, history: Sequence[Trace]) -> MetricResult:
+    if metric.blocking:
+        return await asyncio.to_thread(metric.measure, case, history=history)
+    return await metric.ameasure(case, history=history)
+
+
+def _deliver(method: Any, *args: Any) -> None:
+    try:
+        method(*args)
+    except Exception as exc:  # a sink never stops scoring or the other sinks
+        owner = getattr(method, "__self__", None)
+        if owner is not None:
+            owner.errors += 1
+        logger.warning("agenteval sink %r failed: %s", owner, exc)
+
+
+async def _aiter(batches: Any) -> Any:
+    if hasattr(batches, "__aiter__"):
+        async for batch in batches:
+            yield batch
+    else:
+        for batch in batches:
+            yield batch

@@ -1,0 +1,141 @@
+"""The one loop guard: repeated identical tool calls and short cycles inside one run.
+
+Every adapter asks the same :class:`LoopGuard` (the evaluator's) about each tool call before
+the tool runs, so the thresholds and patterns are the same in every framework. The guard only
+decides; the adapter stops the run its framework's way when the evaluator asks it to.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._schema import LoopAlert, ToolCall
+
+__all__ = ["LoopGuard", "canonical_call"]
+
+
+def canonical_call(call: ToolCall) -> tuple[str, str]:
+    """A tool call's identity for loop detection: its name and sorted-key JSON arguments."""
+    return call.name, json.dumps(call.arguments, sort_keys=True, default=str)
+
+
+@dataclass
+class _RunCalls:
+    signatures: list[tuple[str, str]] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    alerted: set[Any] = field(default_factory=set)
+    stopped_by: LoopAlert | None = None
+
+
+class LoopGuard:
+    """Watches each run's tool calls and reports a loop the moment a call closes one.
+
+    ``repeated_call``: a call (same tool, same canonical arguments) reaches
+    ``repeat_threshold`` occurrences in one run. ``cycle``: the last ``cycle_repeats`` × L
+    calls are one sequence of L ≥ 2 distinct calls repeated (L ≤ ``max_cycle_length``). Each
+    loop is reported once per run. State is per run and dropped by :meth:`forget` when the
+    run ends; thread-safe.
+    """
+
+    def __init__(
+        self, *, repeat_threshold: int = 3, cycle_repeats: int = 2, max_cycle_length: int = 3
+    ) -> None:
+        if repeat_threshold < 2 or cycle_repeats < 2 or max_cycle_length < 2:
+            raise ValueError("repeat_threshold, cycle_repeats and max_cycle_length must be >= 2")
+        self.repeat_threshold = repeat_threshold
+        self.cycle_repeats = cycle_repeats
+        self.max_cycle_length = max_cycle_length
+        self._runs: dict[Hashable, _RunCalls] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """How many runs the guard holds state for."""
+        return len(self._runs)
+
+    def observe(
+        self,
+        run: Hashable,
+        call: ToolCall,
+        *,
+        trace_id: str | None = None,
+        session_id: str | None = None,
+        started: float | None = None,
+    ) -> LoopAlert | None:
+        """Record a tool call about to run in ``run``; return an alert if it closes a loop."""
+        signature = canonical_call(call)
+        with self._lock:
+            calls = self._runs.get(run)
+            if calls is None:
+                calls = self._runs[run] = _RunCalls()
+            calls.signatures.append(signature)
+            calls.calls.append(call)
+            calls.counts[signature] += 1
+            found = self._repeat(calls, signature) or self._cycle(calls)
+        if found is None:
+            return None
+        pattern, count, looped, message = found
+        return LoopAlert(
+            session_id=session_id,
+            trace_id=trace_id if trace_id is not None else str(run),
+            pattern=pattern,
+            count=count,
+            calls=looped,
+            message=message,
+            time=time.time(),
+            call_started=started,
+        )
+
+    def _repeat(
+        self, run: _RunCalls, signature: tuple[str, str]
+    ) -> tuple[Any, int, list[ToolCall], str] | None:
+        count = run.counts[signature]
+        if count < self.repeat_threshold or signature in run.alerted:
+            return None
+        run.alerted.add(signature)
+        calls = [c for c, s in zip(run.calls, run.signatures, strict=True) if s == signature]
+        message = f"{signature[0]} called {count} times with the same arguments {signature[1]}"
+        return "repeated_call", count, calls, message
+
+    def _cycle(self, run: _RunCalls) -> tuple[Any, int, list[ToolCall], str] | None:
+        signatures = run.signatures
+        for length in range(2, self.max_cycle_length + 1):
+            span = length * self.cycle_repeats
+            if len(signatures) < span:
+                break
+            tail = signatures[-span:]
+            pattern = tail[:length]
+            if len(set(pattern)) < length or tail != pattern * self.cycle_repeats:
+                continue
+            # the same cycle read from another starting point is the same loop
+            key = ("cycle", frozenset(pattern))
+            if key in run.alerted:
+                return None
+            run.alerted.add(key)
+            names = " → ".join(name for name, _ in pattern)
+            message = f"cycle {names} repeated {self.cycle_repeats} times"
+            return "cycle", self.cycle_repeats, run.calls[-span:], message
+        return None
+
+    def stop(self, run: Hashable, alert: LoopAlert) -> None:
+        """Mark a run as stopped by ``alert``: :meth:`stopped_by` answers for it from now on."""
+        with self._lock:
+            calls = self._runs.get(run)
+            if calls is not None:
+                calls.stopped_by = alert
+
+    def stopped_by(self, run: Hashable) -> LoopAlert | None:
+        """The alert that stopped a run, if the guard stopped it."""
+        calls = self._runs.get(run)
+        return calls.stopped_by if calls is not None else None
+
+    def forget(self, run: Hashable) -> None:
+        """Drop a finished run's state."""
+        with self._lock:
+            self._runs.pop(run, None)

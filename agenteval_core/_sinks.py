@@ -1,0 +1,195 @@
+"""Sinks: where scored traces, session results and loop alerts go.
+
+The engine hands every scored trace to each sink (``trace_scored``) and every closed
+session's results (``session_scored``); the online evaluator also hands them loop alerts.
+A sink never stops scoring: an exception is logged and counted in ``errors``. The built-in
+sinks are the results file (one format shared by online scoring and replay, read by the
+report), logging, a console line per trace, and user callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from ._results import MetricResult
+from ._schema import LoopAlert, Trace
+
+if TYPE_CHECKING:
+    from ._engine import TraceResults
+
+__all__ = ["CallbackSink", "ConsoleSink", "LoggingSink", "ResultsFileSink", "Sink"]
+
+logger = logging.getLogger("agenteval")
+
+
+class Sink:
+    """Receives results; override the methods you need (each default does nothing).
+
+    Methods are called on the scoring loop's thread (alerts: on the recorder's thread) and
+    should return quickly.
+    """
+
+    errors: int = 0
+    """How many calls to this sink raised."""
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        """A trace was scored: ``results.results`` are its trace metrics,
+        ``results.session_results`` its session's metrics as they stand after it."""
+
+    def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+        """A session was closed; these are its final session metrics."""
+
+    def alert(self, alert: LoopAlert) -> None:
+        """A loop alert was raised (online only)."""
+
+    def close(self) -> None:
+        """Release what the sink holds (files); called once, when scoring ends."""
+
+
+class CallbackSink(Sink):
+    """Calls ``on_trace(trace, results)`` for each scored trace, ``on_session(session_id,
+    results)`` for each closed session and ``on_alert(alert)`` for each loop alert."""
+
+    def __init__(
+        self,
+        on_trace: Callable[[Trace, TraceResults], Any] | None = None,
+        *,
+        on_session: Callable[[str, list[MetricResult]], Any] | None = None,
+        on_alert: Callable[[LoopAlert], Any] | None = None,
+    ) -> None:
+        self.on_trace, self.on_session, self.on_alert = on_trace, on_session, on_alert
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        if self.on_trace is not None:
+            self.on_trace(trace, results)
+
+    def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+        if self.on_session is not None:
+            self.on_session(session_id, results)
+
+    def alert(self, alert: LoopAlert) -> None:
+        if self.on_alert is not None:
+            self.on_alert(alert)
+
+    def __repr__(self) -> str:
+        return f"CallbackSink({self.on_trace or self.on_session or self.on_alert!r})"
+
+
+def trace_record(trace: Trace, results: TraceResults) -> dict[str, Any]:
+    """The results file's line for one scored trace."""
+    return {
+        "trace_id": trace.id,
+        "session_id": trace.session_id,
+        "status": trace.status,
+        "results": [r.model_dump(mode="json") for r in results.results],
+    }
+
+
+def session_record(session_id: str, results: list[MetricResult]) -> dict[str, Any]:
+    """The results file's line for one closed session."""
+    return {
+        "session_id": session_id,
+        "session_results": [r.model_dump(mode="json") for r in results],
+    }
+
+
+class ResultsFileSink(Sink):
+    """The results file: JSON Lines, one line per scored trace (``trace_id``,
+    ``session_id``, ``status``, ``results``) and one per closed session (``session_id``,
+    ``session_results``). Each result is written once, so the file grows linearly; online
+    scoring and replay write the same format, which ``agenteval report`` reads.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, append: bool = False) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = open(  # noqa: SIM115  (closed by close())
+            self.path, "a" if append else "w", encoding="utf-8"
+        )
+        self._lock = threading.Lock()
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        with self._lock:
+            if self._file is not None:
+                self._file.write(line)
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        self._write(trace_record(trace, results))
+
+    def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+        self._write(session_record(session_id, results))
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __repr__(self) -> str:
+        return f"ResultsFileSink({str(self.path)!r})"
+
+
+results_logger = logging.getLogger("agenteval.results")
+
+
+class LoggingSink(Sink):
+    """One INFO line per scored trace on the ``agenteval.results`` logger, one per closed
+    session, and one WARNING line per loop alert on ``agenteval``."""
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        if results_logger.isEnabledFor(logging.INFO):
+            scores = ", ".join(
+                f"{r.name}={r.score:.3f}" for r in results.results if r.score is not None
+            )
+            results_logger.info("trace %s (session %s): %s", trace.id, trace.session_id, scores)
+
+    def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+        if results_logger.isEnabledFor(logging.INFO):
+            scores = ", ".join(f"{r.name}={r.score:.3f}" for r in results if r.score is not None)
+            results_logger.info("session %s closed: %s", session_id, scores)
+
+    def alert(self, alert: LoopAlert) -> None:
+        where = f"session {alert.session_id}, " if alert.session_id else ""
+        action = "stopped the run" if alert.stopped else "the run goes on"
+        logger.warning(
+            "agenteval loop alert (%strace %s): %s; %s",
+            where,
+            alert.trace_id,
+            alert.message,
+            action,
+        )
+
+
+class ConsoleSink(Sink):
+    """One line per scored trace on stderr (failing metrics first), and one per alert."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream or sys.stderr, flush=True)
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        failing = results.failing()
+        passing = [r for r in results.results if r.score is not None and r not in failing]
+        parts = [
+            f"✗ {r.name} {'error' if r.score is None else f'{r.score:.2f}'}" for r in failing
+        ] + [f"{r.name} {r.score:.2f}" for r in passing if r.score is not None]
+        status = trace.status or "ok"
+        session = f" session {trace.session_id}" if trace.session_id else ""
+        self._print(f"agenteval: trace {trace.id[:8]}{session} [{status}] " + ", ".join(parts))
+
+    def alert(self, alert: LoopAlert) -> None:
+        self._print(f"agenteval: loop alert: {alert.message}")
