@@ -348,8 +348,12 @@ class TraceAssembler:
 
     def refuse(self, key: Hashable, alert: LoopAlert, *, call: ToolCall | None = None) -> None:
         """Record that the guard refused a tool call and stopped the run: the call's span
-        (``key``; or, with ``call``, a new span under ``key`` for a call the framework never
-        opened one for) ends as refused, and the trace's status becomes ``stopped``."""
+        ends as refused, and the trace's status becomes ``stopped``.
+
+        ``key`` is the refused call's tool span, or, for a framework that opens no span for
+        a refused call, the span to open one under. ``call`` is the call as the agent asked
+        for it (what the span records).
+        """
         open_span = self._spans.get(key)
         if open_span is None:
             return
@@ -359,7 +363,10 @@ class TraceAssembler:
             trace.alerts.append(alert)
             trace.status = RunStatus.STOPPED
             trace.status_reason = f"stopped by the loop guard: {alert.message}"
-        if call is not None:
+        if call is not None and open_span.span.kind is SpanKind.TOOL:
+            span = open_span.span
+            span.name, span.input, span.tool_call = call.name, call.arguments, call
+        elif call is not None:
             parent, key = key, ("refused", new_id())
             watching, self.watch_loops = self.watch_loops, False  # the guard already saw it
             self.start_span(

@@ -108,6 +108,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _RECORDED.clear()  # a report covers its own session only
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = session.config.getoption("--agenteval-report", default=None)
     if path:

@@ -40,6 +40,8 @@ class JudgeServer:
         self.arrivals: list[float] = []
         self.unsupported_formats: set[str] = set()
         self.latency = 0.0
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._lock = threading.Lock()
         server = self
 
@@ -54,7 +56,12 @@ class JudgeServer:
                     self._embeddings(request)
                     return
                 reply = server._next(request)
+                with server._lock:
+                    server.in_flight += 1
+                    server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
                 time.sleep(reply.delay or server.latency)
+                with server._lock:
+                    server.in_flight -= 1
                 if reply.body is not None:
                     body = reply.body
                 elif reply.status >= 400:

@@ -280,3 +280,15 @@ def test_handler_never_raises_when_evaluation_fails(tmp_path: Path) -> None:
     assert result["messages"][-1].content == "Order A-1 has shipped and I refunded 5.0."
     assert evaluator.recorder.flush(10) and evaluator.recorder.pump.errors >= 1
     evaluator.close()
+
+
+def test_a_hundred_handlers_share_the_evaluators_one_thread(evaluator: OnlineEvaluator) -> None:
+    before = {thread.ident for thread in threading.enumerate()}
+    handlers = [AgentEvalCallbackHandler(evaluator, session_id=f"user-{i}") for i in range(100)]
+    assert {thread.ident for thread in threading.enumerate()} == before  # no thread per handler
+    agent = create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund])
+    for handler in handlers[:3]:  # a handler per invoke, as a web app would build them
+        agent.invoke({"messages": [("user", "go")]}, config={"callbacks": [handler]})
+    traces = captured(evaluator)
+    assert [t.session_id for t in traces] == ["user-0", "user-1", "user-2"]
+    assert {thread.ident for thread in threading.enumerate()} == before

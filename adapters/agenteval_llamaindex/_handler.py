@@ -185,7 +185,7 @@ class LlamaIndexInstrumentation:
             if call is None:
                 return
             alert = self.recorder.check_tool_call(
-                root, call, refuse=self.translator.refuser(span_id)
+                root, call, refuse=self.translator.refuser(span_id, call)
             )
             if alert is not None:
                 self._refuse(arguments["ev"], alert, (tags or {}).get(RUN_TAG))

@@ -95,12 +95,13 @@ class Translator:
         self._folded: dict[str, str | None] = {}  # folded span → its parent
         self._tool_errors: dict[str, str] = {}
 
-    def refuser(self, span_id: str) -> Any:
-        """What the recorder calls, in order with the events, to mark a refused call."""
+    def refuser(self, span_id: str, call: ToolCall) -> Any:
+        """What the recorder calls, in order with the events, to mark a refused call
+        (``call`` as the agent asked for it: the guard renames the request to refuse it)."""
 
         def refuse(event: tuple[Any, ...]) -> None:
             alert: LoopAlert = event[1]
-            self.assembler.refuse(span_id, alert)
+            self.assembler.refuse(span_id, alert, call=call)
 
         return refuse
 

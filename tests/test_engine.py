@@ -1,0 +1,225 @@
+"""The one scoring engine, reached four ways: online, replay, EvalSuite and assert_eval."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from judge_server import JudgeServer, Reply
+
+from agenteval_core import (
+    CaptureWriter,
+    Engine,
+    EvalCase,
+    EvalSuite,
+    HTTPEmbedder,
+    Metric,
+    MetricKind,
+    MetricResult,
+    OnlineEvaluator,
+    Score,
+    Span,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    Trace,
+    TraceResults,
+    replay,
+    resolve_metrics,
+)
+from agenteval_core.judges import OpenAIJudge
+from agenteval_core.pytest_plugin import assert_eval
+
+METRICS = [
+    "parameter_correctness",
+    "coherence",
+    "loop_detection",
+    "confidence",
+    "task_completion",
+]
+
+
+def judge(server: JudgeServer, **options: Any) -> OpenAIJudge:
+    return OpenAIJudge(
+        "judge-model", base_url=server.base_url, cache=None, backoff_base=0.01, **options
+    )
+
+
+def answer_every_stage(request: dict[str, Any]) -> Reply:
+    """One reply that answers every stage of confidence and task_completion."""
+    fields = {"task": "find A-1", "outcome": "looked it up", "score": 0.8, "verdict": 0.8}
+    return Reply(json.dumps({**fields, "reason": "looks right"}))
+
+
+def sample_trace() -> Trace:
+    call = ToolCall(id="c1", name="lookup_order", arguments={"order_id": "A-1"}, result="shipped")
+    return Trace(
+        id="trace-1",
+        input="Where is order A-1?",
+        output="Order A-1 has shipped.",
+        tools=[ToolSpec(name="lookup_order", parameters={"type": "object"})],
+        spans=[
+            Span(kind=SpanKind.AGENT, name="agent", start_time=1.0, end_time=4.0),
+            Span(
+                kind=SpanKind.TOOL,
+                name="lookup_order",
+                start_time=2.0,
+                end_time=3.0,
+                tool_call=call,
+                input=call.arguments,
+                output="shipped",
+            ),
+        ],
+    )
+
+
+def comparable(results: Sequence[MetricResult]) -> list[dict[str, Any]]:
+    """Everything a result says, but how long it took and which entry asked."""
+    return [r.model_dump(exclude={"latency_ms", "case_id"}) for r in results]
+
+
+def test_the_same_trace_gets_the_same_results_through_every_entry(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    judge_server.responder = answer_every_stage
+    trace = sample_trace()
+
+    online: list[TraceResults] = []
+    with OnlineEvaluator(
+        capture=tmp_path / "online.jsonl",
+        metrics=METRICS,
+        session_metrics=[],
+        judge=judge(judge_server),
+        on_result=lambda _, outcome: online.append(outcome),
+        log=False,
+    ) as evaluator:
+        evaluator.submit(trace)
+        assert evaluator.flush(20)
+
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        writer.write(trace)
+    replayed: list[list[MetricResult]] = []
+    replay(
+        capture,
+        METRICS,
+        judge=judge(judge_server),
+        on_trace=lambda _, results: replayed.append(results),
+    )
+
+    suite = EvalSuite("entries", judge=judge(judge_server)).add_cases(EvalCase.from_trace(trace))
+    report = suite.add_evaluators(*METRICS).run(progress=False)
+
+    asserted = assert_eval(trace, METRICS, judge=judge(judge_server))
+
+    expected = comparable(asserted)
+    assert [r["name"] for r in expected] == METRICS
+    assert [(r["error"], r["skipped"]) for r in expected] == [(None, False)] * len(METRICS)
+    judged = {r["name"]: r["score"] for r in expected if r["judge_model"] == "judge-model"}
+    assert judged == {"confidence": 0.8, "task_completion": 0.8}
+    assert comparable(online[0].results) == expected
+    assert comparable(replayed[0]) == expected
+    assert comparable(report.cases[0].runs[0].results) == expected
+
+
+def test_a_judge_reaches_only_the_metrics_that_take_one(judge_server: JudgeServer) -> None:
+    j = judge(judge_server)
+    trace_metrics, _ = resolve_metrics(["coherence", "confidence", "agent_reliability"], judge=j)
+    coherence, confidence = trace_metrics
+    assert not hasattr(coherence, "judge") and confidence.judge is j  # type: ignore[attr-defined]
+    judge_server.responder = answer_every_stage
+    [coherent, confident] = assert_eval(sample_trace(), ["coherence", "confidence"], judge=j)
+    assert coherent.error is None and confident.score == 0.8
+    # EvalSuite has a judge too: a judge metric added by name is scored, not skipped
+    report = (
+        EvalSuite("judged", judge=j)
+        .add_cases(EvalCase.from_trace(sample_trace()))
+        .add_evaluators("confidence")
+        .run(progress=False)
+    )
+    [result] = report.cases[0].runs[0].results
+    assert (result.score, result.skipped, result.judge_model) == (0.8, False, "judge-model")
+
+
+def test_an_http_embedder_works_online_and_in_replay(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    embedder = HTTPEmbedder("embed-model", base_url=judge_server.base_url, api_key="k")
+    trace = sample_trace()
+    online: list[TraceResults] = []
+    with OnlineEvaluator(
+        capture=tmp_path / "c.jsonl",
+        metrics=["coherence"],
+        session_metrics=[],
+        embedder=embedder,
+        on_result=lambda _, outcome: online.append(outcome),
+        log=False,
+    ) as evaluator:
+        evaluator.submit(trace)
+        assert evaluator.flush(20)
+    report = replay(tmp_path / "c.jsonl", ["coherence"], embedder=embedder)
+    [live] = online[0].results
+    replayed = report.summary.metrics["coherence"]
+    # the server's vectors: (length, count of "a", 1) for each text
+    question, answer = "Where is order A-1?", "Order A-1 has shipped."
+    a = [len(question), question.count("a"), 1.0]
+    b = [len(answer), answer.count("a"), 1.0]
+    cosine = sum(x * y for x, y in zip(a, b, strict=True)) / (
+        sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5
+    )
+    assert live.error is None and live.score == pytest.approx(cosine, abs=1e-5)
+    assert live.metadata["embedder"] == "http:embed-model"
+    assert replayed.errors == 0 and replayed.mean == pytest.approx(cosine, abs=1e-5)
+    assert judge_server.embedding_requests  # the vectors came over HTTP
+
+
+def test_replay_keeps_the_judges_concurrency_in_flight(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    judge_server.latency = 0.05
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    capture = tmp_path / "c.jsonl"
+    with CaptureWriter(capture) as writer:
+        for index in range(48):
+            writer.write(Trace(input=f"q{index}", output=f"a{index}", session_id=f"s{index % 12}"))
+    j = judge(judge_server, max_concurrency=6, requests_per_period=1000)
+    report = replay(capture, ["confidence"], judge=j)
+    assert report.summary.metrics["confidence"].scored == 48
+    assert judge_server.peak_in_flight == 6  # the judge's bound, reached and never passed
+
+
+class Ordered(Metric):
+    """Records the order traces are scored in; later traces of a session finish sooner."""
+
+    name = "ordered"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    seen: ClassVar[list[str]] = []
+
+    async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        assert case.trace is not None
+        await asyncio.sleep(0.02 / (1 + int(case.trace.id.split("-")[1])))
+        self.seen.append(case.trace.id)
+        return Score(1.0, metadata={"history": len(history)})
+
+
+def test_each_session_in_order_and_sessions_concurrently() -> None:
+    Ordered.seen.clear()
+    traces = [
+        Trace(id=f"{session}-{index}", input="q", output="a", session_id=session)
+        for index in range(4)
+        for session in ("x", "y")
+    ]
+    engine = Engine([Ordered()], concurrency=4)
+    outcomes = engine.score_sync(traces)
+    assert [o.trace_id for o in outcomes] == [t.id for t in traces]  # results in input order
+    for session in ("x", "y"):
+        own = [trace_id for trace_id in Ordered.seen if trace_id.startswith(session)]
+        assert own == [f"{session}-{index}" for index in range(4)]
+    # each trace saw its session's earlier traces as history
+    assert [o.results[0].metadata["history"] for o in outcomes[::2]] == [0, 1, 2, 3]
+    # the two sessions ran side by side: y-0 finished before x-1 started
+    assert Ordered.seen.index("y-0") < Ordered.seen.index("x-1")

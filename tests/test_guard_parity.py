@@ -1,0 +1,235 @@
+"""One loop guard in three frameworks: the same looping agent, scripted the same way in
+LangChain, LlamaIndex and CrewAI, is stopped at the same call, before that call runs, and
+the trace records the refusal, the alert and the ``stopped`` status the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agenteval_core import (
+    GUARD_REFUSED,
+    LoopAlert,
+    OnlineEvaluator,
+    RunStatus,
+    SpanKind,
+    ToolCall,
+    Trace,
+    read_capture,
+)
+
+# lookup, note, lookup, note, lookup: no call repeats the one just before it (CrewAI answers
+# an immediate repeat itself) and the notes differ (no cycle), so the 5th call is the 3rd
+# identical lookup: the guard's default threshold.
+SCRIPT: list[tuple[str, dict[str, Any]]] = [
+    ("lookup_order", {"order_id": "A-2"}),
+    ("note", {"text": "first check"}),
+    ("lookup_order", {"order_id": "A-2"}),
+    ("note", {"text": "second check"}),
+    ("lookup_order", {"order_id": "A-2"}),
+]
+RAN = ["lookup_order", "note", "lookup_order", "note"]
+MESSAGE = 'lookup_order called 3 times with the same arguments {"order_id": "A-2"}'
+
+
+class Tools:
+    """The two tools, recording every time their body runs."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def lookup_order(self, order_id: str) -> str:
+        """Status of an order by id."""
+        self.ran.append("lookup_order")
+        return "processing"
+
+    def note(self, text: str) -> str:
+        """Write a note."""
+        self.ran.append("note")
+        return "noted"
+
+
+@pytest.fixture
+def evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
+    alerts: list[tuple[LoopAlert, str]] = []
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl",
+        on_alert=lambda alert: alerts.append((alert, threading.current_thread().name)),
+        log=False,
+    )
+    evaluator.alerts = alerts  # type: ignore[attr-defined]
+    yield evaluator
+    evaluator.close()
+
+
+def check_stopped_trace(evaluator: OnlineEvaluator, tools: Tools) -> Trace:
+    assert evaluator.flush(20)
+    assert tools.ran == RAN  # the refused lookup never ran
+    assert evaluator.capture_path is not None
+    [trace] = list(read_capture(evaluator.capture_path))
+    assert trace.status is RunStatus.STOPPED
+    assert trace.status_reason == f"stopped by the loop guard: {MESSAGE}"
+    [alert] = trace.alerts
+    assert (alert.pattern, alert.count, alert.stopped, alert.message) == (
+        "repeated_call",
+        3,
+        True,
+        MESSAGE,
+    )
+    assert alert.trace_id == trace.id
+    assert [c.arguments for c in alert.calls] == [{"order_id": "A-2"}] * 3
+    refused = [s for s in trace.spans if s.attributes.get(GUARD_REFUSED)]
+    assert len(refused) == 1
+    [span] = refused
+    assert span.kind is SpanKind.TOOL and span.error == f"refused by the loop guard: {MESSAGE}"
+    assert span.tool_call is not None
+    assert (span.tool_call.name, span.tool_call.arguments, span.tool_call.result) == (
+        "lookup_order",
+        {"order_id": "A-2"},
+        None,
+    )
+    executed = [
+        (c.name, c.arguments)
+        for c in trace.tool_calls()
+        if c.error is None or "refused" not in c.error
+    ]
+    assert executed == [(name, args) for name, args in SCRIPT[:4]]
+    # the alert reached the callbacks once, on the recorder's thread; the run is forgotten
+    delivered = evaluator.alerts  # type: ignore[attr-defined]
+    assert [(a.message, thread) for a, thread in delivered] == [(MESSAGE, "agenteval-recorder")]
+    assert len(evaluator.guard) == 0
+    return trace
+
+
+def test_langchain(evaluator: OnlineEvaluator) -> None:
+    from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
+    from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import StructuredTool
+
+    tools = Tools()
+    replies = [
+        AIMessage(content="", tool_calls=[tool_call(name, f"c{i}", **args)])
+        for i, (name, args) in enumerate(SCRIPT)
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=[*replies, AIMessage(content="done")]),
+        tools=[
+            StructuredTool.from_function(tools.lookup_order, name="lookup_order"),
+            StructuredTool.from_function(tools.note, name="note"),
+        ],
+    )
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+    with pytest.raises(AgentLoopError, match="lookup_order called 3 times"):
+        agent.invoke({"messages": [("user", "Is A-2 ready?")]}, config={"callbacks": [handler]})
+    trace = check_stopped_trace(evaluator, tools)
+    assert trace.error is not None and "AgentLoopError" in trace.error
+    assert len(handler._guard.runs) == 0  # type: ignore[union-attr]
+
+
+def test_llamaindex(evaluator: OnlineEvaluator) -> None:
+    from agenteval_llamaindex import instrument
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import ToolCallBlock
+    from llama_index.core.llms import ChatMessage, MessageRole
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    tools = Tools()
+    replies = [
+        ChatMessage(
+            role=MessageRole.ASSISTANT,
+            blocks=[ToolCallBlock(tool_call_id=f"c{i}", tool_name=name, tool_kwargs=args)],
+        )
+        for i, (name, args) in enumerate(SCRIPT)
+    ] + [ChatMessage(role=MessageRole.ASSISTANT, content="done")]
+
+    def reply(messages: list[ChatMessage], **_: Any) -> ChatMessage:
+        done = sum(1 for m in messages if m.role == MessageRole.TOOL)
+        return replies[min(done, len(replies) - 1)]
+
+    agent = FunctionAgent(
+        tools=[
+            FunctionTool.from_defaults(tools.lookup_order, name="lookup_order"),
+            FunctionTool.from_defaults(tools.note, name="note"),
+        ],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+    )
+    instrumentation = instrument(evaluator, stop_on_loop=True)
+    try:
+
+        async def main() -> None:
+            run = instrumentation.guard(agent.run("Is A-2 ready?", max_iterations=50))
+            with pytest.raises(BaseException) as stopped:
+                await run
+            assert type(stopped.value).__name__ == "WorkflowCancelledByUser"
+
+        asyncio.run(main())
+        check_stopped_trace(evaluator, tools)
+        assert len(instrumentation.runs) == 0
+    finally:
+        instrumentation.uninstrument()
+
+
+def test_crewai(evaluator: OnlineEvaluator) -> None:
+    from agenteval_crewai import AgentEvalListener
+    from agenteval_crewai._scripted import ScriptedLLM
+    from crewai import Agent, Crew, Task
+    from crewai.tools import tool
+
+    tools = Tools()
+
+    def crew_tool(function: Callable[..., str]) -> Any:
+        return tool(function.__name__)(function)
+
+    def action(name: str, args: dict[str, Any]) -> str:
+        return f"Thought: check.\nAction: {name}\nAction Input: {json.dumps(args)}"
+
+    replies = [action(name, args) for name, args in SCRIPT]
+    llm = ScriptedLLM(model="scripted", replies=[*replies, "Thought: stop\nFinal Answer: done"])
+
+    def lookup_order(order_id: str) -> str:
+        """Status of an order by id."""
+        return tools.lookup_order(order_id)
+
+    def note(text: str) -> str:
+        """Write a note."""
+        return tools.note(text)
+
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=llm,
+        tools=[crew_tool(lookup_order), crew_tool(note)],
+        verbose=False,
+    )
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    try:
+        Crew(
+            agents=[agent],
+            tasks=[Task(description="Is A-2 ready?", expected_output="status", agent=agent)],
+        ).kickoff()
+        assert listener.flush(20)
+    finally:
+        listener.close()
+    check_stopped_trace(evaluator, tools)
+
+
+def test_the_guard_forgets_a_stopped_run_for_the_next_one(evaluator: OnlineEvaluator) -> None:
+    # the same run key reused (CrewAI reuses its ids across kickoffs) starts clean once the
+    # earlier run's trace has finished
+    recorder = evaluator.recorder
+    lookup = ToolCall(name="lookup_order", arguments={"order_id": "A-2"})
+    for _ in range(3):
+        recorder.check_tool_call("run-1", lookup, refuse=lambda event: None)
+    assert recorder.guard.stopped_by("run-1") is not None
+    recorder.guard.forget("run-1")
+    assert recorder.check_tool_call("run-1", lookup, refuse=lambda event: None) is None
