@@ -31,6 +31,13 @@ class Reply:
     usage: tuple[int, int] = (100, 20)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops connection attempts of a concurrent burst,
+    # which the client then retries after a second: far from how API servers behave
+    request_queue_size = 128
+
+
 class JudgeServer:
     def __init__(self) -> None:
         self.script: deque[Reply] = deque()
@@ -38,6 +45,7 @@ class JudgeServer:
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []
+        self.completions: list[float] = []
         self.unsupported_formats: set[str] = set()
         self.latency = 0.0
         self.in_flight = 0
@@ -46,6 +54,11 @@ class JudgeServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # headers and body go out as two writes; with Nagle's algorithm the second waits
+            # for the client's delayed ACK (~40 ms), which no real API server adds
+            disable_nagle_algorithm = True
+            protocol_version = "HTTP/1.1"  # keep-alive, as API servers do
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -62,6 +75,7 @@ class JudgeServer:
                 time.sleep(reply.delay or server.latency)
                 with server._lock:
                     server.in_flight -= 1
+                    server.completions.append(time.monotonic())
                 if reply.body is not None:
                     body = reply.body
                 elif reply.status >= 400:
@@ -112,8 +126,7 @@ class JudgeServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()

@@ -223,3 +223,49 @@ def test_each_session_in_order_and_sessions_concurrently() -> None:
     assert [o.results[0].metadata["history"] for o in outcomes[::2]] == [0, 1, 2, 3]
     # the two sessions ran side by side: y-0 finished before x-1 started
     assert Ordered.seen.index("y-0") < Ordered.seen.index("x-1")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "peak"),
+    [
+        (["--judge-concurrency", "5", "--judge-rps", "1000"], {}, 5),
+        ([], {"AGENTEVAL_JUDGE_CONCURRENCY": "3", "AGENTEVAL_JUDGE_RPS": "1000"}, 3),
+    ],
+    ids=["options", "environment"],
+)
+def test_judge_concurrency_from_the_command_line(
+    tmp_path: Path,
+    judge_server: JudgeServer,
+    arguments: list[str],
+    environment: dict[str, str],
+    peak: int,
+) -> None:
+    from click.testing import CliRunner
+
+    from agenteval_core.cli import cli
+
+    judge_server.latency = 0.05
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    capture = tmp_path / "c.jsonl"
+    with CaptureWriter(capture) as writer:
+        for index in range(24):
+            writer.write(Trace(input=f"q{index}", output=f"a{index}"))
+    result = CliRunner().invoke(
+        cli,
+        [
+            "replay",
+            str(capture),
+            "--metrics",
+            "confidence",
+            "--judge-model",
+            "judge-model",
+            "--judge-base-url",
+            judge_server.base_url,
+            "--no-cache",
+            "-q",
+            *arguments,
+        ],
+        env=environment,
+    )
+    assert result.exit_code == 0, result.output
+    assert len(judge_server.requests) == 24 and judge_server.peak_in_flight == peak

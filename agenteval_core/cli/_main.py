@@ -150,6 +150,22 @@ def _print_report(console: Console, report: ReplayReport) -> None:
 @click.option("--judge-model", help="Judge model name; enables the LLM-judge metrics.")
 @click.option("--judge-base-url", help="OpenAI-compatible API root, e.g. http://localhost:8000/v1.")
 @click.option("--judge-api-key", help="API key (default: $OPENAI_API_KEY).")
+@click.option(
+    "--judge-concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    envvar="AGENTEVAL_JUDGE_CONCURRENCY",
+    help="Judge requests in flight at once (also $AGENTEVAL_JUDGE_CONCURRENCY).",
+)
+@click.option(
+    "--judge-rps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    envvar="AGENTEVAL_JUDGE_RPS",
+    help="Judge requests started per second at most (also $AGENTEVAL_JUDGE_RPS).",
+)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the judge cache.")
 @click.option("--clear-cache", is_flag=True, help="Empty the judge cache before replaying.")
 def replay_command(
@@ -160,12 +176,15 @@ def replay_command(
     judge_model: str | None,
     judge_base_url: str | None,
     judge_api_key: str | None,
+    judge_concurrency: int,
+    judge_rps: float,
     no_cache: bool,
     clear_cache: bool,
 ) -> None:
     """Score every trace of a capture file (JSONL) and print a summary.
 
     Judge metrics run when --judge-model is given; otherwise they are skipped with a reason.
+    Traces are scored --judge-concurrency at a time (each session in order).
     """
     path = Path(capture)
     if not path.exists():
@@ -182,6 +201,8 @@ def replay_command(
             base_url=judge_base_url,
             api_key=judge_api_key,
             use_cache=not no_cache,
+            concurrency=judge_concurrency,
+            requests_per_second=judge_rps,
         )
         if clear_cache and judge.cache is not None:
             judge.cache.clear()

@@ -40,7 +40,22 @@ def judge_from_options(
     api_key: str | None = None,
     use_cache: bool = True,
     cache_path: str | Path | None = None,
+    concurrency: int = 8,
+    requests_per_second: float = 10.0,
 ) -> OpenAIJudge:
-    """The judge the CLI's ``--judge-*`` options describe."""
+    """The judge the CLI's ``--judge-*`` options describe: at most ``concurrency`` requests
+    in flight and ``requests_per_second`` started per second."""
     cache = JudgeCache(cache_path) if use_cache else None
-    return OpenAIJudge(model, base_url=base_url, api_key=api_key, cache=cache)
+    if requests_per_second >= 1:
+        per_period, period = round(requests_per_second), 1.0
+    else:
+        per_period, period = 1, 1.0 / requests_per_second
+    return OpenAIJudge(
+        model,
+        base_url=base_url,
+        api_key=api_key,
+        cache=cache,
+        max_concurrency=concurrency,
+        requests_per_period=per_period,
+        period=period,
+    )

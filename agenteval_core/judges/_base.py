@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -15,9 +16,15 @@ from ._parse import ReplyError, parse_reply
 from ._pricing import DEFAULT_PRICES, cost_usd
 from ._protocol import JudgeReply, JudgeRequest
 
-__all__ = ["DEFAULT_CACHE", "BaseJudge", "Completion", "JudgeStats"]
+__all__ = ["DEFAULT_CACHE", "BaseJudge", "Completion", "JudgeStats", "json_schema"]
 
 T = TypeVar("T", bound=BaseModel)
+
+
+@functools.cache
+def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """A reply schema's JSON schema, built once per schema class (it is asked per request)."""
+    return schema.model_json_schema()
 
 
 class _DefaultCache:
@@ -88,7 +95,7 @@ class BaseJudge(ABC):
             request.metric,
             request.prompt_version,
             request.messages,
-            request.schema.model_json_schema(),
+            json_schema(request.schema),
         )
         if self.cache is not None:
             hit = self.cache.get(key)

@@ -14,7 +14,7 @@ import httpx
 from pydantic import BaseModel
 
 from .._errors import JudgeUnavailableError
-from ._base import DEFAULT_CACHE, BaseJudge, Completion
+from ._base import DEFAULT_CACHE, BaseJudge, Completion, json_schema
 from ._cache import JudgeCache
 from ._traffic import Traffic
 
@@ -112,7 +112,7 @@ class OpenAIJudge(BaseJudge):
         if self.mode == "json_schema":
             payload["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()},
+                "json_schema": {"name": schema.__name__, "schema": json_schema(schema)},
             }
         elif self.mode == "json_object":
             payload["response_format"] = {"type": "json_object"}
