@@ -14,17 +14,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._capture import CaptureWriter, read_capture
-    from ._embedder import Embedder, HashingEmbedder, default_embedder
-    from ._engine import (
-        DEFAULT_SESSION_METRICS,
-        Engine,
-        SessionHistory,
-        TraceResults,
-        default_metric_names,
-        default_trace_metric_names,
-        resolve_metrics,
-    )
     from ._errors import (
         AgentEvalError,
         CaptureError,
@@ -36,9 +25,24 @@ if TYPE_CHECKING:
         SchemaVersionError,
         UnknownMetricError,
     )
-    from ._http_embedder import HTTPEmbedder
-    from ._loops import LoopGuard, canonical_call
-    from ._metric import (
+    from ._redact import Redactor
+    from .embedders._hashing import Embedder, HashingEmbedder, default_embedder
+    from .embedders._http import HTTPEmbedder
+    from .embedders._sentence_transformers import SentenceTransformerEmbedder
+    from .engine._engine import (
+        DEFAULT_SESSION_METRICS,
+        Engine,
+        SessionHistory,
+        default_metric_names,
+        default_trace_metric_names,
+        resolve_metrics,
+    )
+    from .engine._sinks import CallbackSink, ConsoleSink, LoggingSink, ResultsFileSink, Sink
+    from .engine._summary import MetricSummary, ResultSummary
+    from .judges import Judge, OpenAIJudge
+    from .metrics import agent_consistency, agent_reliability
+    from .metrics._best_of import BestOfResult, abest_of, best_of
+    from .metrics._protocol import (
         Metric,
         MetricInfo,
         MetricKind,
@@ -49,12 +53,19 @@ if TYPE_CHECKING:
         metric_class,
         register_metric,
     )
-    from ._online import DEFAULT_REDACTOR, EvaluatorStats, OnlineEvaluator, default_evaluator
-    from ._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
-    from ._redact import Redactor
-    from ._replay import ReplayReport, areplay, replay
-    from ._results import MetricResult
-    from ._schema import (
+    from .metrics._statistics import PassKEstimate, estimate_pass_k, pass_at_k, pass_pow_k
+    from .online._evaluator import (
+        DEFAULT_REDACTOR,
+        EvaluatorStats,
+        OnlineEvaluator,
+        default_evaluator,
+    )
+    from .online._loops import LoopGuard, canonical_call
+    from .online._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
+    from .replay._replay import ReplayReport, areplay, replay
+    from .schema._capture import CaptureWriter, read_capture
+    from .schema._results import MetricResult, TraceResults
+    from .schema._trace import (
         COMPLETED_STATUSES,
         GUARD_REFUSED,
         OTEL_OPERATION_NAMES,
@@ -71,30 +82,23 @@ if TYPE_CHECKING:
         ToolSpec,
         Trace,
     )
-    from ._scoring import MetricSummary, ResultSummary
-    from ._sinks import CallbackSink, ConsoleSink, LoggingSink, ResultsFileSink, Sink
-    from ._st_embedder import SentenceTransformerEmbedder
-    from ._statistics import PassKEstimate, estimate_pass_k, pass_at_k, pass_pow_k
-    from ._suite import CaseReport, EvalSuite, RunResult, SuiteReport
-    from .judges import Judge, OpenAIJudge
-    from .metrics import agent_consistency, agent_reliability
-    from .metrics._best_of import BestOfResult, abest_of, best_of
+    from .suite._suite import CaseReport, EvalSuite, RunResult, SuiteReport
 
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
-    "CaptureWriter": "._capture",
-    "read_capture": "._capture",
-    "Embedder": "._embedder",
-    "HashingEmbedder": "._embedder",
-    "default_embedder": "._embedder",
-    "DEFAULT_SESSION_METRICS": "._engine",
-    "Engine": "._engine",
-    "SessionHistory": "._engine",
-    "TraceResults": "._engine",
-    "default_metric_names": "._engine",
-    "default_trace_metric_names": "._engine",
-    "resolve_metrics": "._engine",
+    "CaptureWriter": ".schema._capture",
+    "read_capture": ".schema._capture",
+    "Embedder": ".embedders._hashing",
+    "HashingEmbedder": ".embedders._hashing",
+    "default_embedder": ".embedders._hashing",
+    "DEFAULT_SESSION_METRICS": ".engine._engine",
+    "Engine": ".engine._engine",
+    "SessionHistory": ".engine._engine",
+    "TraceResults": ".schema._results",
+    "default_metric_names": ".engine._engine",
+    "default_trace_metric_names": ".engine._engine",
+    "resolve_metrics": ".engine._engine",
     "AgentEvalError": "._errors",
     "CaptureError": "._errors",
     "CaptureFormatError": "._errors",
@@ -104,63 +108,63 @@ _EXPORTS: dict[str, str] = {
     "MetricInputError": "._errors",
     "SchemaVersionError": "._errors",
     "UnknownMetricError": "._errors",
-    "HTTPEmbedder": "._http_embedder",
-    "LoopGuard": "._loops",
-    "canonical_call": "._loops",
-    "Metric": "._metric",
-    "MetricInfo": "._metric",
-    "MetricKind": "._metric",
-    "Score": "._metric",
-    "SessionMetric": "._metric",
-    "create_metric": "._metric",
-    "list_metrics": "._metric",
-    "metric_class": "._metric",
-    "register_metric": "._metric",
-    "DEFAULT_REDACTOR": "._online",
-    "EvaluatorStats": "._online",
-    "OnlineEvaluator": "._online",
-    "default_evaluator": "._online",
-    "EventPump": "._recorder",
-    "Recorder": "._recorder",
-    "RunRoots": "._recorder",
-    "TraceAssembler": "._recorder",
-    "UNSET": "._recorder",
+    "HTTPEmbedder": ".embedders._http",
+    "LoopGuard": ".online._loops",
+    "canonical_call": ".online._loops",
+    "Metric": ".metrics._protocol",
+    "MetricInfo": ".metrics._protocol",
+    "MetricKind": ".metrics._protocol",
+    "Score": ".metrics._protocol",
+    "SessionMetric": ".metrics._protocol",
+    "create_metric": ".metrics._protocol",
+    "list_metrics": ".metrics._protocol",
+    "metric_class": ".metrics._protocol",
+    "register_metric": ".metrics._protocol",
+    "DEFAULT_REDACTOR": ".online._evaluator",
+    "EvaluatorStats": ".online._evaluator",
+    "OnlineEvaluator": ".online._evaluator",
+    "default_evaluator": ".online._evaluator",
+    "EventPump": ".online._recorder",
+    "Recorder": ".online._recorder",
+    "RunRoots": ".online._recorder",
+    "TraceAssembler": ".online._recorder",
+    "UNSET": ".online._recorder",
     "Redactor": "._redact",
-    "ReplayReport": "._replay",
-    "areplay": "._replay",
-    "replay": "._replay",
-    "MetricResult": "._results",
-    "AgentStep": "._schema",
-    "COMPLETED_STATUSES": "._schema",
-    "EvalCase": "._schema",
-    "ExpectedToolCall": "._schema",
-    "GUARD_REFUSED": "._schema",
-    "LoopAlert": "._schema",
-    "OTEL_OPERATION_NAMES": "._schema",
-    "RunStatus": "._schema",
-    "SCHEMA_VERSION": "._schema",
-    "Session": "._schema",
-    "Span": "._schema",
-    "SpanKind": "._schema",
-    "ToolCall": "._schema",
-    "ToolSpec": "._schema",
-    "Trace": "._schema",
-    "MetricSummary": "._scoring",
-    "ResultSummary": "._scoring",
-    "CallbackSink": "._sinks",
-    "ConsoleSink": "._sinks",
-    "LoggingSink": "._sinks",
-    "ResultsFileSink": "._sinks",
-    "Sink": "._sinks",
-    "SentenceTransformerEmbedder": "._st_embedder",
-    "PassKEstimate": "._statistics",
-    "estimate_pass_k": "._statistics",
-    "pass_at_k": "._statistics",
-    "pass_pow_k": "._statistics",
-    "CaseReport": "._suite",
-    "EvalSuite": "._suite",
-    "RunResult": "._suite",
-    "SuiteReport": "._suite",
+    "ReplayReport": ".replay._replay",
+    "areplay": ".replay._replay",
+    "replay": ".replay._replay",
+    "MetricResult": ".schema._results",
+    "AgentStep": ".schema._trace",
+    "COMPLETED_STATUSES": ".schema._trace",
+    "EvalCase": ".schema._trace",
+    "ExpectedToolCall": ".schema._trace",
+    "GUARD_REFUSED": ".schema._trace",
+    "LoopAlert": ".schema._trace",
+    "OTEL_OPERATION_NAMES": ".schema._trace",
+    "RunStatus": ".schema._trace",
+    "SCHEMA_VERSION": ".schema._trace",
+    "Session": ".schema._trace",
+    "Span": ".schema._trace",
+    "SpanKind": ".schema._trace",
+    "ToolCall": ".schema._trace",
+    "ToolSpec": ".schema._trace",
+    "Trace": ".schema._trace",
+    "MetricSummary": ".engine._summary",
+    "ResultSummary": ".engine._summary",
+    "CallbackSink": ".engine._sinks",
+    "ConsoleSink": ".engine._sinks",
+    "LoggingSink": ".engine._sinks",
+    "ResultsFileSink": ".engine._sinks",
+    "Sink": ".engine._sinks",
+    "SentenceTransformerEmbedder": ".embedders._sentence_transformers",
+    "PassKEstimate": ".metrics._statistics",
+    "estimate_pass_k": ".metrics._statistics",
+    "pass_at_k": ".metrics._statistics",
+    "pass_pow_k": ".metrics._statistics",
+    "CaseReport": ".suite._suite",
+    "EvalSuite": ".suite._suite",
+    "RunResult": ".suite._suite",
+    "SuiteReport": ".suite._suite",
     "Judge": ".judges",
     "OpenAIJudge": ".judges",
     "agent_consistency": ".metrics",

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from ._engine import Engine
 from ._errors import MetricInputError
-from ._metric import Metric
-from ._results import MetricResult
-from ._schema import EvalCase, Trace
-from ._statistics import Estimator
-from ._suite import AgentFn, EvalSuite, SuiteReport
+from .engine._engine import Engine
+from .metrics._protocol import Metric
+from .metrics._statistics import Estimator
+from .schema._results import MetricResult
+from .schema._trace import EvalCase, Trace
+from .suite._suite import AgentFn, EvalSuite, SuiteReport
 
 __all__ = ["assert_eval", "assert_pass_k"]
 

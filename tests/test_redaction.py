@@ -23,8 +23,8 @@ from agenteval_core import (
     create_metric,
     replay,
 )
-from agenteval_core._report import load_results, render_html
 from agenteval_core.judges import OpenAIJudge
+from agenteval_core.report._report import load_results, render_html
 
 OPENAI = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
 ANTHROPIC = "sk-ant-api03-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"

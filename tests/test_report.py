@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agenteval_core import replay
-from agenteval_core._report import load_results, render_html, write_report
+from agenteval_core.report._report import load_results, render_html, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "captures" / "support_agent.jsonl"

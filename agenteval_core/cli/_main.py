@@ -19,9 +19,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from .._errors import AgentEvalError, CaptureFormatError
-from .._metric import list_metrics
-from .._replay import ReplayReport, replay
-from .._scoring import ResultSummary
+from ..engine._summary import ResultSummary
+from ..metrics._protocol import list_metrics
+from ..replay._replay import ReplayReport, replay
 
 __all__ = ["RunProblem", "UserError", "cli", "main"]
 
@@ -267,7 +267,7 @@ def replay_command(
 )
 def report_command(results: str, capture: str | None, html_out: str) -> None:
     """Write a self-contained HTML report from replay --json results (or online results)."""
-    from .._report import write_report
+    from ..report._report import write_report
 
     path = write_report(results, html_out, capture=capture)
     click.echo(f"report written to {path}")

@@ -1,4 +1,6 @@
-"""The built-in metrics. Importing this package registers every one of them."""
+"""The metric protocol, the one registry, the statistics, and the built-in metrics.
+
+Importing this package registers every built-in metric."""
 
 from __future__ import annotations
 

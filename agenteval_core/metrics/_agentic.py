@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from .._errors import MetricInputError
-from .._metric import Score, SessionMetric, register_metric
-from .._results import passes
-from .._statistics import Estimator, estimate_pass_k
+from ..schema._results import passes
+from ._protocol import Score, SessionMetric, register_metric
+from ._statistics import Estimator, estimate_pass_k
 
 __all__ = ["Agentic"]
 

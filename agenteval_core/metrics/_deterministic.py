@@ -11,10 +11,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .._errors import MetricInputError
-from .._metric import Metric, MetricKind, Score, register_metric
-from .._schema import EvalCase, ExpectedToolCall, ToolCall, Trace, text_of
 from .._text import content_tokens
+from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace, text_of
 from ._matching import assign_by_name, lcs_length, multiset_overlap
+from ._protocol import Metric, MetricKind, Score, register_metric
 
 __all__ = [
     "EndState",

@@ -8,11 +8,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._embedder import Embedder, cosine_similarities, default_embedder
 from .._errors import MetricInputError
-from .._metric import Metric, MetricKind, Score, register_metric
-from .._schema import EvalCase, Trace, text_of
 from .._text import content_tokens, jaccard
+from ..embedders._hashing import Embedder, cosine_similarities, default_embedder
+from ..schema._trace import EvalCase, Trace, text_of
+from ._protocol import Metric, MetricKind, Score, register_metric
 
 __all__ = ["Coherence", "LoopDetection"]
 

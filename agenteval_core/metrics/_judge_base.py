@@ -10,10 +10,10 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel
 
 from .._errors import JudgeParseError, JudgeUnavailableError
-from .._metric import Metric, MetricKind, Score
 from .._redact import Redactor
-from .._schema import EvalCase, ToolCall, Trace, text_of
 from ..judges._protocol import Judge, JudgeRequest
+from ..schema._trace import EvalCase, ToolCall, Trace, text_of
+from ._protocol import Metric, MetricKind, Score
 
 __all__ = ["JudgeMetric", "Prompt", "data_block", "describe_trace"]
 

@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from .._errors import JudgeParseError
-from .._metric import Score, register_metric
-from .._schema import EvalCase, ToolCall, text_of
+from ..schema._trace import EvalCase, ToolCall, text_of
 from ._judge_base import JudgeMetric, Prompt, _Accounting, describe_trace
+from ._protocol import Score, register_metric
 
 __all__ = [
     "AgentMemory",

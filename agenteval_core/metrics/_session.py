@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import MetricInputError
-from .._metric import Score, SessionAccumulator, SessionMetric, register_metric
-from .._results import MetricResult
+from ..schema._results import MetricResult
+from ._protocol import Score, SessionAccumulator, SessionMetric, register_metric
 
 __all__ = [
     "DEFAULT_SIGNAL_WEIGHTS",

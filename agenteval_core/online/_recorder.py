@@ -19,8 +19,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._loops import LoopGuard
-from ._schema import (
+from ..schema._trace import (
     GUARD_REFUSED,
     LoopAlert,
     RunStatus,
@@ -31,6 +30,7 @@ from ._schema import (
     Trace,
     new_id,
 )
+from ._loops import LoopGuard
 
 __all__ = ["UNSET", "EventPump", "Recorder", "RunRoots", "TraceAssembler"]
 

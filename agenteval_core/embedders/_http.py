@@ -11,10 +11,10 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import JudgeUnavailableError
-from ._metric import _run_sync
-from .judges._cache import JudgeCache, cache_key
-from .judges._traffic import Traffic
+from .._errors import JudgeUnavailableError
+from .._sync import run_sync
+from ..judges._cache import JudgeCache, cache_key
+from ..judges._traffic import Traffic
 
 __all__ = ["HTTPEmbedder"]
 
@@ -58,7 +58,7 @@ class HTTPEmbedder:
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Blocking form of :meth:`aembed`; safe to call from inside a running event loop
         (it then runs on a private loop in a worker thread)."""
-        return _run_sync(self.aembed(texts))
+        return run_sync(self.aembed(texts))
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         keys = [cache_key("embedding", self.model, text) for text in texts]

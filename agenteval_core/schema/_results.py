@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["SUCCESS_TOLERANCE", "MetricResult", "passes"]
+__all__ = ["SUCCESS_TOLERANCE", "MetricResult", "TraceResults", "passes"]
 
 SUCCESS_TOLERANCE = 1e-9
 """``success = score >= threshold`` is compared with this tolerance."""
@@ -58,3 +58,22 @@ class MetricResult(BaseModel):
         if self.score is not None:
             return "ok"
         return "skipped" if self.skipped and self.error is None else "error"
+
+
+class TraceResults(BaseModel):
+    """What the engine produced for one trace (or case)."""
+
+    trace_id: str | None
+    case_id: str | None = None
+    session_id: str | None
+    results: list[MetricResult]
+    session_results: list[MetricResult] = Field(default_factory=list)
+    """The session's metrics as they stand after this trace."""
+
+    def failing(self) -> list[MetricResult]:
+        """Results that failed their threshold or ended in an error, in metric order."""
+        return [
+            r
+            for r in self.results
+            if r.status == "error" or (r.score is not None and not r.success)
+        ]

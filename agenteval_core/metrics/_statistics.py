@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ._errors import MetricInputError
+from .._errors import MetricInputError
 
 __all__ = ["Estimator", "PassKEstimate", "estimate_pass_k", "pass_at_k", "pass_pow_k"]
 

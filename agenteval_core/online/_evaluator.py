@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._capture import CaptureWriter
-from ._engine import DEFAULT_SESSION_METRICS, Engine, TraceResults, default_trace_metric_names
+from .._redact import Redactor
+from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metric_names
+from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink
+from ..metrics._protocol import Metric, SessionMetric
+from ..schema._capture import CaptureWriter
+from ..schema._results import TraceResults
+from ..schema._trace import LoopAlert, Trace
 from ._loops import LoopGuard
-from ._metric import Metric, SessionMetric
 from ._recorder import Recorder
-from ._redact import Redactor
-from ._schema import LoopAlert, Trace
-from ._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink
 
 __all__ = ["DEFAULT_REDACTOR", "EvaluatorStats", "OnlineEvaluator", "default_evaluator"]
 

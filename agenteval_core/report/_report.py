@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._capture import read_capture
-from ._errors import CaptureError
-from ._redact import Redactor
-from ._results import MetricResult
-from ._schema import Span, Trace, text_of
-from ._scoring import ResultSummary
+from .._errors import CaptureError
+from .._redact import Redactor
+from ..engine._summary import ResultSummary
+from ..schema._capture import read_capture
+from ..schema._results import MetricResult
+from ..schema._trace import Span, Trace, text_of
 
 __all__ = ["ReportData", "load_results", "render_html", "write_report"]
 

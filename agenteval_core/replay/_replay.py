@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._capture import read_capture
-from ._engine import Engine, TraceResults
-from ._errors import CaptureFormatError
-from ._metric import Metric, SessionMetric
-from ._results import MetricResult
-from ._schema import Trace
-from ._scoring import ResultSummary
-from ._sinks import ResultsFileSink, Sink
+from .._errors import CaptureFormatError
+from ..engine._engine import Engine
+from ..engine._sinks import ResultsFileSink, Sink
+from ..engine._summary import ResultSummary
+from ..metrics._protocol import Metric, SessionMetric
+from ..schema._capture import read_capture
+from ..schema._results import MetricResult, TraceResults
+from ..schema._trace import Trace
 
 __all__ = ["ReplayReport", "areplay", "replay"]
 

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ._text import content_text
+from .._text import content_text
 
 __all__ = ["Embedder", "HashingEmbedder", "cosine_similarities", "default_embedder"]
 

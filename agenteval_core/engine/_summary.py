@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._results import MetricResult
+from ..schema._results import MetricResult
 
 __all__ = ["MetricSummary", "ResultSummary"]
 

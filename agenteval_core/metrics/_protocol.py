@@ -10,7 +10,6 @@ through the ``agenteval.metrics`` entry-point group.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import math
 import time
@@ -21,9 +20,10 @@ from enum import StrEnum
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, TypeVar
 
-from ._errors import MetricInputError, UnknownMetricError
-from ._results import MetricResult, passes
-from ._schema import EvalCase, Trace
+from .._errors import MetricInputError, UnknownMetricError
+from .._sync import run_sync
+from ..schema._results import MetricResult, passes
+from ..schema._trace import EvalCase, Trace
 
 __all__ = [
     "Metric",
@@ -176,7 +176,7 @@ class Metric(_MetricBase):
             raise NotImplementedError(
                 f"{type(self).__name__} implements neither compute nor acompute"
             )
-        return _run_sync(self.acompute(case, history))
+        return run_sync(self.acompute(case, history))
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         """Score one case asynchronously. Default: call ``compute`` inline (it is cheap)."""
@@ -282,16 +282,6 @@ class SessionAccumulator:
         )
 
 
-def _run_sync(coroutine: Any) -> Any:
-    """Run a coroutine to completion from sync code, even when called inside a running loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
-
-
 # --- the registry ------------------------------------------------------------------------
 
 _M = TypeVar("_M", bound=type[_MetricBase])
@@ -321,9 +311,8 @@ def register_metric(cls: _M) -> _M:
 
 
 def _ensure_loaded() -> None:
+    # the built-in metrics registered themselves when this package was imported
     global _PLUGINS_LOADED
-    from . import metrics  # noqa: F401  (registers the built-in metrics)
-
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True

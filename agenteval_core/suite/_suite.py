@@ -15,13 +15,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ._engine import Engine, resolve_metrics
-from ._errors import MetricInputError
-from ._metric import Metric
-from ._results import MetricResult
-from ._schema import EvalCase, Trace
-from ._scoring import ResultSummary
-from ._statistics import Estimator, PassKEstimate, estimate_pass_k
+from .._errors import MetricInputError
+from ..engine._engine import Engine, resolve_metrics
+from ..engine._summary import ResultSummary
+from ..metrics._protocol import Metric
+from ..metrics._statistics import Estimator, PassKEstimate, estimate_pass_k
+from ..schema._results import MetricResult
+from ..schema._trace import EvalCase, Trace
 
 __all__ = ["AgentFn", "CaseReport", "EvalSuite", "RunResult", "SuiteReport"]
 

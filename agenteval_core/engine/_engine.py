@@ -18,28 +18,25 @@ from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from pydantic import BaseModel, Field
-
-from ._errors import MetricInputError
-from ._metric import (
+from .._errors import MetricInputError
+from .._sync import run_sync
+from ..metrics._protocol import (
     Metric,
     MetricKind,
     SessionAccumulator,
     SessionMetric,
-    _run_sync,
     create_metric,
     list_metrics,
     metric_class,
 )
-from ._results import MetricResult
-from ._schema import EvalCase, Trace, text_of
+from ..schema._results import MetricResult, TraceResults
+from ..schema._trace import EvalCase, Trace, text_of
 from ._sinks import Sink
 
 __all__ = [
     "DEFAULT_SESSION_METRICS",
     "Engine",
     "SessionHistory",
-    "TraceResults",
     "default_metric_names",
     "default_trace_metric_names",
     "resolve_metrics",
@@ -150,25 +147,6 @@ class SessionHistory(Sequence[Trace]):
         if text_of(trace.output).strip():
             self._kept.append((self._count, trace))
         self._count += 1
-
-
-class TraceResults(BaseModel):
-    """What the engine produced for one trace (or case)."""
-
-    trace_id: str | None
-    case_id: str | None = None
-    session_id: str | None
-    results: list[MetricResult]
-    session_results: list[MetricResult] = Field(default_factory=list)
-    """The session's metrics as they stand after this trace."""
-
-    def failing(self) -> list[MetricResult]:
-        """Results that failed their threshold or ended in an error, in metric order."""
-        return [
-            r
-            for r in self.results
-            if r.status == "error" or (r.score is not None and not r.success)
-        ]
 
 
 @dataclass
@@ -413,7 +391,7 @@ class Engine:
 
     def score_sync(self, items: Sequence[EvalCase | Trace]) -> list[TraceResults]:
         """:meth:`score` from synchronous code (also from inside a running event loop)."""
-        return _run_sync(self.score(items))
+        return run_sync(self.score(items))
 
 
 def _as_case(item: EvalCase | Trace) -> EvalCase:

@@ -10,8 +10,8 @@ from types import TracebackType
 
 from pydantic import ValidationError
 
-from ._errors import CaptureError, CaptureFormatError, SchemaVersionError
-from ._schema import Trace
+from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
+from ._trace import Trace
 
 __all__ = ["CaptureWriter", "read_capture"]
 

@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._schema import LoopAlert, ToolCall
+from ..schema._trace import LoopAlert, ToolCall
 
 __all__ = ["LoopGuard", "canonical_call"]
 

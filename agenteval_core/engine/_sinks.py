@@ -16,13 +16,10 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from ._results import MetricResult
-from ._schema import LoopAlert, Trace
-
-if TYPE_CHECKING:
-    from ._engine import TraceResults
+from ..schema._results import MetricResult, TraceResults
+from ..schema._trace import LoopAlert, Trace
 
 __all__ = ["CallbackSink", "ConsoleSink", "LoggingSink", "ResultsFileSink", "Sink"]
 

@@ -1,0 +1,3 @@
+"""The scoring engine and the sinks.
+
+Internal: import the public names from ``agenteval_core``."""

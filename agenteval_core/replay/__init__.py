@@ -1,0 +1,3 @@
+"""Offline replay of capture files through the engine.
+
+Internal: import the public names from ``agenteval_core``."""

@@ -1,0 +1,3 @@
+"""The self-contained HTML report.
+
+Internal: import the public names from ``agenteval_core``."""
