@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .judges import Judge, OpenAIJudge
     from .metrics import agent_consistency, agent_reliability
     from .metrics._best_of import BestOfResult, abest_of, best_of
+    from .metrics._loops import LoopGuard, canonical_call
     from .metrics._protocol import (
         Metric,
         MetricInfo,
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
         OnlineEvaluator,
         default_evaluator,
     )
-    from .online._loops import LoopGuard, canonical_call
     from .online._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
     from .replay._replay import ReplayReport, areplay, replay
     from .schema._capture import CaptureWriter, read_capture
@@ -109,8 +109,8 @@ _EXPORTS: dict[str, str] = {
     "SchemaVersionError": "._errors",
     "UnknownMetricError": "._errors",
     "HTTPEmbedder": ".embedders._http",
-    "LoopGuard": ".online._loops",
-    "canonical_call": ".online._loops",
+    "LoopGuard": ".metrics._loops",
+    "canonical_call": ".metrics._loops",
     "Metric": ".metrics._protocol",
     "MetricInfo": ".metrics._protocol",
     "MetricKind": ".metrics._protocol",

@@ -74,12 +74,16 @@ def test_weights_merge_over_defaults() -> None:
     ).score == (pytest.approx(0.7))
 
 
-def test_edge_cases_score_one_with_a_note() -> None:
+def test_nothing_to_evaluate_is_skipped_not_a_pass() -> None:
+    # the seed scores these 1.0; a pass over nothing would read as a healthy session
     empty = agent_reliability([])
-    assert empty.score == 1.0 and empty.reason == "No traces or signals to evaluate."
-    assert agent_consistency([{}]).reason == "No traces or signals to evaluate."
+    assert (empty.score, empty.skipped, empty.success) == (None, True, None)
+    assert empty.reason == "not scored: no traces or signals to evaluate"
+    assert empty.metadata == {"total_traces_in_session": 0, "traces_evaluated": 0}
+    assert agent_consistency([{}]).reason == "not scored: no traces or signals to evaluate"
     no_confidence = agent_consistency([{"coherence": 0.2}])
-    assert no_confidence.score == 1.0 and no_confidence.reason == "No evaluable traces."
+    assert (no_confidence.score, no_confidence.skipped) == (None, True)
+    assert no_confidence.reason == "not scored: no trace has a confidence signal to evaluate"
     assert no_confidence.metadata["traces_evaluated"] == 0
 
 
@@ -137,7 +141,10 @@ def test_incremental_equals_batch(rows: list[dict[str, float | None]], split: in
         batch = metric.measure_session(ids, rows)
         assert live.result().score == pytest.approx(batch.score)
         assert live.result().metadata == batch.metadata
-        assert batch.score is not None and 0.0 <= batch.score <= 1.0
+        if batch.skipped:  # nothing to evaluate: no score, never a pass
+            assert batch.score is None and batch.metadata["traces_evaluated"] == 0
+        else:
+            assert batch.score is not None and 0.0 <= batch.score <= 1.0
 
 
 # --- pass@k / pass^k ---------------------------------------------------------------------------

@@ -88,6 +88,12 @@ def run_demo(capture: Path, console: Console | None = None) -> OnlineEvaluator:
             if r.score is not None
         ]
         console.print(f"  scored in the background: {', '.join(parts)}")
+        if trace.status is not None and trace.status != "ok":
+            skipped = [r.name for r in outcome.results if r.skipped]
+            console.print(
+                f"  [bold red]run {trace.status}[/]: {trace.status_reason}"
+                + (f"; not scored: {', '.join(skipped)}" if skipped else "")
+            )
         session = {r.name: r.score for r in outcome.session_results if r.score is not None}
         if session:
             console.print(

@@ -32,6 +32,7 @@ from ._judge_metrics import (
     ToolCorrectness,
     TrajectoryEfficiency,
 )
+from ._loops import ToolCallLoops
 from ._session import (
     AgentConsistency,
     AgentReliability,
@@ -65,6 +66,7 @@ __all__ = [
     "TaskCompletion",
     "ToolArgumentAccuracy",
     "ToolCallAccuracy",
+    "ToolCallLoops",
     "ToolCallNecessity",
     "ToolCorrectness",
     "ToolRoutingAccuracy",

@@ -11,7 +11,7 @@ import numpy as np
 from .._errors import MetricInputError
 from .._text import content_tokens, jaccard
 from ..embedders._hashing import Embedder, cosine_similarities, default_embedder
-from ..schema._trace import EvalCase, Trace, text_of
+from ..schema._trace import EvalCase, RunStatus, Trace, text_of
 from ._protocol import Metric, MetricKind, Score, register_metric
 
 __all__ = ["Coherence", "LoopDetection"]
@@ -69,6 +69,16 @@ class _EmbeddingMetric(Metric):
         return self.score_vectors(case, history, await self.embedder.aembed(texts))
 
 
+def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
+    """The seed's perfect score for an empty input or output, for a run that completed; a
+    run that did not complete is not scored, so its failure never reads as a pass."""
+    trace = case.trace
+    if trace is not None and not trace.completed:
+        status = trace.status or RunStatus.ERROR
+        return Score.skip(f"not scored: the run ended with status {status}", status=str(status))
+    return Score(1.0, reason, metadata)
+
+
 @register_metric
 class Coherence(_EmbeddingMetric):
     """Whether the output follows from the input: 1 − cosine distance of their embeddings."""
@@ -79,8 +89,8 @@ class Coherence(_EmbeddingMetric):
         source, answer = text_of(case.input).strip(), text_of(case.actual_output).strip()
         if not source or not answer:
             side = "input" if not source else "output"
-            return Score(
-                1.0,
+            return vacuous(
+                case,
                 f"empty {side}: coherence assumed",
                 {"coherence_gap": 0.0, "embedder": self.embedder.name},
             )
@@ -133,10 +143,10 @@ class LoopDetection(_EmbeddingMetric):
             "comparisons": [],
         }
         if not current:
-            return Score(1.0, "empty output: nothing to compare", metadata)
+            return vacuous(case, "empty output: nothing to compare", metadata)
         previous = self._previous(history)
         if not previous:
-            return Score(1.0, "no previous output in the session to compare with", metadata)
+            return vacuous(case, "no previous output in the session to compare with", metadata)
         return [current] + [text for _, _, text in previous]
 
     def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:

@@ -18,7 +18,9 @@ from ..schema._results import MetricResult
 from ._protocol import Score, SessionAccumulator, SessionMetric, register_metric
 
 __all__ = [
+    "COLUMNS",
     "DEFAULT_SIGNAL_WEIGHTS",
+    "EXTRA_SIGNALS",
     "SIGNALS",
     "AgentConsistency",
     "AgentReliability",
@@ -28,24 +30,34 @@ __all__ = [
 ]
 
 SIGNALS: tuple[str, ...] = ("confidence", "loop_detection", "tool_correctness", "coherence")
-"""Signal names: the registry names of the trace metrics whose scores feed session metrics."""
+"""The seed's signals: registry names of the trace metrics whose scores feed session metrics."""
 
-_RISK_KEYS = ("confidence_risk", "loop_risk", "tool_risk", "coherence_risk")
+EXTRA_SIGNALS: tuple[str, ...] = ("tool_call_loops", "run_completed")
+"""Two more signals, beyond the seed's: ``tool_call_loops`` (loops inside one run; the loop
+risk is the larger of its risk and loop_detection's) and ``run_completed`` (0.0 for a run that
+ended in error, was stopped, cancelled or hit a limit, so its risk is 1; absent for a run that
+completed). With neither present, results equal the seed's formulas exactly."""
+
+COLUMNS: tuple[str, ...] = SIGNALS + EXTRA_SIGNALS
+
+_RISK_KEYS = ("confidence_risk", "loop_risk", "tool_risk", "coherence_risk", "run_risk")
 
 DEFAULT_SIGNAL_WEIGHTS: dict[str, float] = {
     "confidence": 1.0,
     "loop_detection": 1.0,
     "tool_correctness": 0.8,
     "coherence": 1.0,
+    "run_completed": 1.0,
 }
+"""The loop weight applies to the loop risk, whichever of the two loop signals gives it."""
 
 Matrix = npt.NDArray[np.float64]
 
 
 def _matrix(trace_ids: Sequence[str], signals: Sequence[Mapping[str, float | None]]) -> Matrix:
-    matrix = np.full((len(signals), len(SIGNALS)), np.nan)
+    matrix = np.full((len(signals), len(COLUMNS)), np.nan)
     for row, mapping in enumerate(signals):
-        for column, name in enumerate(SIGNALS):
+        for column, name in enumerate(COLUMNS):
             value = mapping.get(name)
             if value is not None:
                 matrix[row, column] = float(value)
@@ -57,7 +69,7 @@ def _check_range(trace_ids: Sequence[str], matrix: Matrix) -> None:
     if bad.any():
         row, column = (int(i) for i in np.argwhere(bad)[0])
         raise MetricInputError(
-            f"signal {SIGNALS[column]!r} of trace {trace_ids[row]!r} is {float(matrix[row, column])!r}; "
+            f"signal {COLUMNS[column]!r} of trace {trace_ids[row]!r} is {float(matrix[row, column])!r}; "
             "signals must be scores in [0, 1] (use None for a missing signal)"
         )
 
@@ -66,8 +78,17 @@ def _round(values: npt.ArrayLike) -> Any:
     return np.round(np.asarray(values, dtype=np.float64), 4).tolist()
 
 
+def _risks(matrix: Matrix) -> Matrix:
+    """(traces × COLUMNS) scores → (traces × 5) risks: the seed's four, with the loop risk the
+    larger of the two loop signals' (NaN only when both are missing), then the run's."""
+    risks = 1.0 - matrix
+    with np.errstate(invalid="ignore"):
+        loop = np.fmax(risks[:, 1], risks[:, 4])
+    return np.column_stack([risks[:, 0], loop, risks[:, 2], risks[:, 3], risks[:, 5]])
+
+
 class _SignalSessionMetric(SessionMetric):
-    signal_names: ClassVar[tuple[str, ...]] = SIGNALS
+    signal_names: ClassVar[tuple[str, ...]] = COLUMNS
 
     def __init__(
         self,
@@ -78,15 +99,16 @@ class _SignalSessionMetric(SessionMetric):
     ) -> None:
         super().__init__(threshold=threshold)
         merged = DEFAULT_SIGNAL_WEIGHTS | dict(weights or {})
-        unknown = set(merged) - set(SIGNALS)
+        unknown = set(merged) - set(DEFAULT_SIGNAL_WEIGHTS)
         if unknown:
             raise MetricInputError(
-                f"{self.name}: unknown signal weight(s) {sorted(unknown)}; use {list(SIGNALS)}"
+                f"{self.name}: unknown signal weight(s) {sorted(unknown)}; "
+                f"use {list(DEFAULT_SIGNAL_WEIGHTS)}"
             )
         if any(not math.isfinite(w) or w < 0 for w in merged.values()):
             raise MetricInputError(f"{self.name}: weights must be finite and >= 0, got {merged}")
         self.signal_weights = merged
-        self.weights = np.array([merged[name] for name in SIGNALS])
+        self.weights = np.array([merged[name] for name in DEFAULT_SIGNAL_WEIGHTS])
         self.per_trace_limit = per_trace_limit
 
     def compute_session(
@@ -95,17 +117,19 @@ class _SignalSessionMetric(SessionMetric):
         return self.score_matrix(trace_ids, _matrix(trace_ids, signals))
 
     def score_matrix(self, trace_ids: Sequence[str], matrix: Matrix) -> Score:
-        """Score a (traces × SIGNALS) matrix with NaN for missing signals."""
+        """Score a (traces × COLUMNS) matrix, or one of the seed's four SIGNALS columns, with
+        NaN for missing signals.
+
+        With nothing to evaluate the result is skipped (no score), where the seed gives 1.0:
+        a pass over nothing would read as a healthy session."""
+        if matrix.ndim == 2 and matrix.shape[1] == len(SIGNALS):  # the seed's four columns
+            matrix = np.column_stack([matrix, np.full((len(matrix), len(EXTRA_SIGNALS)), np.nan)])
         _check_range(trace_ids, matrix)
         if matrix.size == 0 or np.isnan(matrix).all():
-            return Score(
-                1.0,
-                "No traces or signals to evaluate.",
-                {"total_traces_in_session": len(trace_ids), "traces_evaluated": 0},
-            )
-        return self._score(list(trace_ids), matrix)
+            return _nothing(trace_ids, "no traces or signals to evaluate")
+        return self._score(list(trace_ids), _risks(matrix))
 
-    def _score(self, trace_ids: list[str], matrix: Matrix) -> Score:
+    def _score(self, trace_ids: list[str], risks: Matrix) -> Score:
         raise NotImplementedError
 
     def _per_trace(
@@ -135,7 +159,7 @@ class _SignalSessionMetric(SessionMetric):
     def measure_matrix(
         self, trace_ids: Sequence[str], matrix: Matrix, *, session_id: str | None = None
     ) -> MetricResult:
-        """Like ``measure_session`` for a ready (traces × SIGNALS) matrix; never raises."""
+        """Like ``measure_session`` for a ready (traces × COLUMNS) matrix; never raises."""
         return self._guarded(lambda: self.score_matrix(trace_ids, matrix), session_id)
 
     def incremental(self) -> IncrementalSession:
@@ -151,6 +175,12 @@ class _SignalSessionMetric(SessionMetric):
             else [f"trace-{i}" for i in range(len(signals))]
         )
         return self.measure_session(ids, signals)
+
+
+def _nothing(trace_ids: Sequence[str], reason: str) -> Score:
+    return Score.skip(
+        f"not scored: {reason}", total_traces_in_session=len(trace_ids), traces_evaluated=0
+    )
 
 
 @register_metric
@@ -178,9 +208,9 @@ class AgentReliability(_SignalSessionMetric):
         self.ensemble_weight = ensemble_weight
         self.flag_threshold = flag_threshold
 
-    def _score(self, trace_ids: list[str], matrix: Matrix) -> Score:
-        rows = np.flatnonzero(~np.isnan(matrix).all(axis=1))
-        risks = 1.0 - matrix[rows]
+    def _score(self, trace_ids: list[str], risks: Matrix) -> Score:
+        rows = np.flatnonzero(~np.isnan(risks).all(axis=1))
+        risks = risks[rows]
         step_risk = np.nanmax(risks * self.weights, axis=1)
         k = max(1, math.ceil(len(rows) * self.top_k_percentile))
         top = np.partition(step_risk, len(step_risk) - k)[len(step_risk) - k :]
@@ -216,15 +246,11 @@ class AgentConsistency(_SignalSessionMetric):
 
     name = "agent_consistency"
 
-    def _score(self, trace_ids: list[str], matrix: Matrix) -> Score:
-        rows = np.flatnonzero(~np.isnan(matrix[:, 0]))
+    def _score(self, trace_ids: list[str], risks: Matrix) -> Score:
+        rows = np.flatnonzero(~np.isnan(risks[:, 0]))
         if len(rows) == 0:
-            return Score(
-                1.0,
-                "No evaluable traces.",
-                {"total_traces_in_session": len(trace_ids), "traces_evaluated": 0},
-            )
-        risks = 1.0 - matrix[rows]
+            return _nothing(trace_ids, "no trace has a confidence signal to evaluate")
+        risks = risks[rows]
         penalty = np.nansum(risks[:, 1:] * self.weights[1:], axis=1)
         uncertainty = (1.0 + penalty) * (self.weights[0] * risks[:, 0])
         rms = float(np.sqrt(np.mean(uncertainty**2)))
@@ -261,7 +287,7 @@ class IncrementalSession(SessionAccumulator):
         self._signal_metric = metric
         self._index: dict[str, int] = {}
         self._ids: list[str] = []
-        self._matrix = np.full((16, len(SIGNALS)), np.nan)
+        self._matrix = np.full((16, len(COLUMNS)), np.nan)
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -271,12 +297,12 @@ class IncrementalSession(SessionAccumulator):
         if row is None:
             row = len(self._ids)
             if row == len(self._matrix):
-                grown = np.full((2 * row, len(SIGNALS)), np.nan)
+                grown = np.full((2 * row, len(COLUMNS)), np.nan)
                 grown[:row] = self._matrix
                 self._matrix = grown
             self._index[trace_id] = row
             self._ids.append(trace_id)
-        for column, name in enumerate(SIGNALS):
+        for column, name in enumerate(COLUMNS):
             value = signals.get(name)
             if value is not None:
                 self._matrix[row, column] = float(value)

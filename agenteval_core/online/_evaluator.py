@@ -24,11 +24,11 @@ from typing import Any
 from .._redact import Redactor
 from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metric_names
 from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink
+from ..metrics._loops import LoopGuard
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import CaptureWriter
 from ..schema._results import TraceResults
 from ..schema._trace import LoopAlert, Trace
-from ._loops import LoopGuard
 from ._recorder import Recorder
 
 __all__ = ["DEFAULT_REDACTOR", "EvaluatorStats", "OnlineEvaluator", "default_evaluator"]

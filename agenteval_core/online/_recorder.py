@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..metrics._loops import LoopGuard
 from ..schema._trace import (
     GUARD_REFUSED,
     LoopAlert,
@@ -30,7 +31,6 @@ from ..schema._trace import (
     Trace,
     new_id,
 )
-from ._loops import LoopGuard
 
 __all__ = ["UNSET", "EventPump", "Recorder", "RunRoots", "TraceAssembler"]
 

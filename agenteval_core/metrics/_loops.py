@@ -1,8 +1,10 @@
-"""The one loop guard: repeated identical tool calls and short cycles inside one run.
+"""Loops inside one run: repeated identical tool calls and short cycles.
 
-Every adapter asks the same :class:`LoopGuard` (the evaluator's) about each tool call before
-the tool runs, so the thresholds and patterns are the same in every framework. The guard only
-decides; the adapter stops the run its framework's way when the evaluator asks it to.
+One :class:`LoopGuard` (the evaluator's) is asked about each tool call before the tool runs,
+by every adapter, so the thresholds and patterns are the same in every framework; the guard
+only decides, and the adapter stops the run its framework's way. The ``tool_call_loops``
+metric replays a finished run's calls through the same patterns, so the score agrees with
+what the live alert saw.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from ..schema._trace import LoopAlert, ToolCall
+from ..schema._trace import EvalCase, LoopAlert, ToolCall, Trace
+from ._protocol import Metric, MetricKind, Score, register_metric
 
-__all__ = ["LoopGuard", "canonical_call"]
+__all__ = ["LoopGuard", "ToolCallLoops", "canonical_call"]
 
 
 def canonical_call(call: ToolCall) -> tuple[str, str]:
@@ -139,3 +142,67 @@ class LoopGuard:
         """Drop a finished run's state."""
         with self._lock:
             self._runs.pop(run, None)
+
+
+@register_metric
+class ToolCallLoops(Metric):
+    """Whether a run stayed out of loops: the live guard's patterns over its tool calls.
+
+    The run's tool calls (those the guard refused included: the agent asked for them) are
+    replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
+    same tool with the same arguments ``repeat_threshold`` times, or a short cycle repeated.
+    1.0 when there is no loop, 0.0 when there is one; ``metadata["loops"]`` names each loop
+    and the calls involved. Its score feeds the session metrics' loop signal.
+    """
+
+    name = "tool_call_loops"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+
+    def __init__(
+        self,
+        *,
+        repeat_threshold: int = 3,
+        cycle_repeats: int = 2,
+        max_cycle_length: int = 3,
+        threshold: float | None = None,
+    ) -> None:
+        super().__init__(threshold=threshold)
+        LoopGuard(  # checks the options now, with the guard's own message
+            repeat_threshold=repeat_threshold,
+            cycle_repeats=cycle_repeats,
+            max_cycle_length=max_cycle_length,
+        )
+        self.options = {
+            "repeat_threshold": repeat_threshold,
+            "cycle_repeats": cycle_repeats,
+            "max_cycle_length": max_cycle_length,
+        }
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        if case.trace is None:
+            return Score.failure("invalid input: the case has no trace whose tool calls to check")
+        calls = case.trace.tool_calls()
+        guard = LoopGuard(**self.options)
+        loops = [alert for call in calls if (alert := guard.observe("run", call)) is not None]
+        if not loops:
+            return Score(
+                1.0,
+                f"no repeated calls or cycles among {len(calls)} tool calls",
+                {"tool_calls": len(calls)},
+            )
+        return Score(
+            0.0,
+            "; ".join(alert.message for alert in loops),
+            {
+                "tool_calls": len(calls),
+                "loops": [
+                    {
+                        "pattern": alert.pattern,
+                        "count": alert.count,
+                        "message": alert.message,
+                        "calls": [{"name": c.name, "arguments": c.arguments} for c in alert.calls],
+                    }
+                    for alert in loops
+                ],
+            },
+        )

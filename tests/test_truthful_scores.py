@@ -1,0 +1,154 @@
+"""Scores that tell the truth about failed, stopped and looping runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agenteval_core import (
+    Engine,
+    EvalCase,
+    RunStatus,
+    Span,
+    SpanKind,
+    ToolCall,
+    Trace,
+    agent_consistency,
+    agent_reliability,
+    create_metric,
+    default_metric_names,
+)
+from agenteval_core.pytest_plugin import assert_eval
+
+GOOD = {"confidence": 0.88, "loop_detection": 0.95, "tool_correctness": 0.92, "coherence": 0.97}
+
+
+def run(
+    calls: list[tuple[str, dict[str, Any]]],
+    *,
+    output: Any = "Order A-1 has shipped.",
+    status: RunStatus = RunStatus.OK,
+    session: str | None = "s",
+    **fields: Any,
+) -> Trace:
+    spans = [Span(kind=SpanKind.AGENT, name="agent", start_time=0.0, end_time=10.0)]
+    for index, (name, arguments) in enumerate(calls):
+        call = ToolCall(id=f"c{index}", name=name, arguments=arguments, result="processing")
+        spans.append(
+            Span(
+                kind=SpanKind.TOOL,
+                name=name,
+                start_time=index + 1.0,
+                end_time=index + 1.5,
+                tool_call=call,
+            )
+        )
+    return Trace(
+        input="Where is order A-1?",
+        output=output,
+        session_id=session,
+        spans=spans,
+        status=status,
+        **fields,
+    )
+
+
+SAME = ("lookup_order", {"order_id": "A-1"})
+
+
+# --- the within-run loop metric --------------------------------------------------------------
+
+
+def test_four_identical_calls_fail_the_within_run_loop_metric() -> None:
+    result = create_metric("tool_call_loops").measure(run([SAME] * 4))
+    assert (result.score, result.success) == (0.0, False)
+    assert (
+        result.reason == 'lookup_order called 3 times with the same arguments {"order_id": "A-1"}'
+    )
+    [loop] = result.metadata["loops"]
+    assert (loop["pattern"], loop["count"]) == ("repeated_call", 3)
+    assert loop["calls"] == [{"name": "lookup_order", "arguments": {"order_id": "A-1"}}] * 3
+    assert result.metadata["tool_calls"] == 4
+    with pytest.raises(AssertionError, match=r"tool_call_loops: score 0\.000 < threshold 0\.5"):
+        assert_eval(run([SAME] * 4), ["tool_call_loops"])
+
+
+def test_cycles_loop_and_a_second_look_does_not() -> None:
+    cycle = [("open", {"f": 1}), ("read", {"f": 1})] * 2
+    result = create_metric("tool_call_loops").measure(run(cycle))
+    assert result.score == 0.0 and result.reason == "cycle open → read repeated 2 times"
+    twice = create_metric("tool_call_loops").measure(run([SAME, ("refund", {}), SAME]))
+    assert (twice.score, twice.reason) == (1.0, "no repeated calls or cycles among 3 tool calls")
+    assert "tool_call_loops" in default_metric_names()
+
+
+def test_a_case_without_a_trace_is_an_error_not_a_score() -> None:
+    result = create_metric("tool_call_loops").measure(EvalCase(input="q"))
+    assert result.score is None and "no trace" in (result.error or "")
+
+
+# --- no vacuous perfect scores for runs that did not complete --------------------------------
+
+
+@pytest.mark.parametrize("status", [RunStatus.STOPPED, RunStatus.ERROR, RunStatus.CANCELLED])
+def test_a_run_that_did_not_complete_gets_no_assumed_score(status: RunStatus) -> None:
+    trace = run([SAME] * 2, output=None, status=status, error="AgentLoopError: stopped")
+    engine = Engine(["coherence", "loop_detection"])
+    [outcome] = engine.score_sync([trace])
+    for result in outcome.results:
+        assert (result.score, result.skipped) == (None, True), result.name
+        assert result.reason == f"not scored: the run ended with status {status}"
+    # a completed run with an empty output keeps the seed's assumption
+    [completed] = engine.score_sync([run([], output=None, session="other")])
+    assert [r.score for r in completed.results] == [1.0, 1.0]
+
+
+# --- the session metrics see failures and loops ----------------------------------------------
+
+
+def test_a_failed_run_raises_session_risk() -> None:
+    # GOOD's step risk is .12; the failed run's is max(.12, 1.0) = 1.0. 8 traces: k = ceil(1.2)
+    # = 2; top two 1.0 and .12 → mean .56; raw = .9 × .56 + .1 × 1.0 = .604 → score .396
+    signals = [GOOD] * 7 + [{**GOOD, "run_completed": 0.0}]
+    result = agent_reliability(signals, [f"t{i}" for i in range(8)])
+    assert result.score == pytest.approx(0.396) and result.success is False
+    assert result.metadata["flagged_traces"] == ["t7"]
+    assert result.metadata["per_trace_signals"]["t7"]["run_risk"] == 1.0
+    assert "run_risk" not in result.metadata["per_trace_signals"]["t0"]
+    # consistency: penalty .05 + .8 × .08 + .03 + 1.0 = 1.144; (1 + 1.144) × .12 = .25728
+    consistency = agent_consistency([{**GOOD, "run_completed": 0.0}])
+    assert consistency.score == pytest.approx(1 - 0.25728)
+
+
+def test_a_loop_inside_a_run_is_the_sessions_loop_risk() -> None:
+    # loop risk = max(1 − loop_detection, 1 − tool_call_loops) = max(.05, 1.0) = 1.0
+    result = agent_reliability([{**GOOD, "tool_call_loops": 0.0}], ["t1"])
+    assert result.score == pytest.approx(0.0)
+    assert result.metadata["per_trace_signals"]["t1"]["loop_risk"] == 1.0
+    # and a run without loops changes nothing: the loop risk stays loop_detection's
+    same = agent_reliability([{**GOOD, "tool_call_loops": 1.0}], ["t1"])
+    assert same.score == pytest.approx(agent_reliability([GOOD], ["t1"]).score)
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        run([SAME] * 4, output=None, status=RunStatus.STOPPED, error="AgentLoopError: loop"),
+        run([], output=None, status=RunStatus.ERROR, error="RuntimeError: the model is down"),
+    ],
+    ids=["stopped", "errored"],
+)
+def test_a_stopped_or_errored_run_fails_its_session(last: Trace) -> None:
+    healthy = [
+        run([SAME], output="Order A-1 has shipped."),
+        run([("track", {"order_id": "A-1"})], output="Where is order A-1? With DHL, in Paris."),
+    ]
+    engine = Engine()  # the default metrics
+    outcomes = engine.score_sync([*healthy, last])
+    reliability = next(r for r in outcomes[-1].session_results if r.name == "agent_reliability")
+    assert reliability.score is not None and reliability.score < reliability.threshold
+    assert reliability.success is False
+    assert reliability.metadata["flagged_traces"] == [last.id]
+    before = next(r for r in outcomes[1].session_results if r.name == "agent_reliability")
+    assert before.success is True  # the healthy runs alone pass
