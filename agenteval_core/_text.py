@@ -5,7 +5,14 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["STOP_WORDS", "content_text", "content_tokens", "jaccard"]
+__all__ = [
+    "LOOP_STOP_WORDS",
+    "STOP_WORDS",
+    "content_text",
+    "content_tokens",
+    "jaccard",
+    "loop_tokens",
+]
 
 _WORD = re.compile(r"\w+")
 
@@ -23,9 +30,23 @@ STOP_WORDS: frozenset[str] = frozenset(
 """A fixed English stop-word list, so token sets do not change with library versions."""
 
 
-def _content_words(text: str) -> list[str]:
+LOOP_STOP_WORDS: frozenset[str] = frozenset(
+    """
+    a above after all an and any are as at be been before being below both but by can could did
+    do does during each either every few for from had has have in into is it its may might more
+    most neither no nor not of on only or other own same shall should so some such than the
+    through to too very was were will with would yet
+    """.split()
+)
+"""The stop words PandaProbe's loop_detection removes before its Jaccard similarity (and only
+those: it keeps words such as "again" or "still", which a looping agent repeats), so
+loop_detection scores as PandaProbe's does. Fixed here, so token sets never change with a
+library's version."""
+
+
+def _content_words(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
     return [
-        word for word in _WORD.findall(text.lower()) if len(word) > 1 and word not in STOP_WORDS
+        word for word in _WORD.findall(text.lower()) if len(word) > 1 and word not in stop_words
     ]
 
 
@@ -33,6 +54,13 @@ def _content_words(text: str) -> list[str]:
 def content_tokens(text: str) -> frozenset[str]:
     """Lower-cased ``\\w+`` words of ``text`` minus stop words and one-letter tokens."""
     return frozenset(_content_words(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def loop_tokens(text: str) -> frozenset[str]:
+    """Lower-cased ``\\w+`` words of ``text`` minus :data:`LOOP_STOP_WORDS` and one-letter
+    tokens: the token sets whose Jaccard similarity loop_detection takes."""
+    return frozenset(_content_words(text, LOOP_STOP_WORDS))
 
 
 def content_text(text: str) -> str:

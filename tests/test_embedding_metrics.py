@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenteval_core import EvalCase, HashingEmbedder, Trace
-from agenteval_core._text import content_tokens, jaccard
+from agenteval_core import EvalCase, HashingEmbedder, Trace, create_metric
+from agenteval_core._text import content_tokens, jaccard, loop_tokens
 from agenteval_core.metrics import Coherence, LoopDetection
 
 
@@ -165,3 +165,19 @@ def test_jaccard_symmetric_and_bounded(a: str, b: str) -> None:
     ta, tb = content_tokens(a), content_tokens(b)
     assert jaccard(ta, tb) == jaccard(tb, ta)
     assert 0.0 <= jaccard(ta, tb) <= 1.0
+
+
+def test_loop_detection_keeps_the_words_pandaprobe_keeps() -> None:
+    # PandaProbe's stop words drop "the", "will"; they keep "again", "me", "now", which a
+    # stuck agent repeats. {let, me, check, order, again} vs {check, order, again, now}:
+    # 3 shared of 6 → 0.5 (a broader stop-word list would give {let, check, order} vs
+    # {check, order}: 2/3)
+    first, second = "Let me check the order again.", "I will check the order again now."
+    assert loop_tokens(first) == {"let", "me", "check", "order", "again"}
+    assert jaccard(loop_tokens(first), loop_tokens(second)) == 0.5
+    history = [Trace(id="t0", input="q", output=first, session_id="s")]
+    current = Trace(id="t1", input="q", output=second, session_id="s")
+    result = create_metric("loop_detection").measure(current, history=history)
+    [comparison] = result.metadata["comparisons"]
+    assert comparison["jaccard_similarity"] == 0.5
+    assert result.score == pytest.approx(1 - comparison["cosine_similarity"] * 0.5, abs=1e-4)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._errors import MetricInputError
-from .._text import content_tokens, jaccard
+from .._text import jaccard, loop_tokens
 from ..embedders._hashing import Embedder, cosine_similarities, default_embedder
 from ..schema._trace import EvalCase, RunStatus, Trace, text_of
 from ._protocol import Metric, MetricKind, Score, register_metric
@@ -152,8 +152,8 @@ class LoopDetection(_EmbeddingMetric):
     def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
         previous = self._previous(history)
         cosines = cosine_similarities(vectors[0], vectors[1:])
-        current_tokens = content_tokens(text_of(case.actual_output))
-        lexical = np.array([jaccard(current_tokens, content_tokens(text)) for *_, text in previous])
+        current_tokens = loop_tokens(text_of(case.actual_output))
+        lexical = np.array([jaccard(current_tokens, loop_tokens(text)) for *_, text in previous])
         hybrids = cosines * lexical
         comparisons = [
             {
