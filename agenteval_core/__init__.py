@@ -54,7 +54,14 @@ if TYPE_CHECKING:
         metric_class,
         register_metric,
     )
-    from .metrics._statistics import PassKEstimate, estimate_pass_k, pass_at_k, pass_pow_k
+    from .metrics._statistics import (
+        MeanPassK,
+        PassKEstimate,
+        estimate_pass_k,
+        mean_pass_k,
+        pass_at_k,
+        pass_pow_k,
+    )
     from .online._evaluator import (
         DEFAULT_REDACTOR,
         EvaluatorStats,
@@ -157,7 +164,9 @@ _EXPORTS: dict[str, str] = {
     "ResultsFileSink": ".engine._sinks",
     "Sink": ".engine._sinks",
     "SentenceTransformerEmbedder": ".embedders._sentence_transformers",
+    "MeanPassK": ".metrics._statistics",
     "PassKEstimate": ".metrics._statistics",
+    "mean_pass_k": ".metrics._statistics",
     "estimate_pass_k": ".metrics._statistics",
     "pass_at_k": ".metrics._statistics",
     "pass_pow_k": ".metrics._statistics",

@@ -5,12 +5,22 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import runpy
 from pathlib import Path
 
 import pytest
 
-from agenteval_core import AgentStep, EvalCase, EvalSuite, MetricInputError, ToolCall, Trace
+from agenteval_core import (
+    AgentStep,
+    EvalCase,
+    EvalSuite,
+    MetricInputError,
+    ToolCall,
+    Trace,
+    estimate_pass_k,
+    mean_pass_k,
+)
 from agenteval_core.metrics import Coherence, ToolCallAccuracy
 
 
@@ -107,3 +117,27 @@ def test_example_runs() -> None:
     namespace = runpy.run_path(str(example))
     report = namespace["suite"].run(namespace["run_agent"], k=3, attempts=10, estimator="unbiased")
     assert len(report.cases) == 2 and report.attempts == 10
+
+
+def test_headline_figures_and_their_intervals_describe_one_quantity() -> None:
+    # One case passes 10 of 10, one 0 of 10; k = 3, plug-in: pass@3 = (1 + 0) / 2 = 0.5.
+    # Posteriors Beta(11, 1) and Beta(1, 11). pass@3 = 1 − E[(1 − p)^3] with 1 − p ~ Beta(β, α):
+    #   case A: 1 − (1·2·3)/(12·13·14) = 1 − 6/2184;  case B: 1 − (11·12·13)/(12·13·14) = 3/14
+    # Var of case B's (1 − p)^3: E[(1 − p)^6] − E[(1 − p)^3]² = 11/17 − (11/14)²;
+    # case A's: (1·…·6)/(12·…·17) − (6/2184)².
+    estimates = [
+        estimate_pass_k(10, 10, 3, prior=(1.0, 1.0)),
+        estimate_pass_k(10, 0, 3, prior=(1.0, 1.0)),
+    ]
+    mean = mean_pass_k(estimates)
+    assert (mean.pass_at_k, mean.pass_pow_k) == (0.5, 0.5)
+    centre = ((1 - 6 / 2184) + 3 / 14) / 2
+    var_a = math.prod(range(1, 7)) / math.prod(range(12, 18)) - (6 / 2184) ** 2
+    var_b = 11 / 17 - (11 / 14) ** 2
+    spread = 1.959963984540054 * math.sqrt(var_a + var_b) / 2
+    assert mean.pass_at_k_mean == pytest.approx(centre)
+    assert mean.pass_at_k_ci == pytest.approx((centre - spread, centre + spread))
+    low, high = mean.pass_at_k_ci
+    assert low < mean.pass_at_k < high  # the headline lies inside its own interval
+    low, high = mean.pass_pow_k_ci
+    assert low < mean.pass_pow_k < high

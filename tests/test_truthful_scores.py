@@ -152,3 +152,26 @@ def test_a_stopped_or_errored_run_fails_its_session(last: Trace) -> None:
     assert reliability.metadata["flagged_traces"] == [last.id]
     before = next(r for r in outcomes[1].session_results if r.name == "agent_reliability")
     assert before.success is True  # the healthy runs alone pass
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tool_call_accuracy",
+        "reference_tool_correctness",
+        "tool_selection_f1",
+        "plan_order",
+        "tool_routing_accuracy",
+    ],
+)
+def test_a_case_with_no_run_is_an_error_for_the_tool_metrics(name: str) -> None:
+    result = create_metric(name).measure(EvalCase(input="q", expected_tool_calls=["search"]))
+    assert (result.score, result.success, result.skipped) == (None, None, False)
+    assert result.error == (
+        "invalid input: the case has no trace (give trace=, agent_trace= or a Trace)"
+    )
+    # a run that called nothing is a real 0.0, not an error
+    ran = create_metric(name).measure(
+        EvalCase(input="q", expected_tool_calls=["search"], trace=Trace())
+    )
+    assert ran.score == 0.0 and ran.error is None

@@ -70,6 +70,10 @@ class _ExpectationMetric(Metric):
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if case.expected_tool_calls is None:
             return Score.skip("no expectation: the case gives no expected_tool_calls")
+        if case.trace is None:  # no run at all is not a run that called nothing
+            return Score.failure(
+                "invalid input: the case has no trace (give trace=, agent_trace= or a Trace)"
+            )
         return self.compare(case, list(case.expected_tool_calls), case.tool_calls)
 
     def compare(

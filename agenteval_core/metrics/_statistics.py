@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from .._errors import MetricInputError
 
-__all__ = ["Estimator", "PassKEstimate", "estimate_pass_k", "pass_at_k", "pass_pow_k"]
+__all__ = [
+    "Estimator",
+    "MeanPassK",
+    "PassKEstimate",
+    "estimate_pass_k",
+    "mean_pass_k",
+    "pass_at_k",
+    "pass_pow_k",
+]
 
 Estimator = Literal["plugin", "unbiased"]
 
@@ -128,4 +137,70 @@ def estimate_pass_k(
         pass_at_k_ci=(1.0 - (1.0 - q_lo) ** k, 1.0 - (1.0 - q_hi) ** k),
         pass_pow_k_ci=(q_lo**k, q_hi**k),
         ci_level=ci_level,
+    )
+
+
+def _beta_power_moment(alpha: float, beta: float, power: int) -> float:
+    """E[p^power] for p ~ Beta(alpha, beta): ∏_{i<power} (α+i)/(α+β+i)."""
+    return math.prod((alpha + i) / (alpha + beta + i) for i in range(power))
+
+
+class MeanPassK(BaseModel):
+    """The mean over cases of each case's pass@k and pass^k, with credible intervals for
+    those two means (not for a pooled success rate).
+
+    The points are the means of the cases' estimates (by the chosen estimator). The
+    intervals come from the cases' independent Beta posteriors: the mean and variance of
+    each case's pass@k and pass^k are exact (Beta moments), the variance of their mean is
+    their sum over n², and the interval is the normal one around the posterior mean,
+    clipped to [0, 1].
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cases: int
+    k: int
+    pass_at_k: float
+    pass_pow_k: float
+    pass_at_k_mean: float
+    pass_pow_k_mean: float
+    pass_at_k_ci: tuple[float, float]
+    pass_pow_k_ci: tuple[float, float]
+    ci_level: float
+
+
+def mean_pass_k(estimates: list[PassKEstimate]) -> MeanPassK:
+    """Average per-case estimates (one k and ci_level); see :class:`MeanPassK`."""
+    if not estimates:
+        raise MetricInputError("mean_pass_k needs at least one case's estimate")
+    k, level, count = estimates[0].k, estimates[0].ci_level, len(estimates)
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+
+    def interval(means: list[float], variances: list[float]) -> tuple[float, tuple[float, float]]:
+        centre = sum(means) / count
+        spread = z * math.sqrt(max(0.0, sum(variances))) / count
+        return centre, (max(0.0, centre - spread), min(1.0, centre + spread))
+
+    pow_means, pow_vars, at_means, at_vars = [], [], [], []
+    for e in estimates:
+        a, b = e.posterior_alpha, e.posterior_beta
+        first, second = _beta_power_moment(a, b, k), _beta_power_moment(a, b, 2 * k)
+        pow_means.append(first)
+        pow_vars.append(second - first**2)
+        # pass@k = 1 − (1 − p)^k, and 1 − p ~ Beta(β, α)
+        miss, miss2 = _beta_power_moment(b, a, k), _beta_power_moment(b, a, 2 * k)
+        at_means.append(1.0 - miss)
+        at_vars.append(miss2 - miss**2)
+    at_mean, at_ci = interval(at_means, at_vars)
+    pow_mean, pow_ci = interval(pow_means, pow_vars)
+    return MeanPassK(
+        cases=count,
+        k=k,
+        pass_at_k=sum(e.pass_at_k for e in estimates) / count,
+        pass_pow_k=sum(e.pass_pow_k for e in estimates) / count,
+        pass_at_k_mean=at_mean,
+        pass_pow_k_mean=pow_mean,
+        pass_at_k_ci=at_ci,
+        pass_pow_k_ci=pow_ci,
+        ci_level=level,
     )

@@ -19,7 +19,13 @@ from .._errors import MetricInputError
 from ..engine._engine import Engine, resolve_metrics
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric
-from ..metrics._statistics import Estimator, PassKEstimate, estimate_pass_k
+from ..metrics._statistics import (
+    Estimator,
+    MeanPassK,
+    PassKEstimate,
+    estimate_pass_k,
+    mean_pass_k,
+)
 from ..schema._results import MetricResult
 from ..schema._trace import EvalCase, Trace
 
@@ -56,9 +62,10 @@ class CaseReport(BaseModel):
 class SuiteReport(BaseModel):
     """A suite run: per-case estimates, per-metric aggregates and suite-level figures.
 
-    ``pass_at_k`` / ``pass_pow_k`` are means of the per-case estimates. ``pooled`` treats every
-    run of every case as one Bernoulli sample, for a credible interval of the suite's success
-    rate at k.
+    ``pass_at_k`` / ``pass_pow_k`` are the means over cases of each case's estimate, and
+    ``mean`` gives them with credible intervals for those same means. ``pooled`` treats every
+    run of every case as one Bernoulli sample: another quantity (a suite-wide success rate),
+    kept for reference.
     """
 
     name: str
@@ -68,6 +75,7 @@ class SuiteReport(BaseModel):
     metrics: list[dict[str, Any]]
     pass_at_k: float
     pass_pow_k: float
+    mean: MeanPassK
     attempts: int
     pooled: PassKEstimate
 
@@ -100,8 +108,11 @@ class SuiteReport(BaseModel):
                 str(row["skipped"]),
             )
         console.print(metrics)
+        (at_lo, at_hi), (pow_lo, pow_hi) = self.mean.pass_at_k_ci, self.mean.pass_pow_k_ci
         console.print(
-            f"suite: pass@{self.k} = {self.pass_at_k:.3f}, pass^{self.k} = {self.pass_pow_k:.3f}"
+            f"suite (mean over cases): pass@{self.k} = {self.pass_at_k:.3f} "
+            f"[{level} CI {at_lo:.3f}, {at_hi:.3f}], pass^{self.k} = {self.pass_pow_k:.3f} "
+            f"[{level} CI {pow_lo:.3f}, {pow_hi:.3f}]"
         )
         return console.export_text()
 
@@ -322,6 +333,7 @@ class EvalSuite:
                 )
             )
         total_passes = sum(case.passes for case in cases)
+        mean = mean_pass_k([case.estimate for case in cases])
         return SuiteReport(
             name=self.name,
             k=k,
@@ -329,8 +341,9 @@ class EvalSuite:
             attempts=attempts,
             cases=cases,
             metrics=summary.as_dicts(),
-            pass_at_k=sum(c.estimate.pass_at_k for c in cases) / len(cases),
-            pass_pow_k=sum(c.estimate.pass_pow_k for c in cases) / len(cases),
+            pass_at_k=mean.pass_at_k,
+            pass_pow_k=mean.pass_pow_k,
+            mean=mean,
             pooled=estimate_pass_k(
                 len(runs), total_passes, k, estimator="plugin", prior=prior, ci_level=ci_level
             ),
