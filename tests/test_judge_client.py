@@ -173,3 +173,45 @@ def test_parser_rejects_what_it_cannot_read() -> None:
         parse_reply("[1, 2]", Verdict)
     with pytest.raises(ReplyError, match="score"):
         parse_reply('{"reason": "missing score"}', Verdict)
+
+
+@pytest.mark.parametrize("score", [True, "0.8"], ids=["boolean", "string"])
+def test_a_score_that_is_not_a_number_is_asked_again_then_an_error(
+    judge_server: JudgeServer, score: object
+) -> None:
+    # JSON true would read as 1.0 and "0.8" as 0.8 in lax validation: neither is a score
+    judge_server.reply(*[{"score": score, "reason": "yes"}] * 3)
+    j = judge(judge_server, max_parse_retries=2)
+    with pytest.raises(JudgeParseError, match="score: Input should be a valid number"):
+        ask(j)
+    assert len(judge_server.requests) == 3 and j.stats.reasks == 2
+
+
+def test_retry_after_is_honoured_up_to_its_maximum_and_every_retry_is_logged(
+    judge_server: JudgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    judge_server.reply(
+        Reply(status=429, content="slow down", headers={"Retry-After": "30"}),
+        Reply(status=503, content="busy", headers={"Retry-After": "600"}),
+        {"score": 1, "reason": "ok"},
+    )
+    j = judge(judge_server)
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:  # the waits are asserted, not slept
+        waits.append(seconds)
+
+    j.traffic.sleep = record  # type: ignore[method-assign]
+    with caplog.at_level("INFO", logger="agenteval"):
+        reply = ask(j)
+    assert reply.parsed.score == 1.0  # type: ignore[attr-defined]
+    assert waits == [30.0, 120.0]  # 30 s as asked (the backoff cap is 20 s); 600 s capped
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert retries == [
+        "agenteval: judge request failed (HTTP 429: "
+        + json.dumps({"error": {"message": "slow down"}})
+        + "); retry 1 of 3 in 30.0 s",
+        "agenteval: judge request failed (HTTP 503: "
+        + json.dumps({"error": {"message": "busy"}})
+        + "); retry 2 of 3 in 120.0 s",
+    ]

@@ -35,7 +35,7 @@ class HTTPEmbedder:
         requests_per_period: int = 10,
         period: float = 1.0,
         max_retries: int = 4,
-        timeout: float = 60.0,
+        timeout: float = 20.0,
         cache: JudgeCache | None = None,
     ) -> None:
         self.model = model

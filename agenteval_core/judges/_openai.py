@@ -40,7 +40,7 @@ class OpenAIJudge(BaseJudge):
         max_concurrency: requests in flight at once.
         max_retries: retries on 429, 5xx, timeouts and connection errors (honouring Retry-After).
         backoff_base: first backoff in seconds (doubles per retry, full jitter, capped at 20 s).
-        timeout: seconds per HTTP call.
+        timeout: seconds per HTTP call (default 20); each retry is logged at INFO.
         max_parse_retries: re-asks after a reply that does not parse.
         cache: a :class:`JudgeCache`; default the on-disk cache; ``None`` disables it.
         prices: USD per million (input, output) tokens, merged over the defaults.
@@ -58,7 +58,7 @@ class OpenAIJudge(BaseJudge):
         max_concurrency: int = 8,
         max_retries: int = 4,
         backoff_base: float = 0.5,
-        timeout: float = 60.0,
+        timeout: float = 20.0,
         max_parse_retries: int = 2,
         temperature: float = 0.0,
         cache: JudgeCache | None = DEFAULT_CACHE,

@@ -38,7 +38,9 @@ def parse_reply(text: str, schema: type[T]) -> T:
     """The reply's JSON object validated against ``schema``; ``ReplyError`` says why not.
 
     Accepts a bare object, one inside a fenced code block, or one surrounded by prose. It
-    never repairs JSON: a truncated object is an error, so the judge is asked again.
+    never repairs JSON: a truncated object is an error, so the judge is asked again. Fields
+    are validated strictly: a boolean or a string where the schema has a number is an error
+    (JSON's ``true`` would otherwise read as a perfect 1.0).
     """
     if not text or not text.strip():
         raise ReplyError("the reply is empty")
@@ -46,7 +48,8 @@ def parse_reply(text: str, schema: type[T]) -> T:
     if not isinstance(data, dict):
         raise ReplyError(f"the reply is JSON but not an object: {type(data).__name__}")
     try:
-        return schema.model_validate(data)
+        # strict: a number field takes a number only; true or "0.8" is no score
+        return schema.model_validate(data, strict=True)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in error['loc']) or 'reply'}: {error['msg']}"

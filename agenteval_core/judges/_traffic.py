@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import random
 import time
 import weakref
@@ -16,10 +17,19 @@ from asyncio_throttle import Throttler
 
 from .._errors import JudgeUnavailableError
 
-__all__ = ["RETRY_STATUSES", "Traffic", "TrafficStats", "retry_after_seconds"]
+__all__ = [
+    "RETRY_AFTER_MAX",
+    "RETRY_STATUSES",
+    "Traffic",
+    "TrafficStats",
+    "retry_after_seconds",
+]
 
 T = TypeVar("T")
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+RETRY_AFTER_MAX = 120.0
+"""The longest ``Retry-After`` honoured, in seconds; a longer one is waited this long."""
+logger = logging.getLogger("agenteval")
 
 
 def retry_after_seconds(response: httpx.Response) -> float | None:
@@ -50,7 +60,9 @@ class TrafficStats:
 class Traffic:
     """At most ``requests_per_period`` requests per ``period`` seconds (asyncio-throttle),
     at most ``max_concurrency`` in flight, and retries with exponential backoff and full
-    jitter on 429, 5xx, timeouts and connection errors, honouring ``Retry-After``.
+    jitter (capped at ``backoff_max``) on 429, 5xx, timeouts and connection errors. A
+    ``Retry-After`` header is honoured up to ``retry_after_max`` (120 s). Every retry is
+    logged at INFO on the ``agenteval`` logger with its reason and wait.
 
     Throttlers and semaphores belong to one event loop, so each loop gets its own.
     """
@@ -64,6 +76,7 @@ class Traffic:
         max_retries: int = 4,
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
+        retry_after_max: float = RETRY_AFTER_MAX,
     ) -> None:
         self.requests_per_period = requests_per_period
         self.period = period
@@ -71,7 +84,9 @@ class Traffic:
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.retry_after_max = retry_after_max
         self.stats = TrafficStats()
+        self.sleep = asyncio.sleep  # the wait between attempts (a test can replace it)
         # keyed by the loop object itself: a finished loop's id can be reused by a new loop
         self._per_loop: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[Throttler, asyncio.Semaphore]
@@ -118,7 +133,16 @@ class Traffic:
             self.stats.retries += 1
             if wait is None:
                 wait = random.uniform(0, min(self.backoff_max, self.backoff_base * 2**attempt))
-            await asyncio.sleep(min(wait, self.backoff_max))
+            else:  # the server said how long: honour it, up to retry_after_max
+                wait = min(wait, self.retry_after_max)
+            logger.info(
+                "agenteval: judge request failed (%s); retry %d of %d in %.1f s",
+                last_problem[:200],
+                attempt + 1,
+                self.max_retries,
+                wait,
+            )
+            await self.sleep(wait)
         raise JudgeUnavailableError(
             f"gave up after {self.max_retries + 1} attempts; last: {last_problem}"
         )
