@@ -292,3 +292,50 @@ def test_a_hundred_handlers_share_the_evaluators_one_thread(evaluator: OnlineEva
     traces = captured(evaluator)
     assert [t.session_id for t in traces] == ["user-0", "user-1", "user-2"]
     assert {thread.ident for thread in threading.enumerate()} == before
+
+
+def test_a_loop_alert_reaches_the_terminal_with_the_one_line_handler(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        from agenteval_langchain import AgentEvalCallbackHandler
+        from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+        from langchain.agents import create_agent
+        from langchain_core.messages import AIMessage
+        from langchain_core.tools import tool
+
+        @tool
+        def lookup_order(order_id: str) -> str:
+            \"\"\"Status of an order.\"\"\"
+            return "processing"
+
+        replies = [
+            AIMessage(content="", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-2")])
+            for i in range(4)
+        ]
+        agent = create_agent(
+            ScriptedChatModel(replies=[*replies, AIMessage(content="Still processing.")]),
+            tools=[lookup_order],
+        )
+        agent.invoke(
+            {"messages": [("user", "Is A-2 ready?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(session_id="user-42")]},
+        )
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    # no logging set up by the user: the WARNING still reaches stderr, in one line
+    alerts = [line for line in done.stderr.splitlines() if "loop alert" in line]
+    assert alerts == [
+        "agenteval loop alert (session user-42, trace "
+        + alerts[0].split("trace ")[1].split(")")[0]
+        + '): lookup_order called 3 times with the same arguments {"order_id": "A-2"}; '
+        "the run goes on"
+    ]
+    assert (tmp_path / "agenteval-capture.jsonl").exists()

@@ -429,3 +429,54 @@ def test_a_forked_child_scores_its_own_traces(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], timeout=120)
     assert done.returncode == 0
     assert [t.output for t in read_capture(tmp_path / "c.jsonl")] == ["parent", "child"]
+
+
+def test_close_accounts_for_every_captured_trace(tmp_path: Path) -> None:
+    # scoring stalls; close gives it 0.5 s: what was not scored is counted and listed
+    gated = GatedMetric()
+    gated.gate.clear()
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "c.jsonl", metrics=[gated], session_metrics=[], log=False
+    )
+    submitted = [trace(f"answer {i}", session=f"s{i}") for i in range(5)]
+    for item in submitted:
+        evaluator.submit(item)
+    evaluator.close(timeout=0.5)
+    gated.gate.set()
+    stats = evaluator.stats
+    assert stats.captured == 5 and stats.scored == 0
+    assert stats.captured == stats.scored + stats.dropped_from_scoring
+    assert stats.unscored_trace_ids == [t.id for t in submitted]
+
+
+def test_sigterm_captures_and_scores_every_finished_trace(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from agenteval_core import OnlineEvaluator, Trace
+        evaluator = OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r},
+                                    results_path={str(tmp_path / "r.jsonl")!r}, log=False)
+        for i in range(30):
+            evaluator.submit(Trace(input="q", output=f"answer {{i}}", session_id="s"))
+        os.kill(os.getpid(), signal.SIGTERM)  # no flush, no close, no handler of our own
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert done.returncode == -15  # it still ends the default way
+    assert len(list(read_capture(tmp_path / "c.jsonl"))) == 30
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert len(lines) == 31  # every trace scored, and the session closed
+
+
+def test_a_sigterm_handler_of_the_users_is_left_alone(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import signal, sys
+        mine = lambda signum, frame: sys.exit(7)
+        signal.signal(signal.SIGTERM, mine)
+        from agenteval_core import OnlineEvaluator
+        OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r}, log=False)
+        assert signal.getsignal(signal.SIGTERM) is mine
+        """
+    )
+    assert subprocess.run([sys.executable, "-c", script], timeout=120).returncode == 0

@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import logging
 import os
+import signal
 import threading
 import time
 import weakref
@@ -177,12 +178,13 @@ class OnlineEvaluator:
         self.queue_size = queue_size
         self.batch_size = batch_size
         self.batch_delay = batch_delay
-        self._pending = 0
+        self._in_scoring: dict[str, None] = {}  # ids handed to scoring and not yet scored
         self._idle = threading.Condition()
         self._closed = False
         self._hurry = threading.Event()
         self._start_loop()
         _live_evaluators.add(self)
+        _flush_on_sigterm()
 
     def _start_loop(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -228,20 +230,20 @@ class OnlineEvaluator:
                     self.stats.capture_errors += 1
                     logger.error("agenteval could not capture trace %s: %s", trace.id, exc)
             with self._idle:
-                full = self._closed or self._pending >= self.queue_size
+                full = self._closed or len(self._in_scoring) >= self.queue_size
                 if not full:
-                    self._pending += 1
+                    self._in_scoring[trace.id] = None
             if full:
-                self._unscored(trace)
+                self._unscored(trace.id)
                 return
             self._loop.call_soon_threadsafe(self._enqueue, trace)
         except Exception as exc:  # e.g. the loop is already closed at interpreter exit
             logger.debug("agenteval could not queue trace: %s", exc)
 
-    def _unscored(self, trace: Trace) -> None:
+    def _unscored(self, trace_id: str) -> None:
         self.stats.dropped_from_scoring += 1
         if len(self.stats.unscored_trace_ids) < 10_000:
-            self.stats.unscored_trace_ids.append(trace.id)
+            self.stats.unscored_trace_ids.append(trace_id)
 
     def _deliver_alert(self, alert: LoopAlert) -> None:
         """Runs on the recorder's thread: every alert reaches the sinks from there."""
@@ -296,10 +298,10 @@ class OnlineEvaluator:
             except Exception as exc:  # never let the loop die with traces queued
                 logger.warning("agenteval scoring failed: %s", exc, exc_info=exc)
 
-    def _done(self) -> None:
+    def _done(self, trace_id: str) -> None:
         with self._idle:
-            self._pending -= 1
-            if self._pending <= 0:
+            self._in_scoring.pop(trace_id, None)
+            if not self._in_scoring:
                 self._hurry.clear()
                 self._idle.notify_all()
 
@@ -316,16 +318,18 @@ class OnlineEvaluator:
         if not self.recorder.flush(remaining()):
             return False
         with self._idle:
-            if self._pending > 0:
+            if self._in_scoring:
                 self._hurry.set()
-            return self._idle.wait_for(lambda: self._pending <= 0, remaining())
+            return self._idle.wait_for(lambda: not self._in_scoring, remaining())
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), close every session (their results go to the sinks),
         then stop the threads and close the files and sinks.
 
-        Safe to call twice. Traces finished after close are still captured if the capture
-        is open, and counted as unscored.
+        Safe to call twice. Traces not scored by then are counted in
+        ``stats.dropped_from_scoring`` and listed in ``stats.unscored_trace_ids`` (so
+        ``captured == scored + dropped_from_scoring`` after close), and a warning says so;
+        traces finished after close are still captured if the capture is open, and counted.
         """
         if self._closed:
             return
@@ -340,6 +344,17 @@ class OnlineEvaluator:
             logger.warning("agenteval could not close the sessions: %s", exc)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
+        with self._idle:
+            leftover, self._in_scoring = list(self._in_scoring), {}
+        for trace_id in leftover:  # captured, not scored in time: counted, never silent
+            self._unscored(trace_id)
+        if leftover:
+            logger.warning(
+                "agenteval: %d captured trace(s) were not scored before close; "
+                "their ids are in stats.unscored_trace_ids, and `agenteval replay %s` scores them",
+                len(leftover),
+                self.capture_path,
+            )
         if self._capture is not None:
             self._capture.close()
         for sink in self.engine.sinks:
@@ -367,7 +382,7 @@ class _Done(Sink):
         for sink in self.evaluator.engine.sinks:
             if isinstance(sink, ResultsFileSink):
                 sink.flush()
-        self.evaluator._done()
+        self.evaluator._done(trace.id)
 
 
 async def _close_sessions(engine: Engine) -> None:
@@ -392,12 +407,33 @@ def _restart_in_child() -> None:
     """After ``fork()`` the child has none of the parent's threads: give each live
     evaluator a fresh scoring loop, with nothing pending (the parent scores its own)."""
     for evaluator in list(_live_evaluators):
-        evaluator._pending = 0
+        evaluator._in_scoring = {}
         evaluator._idle = threading.Condition()
         evaluator._start_loop()
 
 
 os.register_at_fork(after_in_child=_restart_in_child)
+
+
+def _close_then_terminate(signum: int, frame: Any) -> None:
+    """SIGTERM with no handler of the user's: capture and score what can be within each
+    evaluator's ``exit_timeout``, then end the process the default way."""
+    _flush_at_exit()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _flush_on_sigterm() -> None:
+    """Install :func:`_close_then_terminate` when SIGTERM still has its default action (which
+    ends the process without running exit hooks); a handler of the user's is left alone.
+    SIGINT needs nothing: its KeyboardInterrupt runs the exit hook."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _close_then_terminate)
+    except (ValueError, OSError):  # not settable here (embedded interpreters)
+        pass
 
 
 @atexit.register
