@@ -10,7 +10,7 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from agenteval_core import LoopAlert, Recorder, SpanKind, ToolCall, ToolSpec
+from agenteval_core import LoopAlert, Recorder, RunStatus, SpanKind, ToolCall, ToolSpec
 
 __all__ = ["Translator", "jsonable"]
 
@@ -96,6 +96,40 @@ def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
     return specs
 
 
+CONTROL_FLOW = "agenteval.control_flow"
+"""Span attribute: ``interrupt`` or ``handoff`` when the span ended by LangGraph control flow."""
+
+_INTERNAL_METADATA = ("langgraph_", "checkpoint_", "ls_", "__")
+
+
+def run_metadata(metadata: dict[str, Any], tags: Any) -> dict[str, Any]:
+    """The run's own metadata and tags (config ``metadata``, ``thread_id``, ``tags``), without
+    LangGraph's and LangSmith's bookkeeping keys."""
+    kept = {
+        str(key): jsonable(value)
+        for key, value in metadata.items()
+        if not str(key).startswith(_INTERNAL_METADATA)
+    }
+    if tags:
+        kept["tags"] = [str(tag) for tag in tags]
+    return kept
+
+
+def control_flow(error: BaseException) -> str | None:
+    """``interrupt`` or ``handoff`` for LangGraph's control-flow exceptions, else None."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if "GraphBubbleUp" not in names:
+        return None
+    return "interrupt" if "GraphInterrupt" in names else "handoff"
+
+
+def _command(error: BaseException) -> dict[str, Any]:
+    """Where a handoff (``ParentCommand``) goes, as span attributes."""
+    command = error.args[0] if error.args else None
+    goto = getattr(command, "goto", None)
+    return {"agenteval.handoff.goto": jsonable(goto)} if goto else {}
+
+
 def _session(metadata: dict[str, Any] | None) -> str | None:
     if not metadata:
         return None
@@ -121,6 +155,7 @@ class Translator:
     def __init__(self, recorder: Recorder, *, session_id: str | None, watch_loops: bool):
         self.session_id = session_id
         self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
+        self._interrupted: dict[Any, str] = {}  # thread id → its paused trace, for the resume
         self._dispatch: dict[str, Callable[..., None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
@@ -177,16 +212,36 @@ class Translator:
         serialized, inputs = e.args
         name = e.kwargs.get("name") or (serialized or {}).get("name") or "chain"
         root = e.parent_run_id is None or self.assembler.trace_of(e.parent_run_id) is None
-        kind = SpanKind.AGENT if root else SpanKind.CHAIN
-        inputs = conversation_text(inputs, "human") if root else _state_summary(inputs)
-        self._start(e, kind, name, jsonable(inputs))
+        if not root:
+            self._start(e, SpanKind.CHAIN, name, jsonable(_state_summary(inputs)))
+            return
+        metadata = e.kwargs.get("metadata") or {}
+        resume = getattr(inputs, "resume", None) if type(inputs).__name__ == "Command" else None
+        request = resume if resume is not None else conversation_text(inputs, "human")
+        self._start(e, SpanKind.AGENT, name, jsonable(request))
+        kept = run_metadata(metadata, e.kwargs.get("tags"))
+        thread = metadata.get("thread_id")
+        if resume is not None:  # a run resumed after an interrupt: link it to the paused one
+            kept["resume"] = jsonable(resume)
+            if thread is not None and thread in self._interrupted:
+                kept["resumes_trace_id"] = self._interrupted.pop(thread)
+        self.assembler.annotate(e.run_id, metadata=kept)
 
     def _model_start(self, e: Event) -> None:
         serialized, prompts = e.args
         params = e.kwargs.get("invocation_params") or {}
-        model = params.get("model") or params.get("model_name") or (serialized or {}).get("name")
+        metadata = e.kwargs.get("metadata") or {}
+        # the model name LangChain reports (ls_model_name), not the chat model's class name
+        model = (
+            metadata.get("ls_model_name")
+            or params.get("model")
+            or params.get("model_name")
+            or (serialized or {}).get("name")
+        )
         attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
-        name = e.kwargs.get("name") or (serialized or {}).get("name") or "llm"
+        if metadata.get("ls_provider"):
+            attributes["gen_ai.provider.name"] = metadata["ls_provider"]
+        name = str(model or e.kwargs.get("name") or (serialized or {}).get("name") or "llm")
         self._start(
             e,
             SpanKind.LLM,
@@ -208,9 +263,7 @@ class Translator:
                 message = generation.message
                 text = _text(message.content)
                 requested = [
-                    ToolCall(
-                        id=call.get("id"), name=call["name"], arguments=call.get("e.args") or {}
-                    )
+                    ToolCall(id=call.get("id"), name=call["name"], arguments=call.get("args") or {})
                     for call in getattr(message, "tool_calls", None) or []
                 ]
                 usage = getattr(message, "usage_metadata", None) or {}
@@ -260,14 +313,39 @@ class Translator:
 
     def _end_output(self, e: Event) -> None:
         output = e.args[0]
-        if self.assembler.is_root(e.run_id):
-            output = conversation_text(output, "ai")
-        else:
+        if not self.assembler.is_root(e.run_id):
             output = _state_summary(output)
+        elif isinstance(output, dict) and output.get("__interrupt__"):
+            self._interrupt(e.run_id, output["__interrupt__"])
+            output = conversation_text(output, "ai")
+        elif isinstance(output, dict) and output.get("structured_response") is not None:
+            output = output["structured_response"]  # create_agent(response_format=...)
+        else:
+            output = conversation_text(output, "ai")
         self.assembler.end_span(e.run_id, output=jsonable(output), end_time=e.at)
 
     def _end_error(self, e: Event) -> None:
-        self.assembler.end_span(e.run_id, error=_error(e.args[0]), end_time=e.at)
+        error = e.args[0]
+        flow = control_flow(error)
+        if flow is None:
+            self.assembler.end_span(e.run_id, error=_error(error), end_time=e.at)
+            return
+        # an interrupt or a handoff passes through spans as an exception: control flow, not
+        # a failure
+        if flow == "interrupt":
+            self._interrupt(e.run_id, error.args[0] if error.args else None)
+        self.assembler.end_span(
+            e.run_id, end_time=e.at, attributes={CONTROL_FLOW: flow, **_command(error)}
+        )
+
+    def _interrupt(self, key: UUID, interrupts: Any) -> None:
+        values = [getattr(i, "value", i) for i in interrupts or []]
+        reason = "waiting for a human: " + "; ".join(str(v) for v in values)
+        self.assembler.mark(key, RunStatus.INTERRUPTED, reason)
+        trace = self.assembler.trace_of(key)
+        thread = trace.metadata.get("thread_id") if trace is not None else None
+        if trace is not None and thread is not None:
+            self._interrupted[thread] = trace.id
 
     def _agent_action(self, e: Event) -> None:
         action = e.args[0]

@@ -387,6 +387,13 @@ class TraceAssembler:
                 end_time=alert.time,
             )
 
+    def mark(self, key: Hashable, status: RunStatus, reason: str | None = None) -> None:
+        """Say how the run a span belongs to ended when its framework says so in passing
+        (an interrupt waiting for a human, a limit); kept when the run's root ends."""
+        trace = self.trace_of(key)
+        if trace is not None and trace.status is None:
+            trace.status, trace.status_reason = status, reason
+
     def annotate(
         self,
         key: Hashable,

@@ -1,0 +1,165 @@
+"""LangChain / LangGraph runs an evaluator must get right: requested calls with their
+arguments, run metadata, the reported model, interrupts and resumes, structured output and
+handoffs, each compared field by field with what the run did."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from pydantic import BaseModel
+
+from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, Trace, read_capture
+
+
+@pytest.fixture
+def evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
+    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
+    yield evaluator
+    evaluator.close()
+
+
+def captured(evaluator: OnlineEvaluator) -> list[Trace]:
+    assert evaluator.flush(20)
+    assert evaluator.capture_path is not None
+    return list(read_capture(evaluator.capture_path))
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    """Status of an order."""
+    return "shipped"
+
+
+def test_requested_calls_carry_their_arguments_and_the_run_its_metadata(
+    evaluator: OnlineEvaluator,
+) -> None:
+    script = [
+        AIMessage(content="Looking.", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+        AIMessage(content="A-1 has shipped."),
+    ]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[lookup_order])
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        config={
+            "callbacks": [AgentEvalCallbackHandler(evaluator)],
+            "metadata": {"user_id": "u-7", "plan": "pro"},
+            "tags": ["beta"],
+            "configurable": {"thread_id": "t-1"},
+        },
+    )
+    [trace] = captured(evaluator)
+    first, second = trace.spans_of(SpanKind.LLM)
+    assert [(c.id, c.name, c.arguments) for c in first.requested_tool_calls] == [
+        ("c1", "lookup_order", {"order_id": "A-1"})
+    ]
+    assert second.requested_tool_calls == []
+    [executed] = trace.tool_calls()
+    assert (executed.id, executed.arguments) == ("c1", {"order_id": "A-1"})
+    assert trace.metadata == {"user_id": "u-7", "plan": "pro", "thread_id": "t-1", "tags": ["beta"]}
+    # the model name LangChain reports, not the chat model's class name
+    assert first.name == "scripted-model"
+    assert first.attributes["gen_ai.request.model"] == "scripted-model"
+    assert (trace.status, trace.session_id) == (RunStatus.OK, "t-1")
+
+
+def test_an_interrupt_pauses_the_run_and_the_resume_links_to_it(
+    evaluator: OnlineEvaluator,
+) -> None:
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order once a human approves."""
+        return f"refund {interrupt(f'approve refund of {order_id}?')}"
+
+    script = [
+        AIMessage(content="", tool_calls=[tool_call("refund", "r1", order_id="A-1")]),
+        AIMessage(content="Refunded."),
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=script), tools=[refund], checkpointer=InMemorySaver()
+    )
+    handler = AgentEvalCallbackHandler(evaluator)
+    config: Any = {"callbacks": [handler], "configurable": {"thread_id": "t-9"}}
+    paused = agent.invoke({"messages": [("user", "Refund A-1")]}, config=config)
+    assert paused["__interrupt__"][0].value == "approve refund of A-1?"
+    agent.invoke(Command(resume="approved"), config=config)
+    first, second = captured(evaluator)
+    assert (first.status, first.status_reason, first.error) == (
+        RunStatus.INTERRUPTED,
+        "waiting for a human: approve refund of A-1?",
+        None,
+    )
+    [waiting] = first.spans_of(SpanKind.TOOL)
+    assert waiting.error is None and waiting.attributes["agenteval.control_flow"] == "interrupt"
+    assert not any(span.error for span in first.spans)  # a pause is not a failure
+    assert (second.input, second.status, second.output) == ("approved", RunStatus.OK, "Refunded.")
+    assert second.metadata["resume"] == "approved"
+    assert second.metadata["resumes_trace_id"] == first.id
+    [call] = second.tool_calls()
+    assert (call.name, call.arguments, call.result) == (
+        "refund",
+        {"order_id": "A-1"},
+        "refund approved",
+    )
+
+
+class OrderStatus(BaseModel):
+    order_id: str
+    status: str
+
+
+def test_structured_output_is_the_runs_output(evaluator: OnlineEvaluator) -> None:
+    script = [
+        AIMessage(
+            content="",
+            tool_calls=[tool_call("OrderStatus", "s1", order_id="A-1", status="shipped")],
+        )
+    ]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[], response_format=OrderStatus)
+    result = agent.invoke(
+        {"messages": [("user", "Status of A-1?")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = captured(evaluator)
+    assert result["structured_response"] == OrderStatus(order_id="A-1", status="shipped")
+    assert trace.output == {"order_id": "A-1", "status": "shipped"}
+
+
+class Ticket(TypedDict):
+    log: list[str]
+
+
+def test_a_handoff_is_control_flow_not_an_error(evaluator: OnlineEvaluator) -> None:
+    def triage(state: Ticket) -> Command[Any]:
+        return Command(graph=Command.PARENT, goto="billing", update={"log": ["handed off"]})
+
+    inner = StateGraph(Ticket)
+    inner.add_node("triage", triage)
+    inner.add_edge(START, "triage")
+    outer = StateGraph(Ticket)
+    outer.add_node("support", inner.compile())
+    outer.add_node("billing", lambda state: {"log": [*state["log"], "billed"]})
+    outer.add_edge(START, "support")
+    outer.add_edge("billing", END)
+    result = outer.compile().invoke(
+        {"log": []}, config={"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    )
+    assert result == {"log": ["handed off", "billed"]}
+    [trace] = captured(evaluator)
+    assert (trace.status, trace.error) == (RunStatus.OK, None)
+    handed = [s for s in trace.spans if s.attributes.get("agenteval.control_flow") == "handoff"]
+    assert {s.name for s in handed} == {"triage", "support", "LangGraph"}
+    assert all(
+        s.error is None and s.attributes["agenteval.handoff.goto"] == "billing" for s in handed
+    )
+    assert "billing" in {s.name for s in trace.spans}
