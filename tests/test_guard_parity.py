@@ -233,3 +233,35 @@ def test_the_guard_forgets_a_stopped_run_for_the_next_one(evaluator: OnlineEvalu
     assert recorder.guard.stopped_by("run-1") is not None
     recorder.guard.forget("run-1")
     assert recorder.check_tool_call("run-1", lookup, refuse=lambda event: None) is None
+
+
+def test_langchain_under_ainvoke(evaluator: OnlineEvaluator) -> None:
+    # the sync handler stops a run under ainvoke too, with sync tools
+    from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
+    from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import StructuredTool
+
+    tools = Tools()
+    replies = [
+        AIMessage(content="", tool_calls=[tool_call(name, f"c{i}", **args)])
+        for i, (name, args) in enumerate(SCRIPT)
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=[*replies, AIMessage(content="done")]),
+        tools=[
+            StructuredTool.from_function(tools.lookup_order, name="lookup_order"),
+            StructuredTool.from_function(tools.note, name="note"),
+        ],
+    )
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+
+    async def main() -> None:
+        with pytest.raises(AgentLoopError, match="lookup_order called 3 times"):
+            await agent.ainvoke(
+                {"messages": [("user", "Is A-2 ready?")]}, config={"callbacks": [handler]}
+            )
+
+    asyncio.run(main())
+    check_stopped_trace(evaluator, tools)
