@@ -369,6 +369,7 @@ def test_crewai_translator_survives_any_event_sequence(
                     usage=None,
                 ),
                 time.time(),
+                payload,  # the event's source: any object, as odd as the payloads
             )
         )
     assert evaluator.recorder.flush(10)

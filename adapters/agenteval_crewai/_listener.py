@@ -33,7 +33,11 @@ class AgentEvalListener(BaseEventListener):
 
     Args:
         evaluator: where traces go; default: the process-wide evaluator.
-        session_id: groups kickoffs into a session; otherwise the crew's id is used.
+        session_id: groups every kickoff into one session. Without it, each kickoff's session
+            is its ``inputs["session_id"]`` (``crew.kickoff(inputs={"session_id": ...})``),
+            else the crew's id. One listener serves the whole process: CrewAI delivers every
+            crew's events to every listener, so a listener per session would duplicate
+            traces.
         stop_on_loop: before a tool runs, ask the evaluator's loop guard (through a CrewAI
             before-tool-call hook); when the call closes a loop (the same tool with the
             same arguments ``OnlineEvaluator(loop_repeat_threshold=...)`` times in one
@@ -67,7 +71,7 @@ class AgentEvalListener(BaseEventListener):
 
         async def record(source: Any, event: Any, *_: Any) -> None:
             if self._active:
-                put((handle, event, time.time()))
+                put((handle, event, time.time(), source))
 
         for name in EVENT_NAMES:
             crewai_event_bus.on(getattr(crew_events, name))(record)

@@ -115,18 +115,33 @@ class Translator:
         return refuse
 
     def handle(self, event: tuple[Any, ...]) -> None:
-        """Called on the recorder's thread with ``(handle, event, time)``."""
-        _, payload, at = event
+        """Called on the recorder's thread with ``(handle, event, time, source)``."""
+        _, payload, at, source = event
         name = type(payload).__name__
         at = payload.timestamp.timestamp() if getattr(payload, "timestamp", None) else at
         if name in STARTS:
-            self._start(name, payload, at)
+            self._start(name, payload, at, source)
         elif name in ENDS:
             self._end(name, payload, at)
         elif name in FAILURES:
-            self._forget(name, payload)
-            error = getattr(payload, "error", None) or "failed"
-            self.assembler.end_span(payload.started_event_id, error=str(error), end_time=at)
+            self._fail(name, payload, at)
+
+    def _fail(self, name: str, event: Any, at: float) -> None:
+        """End the span a failure event closes. CrewAI names the wrong start event on some
+        (a failed task names its agent execution, a failed kickoff its task: one level too
+        deep), so task and kickoff failures end their own span, found by task and by trace;
+        the spans still open under them end with the same error."""
+        error = str(getattr(event, "error", None) or "failed")
+        started = event.started_event_id
+        keys: list[Any] = [started]
+        if name == "TaskFailedEvent":
+            task = _task_id(event)
+            keys = [k for k in (self._executions.get(task), self._tasks.get(task)) if k] or keys
+        elif name == "CrewKickoffFailedEvent":  # its parent is the kickoff's start event
+            keys = [event.parent_event_id or self.assembler.root_key(started) or started]
+        self._forget(name, event)
+        for key in keys:
+            self.assembler.end_span(key, error=error, end_time=at)
 
     def _forget(self, name: str, event: Any) -> None:
         """Drop the lookup entries of an agent execution or task that ended."""
@@ -143,14 +158,18 @@ class Translator:
         task = _task_id(event)
         return self._executions.get(task) or self._tasks.get(task)
 
-    def _start(self, name: str, event: Any, at: float) -> None:
+    def _start(self, name: str, event: Any, at: float, source: Any = None) -> None:
         key = event.event_id
         kind = STARTS[name]
         parent = None if name == "CrewKickoffStartedEvent" else self._parent(event)
         if name == "CrewKickoffStartedEvent":
-            crew = getattr(event, "crew", None)
-            session = self.session_id or (
-                str(crew.id) if crew is not None and getattr(crew, "id", None) else None
+            # the crew is the event's source (CrewAI leaves event.crew unset)
+            inputs = event.inputs if isinstance(event.inputs, dict) else {}
+            crew_id = getattr(source, "id", None)
+            session = (
+                self.session_id
+                or inputs.get("session_id")
+                or (str(crew_id) if crew_id is not None else None)
             )
             self.assembler.start_span(
                 key,
@@ -176,7 +195,7 @@ class Translator:
                 key,
                 parent,
                 kind,
-                event.agent_role or "agent",
+                event.agent_role or getattr(getattr(event, "agent", None), "role", None) or "agent",
                 input=getattr(event, "task_prompt", None),
                 start_time=at,
                 tools=_tool_specs(getattr(event, "tools", None)),

@@ -1,0 +1,126 @@
+"""CrewAI runs an evaluator must get right: a failed kickoff, sessions per kickoff, agents by
+role, and the guard across several kickoffs of one crew."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agenteval_crewai import AgentEvalListener
+from agenteval_crewai._scripted import ScriptedLLM
+from crewai import Agent, Crew, Task
+from crewai.tools import tool
+
+from agenteval_core import GUARD_REFUSED, OnlineEvaluator, RunStatus, SpanKind, Trace, read_capture
+
+
+def action(name: str, **arguments: Any) -> str:
+    return f"Thought: check.\nAction: {name}\nAction Input: {json.dumps(arguments)}"
+
+
+@pytest.fixture
+def evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
+    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
+    yield evaluator
+    evaluator.close()
+
+
+def captured(listener: AgentEvalListener) -> list[Trace]:
+    assert listener.flush(20)
+    assert listener.evaluator.capture_path is not None
+    return list(read_capture(listener.evaluator.capture_path))
+
+
+def test_a_failed_kickoff_becomes_one_trace_that_says_so(evaluator: OnlineEvaluator) -> None:
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        raise ValueError("database down")
+
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[action("lookup_order", order_id="A-1"), "Thought: done\nFinal Answer: sorry"],
+    )
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=llm,
+        tools=[lookup_order],
+        verbose=False,
+        tool_failure_policy="raise",
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        with pytest.raises(Exception, match="database down"):
+            Crew(
+                agents=[agent],
+                tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)],
+            ).kickoff(inputs={"session_id": "user-1"})
+        [trace] = captured(listener)
+    finally:
+        listener.close()
+    message = "Tool 'lookup_order' failed during 'Where is A-1?': database down (code: ValueError)"
+    assert (trace.status, trace.error, trace.status_reason) == (RunStatus.ERROR, message, message)
+    assert trace.session_id == "user-1"
+    [agent_span] = [s for s in trace.spans if s.kind is SpanKind.AGENT and s.parent_id is not None]
+    assert agent_span.name == "support" and agent_span.error == message
+    assert all(s.end_time is not None for s in trace.spans)
+    assert listener.translator.assembler.open_traces() == 0  # nothing left behind
+
+
+def test_sessions_are_per_kickoff_and_the_guard_starts_clean_each_time(
+    evaluator: OnlineEvaluator,
+) -> None:
+    ran: list[str] = []
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        ran.append(order_id)
+        return "processing"
+
+    @tool("note")
+    def note(text: str) -> str:
+        """Write a note."""
+        return "noted"
+
+    loop = [
+        action("lookup_order", order_id="A-2"),
+        action("note", text="one"),
+        action("lookup_order", order_id="A-2"),
+        action("note", text="two"),
+        action("lookup_order", order_id="A-2"),
+        "Thought: stop\nFinal Answer: still processing",
+    ]
+    llm = ScriptedLLM(model="scripted", replies=loop * 2)
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=llm,
+        tools=[lookup_order, note],
+        verbose=False,
+    )
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Is A-2 ready?", expected_output="x", agent=agent)]
+    )
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    try:
+        crew.kickoff(inputs={"session_id": "user-1"})
+        crew.kickoff(inputs={"session_id": "user-2"})  # the same crew, task and agent ids
+        first, second = captured(listener)
+    finally:
+        listener.close()
+    assert ran == ["A-2", "A-2", "A-2", "A-2"]  # two lookups per kickoff; each third refused
+    assert (first.session_id, second.session_id) == ("user-1", "user-2")
+    for trace in (first, second):
+        assert trace.status is RunStatus.STOPPED
+        refused = [s for s in trace.spans if s.attributes.get(GUARD_REFUSED)]
+        assert [(s.tool_call.name, s.tool_call.arguments) for s in refused if s.tool_call] == [
+            ("lookup_order", {"order_id": "A-2"})
+        ]
+    assert len(evaluator.guard) == 0
