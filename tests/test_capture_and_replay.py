@@ -23,6 +23,7 @@ from agenteval_core import (
     SessionHistory,
     ToolCall,
     Trace,
+    list_metrics,
     read_capture,
     replay,
 )
@@ -225,11 +226,28 @@ def test_cli_replay_summary_and_json(tmp_path: Path) -> None:
     assert len(out.read_text().splitlines()) == 9 + 3  # one line per trace, then per session
 
 
-def test_cli_lists_metrics() -> None:
-    result = CliRunner().invoke(cli, ["metrics"])
+def test_cli_lists_metrics_one_line_each_within_80_columns() -> None:
+    result = CliRunner().invoke(cli, ["metrics"], env={"COLUMNS": "80"})
     assert result.exit_code == 0
-    for name in ("tool_call_accuracy", "loop_detection", "agent_reliability", "agentic"):
-        assert name in result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    listed = [line.split()[0] for line in lines if line.startswith("  ")]
+    assert sorted(listed) == sorted(info.name for info in list_metrics())
+    assert "tool_call_loops             0.5   Whether a run stayed out of loops" in result.output
+    assert "``" not in result.output and "Seed" not in result.output  # no markup, no jargon
+
+
+def test_cli_describes_one_metric_and_rejects_an_unknown_kind() -> None:
+    result = CliRunner().invoke(cli, ["metrics", "reference_tool_correctness"])
+    assert result.exit_code == 0
+    assert result.output.startswith(
+        "reference_tool_correctness (deterministic metric, version 1)\ndefault threshold: 1\n"
+    )
+    assert "  order_matters = True\n" in result.output
+    judge_only = CliRunner().invoke(cli, ["metrics", "--kind", "judge"])
+    assert "task_completion" in judge_only.output and "coherence" not in judge_only.output
+    bad = CliRunner().invoke(cli, ["metrics", "--kind", "foo"])
+    assert bad.exit_code == 2 and "'foo' is not one of" in bad.output
 
 
 @pytest.mark.parametrize(

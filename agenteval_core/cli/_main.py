@@ -7,7 +7,10 @@ Never a traceback.
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +23,7 @@ from rich.table import Table
 
 from .._errors import AgentEvalError, CaptureFormatError
 from ..engine._summary import ResultSummary
-from ..metrics._protocol import list_metrics
+from ..metrics._protocol import MetricKind, list_metrics, metric_class
 from ..replay._replay import ReplayReport, replay
 
 __all__ = ["RunProblem", "UserError", "cli", "main"]
@@ -49,6 +52,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except AgentEvalError as exc:
             raise UserError(str(exc)) from exc
+        except BrokenPipeError:  # the reader went away (`| head`): nothing left to say
+            sys.stderr.close()
+            raise SystemExit(0) from None
         except OSError as exc:
             raise RunProblem(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from exc
 
@@ -59,22 +65,62 @@ def cli() -> None:
     """Evaluate AI agents: replay captured runs through metrics, list metrics, run the demo."""
 
 
+def _plain(text: str) -> str:
+    """Docstring text as a terminal shows it: no reStructuredText markup."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
+def _fit(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 @cli.command("metrics")
+@click.argument("name", required=False)
 @click.option(
-    "--kind", help="Only metrics of this kind (deterministic, embedding, judge, session)."
+    "--kind",
+    type=click.Choice([kind.value for kind in MetricKind]),
+    help="Only metrics of this kind.",
 )
-def metrics_command(kind: str | None) -> None:
-    """List the registered metrics."""
-    table = Table(title="agenteval metrics")
-    for column in ("name", "kind", "threshold", "version"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("description", overflow="fold")
-    for info in list_metrics():
-        if kind is None or info.kind == kind:
-            table.add_row(
-                info.name, info.kind, f"{info.default_threshold:g}", info.version, info.description
+def metrics_command(name: str | None, kind: str | None) -> None:
+    """List the registered metrics, one line each; NAME shows one metric in full
+    (its description, options and defaults)."""
+    if name is not None:
+        _describe_metric(name)
+        return
+    width = max(60, shutil.get_terminal_size((80, 24)).columns)
+    infos = [info for info in list_metrics() if kind is None or info.kind == kind]
+    widest = max(len(info.name) for info in infos)
+    for group in MetricKind:
+        members = [info for info in infos if info.kind is group]
+        if not members:
+            continue
+        click.echo(f"{group.value} (name, default threshold, summary)")
+        for info in members:
+            line = (
+                f"  {info.name:<{widest}}  {info.default_threshold:<4g}  {_plain(info.description)}"
             )
-    Console().print(table)
+            click.echo(_fit(line, width))
+    click.echo(f"\n{len(infos)} metrics. `agenteval metrics NAME` describes one in full.")
+
+
+def _describe_metric(name: str) -> None:
+    cls = metric_class(name)
+    click.echo(f"{cls.name} ({cls.kind.value} metric, version {cls.version})")
+    click.echo(f"default threshold: {cls.default_threshold:g}")
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    if doc:
+        click.echo("\n" + _plain(doc))
+    options = [
+        parameter
+        for parameter in inspect.signature(cls).parameters.values()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    if options:
+        click.echo("\noptions:")
+        for option in options:
+            default = "" if option.default is inspect.Parameter.empty else f" = {option.default!r}"
+            click.echo(f"  {option.name}{default}")
 
 
 def _split_names(value: str | None) -> list[str] | None:

@@ -363,7 +363,7 @@ def _uses_results(answer: Any, calls: list[ToolCall]) -> float | None:
 
 @register_metric
 class ReferenceToolCorrectness(_ExpectationMetric):
-    """Seed 003's four weighted aspects: selection, parameters, sequence, result utilization."""
+    """Gaussia's four weighted aspects: selection, parameters, sequence, result utilization."""
 
     name = "reference_tool_correctness"
     default_threshold: ClassVar[float] = 1.0
