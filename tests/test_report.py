@@ -85,6 +85,47 @@ def test_report_command_and_bad_input(results: Path, tmp_path: Path) -> None:
     )
 
 
+def report(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agenteval_core.cli", "report", *map(str, arguments)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_report_refuses_empty_or_mismatched_input_in_one_line(
+    results: Path, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    done = report(empty, "--html", tmp_path / "r.html")
+    assert done.returncode == 2 and done.stderr.strip() == (
+        f"agenteval: error: {empty}: no results in the file; pass the --json output of "
+        "`agenteval replay` or an online evaluator's results_path"
+    )
+    other = tmp_path / "other.jsonl"
+    other.write_text(EXAMPLE.read_text().splitlines()[0].replace('"id":"', '"id":"x', 1) + "\n")
+    done = report(results, "--capture", other, "--html", tmp_path / "r.html")
+    assert done.returncode == 2 and "holds none of the" in done.stderr
+    assert "pass the capture those results came from" in done.stderr
+    assert not (tmp_path / "r.html").exists()
+    # a capture passed as --capture's partner the wrong way round is named for what it is
+    swapped = report(results, "--capture", results, "--html", tmp_path / "r.html")
+    assert swapped.returncode == 2 and "Traceback" not in swapped.stderr
+
+
+def test_report_on_a_capture_scores_it_first(tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    done = report(EXAMPLE, "--html", out)
+    assert done.returncode == 0, done.stderr
+    scored = tmp_path / "r.results.jsonl"
+    assert f"is a capture: scored it with the default metrics into {scored}" in done.stdout
+    page = out.read_text()
+    assert page.startswith("<!doctype html>")
+    data = load_results(scored, EXAMPLE)
+    assert len(data.traces) == len(data.captured) == 9
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--headless",

@@ -8,6 +8,7 @@ Never a traceback.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import shutil
@@ -312,11 +313,29 @@ def replay_command(
     help="Where to write the report.",
 )
 def report_command(results: str, capture: str | None, html_out: str) -> None:
-    """Write a self-contained HTML report from replay --json results (or online results)."""
+    """Write a self-contained HTML report from RESULTS: the --json output of a replay or an
+    online evaluator's results file. Given a capture instead, score it with the default
+    metrics first and report on that."""
     from ..report._report import write_report
 
+    if capture is None and _is_capture(Path(results)):
+        scored = Path(html_out).with_suffix(".results.jsonl")
+        replay(results, output=scored)
+        click.echo(f"{results} is a capture: scored it with the default metrics into {scored}")
+        results, capture = str(scored), results
     path = write_report(results, html_out, capture=capture)
     click.echo(f"report written to {path}")
+
+
+def _is_capture(path: Path) -> bool:
+    """Whether a file's first record is a trace (a capture) rather than a result."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            first = next((line for line in handle if line.strip()), "")
+        record = json.loads(first) if first else None
+    except (OSError, ValueError):
+        return False  # the report's own reader explains what is wrong with it
+    return isinstance(record, dict) and ("spans" in record or "schema_version" in record)
 
 
 @cli.command("demo")

@@ -57,6 +57,11 @@ def load_results(
         raise CaptureError(f"{path}: no such results file; pass the --json output of a replay")
     data = ReportData(source=str(path))
     for number, record in _lines(source):
+        if "spans" in record or "schema_version" in record:
+            raise CaptureError(
+                f"{path}:{number}: this is a capture (traces), not results; score it first, "
+                f"or give it to `agenteval report {path}` alone, which scores it"
+            )
         try:
             if "results" in record and "trace_id" in record:
                 results = [MetricResult.model_validate(r) for r in record["results"]]
@@ -67,12 +72,22 @@ def load_results(
                 ]
         except (KeyError, TypeError, ValueError) as exc:
             raise CaptureError(f"{path}:{number}: not a results line ({exc})") from exc
+    if not data.traces and not data.sessions:
+        raise CaptureError(
+            f"{path}: no results in the file; pass the --json output of `agenteval replay` "
+            "or an online evaluator's results_path"
+        )
     if capture is not None:
         wanted = set(data.traces)
         redactor = (
             Redactor()
         )  # a capture from elsewhere may hold secrets; a report never shows them
         data.captured = {t.id: redactor.trace(t) for t in read_capture(capture) if t.id in wanted}
+        if wanted and not data.captured:
+            raise CaptureError(
+                f"{capture}: holds none of the {len(wanted)} traces scored in {path}; "
+                "pass the capture those results came from"
+            )
     return data
 
 
