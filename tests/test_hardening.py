@@ -31,6 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
 from agenteval_core import (
+    CaptureFormatError,
     EvalCase,
     Metric,
     MetricKind,
@@ -375,3 +376,51 @@ def test_crewai_translator_survives_any_event_sequence(
     assert evaluator.recorder.flush(10)
     assert translator.assembler.open_traces() <= 6
     evaluator.close()
+
+
+# --- hostile files -------------------------------------------------------------------------------
+
+BIG_LINE_READER = textwrap.dedent(
+    """
+    import resource, sys
+    from agenteval_core import read_capture
+    errors = []
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    traces = list(read_capture(sys.argv[1], on_error=errors.append, max_line_bytes=8 * 2**20))
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(len(traces), grown, errors[0])
+    """
+)
+
+
+def test_an_oversized_line_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    capture = tmp_path / "c.jsonl"
+    good = Trace(input="q", output="a").model_dump_json()
+    with open(capture, "w") as handle:  # a 100 MB line between two good ones
+        handle.write(good + "\n")
+        handle.write('{"id": "' + "x" * 100_000_000 + '"}\n')
+        handle.write(good + "\n")
+    done = subprocess.run(
+        [sys.executable, "-c", BIG_LINE_READER, str(capture)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    count, grown, message = done.stdout.split(" ", 2)
+    assert int(count) == 2  # the lines around it are read
+    assert float(grown) <= 3 * 8  # MiB: at most 3× the 8 MiB limit
+    # '{"id": "' (8 bytes) + 100,000,000 + '"}' + newline (3 bytes)
+    assert message.strip() == (
+        f"{capture}:2: line of 100,000,011 bytes is over the 8,388,608-byte limit; skipped"
+    )
+
+
+def test_error_messages_quote_an_excerpt_of_a_huge_key(tmp_path: Path) -> None:
+    capture = tmp_path / "c.jsonl"
+    key = "k" * 1_000_000
+    capture.write_text(json.dumps({"id": "t", key: 1}) + "\n")
+    errors: list[CaptureFormatError] = []
+    assert list(read_capture(capture, on_error=errors.append)) == []
+    [error] = errors
+    assert len(str(error)) < 400
+    assert str(error).startswith(f"{capture}:1 field '{'k' * 120}… (1,000,000 characters)'")

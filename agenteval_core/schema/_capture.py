@@ -7,13 +7,14 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from pydantic import ValidationError
 
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from ._trace import Trace
 
-__all__ = ["CaptureWriter", "read_capture"]
+__all__ = ["MAX_LINE_BYTES", "CaptureWriter", "read_capture"]
 
 
 class CaptureWriter:
@@ -70,8 +71,8 @@ class CaptureWriter:
 
 def _line_error(path: str, number: int, line: bytes, exc: ValidationError) -> CaptureFormatError:
     error = exc.errors(include_url=False)[0]
-    location = ".".join(str(part) for part in error["loc"]) or None
-    message = str(error["msg"])
+    location = _excerpt(".".join(str(part) for part in error["loc"])) or None
+    message = _excerpt(str(error["msg"]), 300)
     truncated = not line.endswith(b"\n") and error["type"] == "json_invalid"
     if truncated:
         return CaptureFormatError(
@@ -90,18 +91,33 @@ def _line_error(path: str, number: int, line: bytes, exc: ValidationError) -> Ca
     return CaptureFormatError(path, number, location, message.removeprefix("Value error, "))
 
 
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""The longest capture line read (64 MiB): a longer one is refused before it is parsed, so a
+hostile or broken file cannot take the reader's memory (adapters cut oversized strings long
+before a trace gets near this)."""
+
+_CHUNK = 1024 * 1024
+
+
+def _excerpt(text: str, limit: int = 120) -> str:
+    """At most ``limit`` characters of a text for an error message (a key name can be 1 MB)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def read_capture(
     path: str | os.PathLike[str],
     *,
     on_error: Callable[[CaptureFormatError], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[Trace]:
     """Stream the traces of a capture file, line by line.
 
     A bad line raises :class:`CaptureFormatError` (file, line number, field), or, when
     ``on_error`` is given, is passed to it and skipped, so every good line is still read. A
     truncated last line (a writer that died mid-line) is reported with ``truncated=True``
-    after every complete line before it. ``on_progress`` receives the bytes consumed per line.
+    after every complete line before it. A line over ``max_line_bytes`` is refused without
+    being held in memory whole. ``on_progress`` receives the bytes consumed per line.
     """
     name = os.fspath(path)
     try:
@@ -111,25 +127,48 @@ def read_capture(
     except IsADirectoryError:
         raise CaptureError(f"{name}: is a directory, not a capture file") from None
     try:
-        for number, line in enumerate(handle, start=1):
+        number = 0
+        while line := handle.readline(max_line_bytes + 1):
+            number += 1
             if on_progress is not None:
                 on_progress(len(line))
-            if not line.strip():
-                continue
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError:
+            if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                size = len(line) + _skip_rest_of_line(handle, on_progress)
                 problem = CaptureFormatError(
-                    name, number, None, "not UTF-8 text (is this a capture file?)"
+                    name,
+                    number,
+                    None,
+                    f"line of {size:,} bytes is over the {max_line_bytes:,}-byte limit; skipped",
                 )
+            elif not line.strip():
+                continue
             else:
                 try:
-                    yield Trace.model_validate_json(text)
-                    continue
-                except ValidationError as exc:
-                    problem = _line_error(name, number, line, exc)
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError:
+                    problem = CaptureFormatError(
+                        name, number, None, "not UTF-8 text (is this a capture file?)"
+                    )
+                else:
+                    try:
+                        yield Trace.model_validate_json(text)
+                        continue
+                    except ValidationError as exc:
+                        problem = _line_error(name, number, line, exc)
             if on_error is None:
                 raise problem
             on_error(problem)
     finally:
         handle.close()
+
+
+def _skip_rest_of_line(handle: IO[bytes], on_progress: Callable[[int], None] | None) -> int:
+    """Read past the rest of an oversized line a chunk at a time; return how many bytes."""
+    skipped = 0
+    while chunk := handle.readline(_CHUNK):
+        skipped += len(chunk)
+        if on_progress is not None:
+            on_progress(len(chunk))
+        if chunk.endswith(b"\n"):
+            break
+    return skipped
