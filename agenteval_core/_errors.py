@@ -7,6 +7,8 @@
     │   └── CaptureFormatError      a line is not a valid trace (carries file, line number and field)
     │       └── SchemaVersionError  a line was written by a newer schema version
     └── JudgeError                  a judge could not produce a usable reply
+        ├── JudgeConfigError        found before scoring: no API key, a bad URL, a refused
+        │                           connection, a rejected key (401/403)
         ├── JudgeUnavailableError   connection refused, timeouts, 5xx and 429 after all retries
         └── JudgeParseError         the reply did not parse after the allowed re-asks
 
@@ -20,6 +22,7 @@ __all__ = [
     "AgentEvalError",
     "CaptureError",
     "CaptureFormatError",
+    "JudgeConfigError",
     "JudgeError",
     "JudgeParseError",
     "JudgeUnavailableError",
@@ -77,6 +80,11 @@ class SchemaVersionError(CaptureFormatError):
 
 class JudgeError(AgentEvalError):
     """A judge could not produce a usable reply."""
+
+
+class JudgeConfigError(JudgeError):
+    """The judge is misconfigured, found by its preflight check before anything is scored;
+    the message names the option or variable to fix."""
 
 
 class JudgeUnavailableError(JudgeError):

@@ -48,6 +48,7 @@ class JudgeServer:
         self.completions: list[float] = []
         self.unsupported_formats: set[str] = set()
         self.latency = 0.0
+        self.models_status = 200
         self.in_flight = 0
         self.peak_in_flight = 0
         self._lock = threading.Lock()
@@ -61,6 +62,14 @@ class JudgeServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:  # GET /models: the judges' preflight check
+                body = json.dumps({"data": [{"id": "judge-model"}]}).encode()
+                self.send_response(server.models_status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))

@@ -215,3 +215,80 @@ def test_retry_after_is_honoured_up_to_its_maximum_and_every_retry_is_logged(
         + json.dumps({"error": {"message": "busy"}})
         + "); retry 2 of 3 in 120.0 s",
     ]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # closed again when the block ends
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "message"),
+    [
+        (
+            [],
+            {},
+            "agenteval: error: no API key for https://api.openai.com/v1; "
+            "set OPENAI_API_KEY or pass --judge-api-key",
+        ),
+        (
+            ["--judge-base-url", "notaurl"],
+            {},
+            "agenteval: error: judge base URL 'notaurl' is not an http(s) URL; set "
+            "--judge-base-url (or OPENAI_BASE_URL) to an API root such as http://localhost:8000/v1",
+        ),
+        (
+            ["--judge-base-url", "http://127.0.0.1:{port}/v1"],
+            {},
+            "agenteval: error: cannot reach the judge at http://127.0.0.1:{port}/v1 (ConnectError); "
+            "check --judge-base-url and that the server is running",
+        ),
+        (
+            ["--judge-base-url", "{server}"],
+            {"status": "401"},
+            "agenteval: error: the judge at {server} rejected the API key (HTTP 401); "
+            "set OPENAI_API_KEY or pass --judge-api-key",
+        ),
+    ],
+    ids=["no-key", "bad-url", "refused", "401"],
+)
+def test_a_misconfigured_judge_stops_replay_before_scoring(
+    judge_server: JudgeServer,
+    tmp_path: Path,
+    options: list[str],
+    env: dict[str, str],
+    message: str,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from agenteval_core import CaptureWriter, Trace
+
+    capture = tmp_path / "c.jsonl"
+    with CaptureWriter(capture) as writer:
+        writer.write(Trace(input="q", output="a"))
+    judge_server.models_status = int(env.get("status", 200))
+    port = _closed_port()
+
+    def fill(text: str) -> str:
+        return text.replace("{port}", str(port)).replace("{server}", judge_server.base_url)
+
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+    }
+    command = [sys.executable, "-m", "agenteval_core.cli", "replay", str(capture), "-q"]
+    command += ["--metrics", "confidence", "--judge-model", "gpt-4o-mini", "--no-cache"]
+    done = subprocess.run(
+        command + [fill(option) for option in options],
+        capture_output=True,
+        text=True,
+        env={**environment, "AGENTEVAL_CACHE_DIR": str(tmp_path)},
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == fill(message)
+    assert judge_server.requests == []  # nothing was scored, no judge call was made

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel
 
-from .._errors import JudgeUnavailableError
+from .._errors import JudgeConfigError, JudgeUnavailableError
 from ._base import DEFAULT_CACHE, BaseJudge, Completion, json_schema
 from ._cache import JudgeCache
 from ._traffic import Traffic
@@ -102,6 +102,40 @@ class OpenAIJudge(BaseJudge):
             client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
             self._clients[key] = client
         return client
+
+    async def preflight(self, timeout: float = 5.0) -> None:
+        """Check, before anything is scored, that this judge can be used: a valid base URL,
+        an API key for a hosted endpoint, a server that answers, and one that accepts the
+        key. Raises :class:`JudgeConfigError` naming what to fix; a server that does not
+        list its models (404, 405, 501) is given the benefit of the doubt."""
+        url = httpx.URL(self.base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise JudgeConfigError(
+                f"judge base URL {self.base_url!r} is not an http(s) URL; set --judge-base-url "
+                "(or OPENAI_BASE_URL) to an API root such as http://localhost:8000/v1"
+            )
+        if url.host.endswith("openai.com") and "Authorization" not in self.headers:
+            raise JudgeConfigError(
+                f"no API key for {self.base_url}; set OPENAI_API_KEY or pass --judge-api-key"
+            )
+        try:
+            async with httpx.AsyncClient(timeout=timeout, headers=self.headers) as client:
+                response = await client.get(f"{self.base_url}/models")
+        except httpx.TimeoutException:
+            raise JudgeConfigError(
+                f"the judge at {self.base_url} did not answer within {timeout:g} s; "
+                "check --judge-base-url"
+            ) from None
+        except httpx.TransportError as exc:
+            raise JudgeConfigError(
+                f"cannot reach the judge at {self.base_url} ({type(exc).__name__}); "
+                "check --judge-base-url and that the server is running"
+            ) from None
+        if response.status_code in (401, 403):
+            raise JudgeConfigError(
+                f"the judge at {self.base_url} rejected the API key (HTTP "
+                f"{response.status_code}); set OPENAI_API_KEY or pass --judge-api-key"
+            )
 
     def _payload(self, messages: list[dict[str, str]], schema: type[BaseModel]) -> dict[str, Any]:
         payload: dict[str, Any] = {

@@ -82,6 +82,9 @@ async def areplay(
     on_progress: Callable[[int], None] | None = None,
 ) -> ReplayReport:
     """Score every trace of a capture file; see :func:`replay`."""
+    preflight = getattr(judge, "preflight", None)
+    if preflight is not None:  # a misconfigured judge fails now, not on every trace
+        await preflight()
     report = ReplayReport(path=os.fspath(path))
     all_sinks: list[Sink] = [_ReportSink(report, on_trace)]
     if output is not None:
@@ -137,7 +140,9 @@ def replay(
     :class:`~agenteval_core.Engine` as online: up to ``concurrency`` at once (default: the
     judge's bound), each session in order. Bad lines go to ``on_bad_line`` and are skipped,
     so every good line is scored. With ``output``, the results file is written (see
-    :class:`~agenteval_core.ResultsFileSink`); ``sinks`` receive every result too.
+    :class:`~agenteval_core.ResultsFileSink`); ``sinks`` receive every result too. A judge's
+    preflight check runs first: a missing key, a bad URL, an unreachable server or a
+    rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
     """
     # A replay keeps a batch of parsed traces alive; with the default thresholds the cyclic
     # collector re-scans them every few hundred allocations. Traces hold no cycles, so fewer
