@@ -215,7 +215,24 @@ def instrument(
     stop_on_loop: bool = False,
 ) -> LlamaIndexInstrumentation:
     """Capture and score every LlamaIndex agent run from now on; returns the instrumentation
-    (call ``uninstrument()`` on it to stop)."""
-    return LlamaIndexInstrumentation(
+    (call ``uninstrument()`` on it to stop).
+
+    Call it once per process: LlamaIndex's dispatcher is process-wide, so a second
+    instrumentation would see every run too. Calling it again replaces the first (with a
+    warning), so no run is ever recorded twice. For a session per run, tag the run:
+    ``with instrument_tags({"session_id": "user-42"}): await agent.run(...)``.
+    """
+    global _installed
+    if _installed is not None and _installed.installed:
+        logger.warning(
+            "agenteval: instrument() was called again; the new instrumentation replaces the "
+            "first (give each run its session with instrument_tags({'session_id': ...}))"
+        )
+        _installed.uninstrument()
+    _installed = LlamaIndexInstrumentation(
         evaluator, session_id=session_id, stop_on_loop=stop_on_loop
     ).instrument()
+    return _installed
+
+
+_installed: LlamaIndexInstrumentation | None = None

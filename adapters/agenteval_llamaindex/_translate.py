@@ -9,7 +9,7 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlo
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatStartEvent
 from llama_index.core.tools.types import BaseTool
 
-from agenteval_core import LoopAlert, Recorder, SpanKind, ToolCall, ToolSpec
+from agenteval_core import LoopAlert, Recorder, RunStatus, SpanKind, ToolCall, ToolSpec
 
 __all__ = ["Translator"]
 
@@ -192,11 +192,18 @@ class Translator:
             # a tool's own span dropped: the error belongs to its call_tool span
             if parent is not None and _name(parent).endswith("call_tool"):
                 self._tool_errors[parent] = message
+            # an LLM call that failed: its span (opened by LLMChatStartEvent) gets the
+            # provider's error, since no LLMChatEndEvent will come
+            self.assembler.end_span(("llm", span_id), error=message, end_time=at)
             return
         self.assembler.end_span(span_id, error=message, end_time=at)
 
     def _event(self, event: Any, at: float) -> None:
-        if isinstance(event, LLMChatStartEvent):
+        if type(event).__name__ == "SpanCancelledEvent":  # the run's caller cancelled it
+            key = self._parent(event.span_id)
+            if key is not None:
+                self.assembler.mark(key, RunStatus.CANCELLED, "cancelled by its caller")
+        elif isinstance(event, LLMChatStartEvent):
             parent = self._parent(event.span_id)
             model = (event.model_dict or {}).get("model") or (event.model_dict or {}).get(
                 "class_name"

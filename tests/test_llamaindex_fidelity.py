@@ -1,0 +1,136 @@
+"""LlamaIndex runs an evaluator must get right: one instrumentation per process with a
+session per run, a run its caller cancelled, and an LLM call that failed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agenteval_llamaindex import instrument
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import ToolCallBlock
+from llama_index.core.instrumentation.dispatcher import instrument_tags
+from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms.mock import MockFunctionCallingLLM
+from llama_index.core.tools import FunctionTool
+
+from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, Trace, read_capture
+
+
+def lookup_order(order_id: str) -> str:
+    """Status of an order."""
+    return "shipped"
+
+
+def answer(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
+
+
+def calls_then_answer(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+    if any(m.role == MessageRole.TOOL for m in messages):
+        return answer("A-1 has shipped.")
+    block = ToolCallBlock(
+        tool_call_id="c1", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
+    )
+    return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+
+@pytest.fixture
+def evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
+    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
+    yield evaluator
+    evaluator.close()
+
+
+def captured(evaluator: OnlineEvaluator) -> list[Trace]:
+    assert evaluator.flush(20)
+    assert evaluator.capture_path is not None
+    return list(read_capture(evaluator.capture_path))
+
+
+def test_one_instrumentation_and_a_session_per_run(evaluator: OnlineEvaluator) -> None:
+    first = instrument(evaluator, session_id="everyone")
+    second = instrument(evaluator)  # replaces the first: no run is recorded twice
+    try:
+        assert not first.installed and second.installed
+        agent = FunctionAgent(
+            tools=[FunctionTool.from_defaults(lookup_order)],
+            llm=MockFunctionCallingLLM(response_generator=calls_then_answer),
+        )
+
+        async def main() -> None:
+            for user in ("user-1", "user-2"):
+                with instrument_tags({"session_id": user}):
+                    await agent.run(f"Where is A-1? ({user})")
+
+        asyncio.run(main())
+        traces = captured(evaluator)
+    finally:
+        second.uninstrument()
+    assert [(t.session_id, t.input) for t in traces] == [
+        ("user-1", "Where is A-1? (user-1)"),
+        ("user-2", "Where is A-1? (user-2)"),
+    ]
+    assert [[c.arguments for c in t.tool_calls()] for t in traces] == [[{"order_id": "A-1"}]] * 2
+
+
+def test_a_run_its_caller_cancelled_says_so(evaluator: OnlineEvaluator) -> None:
+    started = asyncio.Event()
+
+    async def wait_for_approval(order_id: str) -> str:
+        """Wait for a human to approve."""
+        started.set()
+        await asyncio.sleep(30)
+        return "approved"
+
+    def ask(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        block = ToolCallBlock(
+            tool_call_id="w1", tool_name="wait_for_approval", tool_kwargs={"order_id": "A-1"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(async_fn=wait_for_approval)],
+        llm=MockFunctionCallingLLM(response_generator=ask),
+    )
+    instrumentation = instrument(evaluator)
+    try:
+
+        async def main() -> None:
+            handler = agent.run("Refund A-1 once approved")
+            await started.wait()
+            await handler.cancel_run()
+            with pytest.raises(BaseException) as cancelled:
+                await handler
+            assert type(cancelled.value).__name__ == "WorkflowCancelledByUser"
+
+        asyncio.run(main())
+        [trace] = captured(evaluator)
+    finally:
+        instrumentation.uninstrument()
+    assert trace.status is RunStatus.CANCELLED
+    assert trace.status_reason == "cancelled by its caller"
+
+
+def test_a_failed_llm_call_carries_the_providers_error(evaluator: OnlineEvaluator) -> None:
+    def down(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        raise ConnectionError("provider returned 503: overloaded")
+
+    agent = FunctionAgent(tools=[], llm=MockFunctionCallingLLM(response_generator=down))
+    instrumentation = instrument(evaluator)
+    try:
+
+        async def main() -> None:
+            await agent.run("Where is A-1?")
+
+        with pytest.raises(Exception, match="overloaded"):
+            asyncio.run(main())
+        [trace] = captured(evaluator)
+    finally:
+        instrumentation.uninstrument()
+    [llm] = trace.spans_of(SpanKind.LLM)
+    assert llm.error == "ConnectionError: provider returned 503: overloaded"
+    assert trace.status is RunStatus.ERROR
