@@ -9,7 +9,9 @@ from __future__ import annotations
 try:
     import crewai  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("agenteval_crewai needs CrewAI: pip install 'agenteval[crewai]'") from exc
+    raise ImportError(
+        "agenteval_crewai needs CrewAI: pip install 'agenteval[crewai]' (from a checkout: pip install -e '.[crewai]')"
+    ) from exc
 
 from ._listener import AgentEvalListener
 

@@ -10,7 +10,7 @@ try:
     import langchain_core  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "agenteval_langchain needs LangChain: pip install 'agenteval[langchain]'"
+        "agenteval_langchain needs LangChain: pip install 'agenteval[langchain]' (from a checkout: pip install -e '.[langchain]')"
     ) from exc
 
 from ._handler import AgentEvalCallbackHandler, AgentLoopError, AsyncAgentEvalCallbackHandler

@@ -11,7 +11,7 @@ try:
     import llama_index.core  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "agenteval_llamaindex needs LlamaIndex: pip install 'agenteval[llamaindex]'"
+        "agenteval_llamaindex needs LlamaIndex: pip install 'agenteval[llamaindex]' (from a checkout: pip install -e '.[llamaindex]')"
     ) from exc
 
 from ._handler import LlamaIndexInstrumentation, instrument

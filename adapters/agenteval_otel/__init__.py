@@ -9,7 +9,9 @@ from __future__ import annotations
 try:
     import opentelemetry.sdk  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("agenteval_otel needs OpenTelemetry: pip install 'agenteval[otel]'") from exc
+    raise ImportError(
+        "agenteval_otel needs OpenTelemetry: pip install 'agenteval[otel]' (from a checkout: pip install -e '.[otel]')"
+    ) from exc
 
 from ._export import OTelExporter, OTelSink, otlp_json
 from ._import import import_otlp_json
