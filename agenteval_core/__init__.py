@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         pass_at_k,
         pass_pow_k,
     )
+    from .offline._replay import ReplayReport, areplay, replay
     from .online._evaluator import (
         DEFAULT_REDACTOR,
         EvaluatorStats,
@@ -70,12 +71,13 @@ if TYPE_CHECKING:
         default_evaluator,
     )
     from .online._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
-    from .replay._replay import ReplayReport, areplay, replay
     from .schema._capture import CaptureWriter, read_capture
     from .schema._results import MetricResult, TraceResults
     from .schema._trace import (
         COMPLETED_STATUSES,
+        CONTROL_FLOW,
         GUARD_REFUSED,
+        HANDOFF_TARGET,
         OTEL_OPERATION_NAMES,
         SCHEMA_VERSION,
         AgentStep,
@@ -139,15 +141,17 @@ _EXPORTS: dict[str, str] = {
     "TraceAssembler": ".online._recorder",
     "UNSET": ".online._recorder",
     "Redactor": "._redact",
-    "ReplayReport": ".replay._replay",
-    "areplay": ".replay._replay",
-    "replay": ".replay._replay",
+    "ReplayReport": ".offline._replay",
+    "areplay": ".offline._replay",
+    "replay": ".offline._replay",
     "MetricResult": ".schema._results",
     "AgentStep": ".schema._trace",
     "COMPLETED_STATUSES": ".schema._trace",
     "EvalCase": ".schema._trace",
     "ExpectedToolCall": ".schema._trace",
     "GUARD_REFUSED": ".schema._trace",
+    "CONTROL_FLOW": ".schema._trace",
+    "HANDOFF_TARGET": ".schema._trace",
     "LoopAlert": ".schema._trace",
     "OTEL_OPERATION_NAMES": ".schema._trace",
     "RunStatus": ".schema._trace",

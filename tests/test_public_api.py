@@ -40,3 +40,11 @@ def test_importing_the_package_loads_no_heavy_dependency() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_no_folder_of_the_core_shadows_a_public_name() -> None:
+    # importing a subpackage sets an attribute of the package with the folder's name
+    folders = {
+        path.name for path in Path(agenteval_core.__file__).parent.iterdir() if path.is_dir()
+    }
+    assert not folders & set(agenteval_core.__all__)

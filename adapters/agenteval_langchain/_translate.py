@@ -10,7 +10,16 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from agenteval_core import LoopAlert, Recorder, RunStatus, SpanKind, ToolCall, ToolSpec
+from agenteval_core import (
+    CONTROL_FLOW,
+    HANDOFF_TARGET,
+    LoopAlert,
+    Recorder,
+    RunStatus,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+)
 
 __all__ = ["Translator", "jsonable"]
 
@@ -96,9 +105,6 @@ def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
     return specs
 
 
-CONTROL_FLOW = "agenteval.control_flow"
-"""Span attribute: ``interrupt`` or ``handoff`` when the span ended by LangGraph control flow."""
-
 _INTERNAL_METADATA = ("langgraph_", "checkpoint_", "ls_", "__")
 
 
@@ -127,7 +133,7 @@ def _command(error: BaseException) -> dict[str, Any]:
     """Where a handoff (``ParentCommand``) goes, as span attributes."""
     command = error.args[0] if error.args else None
     goto = getattr(command, "goto", None)
-    return {"agenteval.handoff.goto": jsonable(goto)} if goto else {}
+    return {HANDOFF_TARGET: jsonable(goto)} if goto else {}
 
 
 def _session(metadata: dict[str, Any] | None) -> str | None:

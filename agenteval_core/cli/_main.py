@@ -25,7 +25,7 @@ from rich.table import Table
 from .._errors import AgentEvalError, CaptureFormatError
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind, list_metrics, metric_class
-from ..replay._replay import ReplayReport, replay
+from ..offline._replay import ReplayReport, replay
 
 __all__ = ["RunProblem", "UserError", "cli", "main"]
 

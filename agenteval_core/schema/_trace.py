@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "COMPLETED_STATUSES",
+    "CONTROL_FLOW",
     "GUARD_REFUSED",
+    "HANDOFF_TARGET",
     "OTEL_OPERATION_NAMES",
     "SCHEMA_VERSION",
     "AgentStep",
@@ -39,6 +41,13 @@ SCHEMA_VERSION = 1
 
 GUARD_REFUSED = "agenteval.guard.refused"
 """Span attribute set to ``True`` on a tool call that the loop guard refused."""
+
+CONTROL_FLOW = "agenteval.control_flow"
+"""Span attribute: ``interrupt`` or ``handoff`` when a span ended by the framework's control
+flow (a pause for a human, a handoff to another agent) rather than by an error."""
+
+HANDOFF_TARGET = "agenteval.handoff.goto"
+"""Span attribute: where a handoff went."""
 
 
 def new_id() -> str:
