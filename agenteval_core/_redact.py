@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ DEFAULT_SECRET_PATTERNS: dict[str, str] = {
     "aws-secret-key": r"(?i)\baws_secret_access_key[\"'\s:=]+[A-Za-z0-9/+=]{40}",
     "bearer-token": r"(?i)\bBearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
     "github-token": r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",
+    "github-fine-grained-token": r"\bgithub_pat_[A-Za-z0-9_]{22,}",
 }
 """Shapes of common credentials; each match becomes ``[REDACTED:<name>]``."""
 
@@ -63,20 +65,36 @@ class Redactor:
         self._fields = DEFAULT_SECRET_FIELDS | {name.lower() for name in self.fields}
 
     def text(self, value: str) -> str:
-        """One string with its secrets replaced and its length bounded."""
+        """One string with its secrets replaced and its length bounded. A string that holds
+        a JSON object or array (a tool result, say) has its secret-named fields redacted too."""
+        value = self._json_text(value)
         for name, pattern in self._compiled:
             value = pattern.sub(f"[REDACTED:{name}]", value)
         if self.max_chars is not None and len(value) > self.max_chars:
             value = f"{value[: self.max_chars]}…[truncated: {len(value)} characters in all]"
         return value
 
+    def _json_text(self, value: str) -> str:
+        stripped = value.lstrip()
+        if not stripped.startswith(("{", "[")) or (
+            self.max_chars is not None and len(value) > self.max_chars
+        ):
+            return value
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        redacted = self.value(parsed)
+        return value if redacted == parsed else json.dumps(redacted, ensure_ascii=False)
+
     def value(self, value: Any) -> Any:
-        """A copy of a JSON-like value with secrets replaced, in keys' values and strings."""
+        """A copy of a JSON-like value with secrets replaced: the values of secret-named keys,
+        secret shapes in strings, and in keys too (a token can be a dictionary key)."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
             return {
-                key: "[REDACTED]"
+                (self.text(key) if isinstance(key, str) else key): "[REDACTED]"
                 if isinstance(key, str)
                 and key.lower() in self._fields
                 and value[key] not in (None, "")

@@ -142,3 +142,50 @@ def test_reports_and_otel_exports_never_show_secrets(
     exported = json.dumps(otlp_json(memory.get_finished_spans()))
     for secret in (OPENAI, ANTHROPIC, AWS, "plain-looking-value"):
         assert secret not in page and secret not in exported
+
+
+GITHUB_PAT = (
+    "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRS"
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # a secret used as a dictionary key
+        ({OPENAI: "cached"}, {"[REDACTED:openai-key]": "cached"}),
+        # a fine-grained GitHub token
+        (f"token {GITHUB_PAT} here", "token [REDACTED:github-fine-grained-token] here"),
+        # secret-named fields inside JSON text (a tool result that is a JSON string)
+        (
+            '{"user": "ann", "password": "hunter2", "nested": {"api_key": "k-123"}}',
+            '{"user": "ann", "password": "[REDACTED]", "nested": {"api_key": "[REDACTED]"}}',
+        ),
+        # JSON text with nothing secret is left exactly as it was
+        ('{"user":  "ann"}', '{"user":  "ann"}'),
+    ],
+    ids=["key", "github-pat", "json-text", "json-untouched"],
+)
+def test_secret_shapes_in_keys_json_text_and_tokens(value: object, expected: object) -> None:
+    assert Redactor().value(value) == expected
+
+
+def test_a_judge_never_writes_the_api_key_a_server_echoes(judge_server: JudgeServer) -> None:
+    key = "my-own-test-key-1234"  # matches no pattern: only the judge knows it is a secret
+    judge_server.reply(
+        Reply(status=401, content=f"invalid key {key}"),
+        *[Reply(status=503, content=f"retry later, {key}")] * 3,
+    )
+    judge = OpenAIJudge(
+        "judge-model",
+        base_url=judge_server.base_url,
+        api_key=key,
+        cache=None,
+        max_retries=2,
+        backoff_base=0.01,
+    )
+    first = create_metric("confidence", judge=judge).measure(planted())
+    second = create_metric("confidence", judge=judge).measure(planted())
+    for result in (first, second):
+        assert result.score is None and key not in (result.error or "")
+        assert "[REDACTED:api-key]" in (result.error or "")

@@ -159,7 +159,12 @@ class OpenAIJudge(BaseJudge):
         url = f"{self.base_url}/chat/completions"
         while True:
             payload = self._payload(messages, schema)
-            response = await self.traffic.send(functools.partial(client.post, url, json=payload))
+            try:
+                response = await self.traffic.send(
+                    functools.partial(client.post, url, json=payload)
+                )
+            except JudgeUnavailableError as exc:
+                raise JudgeUnavailableError(self._scrub(str(exc))) from None
             if (
                 response.status_code == 400
                 and "response_format" in response.text
@@ -169,9 +174,14 @@ class OpenAIJudge(BaseJudge):
                 continue
             if response.status_code >= 400:
                 raise JudgeUnavailableError(
-                    f"HTTP {response.status_code} from {url}: {response.text[:300]}"
+                    self._scrub(f"HTTP {response.status_code} from {url}: {response.text[:300]}")
                 )
             return _completion(response)
+
+    def _scrub(self, text: str) -> str:
+        """An error text without this judge's API key (a server may echo it back)."""
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return text.replace(key, "[REDACTED:api-key]") if key else text
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP client."""
