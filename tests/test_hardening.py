@@ -32,6 +32,7 @@ from langchain_core.tools import tool
 
 from agenteval_core import (
     CaptureFormatError,
+    CaptureWriter,
     EvalCase,
     Metric,
     MetricKind,
@@ -424,3 +425,23 @@ def test_error_messages_quote_an_excerpt_of_a_huge_key(tmp_path: Path) -> None:
     [error] = errors
     assert len(str(error)) < 400
     assert str(error).startswith(f"{capture}:1 field '{'k' * 120}… (1,000,000 characters)'")
+
+
+def test_a_line_glued_to_a_killed_writers_fragment_is_recovered(tmp_path: Path) -> None:
+    # Two workers share a capture. Worker A dies mid-line; worker B, whose file was already
+    # open, appends its next trace right after A's fragment, on the same line.
+    capture = tmp_path / "c.jsonl"
+    healthy = CaptureWriter(capture)  # worker B
+    healthy.write(Trace(id="b1", input="q", output="a"))
+    torn = Trace(id="a1", input="q", output="x" * 500).model_dump_json()
+    with open(capture, "ab") as worker_a:
+        worker_a.write(torn[:200].encode())  # killed here: no rest of line, no newline
+    healthy.write(Trace(id="b2", input="q", output="a"))
+    healthy.write(Trace(id="b3", input="q", output="a"))
+    healthy.close()
+    errors: list[CaptureFormatError] = []
+    traces = list(read_capture(capture, on_error=errors.append))
+    assert [t.id for t in traces] == ["b1", "b2", "b3"]  # no healthy trace lost
+    [fragment] = errors
+    assert (fragment.line, fragment.truncated) == (2, True)
+    assert "the trace written after it on the same line was recovered" in str(fragment)

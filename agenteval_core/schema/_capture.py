@@ -20,10 +20,12 @@ __all__ = ["MAX_LINE_BYTES", "CaptureWriter", "read_capture"]
 class CaptureWriter:
     """Appends traces to a JSONL file, one line per trace.
 
-    Each trace is written with a single unbuffered ``write`` in append mode, so a crash loses
-    at most the line being written, and concurrent writers never interleave inside a line.
-    A torn last line left by an earlier crash is closed off with a newline first, so the next
-    trace stays readable. Thread-safe.
+    Each trace is written with a single unbuffered ``write`` in append mode (continued if the
+    system takes only part of a large line), so a crash loses at most the line being
+    written, and several writers, threads or processes, can share one file. A torn last
+    line left by an earlier crash is closed off with a newline first, so the next trace stays
+    readable; when another process appends right after a writer killed mid-line, the reader
+    recovers the line glued to the fragment. Thread-safe.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
@@ -41,9 +43,10 @@ class CaptureWriter:
 
     def write(self, trace: Trace) -> None:
         """Append one trace as a line and flush it to the operating system."""
-        line = trace.model_dump_json().encode() + b"\n"
+        line = memoryview(trace.model_dump_json().encode() + b"\n")
         with self._lock:
-            self._file.write(line)
+            while line:  # an unbuffered write may take part of a large line: write the rest
+                line = line[self._file.write(line) or 0 :]
             if self.fsync:
                 os.fsync(self._file.fileno())
             self.written += 1
@@ -155,11 +158,46 @@ def read_capture(
                         continue
                     except ValidationError as exc:
                         problem = _line_error(name, number, line, exc)
+                        glued = (
+                            _glued_trace(text)
+                            if exc.errors()[0]["type"] == "json_invalid"
+                            else None
+                        )
+                        if glued is not None:
+                            # another writer's whole line glued to a torn fragment: the
+                            # fragment is lost, the line after it is recovered
+                            fragment = CaptureFormatError(
+                                name,
+                                number,
+                                None,
+                                "a fragment torn by a writer that stopped mid-line; the trace "
+                                "written after it on the same line was recovered",
+                                truncated=True,
+                            )
+                            if on_error is None:
+                                raise fragment from None
+                            on_error(fragment)
+                            yield glued
+                            continue
             if on_error is None:
                 raise problem
             on_error(problem)
     finally:
         handle.close()
+
+
+_TRACE_START = '{"schema_version":'
+
+
+def _glued_trace(text: str) -> Trace | None:
+    """The last whole trace in a line that holds a torn fragment and then a whole trace."""
+    start = text.rfind(_TRACE_START)
+    if start <= 0:
+        return None
+    try:
+        return Trace.model_validate_json(text[start:])
+    except ValidationError:
+        return None
 
 
 def _skip_rest_of_line(handle: IO[bytes], on_progress: Callable[[int], None] | None) -> int:
