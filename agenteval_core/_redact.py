@@ -23,6 +23,21 @@ DEFAULT_SECRET_PATTERNS: dict[str, str] = {
 }
 """Shapes of common credentials; each match becomes ``[REDACTED:<name>]``."""
 
+_HINTS: dict[str, tuple[str, ...]] = {
+    "anthropic-key": ("sk-ant-",),
+    "openai-key": ("sk-",),
+    "aws-access-key": ("akia", "asia"),
+    "aws-secret-key": ("aws_secret_access_key",),
+    "bearer-token": ("bearer",),
+    "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "github-fine-grained-token": ("github_pat_",),
+}
+"""Lower-cased text that each default pattern's match must contain: a cheap test that lets
+most strings skip the regular expressions. Patterns of the user's are always run."""
+
+_CUT_MARGIN = 512
+"""Characters kept past ``max_chars`` while searching, so no secret is split by the cut."""
+
 DEFAULT_SECRET_FIELDS: frozenset[str] = frozenset(
     {
         "api_key",
@@ -56,29 +71,47 @@ class Redactor:
     patterns: dict[str, str] = field(default_factory=dict)
     fields: Iterable[str] = ()
     max_chars: int | None = 100_000
-    _compiled: list[tuple[str, re.Pattern[str]]] = field(init=False, repr=False)
+    _compiled: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = field(init=False, repr=False)
     _fields: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         merged = DEFAULT_SECRET_PATTERNS | dict(self.patterns)
-        self._compiled = [(name, re.compile(pattern)) for name, pattern in merged.items()]
+        self._compiled = [
+            (name, re.compile(pattern), _HINTS.get(name, ()) if name not in self.patterns else ())
+            for name, pattern in merged.items()
+        ]
         self._fields = DEFAULT_SECRET_FIELDS | {name.lower() for name in self.fields}
 
     def text(self, value: str) -> str:
         """One string with its secrets replaced and its length bounded. A string that holds
-        a JSON object or array (a tool result, say) has its secret-named fields redacted too."""
-        value = self._json_text(value)
-        for name, pattern in self._compiled:
+        a JSON object or array (a tool result, say) has its secret-named fields redacted too.
+
+        An oversized string is cut before it is searched (keeping a margin, so a secret that
+        straddles the cut is still seen whole), and a pattern runs only on text that holds
+        its telltale prefix: the cost stays linear in ``max_chars`` however large the
+        payload."""
+        size, limit = len(value), self.max_chars
+        oversized = limit is not None and size > limit
+        value = (
+            value[: limit + _CUT_MARGIN]
+            if limit is not None and oversized
+            else self._json_text(value)
+        )
+        lowered: str | None = None
+        for name, pattern, hints in self._compiled:
+            if hints:
+                if lowered is None:
+                    lowered = value.lower()
+                if not any(hint in lowered for hint in hints):
+                    continue  # no telltale prefix: the pattern cannot match
             value = pattern.sub(f"[REDACTED:{name}]", value)
-        if self.max_chars is not None and len(value) > self.max_chars:
-            value = f"{value[: self.max_chars]}…[truncated: {len(value)} characters in all]"
+            lowered = None
+        if limit is not None and oversized:
+            value = f"{value[:limit]}…[truncated: {size} characters in all]"
         return value
 
     def _json_text(self, value: str) -> str:
-        stripped = value.lstrip()
-        if not stripped.startswith(("{", "[")) or (
-            self.max_chars is not None and len(value) > self.max_chars
-        ):
+        if not value.lstrip().startswith(("{", "[")):
             return value
         try:
             parsed = json.loads(value)
