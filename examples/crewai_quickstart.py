@@ -16,7 +16,7 @@ from agenteval_crewai._scripted import ScriptedLLM
 from crewai import Agent, Crew, Task
 from crewai.tools import tool
 
-from agenteval_core import OnlineEvaluator
+from agenteval_core import ConsoleSink, OnlineEvaluator
 
 
 @tool("get_weather")
@@ -46,7 +46,7 @@ task = Task(
 if __name__ == "__main__":
     with OnlineEvaluator(
         capture="crewai-capture.jsonl",
-        on_result=lambda trace, r: print({x.name: x.score for x in r.results}),
+        sinks=[ConsoleSink()],  # a line per scored trace, and a summary at the end
     ) as evaluator:
         listener = AgentEvalListener(evaluator, session_id="user-42")  # the one line
         print(Crew(agents=[agent], tasks=[task]).kickoff())

@@ -14,7 +14,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
-from agenteval_core import OnlineEvaluator
+from agenteval_core import ConsoleSink, OnlineEvaluator
 
 
 @tool
@@ -36,7 +36,7 @@ agent = create_agent(model, tools=[get_weather])
 if __name__ == "__main__":
     with OnlineEvaluator(
         capture="quickstart-capture.jsonl",
-        on_result=lambda trace, r: print({x.name: x.score for x in r.results}),
+        sinks=[ConsoleSink()],  # a line per scored trace, and a summary at the end
     ) as evaluator:
         handler = AgentEvalCallbackHandler(evaluator, session_id="user-42")  # the one line
         answer = agent.invoke(

@@ -17,7 +17,7 @@ from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from agenteval_core import OnlineEvaluator
+from agenteval_core import ConsoleSink, OnlineEvaluator
 
 
 def get_weather(city: str) -> str:
@@ -43,7 +43,7 @@ agent = FunctionAgent(
 async def main() -> None:
     with OnlineEvaluator(
         capture="llamaindex-capture.jsonl",
-        on_result=lambda trace, r: print({x.name: x.score for x in r.results}),
+        sinks=[ConsoleSink()],  # a line per scored trace, and a summary at the end
     ) as evaluator:
         instrumentation = instrument(evaluator, session_id="user-42")  # the one line
         print(await agent.run("What's the weather in Paris?"))

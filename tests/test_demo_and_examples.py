@@ -52,12 +52,19 @@ def test_examples_run(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
         runpy.run_path(str(ROOT / "examples" / name), run_name="__main__")
     finally:
         os.chdir(cwd)
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
+    out = printed.out
     if name == "langchain_loop_alert.py":
         assert "ALERT: check_status called 3 times" in out
         assert "stopped: repeated_call 3 calls" in out
         return
-    assert "It is sunny and 21°C in Paris." in out and "coherence" in out
+    assert "It is sunny and 21°C in Paris." in out
+    # the console sink: a line for the scored trace, then the summary with the report command
+    lines = printed.err.splitlines()
+    assert lines[0].startswith("agenteval: trace ") and "session user-42 [ok]" in lines[0]
+    assert "coherence" in lines[0] and "tool_call_loops 1.00" in lines[0]
+    assert lines[1].startswith("agenteval: 1 trace(s) scored")
+    assert lines[2].endswith(": agenteval report " + lines[2].split("capture ")[1].split(";")[0])
     capture = {
         "langchain_quickstart.py": "quickstart-capture.jsonl",
         "llamaindex_quickstart.py": "llamaindex-capture.jsonl",

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from agenteval_core import (
     GUARD_REFUSED,
     CallbackSink,
+    ConsoleSink,
     EvalCase,
     EventPump,
     LoopAlert,
@@ -480,3 +481,33 @@ def test_a_sigterm_handler_of_the_users_is_left_alone(tmp_path: Path) -> None:
         """
     )
     assert subprocess.run([sys.executable, "-c", script], timeout=120).returncode == 0
+
+
+def test_the_console_sink_prints_a_line_per_trace_and_a_closing_summary(tmp_path: Path) -> None:
+    import io
+
+    out = io.StringIO()
+    capture, results = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
+    stopped = trace("", status=RunStatus.STOPPED, id="stopped-run")
+    with OnlineEvaluator(
+        capture=capture,
+        results_path=results,
+        metrics=["tool_call_loops"],
+        session_metrics=[],
+        sinks=[ConsoleSink(out)],
+        log=False,
+    ) as evaluator:
+        evaluator.submit(trace("Your order shipped yesterday.", id="fine-run-1"))
+        evaluator.submit(stopped)
+        assert evaluator.flush(10)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == [
+        "agenteval: trace fine-run session s1 [ok] tool_call_loops 1.00",
+        "agenteval: trace stopped- session s1 [stopped] tool_call_loops 1.00",
+    ]
+    assert lines[2:] == [
+        "agenteval: 2 trace(s) scored, 0 with failing metrics, 1 that did not complete; "
+        "0 loop alert(s)",
+        f"agenteval: capture {capture}, results {results}; open the report with: "
+        f"agenteval report {results} --capture {capture}",
+    ]

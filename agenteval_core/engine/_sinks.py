@@ -46,6 +46,10 @@ class Sink:
     def alert(self, alert: LoopAlert) -> None:
         """A loop alert was raised (online only)."""
 
+    def attached(self, capture: Path | None, results: Path | None) -> None:
+        """The sink was given to an online evaluator that captures to ``capture`` and writes
+        results to ``results`` (either may be None)."""
+
     def close(self) -> None:
         """Release what the sink holds (files); called once, when scoring ends."""
 
@@ -170,13 +174,22 @@ class LoggingSink(Sink):
 
 
 class ConsoleSink(Sink):
-    """One line per scored trace on stderr (failing metrics first), and one per alert."""
+    """What a person at a terminal wants to see: one line per scored trace on stderr (its
+    status, failing metrics first), one per loop alert, and at close a summary: traces
+    scored, failing and stopped, alerts, where the capture and results are, and the command
+    that opens the report."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream
+        self.traces = self.failing = self.unfinished = self.alerts = 0
+        self.capture: Path | None = None
+        self.results: Path | None = None
 
     def _print(self, line: str) -> None:
         print(line, file=self.stream or sys.stderr, flush=True)
+
+    def attached(self, capture: Path | None, results: Path | None) -> None:
+        self.capture, self.results = capture, results
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         failing = results.failing()
@@ -185,8 +198,28 @@ class ConsoleSink(Sink):
             f"✗ {r.name} {'error' if r.score is None else f'{r.score:.2f}'}" for r in failing
         ] + [f"{r.name} {r.score:.2f}" for r in passing if r.score is not None]
         status = trace.status or "ok"
+        self.traces += 1
+        self.failing += bool(failing)
+        self.unfinished += not trace.completed
         session = f" session {trace.session_id}" if trace.session_id else ""
         self._print(f"agenteval: trace {trace.id[:8]}{session} [{status}] " + ", ".join(parts))
 
     def alert(self, alert: LoopAlert) -> None:
+        self.alerts += 1
         self._print(f"agenteval: loop alert: {alert.message}")
+
+    def close(self) -> None:
+        self._print(
+            f"agenteval: {self.traces} trace(s) scored, {self.failing} with failing metrics, "
+            f"{self.unfinished} that did not complete; {self.alerts} loop alert(s)"
+        )
+        if self.capture is not None:
+            where = f"capture {self.capture}" + (
+                f", results {self.results}" if self.results else ""
+            )
+            report = (
+                f"agenteval report {self.results} --capture {self.capture}"
+                if self.results
+                else f"agenteval report {self.capture}"
+            )
+            self._print(f"agenteval: {where}; open the report with: {report}")

@@ -167,6 +167,9 @@ class OnlineEvaluator:
             seed=seed,
         )
         self.capture_path = Path(capture) if capture is not None else None
+        self.results_path = Path(results_path) if results_path is not None else None
+        for sink in all_sinks:
+            sink.attached(self.capture_path, self.results_path)
         self._capture = CaptureWriter(self.capture_path) if self.capture_path else None
         self.recorder = Recorder(
             on_trace=self.submit,
@@ -208,6 +211,7 @@ class OnlineEvaluator:
 
     def add_sink(self, sink: Sink) -> None:
         """Send results and alerts to one more sink from now on."""
+        sink.attached(self.capture_path, self.results_path)
         self.engine.sinks.insert(len(self.engine.sinks) - 1, sink)
 
     # --- the agent's side: never blocks, never raises ------------------------------------
