@@ -107,25 +107,31 @@ def check_stopped_trace(evaluator: OnlineEvaluator, tools: Tools) -> Trace:
     return trace
 
 
-def test_langchain(evaluator: OnlineEvaluator) -> None:
-    from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
+def langchain_agent(tools: Tools) -> Any:
+    """A LangChain agent whose scripted model asks for the calls of SCRIPT, one per turn."""
     from agenteval_langchain._scripted import ScriptedChatModel, tool_call
     from langchain.agents import create_agent
     from langchain_core.messages import AIMessage
     from langchain_core.tools import StructuredTool
 
-    tools = Tools()
     replies = [
         AIMessage(content="", tool_calls=[tool_call(name, f"c{i}", **args)])
         for i, (name, args) in enumerate(SCRIPT)
     ]
-    agent = create_agent(
+    return create_agent(
         ScriptedChatModel(replies=[*replies, AIMessage(content="done")]),
         tools=[
             StructuredTool.from_function(tools.lookup_order, name="lookup_order"),
             StructuredTool.from_function(tools.note, name="note"),
         ],
     )
+
+
+def test_langchain(evaluator: OnlineEvaluator) -> None:
+    from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
+
+    tools = Tools()
+    agent = langchain_agent(tools)
     handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
     with pytest.raises(AgentLoopError, match="lookup_order called 3 times"):
         agent.invoke({"messages": [("user", "Is A-2 ready?")]}, config={"callbacks": [handler]})
@@ -238,23 +244,9 @@ def test_the_guard_forgets_a_stopped_run_for_the_next_one(evaluator: OnlineEvalu
 def test_langchain_under_ainvoke(evaluator: OnlineEvaluator) -> None:
     # the sync handler stops a run under ainvoke too, with sync tools
     from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
-    from agenteval_langchain._scripted import ScriptedChatModel, tool_call
-    from langchain.agents import create_agent
-    from langchain_core.messages import AIMessage
-    from langchain_core.tools import StructuredTool
 
     tools = Tools()
-    replies = [
-        AIMessage(content="", tool_calls=[tool_call(name, f"c{i}", **args)])
-        for i, (name, args) in enumerate(SCRIPT)
-    ]
-    agent = create_agent(
-        ScriptedChatModel(replies=[*replies, AIMessage(content="done")]),
-        tools=[
-            StructuredTool.from_function(tools.lookup_order, name="lookup_order"),
-            StructuredTool.from_function(tools.note, name="note"),
-        ],
-    )
+    agent = langchain_agent(tools)
     handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
 
     async def main() -> None:

@@ -4,13 +4,11 @@ handoffs, each compared field by field with what the run did."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TypedDict
 
-import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from capture_helpers import captured_traces
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
@@ -19,20 +17,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
-from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, Trace, read_capture
-
-
-@pytest.fixture
-def evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
-    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
-    yield evaluator
-    evaluator.close()
-
-
-def captured(evaluator: OnlineEvaluator) -> list[Trace]:
-    assert evaluator.flush(20)
-    assert evaluator.capture_path is not None
-    return list(read_capture(evaluator.capture_path))
+from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
 
 
 @tool
@@ -58,7 +43,7 @@ def test_requested_calls_carry_their_arguments_and_the_run_its_metadata(
             "configurable": {"thread_id": "t-1"},
         },
     )
-    [trace] = captured(evaluator)
+    [trace] = captured_traces(evaluator)
     first, second = trace.spans_of(SpanKind.LLM)
     assert [(c.id, c.name, c.arguments) for c in first.requested_tool_calls] == [
         ("c1", "lookup_order", {"order_id": "A-1"})
@@ -93,7 +78,7 @@ def test_an_interrupt_pauses_the_run_and_the_resume_links_to_it(
     paused = agent.invoke({"messages": [("user", "Refund A-1")]}, config=config)
     assert paused["__interrupt__"][0].value == "approve refund of A-1?"
     agent.invoke(Command(resume="approved"), config=config)
-    first, second = captured(evaluator)
+    first, second = captured_traces(evaluator)
     assert (first.status, first.status_reason, first.error) == (
         RunStatus.INTERRUPTED,
         "waiting for a human: approve refund of A-1?",
@@ -130,7 +115,7 @@ def test_structured_output_is_the_runs_output(evaluator: OnlineEvaluator) -> Non
         {"messages": [("user", "Status of A-1?")]},
         config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
     )
-    [trace] = captured(evaluator)
+    [trace] = captured_traces(evaluator)
     assert result["structured_response"] == OrderStatus(order_id="A-1", status="shipped")
     assert trace.output == {"order_id": "A-1", "status": "shipped"}
 
@@ -155,7 +140,7 @@ def test_a_handoff_is_control_flow_not_an_error(evaluator: OnlineEvaluator) -> N
         {"log": []}, config={"callbacks": [AgentEvalCallbackHandler(evaluator)]}
     )
     assert result == {"log": ["handed off", "billed"]}
-    [trace] = captured(evaluator)
+    [trace] = captured_traces(evaluator)
     assert (trace.status, trace.error) == (RunStatus.OK, None)
     handed = [s for s in trace.spans if s.attributes.get("agenteval.control_flow") == "handoff"]
     assert {s.name for s in handed} == {"triage", "support", "LangGraph"}

@@ -4,12 +4,12 @@ session per run, a run its caller cancelled, and an LLM call that failed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from agenteval_llamaindex import instrument
+from capture_helpers import captured_traces
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.instrumentation.dispatcher import instrument_tags
@@ -17,7 +17,7 @@ from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, Trace, read_capture
+from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
 
 
 def lookup_order(order_id: str) -> str:
@@ -38,19 +38,6 @@ def calls_then_answer(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
     return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
 
 
-@pytest.fixture
-def evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
-    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
-    yield evaluator
-    evaluator.close()
-
-
-def captured(evaluator: OnlineEvaluator) -> list[Trace]:
-    assert evaluator.flush(20)
-    assert evaluator.capture_path is not None
-    return list(read_capture(evaluator.capture_path))
-
-
 def test_one_instrumentation_and_a_session_per_run(evaluator: OnlineEvaluator) -> None:
     first = instrument(evaluator, session_id="everyone")
     second = instrument(evaluator)  # replaces the first: no run is recorded twice
@@ -67,7 +54,7 @@ def test_one_instrumentation_and_a_session_per_run(evaluator: OnlineEvaluator) -
                     await agent.run(f"Where is A-1? ({user})")
 
         asyncio.run(main())
-        traces = captured(evaluator)
+        traces = captured_traces(evaluator)
     finally:
         second.uninstrument()
     assert [(t.session_id, t.input) for t in traces] == [
@@ -108,7 +95,7 @@ def test_a_run_its_caller_cancelled_says_so(evaluator: OnlineEvaluator) -> None:
             assert type(cancelled.value).__name__ == "WorkflowCancelledByUser"
 
         asyncio.run(main())
-        [trace] = captured(evaluator)
+        [trace] = captured_traces(evaluator)
     finally:
         instrumentation.uninstrument()
     assert trace.status is RunStatus.CANCELLED
@@ -128,7 +115,7 @@ def test_a_failed_llm_call_carries_the_providers_error(evaluator: OnlineEvaluato
 
         with pytest.raises(Exception, match="overloaded"):
             asyncio.run(main())
-        [trace] = captured(evaluator)
+        [trace] = captured_traces(evaluator)
     finally:
         instrumentation.uninstrument()
     [llm] = trace.spans_of(SpanKind.LLM)

@@ -101,6 +101,11 @@ class PassKEstimate(BaseModel):
     ci_level: float
 
 
+def _beta_power_moment(alpha: float, beta: float, power: int) -> float:
+    """E[p^power] for p ~ Beta(alpha, beta): ∏_{i<power} (α+i)/(α+β+i)."""
+    return math.prod((alpha + i) / (alpha + beta + i) for i in range(power))
+
+
 def estimate_pass_k(
     n: int,
     c: int,
@@ -132,17 +137,12 @@ def estimate_pass_k(
         pass_pow_k=pass_pow_k(n, c, k, estimator=estimator),
         posterior_alpha=alpha,
         posterior_beta=beta,
-        pass_at_k_mean=1.0 - math.prod((beta + i) / (alpha + beta + i) for i in range(k)),
-        pass_pow_k_mean=math.prod((alpha + i) / (alpha + beta + i) for i in range(k)),
+        pass_at_k_mean=1.0 - _beta_power_moment(beta, alpha, k),
+        pass_pow_k_mean=_beta_power_moment(alpha, beta, k),
         pass_at_k_ci=(1.0 - (1.0 - q_lo) ** k, 1.0 - (1.0 - q_hi) ** k),
         pass_pow_k_ci=(q_lo**k, q_hi**k),
         ci_level=ci_level,
     )
-
-
-def _beta_power_moment(alpha: float, beta: float, power: int) -> float:
-    """E[p^power] for p ~ Beta(alpha, beta): ∏_{i<power} (α+i)/(α+β+i)."""
-    return math.prod((alpha + i) / (alpha + beta + i) for i in range(power))
 
 
 class MeanPassK(BaseModel):
