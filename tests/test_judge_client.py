@@ -292,3 +292,38 @@ def test_a_misconfigured_judge_stops_replay_before_scoring(
     assert done.returncode == 2
     assert done.stderr.strip() == fill(message)
     assert judge_server.requests == []  # nothing was scored, no judge call was made
+
+
+def test_a_judge_that_stops_answering_mid_run_ends_replay_non_zero(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from agenteval_core import CaptureWriter, Trace
+    from agenteval_core.cli import cli
+
+    capture, results = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
+    with CaptureWriter(capture) as writer:
+        for index in range(3):
+            writer.write(Trace(input=f"q{index}", output=f"a{index}"))
+    answered: list[int] = []
+
+    def first_only(request: dict[str, object]) -> Reply:
+        answered.append(1)
+        if len(answered) == 1:
+            return Reply(json.dumps({"score": 0.9, "reason": "ok"}))
+        return Reply(status=503, content="gone", headers={"Retry-After": "0"})
+
+    judge_server.responder = first_only
+    command = ["replay", str(capture), "--metrics", "confidence", "--json", str(results)]
+    command += ["--judge-model", "judge-model", "--judge-base-url", judge_server.base_url]
+    command += ["--judge-api-key", "k", "--judge-concurrency", "1", "--no-cache", "-q"]
+    done = CliRunner().invoke(cli, command)
+    assert done.exit_code == 1
+    assert done.output.strip().endswith(
+        f"agenteval: error: the judge did not answer for 2 result(s) (see the table); "
+        f"the rest is in {results}; replay again to score them"
+    )
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    scores = [line["results"][0]["score"] for line in lines]
+    assert scores == [0.9, None, None]  # what was scored was saved

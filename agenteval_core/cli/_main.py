@@ -299,6 +299,18 @@ def replay_command(
         )
     if report.traces == 0:
         raise RunProblem(f"{capture}: no traces in the file")
+    unanswered = sum(
+        count
+        for summary in report.summary.metrics.values()
+        for reason, count in summary.reasons.items()
+        if reason.startswith("judge unavailable")
+    )
+    if unanswered:  # the judge stopped answering mid-run: what was scored is kept
+        saved = f"; the rest is in {json_out}" if json_out else ""
+        raise RunProblem(
+            f"the judge did not answer for {unanswered} result(s) (see the table){saved}; "
+            f"replay again to score them"
+        )
 
 
 @cli.command("report")
