@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agenteval_langchain import AgentEvalCallbackHandler
-from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool

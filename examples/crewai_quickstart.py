@@ -12,7 +12,7 @@ import os
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 
 from agenteval_crewai import AgentEvalListener
-from agenteval_crewai._scripted import ScriptedLLM
+from agenteval_crewai.testing import ScriptedLLM
 from crewai import Agent, Crew, Task
 from crewai.tools import tool
 

@@ -7,7 +7,7 @@ stops it before the third identical tool call runs.
 from __future__ import annotations
 
 from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
-from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool

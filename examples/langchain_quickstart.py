@@ -9,7 +9,7 @@ model (e.g. ChatOpenAI) and the handler works the same.
 from __future__ import annotations
 
 from agenteval_langchain import AgentEvalCallbackHandler
-from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
