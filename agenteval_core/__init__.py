@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         OnlineEvaluator,
         default_evaluator,
     )
+    from .online._react import json_arguments, react_actions
     from .online._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
     from .schema._capture import CaptureWriter, read_capture
     from .schema._results import MetricResult, TraceResults
@@ -137,6 +138,8 @@ _EXPORTS: dict[str, str] = {
     "default_evaluator": ".online._evaluator",
     "EventPump": ".online._recorder",
     "Recorder": ".online._recorder",
+    "json_arguments": ".online._react",
+    "react_actions": ".online._react",
     "RunRoots": ".online._recorder",
     "TraceAssembler": ".online._recorder",
     "UNSET": ".online._recorder",

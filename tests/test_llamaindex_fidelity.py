@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from agenteval_llamaindex import instrument
 from capture_helpers import captured_traces
-from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.instrumentation.dispatcher import instrument_tags
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -121,3 +121,39 @@ def test_a_failed_llm_call_carries_the_providers_error(evaluator: OnlineEvaluato
     [llm] = trace.spans_of(SpanKind.LLM)
     assert llm.error == "ConnectionError: provider returned 503: overloaded"
     assert trace.status is RunStatus.ERROR
+
+
+def test_a_react_agent_asks_for_its_calls_in_text(evaluator: OnlineEvaluator) -> None:
+    def react(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role != MessageRole.SYSTEM and "Observation" in str(m.content) for m in messages):
+            return answer("Thought: I can answer.\nAnswer: A-1 has shipped.")
+        return answer(
+            'Thought: I need the status.\nAction: lookup_order\nAction Input: {"order_id": "A-1"}'
+        )
+
+    agent = ReActAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=react),
+    )
+    instrumentation = instrument(evaluator)
+    try:
+
+        async def main() -> None:
+            await agent.run("Where is A-1?")
+
+        asyncio.run(main())
+        [trace] = captured_traces(evaluator)
+    finally:
+        instrumentation.uninstrument()
+    first = trace.spans_of(SpanKind.LLM)[0]
+    assert first.thought == "I need the status."
+    assert [(c.name, c.arguments) for c in first.requested_tool_calls] == [
+        ("lookup_order", {"order_id": "A-1"})
+    ]
+    [executed] = trace.tool_calls()
+    assert (executed.name, executed.arguments, executed.result) == (
+        "lookup_order",
+        {"order_id": "A-1"},
+        "shipped",
+    )
+    assert [tool.name for tool in trace.tools] == ["lookup_order"]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
-from agenteval_core import LoopAlert, Recorder, SpanKind, ToolCall, ToolSpec
+from agenteval_core import (
+    LoopAlert,
+    Recorder,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    json_arguments,
+    react_actions,
+)
 
 __all__ = ["EVENT_NAMES", "Translator"]
 
@@ -32,21 +38,6 @@ FAILURES = {
     "ToolUsageErrorEvent",
 }
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
-
-_ACTION = re.compile(
-    r"Action:\s*(?P<name>[^\n]+?)\s*\nAction Input:\s*(?P<args>\{.*?\})\s*(?:\n|$)", re.DOTALL
-)
-
-
-def json_arguments(value: Any) -> dict[str, Any]:
-    """Tool arguments as a dict: CrewAI gives a dict, or (ReAct mode) a raw JSON string."""
-    if isinstance(value, dict):
-        return value
-    try:
-        parsed = json.loads(value) if isinstance(value, str) else None
-    except ValueError:
-        parsed = None
-    return parsed if isinstance(parsed, dict) else {"input": value}
 
 
 def _text(value: Any) -> str:
@@ -235,14 +226,7 @@ class Translator:
         key = event.started_event_id
         if name == "LLMCallCompletedEvent":
             text = _text(event.response)
-            requested = [
-                ToolCall(
-                    id=f"{event.call_id}#{n}",
-                    name=match["name"].strip(),
-                    arguments=json_arguments(match["args"]),
-                )
-                for n, match in enumerate(_ACTION.finditer(text))
-            ]
+            thought, requested = react_actions(text, call_ids=event.call_id)
             usage = event.usage or {}
             attributes = {}
             if usage:
@@ -251,9 +235,6 @@ class Translator:
             execution = self._executions.get(_task_id(event))
             if execution is not None:
                 self._last_llm[execution] = (event.call_id, 0)
-            thought = (
-                text.split("\nAction:")[0].removeprefix("Thought:").strip() if requested else None
-            )
             root = self.assembler.root_key(key)
             if self._watch_loops and root is not None:
                 for call in requested:

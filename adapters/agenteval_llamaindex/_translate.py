@@ -9,7 +9,15 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlo
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatStartEvent
 from llama_index.core.tools.types import BaseTool
 
-from agenteval_core import LoopAlert, Recorder, RunStatus, SpanKind, ToolCall, ToolSpec
+from agenteval_core import (
+    LoopAlert,
+    Recorder,
+    RunStatus,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    react_actions,
+)
 
 __all__ = ["Translator"]
 
@@ -163,6 +171,8 @@ class Translator:
                 input=_user_message(arguments),
                 start_time=at,
                 session_id=session,
+                # the agent's own tools (a ReAct agent never binds them to its LLM)
+                tools=_tool_specs(getattr(instance, "tools", None)),
             )
         else:
             self.assembler.start_span(
@@ -231,6 +241,9 @@ class Translator:
                 if isinstance(block, ToolCallBlock)
             ]
             text = _message_text(message)
+            thought = text if requested else None
+            if not requested:  # a ReAct agent asks for its tools in text
+                thought, requested = react_actions(text)
             attributes: dict[str, Any] = {}
             raw = getattr(event.response, "raw", None) or {}
             usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
@@ -252,5 +265,5 @@ class Translator:
                 end_time=at,
                 attributes=attributes,
                 requested_tool_calls=requested,
-                thought=text if requested else None,
+                thought=thought,
             )
