@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from .schema._capture import CaptureWriter, read_capture
     from .schema._results import MetricResult, TraceResults
     from .schema._trace import (
+        AGENT_NAME,
         COMPLETED_STATUSES,
         CONTROL_FLOW,
         GUARD_REFUSED,
@@ -154,6 +155,7 @@ _EXPORTS: dict[str, str] = {
     "ExpectedToolCall": ".schema._trace",
     "GUARD_REFUSED": ".schema._trace",
     "CONTROL_FLOW": ".schema._trace",
+    "AGENT_NAME": ".schema._trace",
     "HANDOFF_TARGET": ".schema._trace",
     "LoopAlert": ".schema._trace",
     "OTEL_OPERATION_NAMES": ".schema._trace",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from agenteval_llamaindex import instrument
 from capture_helpers import captured_traces
-from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
+from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.instrumentation.dispatcher import instrument_tags
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -157,3 +157,57 @@ def test_a_react_agent_asks_for_its_calls_in_text(evaluator: OnlineEvaluator) ->
         "shipped",
     )
     assert [tool.name for tool in trace.tools] == ["lookup_order"]
+
+
+def test_an_agent_workflow_says_which_agent_did_what(evaluator: OnlineEvaluator) -> None:
+    def triage(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("Handed off to billing.")
+        handoff = {"to_agent": "billing", "reason": "a refund"}
+        block = ToolCallBlock(tool_call_id="h1", tool_name="handoff", tool_kwargs=handoff)
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    def billing(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL and "shipped" in str(m.content) for m in messages):
+            return answer("Refunded A-1.")
+        block = ToolCallBlock(
+            tool_call_id="l1", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    workflow = AgentWorkflow(
+        agents=[
+            FunctionAgent(
+                name="triage",
+                description="routes requests",
+                tools=[],
+                llm=MockFunctionCallingLLM(response_generator=triage),
+                can_handoff_to=["billing"],
+            ),
+            FunctionAgent(
+                name="billing",
+                description="handles refunds",
+                tools=[FunctionTool.from_defaults(lookup_order)],
+                llm=MockFunctionCallingLLM(response_generator=billing),
+            ),
+        ],
+        root_agent="triage",
+    )
+    instrumentation = instrument(evaluator)
+    try:
+
+        async def main() -> None:
+            assert str(await workflow.run("Refund A-1")) == "Refunded A-1."
+
+        asyncio.run(main())
+        [trace] = captured_traces(evaluator)
+    finally:
+        instrumentation.uninstrument()
+    calls = [
+        (span.name, span.attributes.get("gen_ai.agent.name"))
+        for span in trace.spans_of(SpanKind.TOOL)
+    ]
+    assert calls == [("handoff", "triage"), ("lookup_order", "billing")]
+    llm_agents = [span.attributes.get("gen_ai.agent.name") for span in trace.spans_of(SpanKind.LLM)]
+    assert llm_agents[0] == "triage" and llm_agents[-1] == "billing"
+    assert trace.output == "Refunded A-1."

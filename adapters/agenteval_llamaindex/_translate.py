@@ -10,6 +10,7 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChat
 from llama_index.core.tools.types import BaseTool
 
 from agenteval_core import (
+    AGENT_NAME,
     LoopAlert,
     Recorder,
     RunStatus,
@@ -102,6 +103,7 @@ class Translator:
         self.assembler = recorder.assembler("llamaindex", watch_loops=watch_loops)
         self._folded: dict[str, str | None] = {}  # folded span → its parent
         self._tool_errors: dict[str, str] = {}
+        self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
 
     def refuser(self, span_id: str, call: ToolCall) -> Any:
         """What the recorder calls, in order with the events, to mark a refused call
@@ -161,6 +163,7 @@ class Translator:
                 start_time=at,
                 session_id=session,
                 tool_call=call,
+                attributes=self._agent_of(parent),
             )
         elif parent is None or self.assembler.trace_of(parent) is None:
             self.assembler.start_span(
@@ -175,9 +178,26 @@ class Translator:
                 tools=_tool_specs(getattr(instance, "tools", None)),
             )
         else:
+            # an AgentWorkflow step names the agent it runs for: who did what
+            agent = getattr(arguments.get("ev"), "current_agent_name", None)
+            root = self.assembler.root_key(parent)
+            if agent and root is not None:
+                self._agents[root] = str(agent)
             self.assembler.start_span(
-                span_id, parent, SpanKind.CHAIN, name, start_time=at, session_id=session
+                span_id,
+                parent,
+                SpanKind.CHAIN,
+                name,
+                start_time=at,
+                session_id=session,
+                attributes=self._agent_of(parent),
             )
+
+    def _agent_of(self, key: str | None) -> dict[str, Any]:
+        """``gen_ai.agent.name`` of the AgentWorkflow agent running in the trace of ``key``."""
+        root = self.assembler.root_key(key) if key is not None else None
+        agent = self._agents.get(root) if root is not None else None
+        return {AGENT_NAME: agent} if agent else {}
 
     def _exit(self, span_id: str, result: Any, at: float) -> None:
         if self._folded.pop(span_id, "unset") != "unset":
@@ -191,6 +211,7 @@ class Translator:
                 error = error or content or "tool error"
             self.assembler.end_span(span_id, output=content, error=error, end_time=at)
         elif self.assembler.is_root(span_id):
+            self._agents.pop(span_id, None)
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
         else:
             self.assembler.end_span(span_id, end_time=at)
@@ -206,6 +227,8 @@ class Translator:
             # provider's error, since no LLMChatEndEvent will come
             self.assembler.end_span(("llm", span_id), error=message, end_time=at)
             return
+        if self.assembler.is_root(span_id):
+            self._agents.pop(span_id, None)
         self.assembler.end_span(span_id, error=message, end_time=at)
 
     def _event(self, event: Any, at: float) -> None:
@@ -225,7 +248,11 @@ class Translator:
                 str(model or "llm"),
                 input=_messages(event.messages),
                 start_time=at,
-                attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": model},
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": model,
+                    **self._agent_of(parent),
+                },
             )
         elif isinstance(event, LLMChatEndEvent):
             message = event.response.message if event.response is not None else None

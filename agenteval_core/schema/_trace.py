@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "AGENT_NAME",
     "COMPLETED_STATUSES",
     "CONTROL_FLOW",
     "GUARD_REFUSED",
@@ -48,6 +49,9 @@ flow (a pause for a human, a handoff to another agent) rather than by an error."
 
 HANDOFF_TARGET = "agenteval.handoff.goto"
 """Span attribute: where a handoff went."""
+
+AGENT_NAME = "gen_ai.agent.name"
+"""Span attribute (OpenTelemetry GenAI): the agent a span ran for, in multi-agent runs."""
 
 
 def new_id() -> str:
