@@ -4,8 +4,6 @@ role, and the guard across several kickoffs of one crew."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +17,6 @@ from agenteval_core import GUARD_REFUSED, OnlineEvaluator, RunStatus, SpanKind, 
 
 def action(name: str, **arguments: Any) -> str:
     return f"Thought: check.\nAction: {name}\nAction Input: {json.dumps(arguments)}"
-
-
-@pytest.fixture
-def evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
-    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
-    yield evaluator
-    evaluator.close()
 
 
 def captured(listener: AgentEvalListener) -> list[Trace]:

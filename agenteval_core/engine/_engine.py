@@ -210,9 +210,7 @@ class Engine:
             history_window if history_window is not None else max(windows, default=0)
         )
         self.max_open_sessions = max_open_sessions
-        self.reopened = 0
         self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
-        self._closed: set[str] = set()
         self._tails: dict[str, asyncio.Task[tuple[EvalCase, TraceResults]]] = {}
         self._slots: asyncio.Semaphore | None = None
 
@@ -343,9 +341,6 @@ class Engine:
         if state is not None:
             self._sessions.move_to_end(session_id)
             return state
-        if session_id in self._closed:
-            self.reopened += 1
-            self._closed.discard(session_id)
         while len(self._sessions) >= self.max_open_sessions:
             self.close_session(next(iter(self._sessions)))
         state = _SessionState(
@@ -372,18 +367,12 @@ class Engine:
             return []
         return [acc.result(session_id) for acc in state.accumulators.values()]
 
-    def sessions(self) -> list[str]:
-        """Ids of the open sessions, least recently active first."""
-        return list(self._sessions)
-
     def close_session(self, session_id: str) -> list[MetricResult]:
         """Finish a session: its final results go to the sinks and are returned."""
         results = self.session_results(session_id)
-        if self._sessions.pop(session_id, None) is not None:
-            self._closed.add(session_id)
-            if results:
-                for sink in self.sinks:
-                    _deliver(sink.session_scored, session_id, results)
+        if self._sessions.pop(session_id, None) is not None and results:
+            for sink in self.sinks:
+                _deliver(sink.session_scored, session_id, results)
         return results
 
     def close_all(self) -> None:
