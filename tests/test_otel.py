@@ -1,19 +1,38 @@
-"""OpenTelemetry: our spans exported through the SDK and re-imported give the same trace; an
-OpenInference-style OTLP JSON sample (written by hand from its conventions) imports."""
+"""OpenTelemetry: the export speaks the GenAI conventions and OpenInference, carries scores as
+evaluation events, reaches a real OTLP/HTTP endpoint (and says so when it cannot), and
+re-imports to the same trace from every file shape tools write."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from agenteval_otel import OTelExporter, import_otlp_json, otlp_json
-from opentelemetry.sdk.trace import TracerProvider
+from agenteval_otel import ExportError, OTelExporter, OTelSink, import_otlp, otlp_json
+from click.testing import CliRunner
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otlp_receiver import OTLPReceiver
 
-from agenteval_core import AgentStep, SpanKind, ToolCall, ToolSpec, Trace
-from agenteval_core.metrics import ToolCallAccuracy
+from agenteval_core import (
+    AgentStep,
+    CaptureError,
+    CaptureWriter,
+    LoopAlert,
+    MetricResult,
+    RunStatus,
+    Span,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    Trace,
+    read_capture,
+    replay,
+)
+from agenteval_core.cli import cli
+from agenteval_core.metrics import ParameterCorrectness, ToolCallAccuracy
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +41,16 @@ def sdk_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
 
 
+LOOKUP = ToolSpec(
+    name="lookup",
+    description="Find an order",
+    parameters={"type": "object", "properties": {"order_id": {"type": "string"}}},
+)
+
+
 def sample_trace() -> Trace:
+    """A stopped run: a lookup, a refund that failed, an answer, with a loop alert (six
+    spans: the agent, three model calls, two tool calls)."""
     trace = Trace.from_steps(
         "Where is order A-1?",
         [
@@ -44,147 +72,487 @@ def sample_trace() -> Trace:
             ),
             AgentStep(output="It shipped; the refund was denied."),
         ],
-        tools=[ToolSpec(name="lookup", description="Find an order", parameters={"type": "object"})],
+        tools=[LOOKUP],
         session_id="s-1",
         framework="langchain",
-        metadata={"user": "u-7"},
+        metadata={"user_id": "u-7", "tags": ["beta"]},
+        status=RunStatus.STOPPED,
+        status_reason="loop guard",
     )
-    for index, span in enumerate(trace.spans):  # times exact in nanoseconds
-        span.start_time, span.end_time = 1000.0 + index * 0.25, 1000.0 + index * 0.25 + 0.125
-    trace.spans[0].end_time = 1010.0
-    trace.spans[1].attributes = {"gen_ai.request.model": "m-1", "gen_ai.usage.input_tokens": 12}
-    trace.spans[3].error = "denied"
+    trace.alerts = [
+        LoopAlert(
+            session_id="s-1",
+            trace_id=trace.id,
+            pattern="repeated_call",
+            count=3,
+            message="refund 3 times",
+            time=1001.5,
+        )
+    ]
+    # 1767229200.1 and friends: floats whose nanoseconds `t * 1e9` would round wrongly
+    for index, span in enumerate(trace.spans):
+        span.start_time = 1767229200.1 + index * 0.3
+        span.end_time = span.start_time + 0.1
+    trace.spans[0].end_time = 1767229210.7
+    trace.start_time, trace.end_time = 1767229200.0, 1767229211.0
+    trace.spans[1].input = [[{"role": "human", "content": "Where is order A-1?"}]]
+    trace.spans[1].attributes = {
+        "gen_ai.request.model": "m-1",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 5,
+        "agenteval.stop_sequences": ["\n\n"],
+        "agenteval.nothing": None,
+    }
+    trace.spans[4].error = "PermissionError: denied"
     return trace
 
 
-def exported(trace: Trace, results: list = ()) -> tuple[list, InMemorySpanExporter]:  # type: ignore[assignment]
+def exported(trace: Trace, *results: Any, **options: Any) -> list[ReadableSpan]:
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    OTelExporter(provider).export(trace, results)
-    return list(memory.get_finished_spans()), memory
+    OTelExporter(provider).export(trace, *results, **options)
+    return list(memory.get_finished_spans())
+
+
+def by_name(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    return {span.name: span for span in spans}
 
 
 def test_round_trip_gives_the_same_trace(tmp_path: Path) -> None:
     trace = sample_trace()
-    spans, _ = exported(trace)
-    names = sorted(s.name for s in spans)
-    assert (
-        "invoke_agent agent" in names
-        and "execute_tool lookup" in names
-        and "chat agent_step" in names
-    )
     path = tmp_path / "otlp.json"
-    path.write_text(json.dumps(otlp_json(spans)))
-    [back] = import_otlp_json(path)
+    path.write_text(json.dumps(otlp_json(exported(trace))))
+    [back] = import_otlp(path)
+    assert back == trace
+    assert [s.start_time for s in back.spans] == [s.start_time for s in trace.spans]
+
+
+def test_spans_are_named_and_attributed_after_the_genai_conventions_and_openinference() -> None:
+    finished = exported(sample_trace())
+    spans = by_name(finished)
+    assert sorted(spans) == [
+        "chat agent_step",
+        "chat m-1",
+        "execute_tool lookup",
+        "execute_tool refund",
+        "invoke_agent agent",
+    ]
+    root = spans["invoke_agent agent"].attributes
+    assert (root["gen_ai.operation.name"], root["openinference.span.kind"]) == (
+        "invoke_agent",
+        "AGENT",
+    )
+    assert (root["gen_ai.agent.name"], root["agent.name"]) == ("agent", "agent")
+    assert (root["input.value"], root["input.mime_type"]) == ("Where is order A-1?", "text/plain")
+    assert root["output.value"] == "It shipped; the refund was denied."
+    assert (root["session.id"], root["gen_ai.conversation.id"], root["user.id"]) == (
+        "s-1",
+        "s-1",
+        "u-7",
+    )
+    assert json.loads(root["metadata"]) == {"user_id": "u-7", "tags": ["beta"]}
+    assert root["agenteval.trace.status"] == "stopped"
+
+    llm = spans["chat m-1"].attributes
+    assert (llm["gen_ai.operation.name"], llm["openinference.span.kind"]) == ("chat", "LLM")
+    assert (llm["gen_ai.request.model"], llm["llm.model_name"]) == ("m-1", "m-1")
+    assert (llm["gen_ai.provider.name"], llm["llm.provider"]) == ("openai", "openai")
+    assert (
+        llm["llm.token_count.prompt"],
+        llm["llm.token_count.completion"],
+        llm["llm.token_count.total"],
+    ) == (12, 5, 17)
+    assert json.loads(llm["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "Where is order A-1?"}]}
+    ]
+    assert json.loads(llm["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "tool_call",
+                    "id": "c1",
+                    "name": "lookup",
+                    "arguments": {"order_id": "A-1"},
+                }
+            ],
+            "finish_reason": "tool_call",
+        }
+    ]
+    assert llm["llm.input_messages.0.message.role"] == "user"
+    assert llm["llm.input_messages.0.message.content"] == "Where is order A-1?"
+    called = "llm.output_messages.0.message.tool_calls.0.tool_call"
+    assert (
+        llm[f"{called}.id"],
+        llm[f"{called}.function.name"],
+        json.loads(llm[f"{called}.function.arguments"]),
+    ) == ("c1", "lookup", {"order_id": "A-1"})
+    definition = {
+        "type": "function",
+        "name": "lookup",
+        "description": "Find an order",
+        "parameters": LOOKUP.parameters,
+    }
+    assert json.loads(llm["gen_ai.tool.definitions"]) == [definition]
+    assert json.loads(llm["llm.tools.0.tool.json_schema"]) == definition
+
+    tool = spans["execute_tool lookup"].attributes
+    assert (tool["gen_ai.operation.name"], tool["openinference.span.kind"]) == (
+        "execute_tool",
+        "TOOL",
+    )
+    assert (tool["gen_ai.tool.name"], tool["tool.name"], tool["gen_ai.tool.call.id"]) == (
+        "lookup",
+        "lookup",
+        "c1",
+    )
+    assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"order_id": "A-1"}
+    assert json.loads(tool["gen_ai.tool.call.result"]) == {"status": "shipped"}
+    assert (tool["input.mime_type"], json.loads(tool["input.value"])) == (
+        "application/json",
+        {"order_id": "A-1"},
+    )
+    assert tool["tool.description"] == "Find an order"
+
+    failed = spans["execute_tool refund"]
+    assert "gen_ai.tool.call.result" not in failed.attributes  # it returned nothing
+    assert failed.attributes["error.type"] == "PermissionError"
+    assert (failed.status.status_code.name, failed.status.description) == (
+        "ERROR",
+        "PermissionError: denied",
+    )
+    [exception] = failed.events
+    assert (exception.name, dict(exception.attributes or {})) == (
+        "exception",
+        {"exception.type": "PermissionError", "exception.message": "PermissionError: denied"},
+    )
+    steps = [span.attributes for span in finished if span.name == "chat agent_step"]
+    assert [step.get("output.value") for step in steps] == [
+        None,  # the refund step said nothing
+        "It shipped; the refund was denied.",
+    ][:: -1 if steps[0].get("output.value") else 1]
+
+
+def test_a_graph_or_crew_at_the_root_is_a_workflow() -> None:
+    root = Span(id="r", kind=SpanKind.CHAIN, name="LangGraph", input="hi", output="hello")
+    node = Span(id="n", parent_id="r", kind=SpanKind.CHAIN, name="model")
+    trace = Trace(id="t", input="hi", output="hello", spans=[root, node])
+    spans = by_name(exported(trace))
+    assert spans["invoke_workflow LangGraph"].attributes["gen_ai.operation.name"] == (
+        "invoke_workflow"
+    )
+    # a node inside the graph is no GenAI operation: no operation name is made up for it
+    assert "gen_ai.operation.name" not in spans["model"].attributes
+    assert spans["model"].attributes["openinference.span.kind"] == "CHAIN"
+
+
+def event_attributes(span: ReadableSpan) -> list[dict[str, Any]]:
+    return [dict(e.attributes or {}) for e in span.events if e.name == "gen_ai.evaluation.result"]
+
+
+def test_scores_are_evaluation_events_on_the_spans_they_evaluate() -> None:
+    trace = sample_trace()
+    trace.tools.append(
+        ToolSpec(
+            name="refund",
+            parameters={
+                "type": "object",
+                "properties": {"order_id": {"type": "integer"}},
+            },
+        )
+    )
+    accuracy = ToolCallAccuracy().measure(trace.model_copy())
+    per_call = ParameterCorrectness().measure(trace.model_copy())
+    session = MetricResult(
+        name="agent_reliability", version="1", score=0.25, threshold=0.5, success=False
+    )
+    spans = by_name(exported(trace, [accuracy, per_call], [session]))
+    on_root = event_attributes(spans["invoke_agent agent"])
+    assert [e["gen_ai.evaluation.name"] for e in on_root] == [
+        "tool_call_accuracy",
+        "parameter_correctness",
+        "agent_reliability",
+    ]
+    # lookup's arguments fit its schema (1.0); refund's order_id is not an integer (0.0)
+    assert on_root[1]["gen_ai.evaluation.score.value"] == 0.5
+    assert on_root[1]["gen_ai.evaluation.score.label"] == "fail"
+    assert on_root[1]["gen_ai.evaluation.explanation"] == "2 calls checked, 1 with schema errors"
+    assert on_root[2] == {
+        "gen_ai.evaluation.name": "agent_reliability",
+        "gen_ai.evaluation.explanation": "",
+        "gen_ai.evaluation.score.value": 0.25,
+        "gen_ai.evaluation.score.label": "fail",
+        "agenteval.metric.version": "1",
+        "agenteval.threshold": 0.5,
+        "agenteval.status": "ok",
+        "agenteval.evaluation.scope": "session",
+    }
+    [lookup] = event_attributes(spans["execute_tool lookup"])
+    [refund] = event_attributes(spans["execute_tool refund"])
+    assert (lookup["gen_ai.evaluation.name"], lookup["gen_ai.evaluation.score.value"]) == (
+        "parameter_correctness",
+        1.0,
+    )
+    assert (refund["gen_ai.evaluation.score.value"], refund["gen_ai.evaluation.score.label"]) == (
+        0.0,
+        "fail",
+    )
+    assert json.loads(refund["gen_ai.evaluation.explanation"])["schema_valid"] is False
+
+
+def test_export_reaches_a_real_otlp_endpoint_and_reads_back(otlp_receiver: OTLPReceiver) -> None:
+    trace = sample_trace()
+    exporter = OTelExporter(endpoint=otlp_receiver.url, project="shop")
+    exporter.export(trace)
+    exporter.shutdown()
+    assert exporter.failed == 0
+    assert len(otlp_receiver.spans()) == len(trace.spans)
+    [resource] = [r for d in otlp_receiver.documents for r in d["resourceSpans"]]
+    resource_attributes = {a["key"]: a["value"] for a in resource["resource"]["attributes"]}
+    assert resource_attributes["openinference.project.name"] == {"stringValue": "shop"}
+    # the collector's protobuf, as JSON with base64 ids, imports to the trace that was sent
+    [back] = import_otlp(otlp_receiver.documents)
     assert back == trace
 
 
-def test_scores_become_evaluation_events() -> None:
+def test_a_failed_export_is_reported_never_silent(otlp_receiver: OTLPReceiver) -> None:
+    otlp_receiver.status = 503
+    exporter = OTelExporter(endpoint=otlp_receiver.url, timeout=1)
+    exporter.export(sample_trace())
+    with pytest.raises(ExportError, match=rf"6 span\(s\) not accepted by {otlp_receiver.url}"):
+        exporter.flush()
+    assert exporter.failed == 6
+
+
+def test_replay_exports_and_a_refusing_endpoint_fails_the_command(
+    otlp_receiver: OTLPReceiver, tmp_path: Path
+) -> None:
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        writer.write(sample_trace())
+    sink = OTelSink(endpoint=otlp_receiver.url)
+    replay(capture, sinks=[sink])
+    assert sink.problem is None and len(otlp_receiver.spans()) == 6
+
+    ok = CliRunner().invoke(
+        cli, ["replay", str(capture), "-q", "--otel-endpoint", otlp_receiver.url]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert f"exported 1 trace(s) to {otlp_receiver.url}" in ok.output
+    otlp_receiver.status = 401
+    refused = CliRunner().invoke(
+        cli, ["replay", str(capture), "-q", "--otel-endpoint", otlp_receiver.url]
+    )
+    assert refused.exit_code == 1
+    assert (
+        f"agenteval: error: export to {otlp_receiver.url} incomplete: 6 span(s) not accepted"
+        in refused.output
+    )
+
+
+# --- the file shapes tools write ---------------------------------------------------------
+
+
+def test_json_lines_snake_case_and_the_sdk_span_json_import_alike(tmp_path: Path) -> None:
     trace = sample_trace()
-    result = ToolCallAccuracy().measure(trace.model_copy())
-    spans, _ = exported(trace, [result])
-    root = next(s for s in spans if s.parent is None)
-    [event] = root.events
-    assert event.name == "gen_ai.evaluation.result"
-    assert event.attributes["gen_ai.evaluation.name"] == "tool_call_accuracy"
-    tool = next(s for s in spans if s.name == "execute_tool lookup")
-    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
-    assert tool.attributes["gen_ai.tool.call.id"] == "c1"
-    assert json.loads(tool.attributes["gen_ai.tool.call.arguments"]) == {"order_id": "A-1"}
-    assert root.attributes["gen_ai.conversation.id"] == "s-1"
+    spans = exported(trace)
+    document = otlp_json(spans)
+
+    lines = tmp_path / "spans.jsonl"  # one OTLP document per line, a span in each
+    lines.write_text(
+        "\n".join(
+            json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+            for span in document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        )
+    )
+    assert import_otlp(lines) == [trace]
+
+    def snake(value: Any) -> Any:  # Phoenix's /spans/otlpv1: protobuf field names
+        if isinstance(value, dict):
+            return {
+                "".join(f"_{c.lower()}" if c.isupper() else c for c in key): snake(v)
+                for key, v in value.items()
+            }
+        return [snake(v) for v in value] if isinstance(value, list) else value
+
+    assert import_otlp(snake(document)) == [trace]
+
+    console = tmp_path / "console.json"  # the SDK console/file exporter: pretty-printed spans
+    console.write_text("\n".join(span.to_json() for span in spans))
+    [from_console] = import_otlp(console)
+    # its times are ISO strings to the microsecond: equal to that rounding
+    assert [round(s.start_time or 0, 6) for s in from_console.spans] == [
+        round(s.start_time or 0, 6) for s in trace.spans
+    ]
+    for span in from_console.spans + trace.spans:
+        span.start_time = span.end_time = None
+    assert from_console == trace
 
 
-def attr(key: str, value: object) -> dict:
+def test_a_phoenix_span_export_imports() -> None:
+    # Phoenix's /v1/projects/{project}/spans: a context object, attributes as one dict
+    document = {
+        "data": [
+            {
+                "name": "execute_tool get_weather",
+                "context": {"trace_id": "0af7651916cd43dd8448eb211c80319c", "span_id": "2"},
+                "parent_id": "1",
+                "span_kind": "TOOL",
+                "start_time": "2026-01-01T00:00:01+00:00",
+                "end_time": "2026-01-01T00:00:02.500000+00:00",
+                "status_code": "ERROR",
+                "status_message": "TimeoutError: slow",
+                "attributes": {
+                    "openinference": {"span": {"kind": "TOOL"}},
+                    "tool": {"name": "get_weather"},
+                    "input": {"value": '{"city": "Oslo"}', "mime_type": "application/json"},
+                },
+                "events": [],
+            },
+            {
+                "name": "agent",
+                "context": {"trace_id": "0af7651916cd43dd8448eb211c80319c", "span_id": "1"},
+                "parent_id": None,
+                "start_time": "2026-01-01T00:00:00+00:00",
+                "end_time": "2026-01-01T00:00:03+00:00",
+                "status_code": "OK",
+                "attributes": {
+                    "openinference.span.kind": "AGENT",
+                    "input.value": "Weather in Oslo?",
+                    "session.id": "conv-1",
+                },
+            },
+        ],
+        "next_cursor": None,
+    }
+    [trace] = import_otlp(document)
+    assert (trace.input, trace.session_id, trace.start_time) == (
+        "Weather in Oslo?",
+        "conv-1",
+        1767225600.0,
+    )
+    assert [(s.kind, s.name, s.parent_id) for s in trace.spans] == [
+        (SpanKind.AGENT, "agent", None),
+        (SpanKind.TOOL, "get_weather", "1"),
+    ]
+    assert trace.tool_calls() == [
+        ToolCall(name="get_weather", arguments={"city": "Oslo"}, error="TimeoutError: slow")
+    ]
+    assert trace.spans[1].end_time == 1767225602.5
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"resourceSpans": []}\n{oops', r"spans\.json:2: not JSON \(Expecting property name"),
+        ('{"resourceSpans": []}', r"spans\.json: holds no spans"),
+        (
+            '{"traces": [1]}',
+            r"spans\.json:1: not an OpenTelemetry span or OTLP document \(keys: traces\)",
+        ),
+        ("[1, 2]", r"spans\.json:1: expected a JSON object, got int"),
+    ],
+)
+def test_what_is_not_a_span_file_is_said_with_file_and_line(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "spans.json"
+    path.write_text(content)
+    with pytest.raises(CaptureError, match=message):
+        import_otlp(path)
+
+
+def test_import_command_writes_a_capture(tmp_path: Path) -> None:
+    trace = sample_trace()
+    spans = tmp_path / "spans.json"
+    spans.write_text(json.dumps(otlp_json(exported(trace))))
+    capture = tmp_path / "capture.jsonl"
+    result = CliRunner().invoke(cli, ["import", str(spans), "-o", str(capture)])
+    assert result.exit_code == 0, result.output
+    assert f"imported 1 trace(s), 6 span(s), from {spans} into {capture}" in result.output
+    assert list(read_capture(capture)) == [trace]
+    missing = CliRunner().invoke(cli, ["import", str(tmp_path / "nope.json"), "-o", str(capture)])
+    assert missing.exit_code == 2
+    assert "nope.json: no such file" in missing.output
+
+
+def attr(key: str, value: object) -> dict[str, Any]:
     if isinstance(value, int):
         return {"key": key, "value": {"intValue": str(value)}}
     return {"key": key, "value": {"stringValue": value}}
 
 
-def test_openinference_sample_imports() -> None:
-    # An agent span with an LLM call that asked for a tool, and the tool span, as
-    # OpenInference's instrumentors write them (openinference.span.kind, input.value, ...).
-    document = {
-        "resourceSpans": [
-            {
-                "scopeSpans": [
-                    {
-                        "spans": [
-                            {
-                                "traceId": "0af7651916cd43dd8448eb211c80319c",
-                                "spanId": "b7ad6b7169203331",
-                                "parentSpanId": "",
-                                "name": "Agent",
-                                "startTimeUnixNano": "1700000000000000000",
-                                "endTimeUnixNano": "1700000003000000000",
-                                "attributes": [
-                                    attr("openinference.span.kind", "AGENT"),
-                                    attr("input.value", "Weather in Paris?"),
-                                    attr("output.value", "Sunny, 21°C."),
-                                    attr("session.id", "conv-9"),
-                                ],
-                                "status": {"code": 1},
-                            },
-                            {
-                                "traceId": "0af7651916cd43dd8448eb211c80319c",
-                                "spanId": "00f067aa0ba902b7",
-                                "parentSpanId": "b7ad6b7169203331",
-                                "name": "ChatOpenAI",
-                                "startTimeUnixNano": "1700000000500000000",
-                                "endTimeUnixNano": "1700000001000000000",
-                                "attributes": [
-                                    attr("openinference.span.kind", "LLM"),
-                                    attr("llm.model_name", "gpt-4o-mini"),
-                                    attr("llm.token_count.prompt", 50),
-                                    attr("llm.token_count.completion", 9),
-                                    attr(
-                                        "llm.output_messages.0.message.tool_calls.0.tool_call.id",
-                                        "call_1",
-                                    ),
-                                    attr(
-                                        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
-                                        "get_weather",
-                                    ),
-                                    attr(
-                                        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments",
-                                        '{"city": "Paris"}',
-                                    ),
-                                ],
-                            },
-                            {
-                                "traceId": "0af7651916cd43dd8448eb211c80319c",
-                                "spanId": "1a2b3c4d5e6f7081",
-                                "parentSpanId": "b7ad6b7169203331",
-                                "name": "get_weather",
-                                "startTimeUnixNano": "1700000001500000000",
-                                "endTimeUnixNano": "1700000002000000000",
-                                "attributes": [
-                                    attr("openinference.span.kind", "TOOL"),
-                                    attr("tool.name", "get_weather"),
-                                    attr("input.value", '{"city": "Paris"}'),
-                                    attr("output.value", "sunny, 21°C"),
-                                ],
-                            },
-                        ]
-                    }
-                ]
-            }
-        ]
-    }
-    [trace] = import_otlp_json(document)
-    assert (trace.input, trace.output, trace.session_id) == (
-        "Weather in Paris?",
-        "Sunny, 21°C.",
-        "conv-9",
-    )
-    assert [s.kind for s in trace.spans] == [SpanKind.AGENT, SpanKind.LLM, SpanKind.TOOL]
-    assert all(s.parent_id == trace.spans[0].id for s in trace.spans[1:])
-    llm = trace.spans[1]
-    assert llm.attributes["gen_ai.request.model"] == "gpt-4o-mini"
-    assert [(c.id, c.name, c.arguments) for c in llm.requested_tool_calls] == [
-        ("call_1", "get_weather", {"city": "Paris"})
+def test_genai_convention_spans_import() -> None:
+    # spans as a GenAI-conventions instrumentor writes them: no OpenInference, no agenteval
+    def span(span_id: str, parent: str, name: str, start: int, *attributes: Any) -> Any:
+        return {
+            "traceId": "5b8efff798038103d269b633813fc60c",
+            "spanId": span_id,
+            "parentSpanId": parent,
+            "name": name,
+            "startTimeUnixNano": str(start * 10**9),
+            "endTimeUnixNano": str(start * 10**9 + 5 * 10**8),
+            "attributes": list(attributes),
+        }
+
+    messages = [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "t1", "name": "search", "arguments": {"q": "otel"}}
+            ],
+        }
     ]
-    assert trace.token_usage() == {"input_tokens": 50, "output_tokens": 9}
+    document = [
+        span(
+            "eee19b7ec3c1b174",
+            "",
+            "invoke_agent helper",
+            1,
+            attr("gen_ai.operation.name", "invoke_agent"),
+            attr("gen_ai.agent.name", "helper"),
+            attr("gen_ai.conversation.id", "c-9"),
+        ),
+        span(
+            "eee19b7ec3c1b175",
+            "eee19b7ec3c1b174",
+            "chat gpt-4o",
+            2,
+            attr("gen_ai.operation.name", "chat"),
+            attr("gen_ai.request.model", "gpt-4o"),
+            attr("gen_ai.usage.input_tokens", 30),
+            attr(
+                "gen_ai.input.messages",
+                json.dumps([{"role": "user", "parts": [{"type": "text", "content": "find otel"}]}]),
+            ),
+            attr("gen_ai.output.messages", json.dumps(messages)),
+        ),
+        span(
+            "eee19b7ec3c1b176",
+            "eee19b7ec3c1b174",
+            "execute_tool search",
+            3,
+            attr("gen_ai.operation.name", "execute_tool"),
+            attr("gen_ai.tool.name", "search"),
+            attr("gen_ai.tool.call.id", "t1"),
+            attr("gen_ai.tool.call.arguments", '{"q": "otel"}'),
+            attr("gen_ai.tool.call.result", '["opentelemetry.io"]'),
+        ),
+    ]
+    [trace] = import_otlp({"resourceSpans": [{"scopeSpans": [{"spans": document}]}]})
+    assert [(s.kind, s.name) for s in trace.spans] == [
+        (SpanKind.AGENT, "helper"),
+        (SpanKind.LLM, "chat gpt-4o"),
+        (SpanKind.TOOL, "search"),
+    ]
+    assert trace.session_id == "c-9"
+    llm = trace.spans[1]
+    assert llm.attributes == {"gen_ai.request.model": "gpt-4o", "gen_ai.usage.input_tokens": 30}
+    assert [(c.id, c.name, c.arguments) for c in llm.requested_tool_calls] == [
+        ("t1", "search", {"q": "otel"})
+    ]
     assert trace.tool_calls() == [
-        ToolCall(name="get_weather", arguments={"city": "Paris"}, result="sunny, 21°C")
+        ToolCall(id="t1", name="search", arguments={"q": "otel"}, result=["opentelemetry.io"])
     ]

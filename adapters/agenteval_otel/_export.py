@@ -1,192 +1,327 @@
-"""Traces → OpenTelemetry GenAI spans, scores → ``gen_ai.evaluation.result`` events."""
+"""Traces → OpenTelemetry spans, scores → ``gen_ai.evaluation.result`` events (and, for
+Phoenix, span annotations), sent to any OTLP endpoint with failures reported."""
 
 from __future__ import annotations
 
-import json
+import logging
+import os
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode
 
 from agenteval_core import (
     DEFAULT_REDACTOR,
-    OTEL_OPERATION_NAMES,
     MetricResult,
     Redactor,
     Sink,
-    Span,
-    SpanKind,
     Trace,
     TraceResults,
 )
 
-__all__ = ["OTelExporter", "OTelSink", "otlp_json"]
+from ._conventions import dumps, error_type, span_attributes, span_name, to_ns
+from ._phoenix import PhoenixAnnotations
+
+__all__ = ["ExportError", "ExportedTrace", "OTelExporter", "OTelSink"]
+
+logger = logging.getLogger("agenteval.otel")
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+class ExportError(RuntimeError):
+    """Spans or annotations could not be delivered; the message says where and why."""
 
 
-def _seconds_to_ns(value: float | None) -> int | None:
-    return None if value is None else round(value * 1e9)
+@dataclass
+class ExportedTrace:
+    """Where one trace went: its OpenTelemetry trace id and each agenteval span's
+    OpenTelemetry span id (both lowercase hex), for finding it again in a backend."""
+
+    trace_id: str
+    span_ids: dict[str, str] = field(default_factory=dict)
 
 
-def _span_attributes(span: Span, trace: Trace, root: bool) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        "gen_ai.operation.name": OTEL_OPERATION_NAMES[span.kind],
-        "agenteval.span.id": span.id,
-        "agenteval.span.kind": span.kind.value,
-        "agenteval.span.name": span.name,
-        "agenteval.input": _json(span.input),
-        "agenteval.output": _json(span.output),
+class _ReportingExporter(SpanExporter):
+    """Wraps the OTLP exporter so a failed batch is counted and said once, with the
+    endpoint and what to check, instead of being dropped with a line on stderr."""
+
+    def __init__(self, inner: SpanExporter, endpoint: str) -> None:
+        self.inner = inner
+        self.endpoint = endpoint
+        self.exported = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.inner.export(spans)
+        except Exception as exc:  # an exporter must never raise into the SDK's worker
+            logger.error("agenteval: exporting spans to %s raised %r", self.endpoint, exc)
+            result = SpanExportResult.FAILURE
+        with self._lock:
+            if result is SpanExportResult.SUCCESS:
+                self.exported += len(spans)
+            else:
+                if not self.failed:
+                    logger.error(
+                        "agenteval: could not export spans to %s; is the collector (or "
+                        "Phoenix) running there? Set the endpoint with OTelExporter(endpoint=...)",
+                        self.endpoint,
+                    )
+                self.failed += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _event(result: MetricResult, scope: str | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "gen_ai.evaluation.name": result.name,
+        "gen_ai.evaluation.explanation": result.reason,
+        "agenteval.metric.version": result.version,
+        "agenteval.threshold": result.threshold,
+        "agenteval.status": result.status,
     }
-    if span.parent_id:
-        attributes["agenteval.span.parent_id"] = span.parent_id
-    for key, value in span.attributes.items():
-        if value is not None:
-            attributes[key] = value if isinstance(value, str | bool | int | float) else _json(value)
-    if span.thought:
-        attributes["agenteval.thought"] = span.thought
-    if span.requested_tool_calls:
-        attributes["agenteval.requested_tool_calls"] = _json(
-            [c.model_dump() for c in span.requested_tool_calls]
-        )
-    if span.kind is SpanKind.AGENT:
-        attributes["gen_ai.agent.name"] = span.name
-    if span.tool_call is not None:
-        call = span.tool_call
-        attributes["gen_ai.tool.name"] = call.name
-        attributes["gen_ai.tool.call.arguments"] = _json(call.arguments)
-        attributes["gen_ai.tool.call.result"] = _json(call.result)
-        if call.id:
-            attributes["gen_ai.tool.call.id"] = call.id
-    if root:
-        attributes["agenteval.trace.id"] = trace.id
-        attributes["agenteval.trace.input"] = _json(trace.input)
-        attributes["agenteval.trace.output"] = _json(trace.output)
-        attributes["agenteval.trace.tools"] = _json([t.model_dump() for t in trace.tools])
-        attributes["agenteval.trace.metadata"] = _json(trace.metadata)
-        if trace.framework:
-            attributes["agenteval.trace.framework"] = trace.framework
-        if trace.session_id:
-            attributes["gen_ai.conversation.id"] = trace.session_id
-        if trace.error:
-            attributes["agenteval.trace.error"] = trace.error
-        for field in ("start_time", "end_time"):
-            if getattr(trace, field) is not None:
-                attributes[f"agenteval.trace.{field}"] = getattr(trace, field)
-    return attributes
+    if result.score is not None:
+        event["gen_ai.evaluation.score.value"] = result.score
+    if result.success is not None:
+        event["gen_ai.evaluation.score.label"] = "pass" if result.success else "fail"
+    if result.error:
+        event["error.type"] = error_type(result.error)
+        event["agenteval.error"] = result.error
+    if result.judge_model:
+        event["agenteval.judge.model"] = result.judge_model
+    if scope:
+        event["agenteval.evaluation.scope"] = scope
+    return event
+
+
+def per_call_scores(result: MetricResult) -> list[tuple[int, float, str]]:
+    """(tool-call index, score, explanation) for metrics that score each call
+    (``metadata["calls"]``, e.g. ``parameter_correctness``)."""
+    scored = []
+    for item in result.metadata.get("calls") or []:
+        if isinstance(item, dict) and isinstance(item.get("index"), int):
+            score = item.get("score")
+            if isinstance(score, int | float):
+                detail = {k: v for k, v in item.items() if k not in ("index", "score")}
+                scored.append((item["index"], float(score), dumps(detail)))
+    return scored
 
 
 class OTelExporter:
-    """Writes agenteval traces through the OpenTelemetry SDK, so any OTLP backend (Phoenix,
-    Langfuse, Jaeger, ...) shows them: one span per agenteval span, named
-    ``<gen_ai.operation.name> <name>`` (``invoke_agent``, ``chat``, ``execute_tool``), and one
-    ``gen_ai.evaluation.result`` event per metric result on the root span."""
+    """Writes agenteval traces as OpenTelemetry spans any OTLP backend shows (Arize Phoenix,
+    Langfuse, Jaeger, a collector).
+
+    Args:
+        tracer_provider: an SDK ``TracerProvider`` you configured; default: one built for
+            ``endpoint``, or the global provider when neither is given.
+        endpoint: an OTLP/HTTP traces endpoint, e.g. ``http://127.0.0.1:4318/v1/traces``
+            (a collector) or ``http://127.0.0.1:6006/v1/traces`` (Phoenix).
+        headers: HTTP headers for the endpoint (API keys).
+        project: the Phoenix project the spans go to (``openinference.project.name``).
+        phoenix: a Phoenix base URL (``http://127.0.0.1:6006``) or client; scores are also
+            sent there as span, trace and session annotations.
+        redactor: applied to each trace before export (``None``: export as is).
+
+    Spans are named and attributed after the GenAI conventions (``invoke_workflow``,
+    ``invoke_agent {agent}``, ``chat {model}``, ``execute_tool {tool}``) and OpenInference.
+    Each metric result is a ``gen_ai.evaluation.result`` event on the root span; metrics
+    that score each tool call also put one on each call's span. Failed exports are counted
+    in :attr:`failed`, logged, and raised by :meth:`flush`.
+    """
 
     def __init__(
-        self, tracer_provider: Any = None, *, redactor: Redactor | None = DEFAULT_REDACTOR
+        self,
+        tracer_provider: Any = None,
+        *,
+        endpoint: str | None = None,
+        headers: dict[str, str] | None = None,
+        project: str | None = None,
+        phoenix: str | PhoenixAnnotations | None = None,
+        redactor: Redactor | None = DEFAULT_REDACTOR,
+        timeout: float = 10.0,
     ) -> None:
-        provider = tracer_provider or otel_trace.get_tracer_provider()
-        self.tracer = provider.get_tracer("agenteval")
-        self.redactor = redactor
+        if tracer_provider is not None and endpoint is not None:
+            raise ValueError(
+                "OTelExporter: pass either tracer_provider or endpoint, not both "
+                "(add your own exporter to your provider instead)"
+            )
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            raise ValueError(
+                "OTelExporter: OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK off, so "
+                "nothing would be exported; unset it to export"
+            )
+        self._reporting: _ReportingExporter | None = None
+        self._owns_provider = False
+        if isinstance(phoenix, str) and endpoint is None and tracer_provider is None:
+            endpoint = phoenix.rstrip("/") + "/v1/traces"
+        if endpoint is not None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    def export(self, trace: Trace, results: Sequence[MetricResult] = ()) -> None:
-        """Write one trace (redacted first, unless ``redactor=None``) and its results."""
+            resource = {"service.name": "agenteval"}
+            if project:
+                resource["openinference.project.name"] = project
+            tracer_provider = TracerProvider(resource=Resource.create(resource))
+            self._reporting = _ReportingExporter(
+                OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=timeout), endpoint
+            )
+            tracer_provider.add_span_processor(BatchSpanProcessor(self._reporting))
+            self._owns_provider = True
+        self.endpoint = endpoint
+        self.provider: Any = tracer_provider or otel_trace.get_tracer_provider()
+        self.tracer = self.provider.get_tracer("agenteval")
+        self.redactor = redactor
+        if isinstance(phoenix, str):
+            phoenix = PhoenixAnnotations(phoenix, headers=headers, project=project)
+        self.phoenix = phoenix
+        self.traces = 0
+        self._shut = False
+
+    @property
+    def failed(self) -> int:
+        """Spans that could not be delivered to ``endpoint`` (0 when no endpoint was given:
+        your own provider's exporters report for themselves)."""
+        return self._reporting.failed if self._reporting is not None else 0
+
+    def export(
+        self,
+        trace: Trace,
+        results: Sequence[MetricResult] = (),
+        session_results: Sequence[MetricResult] = (),
+    ) -> ExportedTrace:
+        """Write one trace (redacted first, unless ``redactor=None``) with its results, and
+        the session's results as they stand after it (events marked
+        ``agenteval.evaluation.scope=session``)."""
         if self.redactor is not None:
             trace = self.redactor.trace(trace)
         opened: dict[str, Any] = {}
         root_id = trace.spans[0].id if trace.spans else None
-        for span in trace.spans:
+        for index, span in enumerate(trace.spans):
             parent = opened.get(span.parent_id or "")
             context = otel_trace.set_span_in_context(parent) if parent is not None else None
             otel_span = self.tracer.start_span(
-                f"{OTEL_OPERATION_NAMES[span.kind]} {span.name}",
+                span_name(span, root=index == 0),
                 context=context,
-                start_time=_seconds_to_ns(span.start_time),
-                attributes=_span_attributes(span, trace, root=span.id == root_id),
+                start_time=to_ns(span.start_time),
+                attributes=span_attributes(span, trace, index),
             )
-            if span.error:
-                otel_span.set_attribute("agenteval.error", span.error)
+            if span.error is not None:
                 otel_span.set_status(Status(StatusCode.ERROR, span.error))
+                otel_span.add_event(
+                    "exception",
+                    {"exception.type": error_type(span.error), "exception.message": span.error},
+                    timestamp=to_ns(span.end_time),
+                )
+            elif span.end_time is not None:
+                otel_span.set_status(Status(StatusCode.OK))  # it ended, and without an error
             opened[span.id] = otel_span
-        root = opened.get(root_id or "")
-        for result in results:
-            if root is None:
-                break
-            event = {
-                "gen_ai.evaluation.name": result.name,
-                "gen_ai.evaluation.explanation": result.reason,
-                "agenteval.metric.version": result.version,
-                "agenteval.threshold": result.threshold,
-            }
-            if result.score is not None:
-                event["gen_ai.evaluation.score.value"] = result.score
-                event["gen_ai.evaluation.score.label"] = "pass" if result.success else "fail"
-            if result.error:
-                event["error.type"] = result.error
-            root.add_event(EVALUATION_EVENT, event)
+        exported = ExportedTrace(
+            trace_id=f"{opened[root_id].get_span_context().trace_id:032x}" if root_id else ""
+        )
+        for span_id, otel_span in opened.items():
+            exported.span_ids[span_id] = f"{otel_span.get_span_context().span_id:016x}"
+        if root_id is not None:
+            root_span = opened[root_id]
+            tool_spans = [opened[s.id] for s in trace.spans if s.tool_call is not None]
+            for result in results:
+                root_span.add_event(EVALUATION_EVENT, _event(result))
+                for index, score, detail in per_call_scores(result):
+                    if index < len(tool_spans):
+                        tool_spans[index].add_event(
+                            EVALUATION_EVENT,
+                            {
+                                "gen_ai.evaluation.name": result.name,
+                                "gen_ai.evaluation.score.value": score,
+                                "gen_ai.evaluation.score.label": "pass"
+                                if score >= result.threshold
+                                else "fail",
+                                "gen_ai.evaluation.explanation": detail,
+                                "agenteval.evaluation.scope": "tool_call",
+                            },
+                        )
+            for result in session_results:
+                root_span.add_event(EVALUATION_EVENT, _event(result, scope="session"))
         for span in reversed(trace.spans):  # children end before their parents
-            opened[span.id].end(end_time=_seconds_to_ns(span.end_time))
+            opened[span.id].end(end_time=to_ns(span.end_time))
+        self.traces += 1
+        if self.phoenix is not None:
+            self.phoenix.add_trace(trace, exported, results)
+        return exported
+
+    def export_session(self, session_id: str, results: Sequence[MetricResult]) -> None:
+        """A closed session's final results: Phoenix session annotations (plain OTLP has no
+        session record; each trace's events already carry the session's running scores)."""
+        if self.phoenix is not None:
+            self.phoenix.add_session(session_id, results)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Deliver everything exported so far; raises :class:`ExportError` if spans or
+        annotations could not be delivered (how many, where)."""
+        flushed = True
+        if hasattr(self.provider, "force_flush"):
+            flushed = self.provider.force_flush(int(timeout * 1000))
+        problems = []
+        if not flushed:
+            problems.append(f"spans still queued after {timeout:g} s")
+        if self.failed:
+            problems.append(f"{self.failed} span(s) not accepted by {self.endpoint}")
+        if self.phoenix is not None:
+            problems.extend(self.phoenix.flush(timeout))
+        if problems:
+            raise ExportError("; ".join(problems))
+
+    def shutdown(self) -> None:
+        """Flush and release the provider this exporter built (a provider you passed in is
+        yours to shut down); raises :class:`ExportError` like :meth:`flush`. Safe to call
+        twice."""
+        if self._shut:
+            return
+        self._shut = True
+        try:
+            self.flush()
+        finally:
+            if self.phoenix is not None:
+                self.phoenix.close()
+            if self._owns_provider:
+                self.provider.shutdown()
 
 
 class OTelSink(Sink):
-    """The OpenTelemetry sink: exports each scored trace with its results through an
-    :class:`OTelExporter`, online (``OnlineEvaluator(sinks=[OTelSink()])``) or in replay
-    (``replay(..., sinks=[OTelSink()])``)."""
+    """The OpenTelemetry sink: exports each scored trace with its results, online
+    (``OnlineEvaluator(sinks=[OTelSink(...)])``) or in replay
+    (``replay(..., sinks=[OTelSink(...)])``). Arguments are :class:`OTelExporter`'s, or
+    ``exporter=`` one you built. Closing the sink flushes; a failure to deliver is logged,
+    counted in :attr:`errors` and described in :attr:`problem`."""
 
-    def __init__(self, exporter: OTelExporter | None = None) -> None:
-        self.exporter = exporter if exporter is not None else OTelExporter()
+    def __init__(self, exporter: OTelExporter | None = None, **options: Any) -> None:
+        if exporter is not None and options:
+            raise ValueError("OTelSink: pass an exporter or its options, not both")
+        self.exporter = exporter if exporter is not None else OTelExporter(**options)
+        self.problem: str | None = None
+        """What could not be delivered, once the sink is closed (None: everything was)."""
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
-        self.exporter.export(trace, results.results)
+        self.exporter.export(trace, results.results, results.session_results)
 
+    def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+        self.exporter.export_session(session_id, results)
 
-def _value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    return {"stringValue": str(value)}
-
-
-def _attributes(attributes: Any) -> list[dict[str, Any]]:
-    return [{"key": key, "value": _value(value)} for key, value in (attributes or {}).items()]
-
-
-def otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """Finished SDK spans (e.g. from an in-memory exporter) in the OTLP JSON encoding."""
-    encoded = []
-    for span in spans:
-        context = span.get_span_context()
-        assert context is not None  # a finished SDK span always has one
-        encoded.append(
-            {
-                "traceId": f"{context.trace_id:032x}",
-                "spanId": f"{context.span_id:016x}",
-                "parentSpanId": f"{span.parent.span_id:016x}" if span.parent else "",
-                "name": span.name,
-                "startTimeUnixNano": str(span.start_time),
-                "endTimeUnixNano": str(span.end_time),
-                "attributes": _attributes(span.attributes),
-                "events": [
-                    {
-                        "name": e.name,
-                        "timeUnixNano": str(e.timestamp),
-                        "attributes": _attributes(e.attributes),
-                    }
-                    for e in span.events
-                ],
-                "status": {
-                    "code": span.status.status_code.value,
-                    "message": span.status.description or "",
-                },
-            }
-        )
-    return {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "agenteval"}, "spans": encoded}]}]}
+    def close(self) -> None:
+        try:
+            self.exporter.shutdown()
+        except ExportError as exc:
+            self.errors += 1
+            self.problem = str(exc)
+            logger.error("agenteval: OpenTelemetry export incomplete: %s", exc)

@@ -1,17 +1,38 @@
-"""OTLP JSON → agenteval traces: spans from agenteval's exporter, OpenInference instrumentors
-or instrumentors following the OpenTelemetry GenAI conventions."""
+"""OpenTelemetry spans → agenteval traces.
+
+Three sources, told apart per span:
+- agenteval's own export (``agenteval.span.id``): restored exactly;
+- OpenInference instrumentors (``openinference.span.kind``): LangChain/LangGraph and
+  LlamaIndex wrap values in their framework's objects (graph state, serialised messages,
+  tool-call dicts); they are unwrapped to what the model said and the tool saw, as
+  agenteval's own adapters record them;
+- the GenAI conventions (``gen_ai.operation.name``, ``gen_ai.input.messages``, ...).
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
-from agenteval_core import CaptureError, Span, SpanKind, ToolCall, ToolSpec, Trace
+from agenteval_core import (
+    AGENT_NAME,
+    LoopAlert,
+    RunStatus,
+    Span,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    Trace,
+)
 
-__all__ = ["import_otlp_json"]
+from ._conventions import ENCODED, JSON_MIME, OWN, from_ns
+from ._otlp import RawSpan, read_spans
+
+__all__ = ["import_otlp", "import_otlp_json"]
 
 OPENINFERENCE_KINDS = {
     "AGENT": SpanKind.AGENT,
@@ -19,30 +40,37 @@ OPENINFERENCE_KINDS = {
     "TOOL": SpanKind.TOOL,
     "RETRIEVER": SpanKind.RETRIEVER,
     "CHAIN": SpanKind.CHAIN,
+    "EMBEDDING": SpanKind.CHAIN,
+    "RERANKER": SpanKind.RETRIEVER,
+    "GUARDRAIL": SpanKind.CHAIN,
+    "EVALUATOR": SpanKind.CHAIN,
 }
 GENAI_OPERATIONS = {
     "invoke_agent": SpanKind.AGENT,
     "create_agent": SpanKind.AGENT,
+    "invoke_workflow": SpanKind.CHAIN,
     "chat": SpanKind.LLM,
     "text_completion": SpanKind.LLM,
     "generate_content": SpanKind.LLM,
     "execute_tool": SpanKind.TOOL,
+    "retrieval": SpanKind.RETRIEVER,
 }
-_INTERNAL = ("agenteval.", "openinference.", "input.", "output.", "llm.", "tool.", "session.")
+# conventions-named attributes a foreign span keeps as its own
+_KEPT = (
+    "gen_ai.request.",
+    "gen_ai.response.",
+    "gen_ai.usage.",
+    "gen_ai.provider.name",
+    "gen_ai.agent.",
+    "gen_ai.system",
+)
+# LangGraph's and LangSmith's keys in a run's metadata, which agenteval's adapter drops too
+_BOOKKEEPING = ("langgraph_", "checkpoint_", "ls_", "__")
+_HUMAN = ("human", "user")
+_AI = ("ai", "assistant")
 
 
-def _scalar(value: dict[str, Any]) -> Any:
-    for key in ("stringValue", "boolValue", "doubleValue"):
-        if key in value:
-            return value[key]
-    if "intValue" in value:
-        return int(value["intValue"])
-    if "arrayValue" in value:
-        return [_scalar(v) for v in value["arrayValue"].get("values", [])]
-    return None
-
-
-def _decoded(text: Any) -> Any:
+def _json(text: Any) -> Any:
     if not isinstance(text, str):
         return text
     try:
@@ -51,171 +79,476 @@ def _decoded(text: Any) -> Any:
         return text
 
 
-def _kind(attributes: dict[str, Any], name: str) -> SpanKind:
-    if "agenteval.span.kind" in attributes:
-        return SpanKind(attributes["agenteval.span.kind"])
-    if attributes.get("openinference.span.kind") in OPENINFERENCE_KINDS:
-        return OPENINFERENCE_KINDS[attributes["openinference.span.kind"]]
-    operation = attributes.get("gen_ai.operation.name") or name.split(" ")[0]
+def _value(attributes: dict[str, Any], prefix: str) -> Any:
+    """``input.value`` / ``output.value``: JSON when its MIME type says so (OpenInference and
+    our exporter both set it), else text."""
+    if f"{prefix}.value" not in attributes:
+        return None
+    value = attributes[f"{prefix}.value"]
+    if attributes.get(f"{prefix}.mime_type") == JSON_MIME:
+        return _json(value)
+    return value
+
+
+def _kind(raw: RawSpan) -> SpanKind:
+    a = raw.attributes
+    if "agenteval.span.kind" in a:
+        return SpanKind(a["agenteval.span.kind"])
+    if str(a.get("openinference.span.kind", "")).upper() in OPENINFERENCE_KINDS:
+        return OPENINFERENCE_KINDS[str(a["openinference.span.kind"]).upper()]
+    operation = a.get("gen_ai.operation.name") or raw.name.split(" ")[0]
     return GENAI_OPERATIONS.get(operation, SpanKind.CHAIN)
 
 
-def _requested_calls(attributes: dict[str, Any]) -> list[ToolCall]:
-    if "agenteval.requested_tool_calls" in attributes:
+# --- what frameworks wrap values in -----------------------------------------------------
+
+
+def _role(message: dict[str, Any]) -> str:
+    if "role" in message:
+        return str(message["role"])
+    kind = message.get("type")
+    if kind == "constructor":  # LangChain's serialised form: id [..., "HumanMessage"]
+        name = str((message.get("id") or [""])[-1])
+        return {"HumanMessage": "human", "AIMessage": "ai", "ToolMessage": "tool"}.get(
+            name, name.removesuffix("Message").lower()
+        )
+    return str(kind or "")
+
+
+def _content(message: Any) -> Any:
+    if isinstance(message, dict):
+        if message.get("type") == "constructor":
+            return _content(message.get("kwargs") or {})
+        if "content" in message:
+            return message["content"]
+    if isinstance(message, list | tuple) and len(message) == 2 and isinstance(message[0], str):
+        return message[1]  # ("human", "text")
+    return message
+
+
+def _messages(value: Any) -> list[Any] | None:
+    """The message list inside a graph state ({"messages": [...]}) or a message list."""
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        return list(value["messages"])
+    if isinstance(value, list) and value and all(isinstance(m, dict | list) for m in value):
+        return value
+    return None
+
+
+def _message_of(message: Any) -> dict[str, Any]:
+    if isinstance(message, dict):
+        if message.get("type") == "constructor":
+            return {**(message.get("kwargs") or {}), "role": _role(message)}
+        if isinstance(message.get("data"), dict):  # LangChain's message_to_dict
+            return {**message["data"], "role": _role(message)}
+        return {**message, "role": _role(message)}
+    if isinstance(message, list | tuple) and len(message) == 2:
+        return {"role": message[0], "content": message[1]}
+    return {"role": "", "content": message}
+
+
+def _last(value: Any, roles: tuple[str, ...]) -> Any:
+    """The content of the last message with one of ``roles`` in a state or message list;
+    the value itself when it holds no messages."""
+    messages = _messages(value)
+    if messages is None:
+        return value
+    for message in reversed(messages):
+        unpacked = _message_of(message)
+        if unpacked["role"] in roles:
+            return _content(unpacked)
+    return value
+
+
+def _unwrap_text(value: Any) -> Any:
+    """A single-key dict around a string ({"input": "..."} or {"output": "..."}), as chains
+    return, is that string."""
+    if isinstance(value, dict) and len(value) == 1:
+        only = next(iter(value.values()))
+        if isinstance(only, str):
+            return only
+    return value
+
+
+def _tool_arguments(value: Any) -> tuple[dict[str, Any], str | None, bool]:
+    """Tool input as the tool saw it, its call id if it says, and whether the arguments are
+    exact: a LangChain tool-call dict ({"name", "args", "id"}), LlamaIndex's
+    ``{"kwargs": ...}``, JSON, a Python repr of a dict; a bare string (LangChain passes the
+    only argument's value) is not exact and is replaced by the call the model asked for."""
+    if isinstance(value, str):
+        parsed = _json(value)
+        if isinstance(parsed, str):
+            try:
+                parsed = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                parsed = value
+        value = parsed
+    if isinstance(value, dict) and isinstance(value.get("args"), dict):
+        return dict(value["args"]), value.get("id"), True
+    if isinstance(value, dict) and isinstance(value.get("kwargs"), dict):
+        return dict(value["kwargs"]), None, True
+    if isinstance(value, dict):
+        return value, None, True
+    return ({"input": value} if value is not None else {}), None, False
+
+
+def _tool_result(value: Any) -> tuple[Any, str | None]:
+    """Tool output as the tool returned it: a serialised ToolMessage's content (and its
+    ``tool_call_id``), LlamaIndex's ``raw_output``, or the value."""
+    if isinstance(value, dict):
+        if "raw_output" in value and "tool_name" in value:
+            return value["raw_output"], None
+        message = _message_of(value)
+        if "tool_call_id" in message and "content" in message:
+            return message["content"], message.get("tool_call_id")
+    return value, None
+
+
+# --- spans --------------------------------------------------------------------------------
+
+
+def _requested_calls(a: dict[str, Any]) -> list[ToolCall]:
+    if "agenteval.requested_tool_calls" in a:
+        return [ToolCall.model_validate(c) for c in _json(a["agenteval.requested_tool_calls"])]
+    calls: dict[tuple[int, int], dict[str, Any]] = defaultdict(dict)
+    prefix = "llm.output_messages."
+    for key, value in a.items():
+        if key.startswith(prefix) and ".message.tool_calls." in key:
+            message, _, rest = key[len(prefix) :].partition(".message.tool_calls.")
+            index, _, field = rest.partition(".")
+            calls[(int(message), int(index))][field] = value
+    if calls:
         return [
-            ToolCall.model_validate(c)
-            for c in _decoded(attributes["agenteval.requested_tool_calls"])
+            ToolCall(
+                id=fields.get("tool_call.id"),
+                name=fields.get("tool_call.function.name", "tool"),
+                arguments=_tool_arguments(fields.get("tool_call.function.arguments", "{}"))[0],
+            )
+            for _, fields in sorted(calls.items())
         ]
-    calls: dict[int, dict[str, Any]] = defaultdict(dict)
-    prefix = "llm.output_messages.0.message.tool_calls."
-    for key, value in attributes.items():
-        if key.startswith(prefix):
-            index, _, field = key[len(prefix) :].partition(".")
-            calls[int(index)][field] = value
-    return [
-        ToolCall(
-            id=fields.get("tool_call.id"),
-            name=fields.get("tool_call.function.name", "tool"),
-            arguments=_decoded(fields.get("tool_call.function.arguments", "{}")) or {},
+    for message in _json(a.get("gen_ai.output.messages")) or []:
+        return [
+            ToolCall(id=p.get("id"), name=p.get("name", "tool"), arguments=p.get("arguments") or {})
+            for p in message.get("parts", [])
+            if isinstance(p, dict) and p.get("type") == "tool_call"
+        ]
+    return []
+
+
+def _openinference_messages(a: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    messages: dict[int, dict[str, Any]] = defaultdict(dict)
+    for key, value in a.items():
+        if key.startswith(prefix) and ".message." in key and ".tool_calls." not in key:
+            index, _, field = key[len(prefix) :].partition(".message.")
+            if field in ("role", "content"):
+                messages[int(index)][field] = value
+    return [messages[i] for i in sorted(messages)]
+
+
+def _llm_io(a: dict[str, Any], inputs: Any, output: Any) -> tuple[Any, Any]:
+    """An LLM span's input as the messages sent and its output as the text answered."""
+    sent = _openinference_messages(a, "llm.input_messages.")
+    if sent:
+        inputs = sent
+    elif "gen_ai.input.messages" in a:
+        inputs = _json(a["gen_ai.input.messages"])
+    answered = _openinference_messages(a, "llm.output_messages.")
+    if answered:
+        output = "\n".join(str(m["content"]) for m in answered if m.get("content"))
+    elif "gen_ai.output.messages" in a:
+        texts = [
+            p.get("content")
+            for m in _json(a["gen_ai.output.messages"]) or []
+            for p in m.get("parts", [])
+            if isinstance(p, dict) and p.get("type") == "text"
+        ]
+        output = "\n".join(str(t) for t in texts) or None
+    return inputs, output
+
+
+def _tools(a: dict[str, Any]) -> list[ToolSpec]:
+    """Tool definitions an LLM span was given (``llm.tools.*``, ``gen_ai.tool.definitions``),
+    or the one a tool span describes (``tool.name``, ``tool.description``,
+    ``tool.parameters``)."""
+    if a.get("tool.name") and "tool.parameters" in a:
+        parameters = _json(a["tool.parameters"])
+        return [
+            ToolSpec(
+                name=a["tool.name"],
+                description=a.get("tool.description") or "",
+                parameters=parameters if isinstance(parameters, dict) else None,
+            )
+        ]
+    definitions: list[Any] = [
+        _json(a[key])
+        for key in sorted(
+            (k for k in a if k.startswith("llm.tools.") and k.endswith(".tool.json_schema")),
+            key=lambda k: int(k.split(".")[2]),
         )
-        for _, fields in sorted(calls.items())
     ]
+    definitions.extend(_json(a.get("gen_ai.tool.definitions")) or [])
+    tools = []
+    for definition in definitions:
+        if not isinstance(definition, dict):
+            continue
+        function = definition.get("function") if "function" in definition else definition
+        if isinstance(function, dict) and function.get("name"):
+            tools.append(
+                ToolSpec(
+                    name=function["name"],
+                    description=function.get("description") or "",
+                    parameters=function.get("parameters"),
+                )
+            )
+    return tools
 
 
-def _span(raw: dict[str, Any]) -> tuple[Span, dict[str, Any]]:
-    attributes = {a["key"]: _scalar(a["value"]) for a in raw.get("attributes", [])}
-    kind = _kind(attributes, raw.get("name", ""))
-    name = (
-        attributes.get("agenteval.span.name")
-        or attributes.get("gen_ai.tool.name")
-        or attributes.get("tool.name")
-        or attributes.get("gen_ai.agent.name")
-        or raw.get("name", "span")
-    )
-    status = raw.get("status") or {}
-    error = attributes.get("agenteval.error") or (
-        status.get("message") or "error" if status.get("code") in (2, "STATUS_CODE_ERROR") else None
-    )
-    inputs = _decoded(attributes.get("agenteval.input", attributes.get("input.value")))
-    output = _decoded(attributes.get("agenteval.output", attributes.get("output.value")))
+def _own_attributes(a: dict[str, Any]) -> dict[str, Any]:
+    encoded = set(a.get(ENCODED) or ())
+    return {key: _json(a[key]) if key in encoded else a[key] for key in a.get(OWN) or ()}
+
+
+def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
+    kept = {key: value for key, value in a.items() if key.startswith(_KEPT)}
+    if kind is SpanKind.LLM:
+        model = a.get("gen_ai.request.model") or a.get("llm.model_name")
+        if model:
+            kept["gen_ai.request.model"] = model
+        provider = a.get("gen_ai.provider.name") or a.get("llm.provider")
+        if provider:
+            kept["gen_ai.provider.name"] = provider
+        for ours, theirs in (
+            ("input_tokens", "llm.token_count.prompt"),
+            ("output_tokens", "llm.token_count.completion"),
+        ):
+            if theirs in a and f"gen_ai.usage.{ours}" not in kept:
+                kept[f"gen_ai.usage.{ours}"] = a[theirs]
+    if kind is SpanKind.AGENT and (a.get("agent.name") or a.get(AGENT_NAME)):
+        kept[AGENT_NAME] = a.get(AGENT_NAME) or a["agent.name"]
+    return kept
+
+
+def _error(raw: RawSpan) -> str | None:
+    a = raw.attributes
+    if "agenteval.error" in a:
+        return str(a["agenteval.error"])
+    if not raw.error:
+        return None
+    for name, event in raw.events:
+        if name == "exception" and event.get("exception.message"):
+            kind = event.get("exception.type")
+            return f"{kind}: {event['exception.message']}" if kind else event["exception.message"]
+    return raw.status_message or a.get("error.type") or "error"
+
+
+def _span(raw: RawSpan, guessed: set[str]) -> Span:
+    """One span; the ids of tool spans whose arguments are a guess go into ``guessed``."""
+    a = raw.attributes
+    ours = "agenteval.span.id" in a
+    kind = _kind(raw)
+    inputs, output = _value(a, "input"), _value(a, "output")
+    error = _error(raw)
     tool_call = None
-    if kind is SpanKind.TOOL:
-        arguments = _decoded(
-            attributes.get("gen_ai.tool.call.arguments", attributes.get("input.value", "{}"))
-        )
-        result = (
-            _decoded(attributes["gen_ai.tool.call.result"])
-            if "gen_ai.tool.call.result" in attributes
-            else output
-        )
-        tool_call = ToolCall(
-            id=attributes.get("gen_ai.tool.call.id") or attributes.get("tool_call.id"),
-            name=name,
-            arguments=arguments if isinstance(arguments, dict) else {"input": arguments},
-            result=result,
-            error=error,
-        )
-    model = attributes.get("gen_ai.request.model") or attributes.get("llm.model_name")
-    span_attributes = {
-        key: value
-        for key, value in attributes.items()
-        if not key.startswith(_INTERNAL)
-        and not key.startswith("gen_ai.tool.")
-        and key not in ("gen_ai.operation.name", "gen_ai.agent.name", "gen_ai.conversation.id")
-    }
-    if model and kind is SpanKind.LLM:
-        span_attributes["gen_ai.request.model"] = model
-    for ours, theirs in (
-        ("input_tokens", "llm.token_count.prompt"),
-        ("output_tokens", "llm.token_count.completion"),
-    ):
-        if theirs in attributes and f"gen_ai.usage.{ours}" not in span_attributes:
-            span_attributes[f"gen_ai.usage.{ours}"] = attributes[theirs]
-    span = Span(
-        id=attributes.get("agenteval.span.id") or raw["spanId"],
-        parent_id=attributes.get("agenteval.span.parent_id") or None,
+    if ours:
+        name = a.get("agenteval.span.name", raw.name)
+        attributes = _own_attributes(a)
+        if "gen_ai.tool.name" in a and kind is SpanKind.TOOL:
+            tool_call = ToolCall(
+                id=a.get("gen_ai.tool.call.id"),
+                name=a["gen_ai.tool.name"],
+                arguments=_json(a.get("gen_ai.tool.call.arguments", "{}")),
+                result=_json(a["gen_ai.tool.call.result"])
+                if "gen_ai.tool.call.result" in a
+                else None,
+                error=a.get("agenteval.tool_call.error"),
+            )
+    else:
+        name = a.get("gen_ai.tool.name") or a.get("tool.name") or a.get("agent.name")
+        name = name or a.get(AGENT_NAME) or raw.name
+        if kind is SpanKind.LLM and not any(
+            key.startswith(("llm.input_messages.", "llm.output_messages.", "gen_ai.input."))
+            for key in a
+        ):
+            kind = SpanKind.CHAIN  # LlamaIndex's tool preparation: no model was called
+        attributes = _foreign_attributes(a, kind)
+        if kind is SpanKind.LLM:
+            inputs, output = _llm_io(a, inputs, output)
+        elif kind is SpanKind.TOOL:
+            arguments, call_id, exact = _tool_arguments(a.get("gen_ai.tool.call.arguments", inputs))
+            result, result_id = _tool_result(
+                _json(a["gen_ai.tool.call.result"]) if "gen_ai.tool.call.result" in a else output
+            )
+            inputs, output = arguments, result
+            tool_call = ToolCall(
+                id=a.get("gen_ai.tool.call.id") or a.get("tool_call.id") or call_id or result_id,
+                name=str(name),
+                arguments=arguments,
+                result=None if error else result,
+                error=error,
+            )
+            if not exact:
+                guessed.add(raw.span_id)
+    return Span(
+        id=a.get("agenteval.span.id") or raw.span_id,
+        parent_id=a.get("agenteval.span.parent_id") or None,
         kind=kind,
         name=str(name),
         input=inputs,
         output=output,
         error=error,
-        start_time=int(raw["startTimeUnixNano"]) / 1e9 if raw.get("startTimeUnixNano") else None,
-        end_time=int(raw["endTimeUnixNano"]) / 1e9 if raw.get("endTimeUnixNano") else None,
-        attributes=span_attributes,
-        thought=attributes.get("agenteval.thought"),
+        start_time=from_ns(raw.start_ns) if raw.start_ns is not None else None,
+        end_time=from_ns(raw.end_ns) if raw.end_ns is not None else None,
+        attributes=attributes,
+        thought=a.get("agenteval.thought"),
         tool_call=tool_call,
-        requested_tool_calls=_requested_calls(attributes) if kind is SpanKind.LLM else [],
+        requested_tool_calls=_requested_calls(a) if kind is SpanKind.LLM else [],
     )
-    return span, attributes
 
 
-def import_otlp_json(source: str | os.PathLike[str] | dict[str, Any]) -> list[Trace]:
-    """Traces from an OTLP JSON export (a file path, JSON text, or the parsed document).
+def _link_calls(spans: list[Span], guessed: set[str]) -> None:
+    """Each executed call is matched to the call the model asked for (same id, else same
+    arguments, else the first unclaimed one with that name): it takes the model's call id
+    when it has none, and the model's arguments when its own were a guess."""
+    asked: dict[str, list[ToolCall]] = defaultdict(list)
+    for span in spans:
+        for call in span.requested_tool_calls:
+            asked[call.name].append(call)
+        if span.tool_call is None:
+            continue
+        waiting = asked.get(span.tool_call.name) or []
+        match = next((c for c in waiting if c.id and c.id == span.tool_call.id), None)
+        match = match or next((c for c in waiting if c.arguments == span.tool_call.arguments), None)
+        match = match or (waiting[0] if waiting else None)
+        if match is None:
+            continue
+        waiting.remove(match)
+        if not span.tool_call.id:
+            span.tool_call.id = match.id
+        if span.id in guessed:
+            span.tool_call.arguments = dict(match.arguments)
+            span.input = dict(match.arguments)
 
-    Spans are grouped by trace id and ordered by start time; the root span gives the trace's
-    input, output, error and session (``gen_ai.conversation.id`` or OpenInference's
-    ``session.id``). Spans written by :class:`OTelExporter` come back exactly.
+
+def _text(value: Any) -> str | None:
+    """Plain text a person wrote or read, not a framework object's repr
+    (``StopEvent(result=...)``) or a structure."""
+    if isinstance(value, str) and not re.match(r"^[A-Z]\w*\(", value):
+        return value
+    return None
+
+
+def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
+    """The run's input and output as agenteval's adapters record them: the user's message
+    and the final answer, from the root's graph state or messages when it holds them, else
+    from the first and last model calls when the root holds framework objects (a run that
+    returned nothing keeps ``None``)."""
+    llms = [span for span in spans if span.kind is SpanKind.LLM]
+    inputs = _unwrap_text(_last(root.input, _HUMAN))
+    if inputs is not None and _text(inputs) is None and llms:
+        inputs = _last(llms[0].input, _HUMAN)
+    output = _unwrap_text(_last(root.output, _AI))
+    if output is not None and _text(output) is None and llms:
+        output = llms[-1].output
+    return inputs, output
+
+
+def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
+    # our own export says the order; other sources are in start order
+    raws.sort(key=lambda r: (r.attributes.get("agenteval.span.index", -1), r.start_ns or 0))
+    present = {raw.span_id for raw in raws}
+    guessed: set[str] = set()
+    spans = [_span(raw, guessed) for raw in raws]
+    ids = {raw.span_id: span.id for raw, span in zip(raws, spans, strict=True)}
+    for raw, span in zip(raws, spans, strict=True):
+        if span.parent_id is None and raw.parent_id in present:
+            span.parent_id = ids[raw.parent_id]
+    root_index = next((i for i, raw in enumerate(raws) if raw.parent_id not in present), 0)
+    if root_index:  # the root first: spans are in start order, and the root started first
+        spans.insert(0, spans.pop(root_index))
+        raws.insert(0, raws.pop(root_index))
+    root, a = spans[0], raws[0].attributes
+    if "agenteval.trace.id" in a:
+        return Trace(
+            schema_version=a.get("agenteval.trace.schema_version", 1),
+            id=a["agenteval.trace.id"],
+            session_id=a.get("gen_ai.conversation.id"),
+            input=_json(a["agenteval.trace.input"]) if "agenteval.trace.input" in a else root.input,
+            output=_json(a["agenteval.trace.output"])
+            if "agenteval.trace.output" in a
+            else root.output,
+            error=a.get("agenteval.trace.error"),
+            spans=spans,
+            tools=[ToolSpec.model_validate(t) for t in _json(a["agenteval.trace.tools"])],
+            metadata=_json(a["metadata"]) if "metadata" in a else {},
+            framework=a.get("agenteval.trace.framework"),
+            start_time=a.get("agenteval.trace.start_time"),
+            end_time=a.get("agenteval.trace.end_time"),
+            status=RunStatus(a["agenteval.trace.status"])
+            if "agenteval.trace.status" in a
+            else None,
+            status_reason=a.get("agenteval.trace.status_reason"),
+            alerts=[
+                LoopAlert.model_validate(x) for x in _json(a.get("agenteval.trace.alerts", "[]"))
+            ],
+        )
+    _link_calls(spans, guessed)
+    if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
+        root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
+    inputs, output = _conversation(root, spans)
+    tools: dict[str, ToolSpec] = {}
+    for raw in raws:
+        for tool in _tools(raw.attributes):
+            tools.setdefault(tool.name, tool)
+    metadata = _json(a.get("metadata")) if "metadata" in a else {}
+    if not isinstance(metadata, dict):
+        metadata = {"metadata": metadata}
+    metadata = {k: v for k, v in metadata.items() if not str(k).startswith(_BOOKKEEPING)}
+    if a.get("user.id"):
+        metadata["user_id"] = a["user.id"]
+    return Trace(
+        id=trace_id,
+        session_id=a.get("gen_ai.conversation.id") or a.get("session.id"),
+        input=inputs,
+        output=output,
+        error=root.error,
+        spans=spans,
+        tools=list(tools.values()),
+        metadata=metadata,
+        framework=_framework(raws),
+        start_time=root.start_time,
+        end_time=root.end_time,
+        status=RunStatus.ERROR if root.error else RunStatus.OK,
+        status_reason=root.error,
+    )
+
+
+def _framework(raws: list[RawSpan]) -> str:
+    for raw in raws:
+        if "openinference.span.kind" in raw.attributes:
+            return "openinference"
+    return "otel"
+
+
+def import_otlp(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> list[Trace]:
+    """Traces from OpenTelemetry span files: OTLP JSON (camelCase or snake_case), JSON Lines,
+    the SDK's span JSON, or Phoenix's span API output; a path, JSON text or parsed value.
+
+    Spans are grouped by trace id, in start order, root first. Spans written by
+    :class:`OTelExporter` come back as the trace that was exported. Spans from OpenInference
+    instrumentors (LangChain/LangGraph, LlamaIndex) and GenAI-convention instrumentors are
+    mapped to what agenteval's adapters record: the user's message as input, the final
+    answer as output, tool arguments and results as the tool saw them, call ids from the
+    model's tool calls, tool definitions from ``llm.tools``.
+
+    Raises:
+        CaptureError: the source is missing, not JSON, or holds no spans (the message names
+            the file and line).
     """
-    if isinstance(source, dict):
-        document = source
-    else:
-        text = (
-            Path(source).read_text(encoding="utf-8") if Path(str(source)).exists() else str(source)
-        )
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise CaptureError(f"{source}: not OTLP JSON ({exc})") from exc
-    by_trace: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for resource in document.get("resourceSpans", []):
-        for scope in resource.get("scopeSpans", []):
-            for raw in scope.get("spans", []):
-                by_trace[raw["traceId"]].append(raw)
-    traces = []
-    for trace_id, raws in by_trace.items():
-        raws.sort(key=lambda r: int(r.get("startTimeUnixNano") or 0))
-        otel_ids = {raw["spanId"] for raw in raws}
-        parsed = [(_span(raw), raw) for raw in raws]
-        ids = {raw["spanId"]: span.id for (span, _), raw in parsed}
-        for (span, _), raw in parsed:
-            parent = raw.get("parentSpanId") or ""
-            if span.parent_id is None and parent in otel_ids:
-                span.parent_id = ids[parent]
-        root_index = next(
-            (
-                i
-                for i, (_, raw) in enumerate(parsed)
-                if (raw.get("parentSpanId") or "") not in otel_ids
-            ),
-            0,
-        )
-        (root, a), _ = parsed[root_index]
-        ordered = [span for (span, _), _ in parsed]
-        traces.append(
-            Trace(
-                id=a.get("agenteval.trace.id", trace_id),
-                session_id=a.get("gen_ai.conversation.id") or a.get("session.id"),
-                input=_decoded(a["agenteval.trace.input"])
-                if "agenteval.trace.input" in a
-                else root.input,
-                output=_decoded(a["agenteval.trace.output"])
-                if "agenteval.trace.output" in a
-                else root.output,
-                error=a.get("agenteval.trace.error") or root.error,
-                spans=ordered,
-                tools=[
-                    ToolSpec.model_validate(t)
-                    for t in _decoded(a.get("agenteval.trace.tools", "[]"))
-                ],
-                metadata=_decoded(a.get("agenteval.trace.metadata", "{}")),
-                framework=a.get("agenteval.trace.framework", "otel"),
-                # our own exports say the trace's times; other sources take the root's
-                start_time=a.get("agenteval.trace.start_time")
-                if "agenteval.trace.id" in a
-                else root.start_time,
-                end_time=a.get("agenteval.trace.end_time")
-                if "agenteval.trace.id" in a
-                else root.end_time,
-            )
-        )
-    return traces
+    by_trace: dict[str, list[RawSpan]] = defaultdict(list)
+    for raw in read_spans(source):
+        by_trace[raw.trace_id].append(raw)
+    return [_trace(trace_id, raws) for trace_id, raws in by_trace.items()]
+
+
+import_otlp_json = import_otlp
+"""The former name of :func:`import_otlp` (it reads more than OTLP JSON now)."""

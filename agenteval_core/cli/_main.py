@@ -315,12 +315,33 @@ def _make_judge(
     help="Write per-trace results as JSON lines here.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option(
+    "--otel-endpoint",
+    envvar="AGENTEVAL_OTEL_ENDPOINT",
+    help="Also export traces and scores to this OTLP/HTTP traces endpoint, e.g. "
+    "http://127.0.0.1:4318/v1/traces (env AGENTEVAL_OTEL_ENDPOINT).",
+)
+@click.option(
+    "--phoenix",
+    "phoenix_url",
+    envvar="AGENTEVAL_PHOENIX_URL",
+    help="Also export to an Arize Phoenix server, scores as annotations, e.g. "
+    "http://127.0.0.1:6006 (env AGENTEVAL_PHOENIX_URL).",
+)
+@click.option(
+    "--project",
+    envvar="AGENTEVAL_PHOENIX_PROJECT",
+    help="The Phoenix project exported traces go to (default: Phoenix's default project).",
+)
 @_judge_options(model_help="Judge model name; enables the LLM-judge metrics.")
 def replay_command(
     capture: str,
     metric_names: str | None,
     json_out: str | None,
     quiet: bool,
+    otel_endpoint: str | None,
+    phoenix_url: str | None,
+    project: str | None,
     judge: OpenAIJudge | None,
 ) -> None:
     """Score every trace of a capture file (JSONL) and print a summary.
@@ -343,6 +364,7 @@ def replay_command(
         report_errors.append(error)
 
     report_errors: list[CaptureFormatError] = []
+    export = _otel_sink(otel_endpoint, phoenix_url, project)
     progress = Progress(
         TextColumn("replaying"),
         BarColumn(),
@@ -360,8 +382,14 @@ def replay_command(
             output=json_out,
             on_bad_line=bad_line,
             on_progress=lambda size: progress.advance(task, size),
+            sinks=[export] if export is not None else (),
         )
     _print_report(Console(), report)
+    if export is not None:  # replay closed the sink: everything was delivered or failed
+        where = export.exporter.endpoint
+        if export.problem:
+            raise RunProblem(f"export to {where} incomplete: {export.problem}")
+        click.echo(f"exported {export.exporter.traces} trace(s) to {where}")
     tokens = sum(m.input_tokens + m.output_tokens for m in report.summary.metrics.values())
     if judge is not None:
         cost = sum(m.cost_usd for m in report.summary.metrics.values())
@@ -406,6 +434,52 @@ def replay_command(
             f"the judge did not answer for {unanswered} result(s) (see the table){saved}; "
             f"replay again to score them"
         )
+
+
+def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -> Any:
+    """The OpenTelemetry sink the export options ask for, or None."""
+    if endpoint is None and phoenix is None:
+        return None
+    try:
+        from agenteval_otel import OTelSink
+    except ImportError as exc:
+        raise UserError(f"{exc}") from None
+    try:
+        return OTelSink(endpoint=endpoint, phoenix=phoenix, project=project)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+@cli.command("import")
+@click.argument("spans")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The capture file (.jsonl) to write; traces are appended if it exists.",
+)
+def import_command(spans: str, output: str) -> None:
+    """Convert OpenTelemetry spans (OTLP JSON, JSON Lines, Phoenix's span export) written by
+    agenteval, OpenInference or GenAI-convention instrumentors into a capture that replay,
+    report and compare read."""
+    try:
+        from agenteval_otel import import_otlp
+    except ImportError as exc:
+        raise UserError(f"{exc}") from None
+    from ..schema._capture import CaptureWriter
+
+    try:
+        traces = import_otlp(spans)
+    except AgentEvalError as exc:
+        raise UserError(str(exc)) from None
+    with CaptureWriter(output) as writer:
+        for trace in traces:
+            writer.write(trace)
+    count = sum(len(trace.spans) for trace in traces)
+    click.echo(f"imported {len(traces)} trace(s), {count} span(s), from {spans} into {output}")
+    click.echo(f"score them with: agenteval replay {output}")
 
 
 @cli.command("compare")

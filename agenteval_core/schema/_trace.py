@@ -93,10 +93,9 @@ OTEL_OPERATION_NAMES: dict[SpanKind, str] = {
     SpanKind.LLM: "chat",
     SpanKind.TOOL: "execute_tool",
     SpanKind.RETRIEVER: "retrieval",
-    SpanKind.CHAIN: "chain",
-    SpanKind.TASK: "task",
 }
-"""``gen_ai.operation.name`` for each span kind."""
+"""``gen_ai.operation.name`` of the span kinds the GenAI conventions name. Chains and tasks
+have none, except at a run's root, where a graph or a crew is an ``invoke_workflow``."""
 
 
 class _Model(BaseModel):

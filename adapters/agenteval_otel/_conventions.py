@@ -1,0 +1,320 @@
+"""One agenteval span → OpenTelemetry attributes, in three vocabularies at once.
+
+- The GenAI semantic conventions (``gen_ai.*``): operation and span names, provider, model,
+  tokens, messages, tool definitions, tool calls, ``error.type``.
+- OpenInference (``openinference.span.kind``, ``input.value``, ``llm.*``, ``tool.*``,
+  ``session.id``), which Arize Phoenix reads to show inputs, outputs and messages.
+- ``agenteval.*`` for what neither has a name for (run status, alerts, thoughts, exact ids),
+  so an export re-imports to an equal trace.
+
+Kept free of the SDK: the importer reads the same names back.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from typing import Any
+
+from agenteval_core import AGENT_NAME, OTEL_OPERATION_NAMES, SpanKind, ToolCall, ToolSpec, Trace
+from agenteval_core import Span as AgentSpan
+
+WORKFLOW = "invoke_workflow"
+
+OPENINFERENCE_KINDS: dict[SpanKind, str] = {
+    SpanKind.AGENT: "AGENT",
+    SpanKind.LLM: "LLM",
+    SpanKind.TOOL: "TOOL",
+    SpanKind.RETRIEVER: "RETRIEVER",
+    SpanKind.CHAIN: "CHAIN",
+    SpanKind.TASK: "CHAIN",
+}
+
+JSON_MIME = "application/json"
+TEXT_MIME = "text/plain"
+OWN = "agenteval.span.attributes"
+"""Names of the span's own attributes (the rest are derived for the vocabularies)."""
+ENCODED = "agenteval.encoded"
+"""Names of the span's own attributes that were JSON-encoded to fit OpenTelemetry's types."""
+
+_ROLES = {"human": "user", "ai": "assistant", "function": "tool", "developer": "system"}
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def to_ns(seconds: float | None) -> int | None:
+    """Seconds → integer nanoseconds, exactly: ``from_ns(to_ns(t)) == t`` for every float ``t``
+    a clock gives (the exact rational, not ``t * 1e9``, which can be 128 ns off)."""
+    return None if seconds is None else round(Fraction(seconds) * 1_000_000_000)
+
+
+def from_ns(nanoseconds: int) -> float:
+    return nanoseconds / 1_000_000_000  # int / int is correctly rounded
+
+
+def value_attributes(prefix: str, value: Any) -> dict[str, Any]:
+    """``input.value`` / ``output.value`` with their MIME type: text stays text, anything
+    else is JSON, so the importer restores the exact value."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return {f"{prefix}.value": value, f"{prefix}.mime_type": TEXT_MIME}
+    return {f"{prefix}.value": dumps(value), f"{prefix}.mime_type": JSON_MIME}
+
+
+def error_type(error: str) -> str:
+    """``error.type``: the exception class when the text starts with one (``ValueError: x``),
+    else ``_OTHER`` as the conventions ask."""
+    head, sep, _ = error.partition(":")
+    head = head.strip().rsplit(".", 1)[-1]
+    return head if sep and head.isidentifier() and head[:1].isupper() else "_OTHER"
+
+
+def _text_part(content: Any) -> dict[str, Any]:
+    text = content if isinstance(content, str) else dumps(content)
+    return {"type": "text", "content": text}
+
+
+def _call_part(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+
+
+def _message(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        return {"role": "user", "parts": [_text_part(raw)]}
+    role = str(raw.get("role") or raw.get("type") or "user")
+    message: dict[str, Any] = {"role": _ROLES.get(role, role), "parts": []}
+    if raw.get("content") not in (None, ""):
+        message["parts"].append(_text_part(raw["content"]))
+    for call in raw.get("tool_calls") or []:
+        if isinstance(call, dict):
+            message["parts"].append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": call.get("name") or (call.get("function") or {}).get("name"),
+                    "arguments": call.get("args", call.get("arguments")),
+                }
+            )
+    return message
+
+
+def input_messages(value: Any) -> list[dict[str, Any]]:
+    """An LLM span's input as ``gen_ai.input.messages``: a message list (LangChain passes a
+    batch, a list of lists: the first is the one sent), or a prompt string as a user turn."""
+    if value is None:
+        return []
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        value = value[0]
+    if isinstance(value, list):
+        return [_message(raw) for raw in value]
+    return [_message(value)]
+
+
+def output_messages(span: AgentSpan) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    if span.output not in (None, ""):
+        parts.append(_text_part(span.output))
+    parts.extend(_call_part(call) for call in span.requested_tool_calls)
+    if not parts and span.thought is None:
+        return []
+    reason = "tool_call" if span.requested_tool_calls else ("error" if span.error else "stop")
+    return [{"role": "assistant", "parts": parts, "finish_reason": reason}]
+
+
+def _openinference_messages(prefix: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    for index, message in enumerate(messages):
+        at = f"{prefix}.{index}.message"
+        attributes[f"{at}.role"] = message["role"]
+        texts = [p["content"] for p in message["parts"] if p["type"] == "text"]
+        if texts:
+            attributes[f"{at}.content"] = "\n".join(texts)
+        calls = [p for p in message["parts"] if p["type"] == "tool_call"]
+        for number, call in enumerate(calls):
+            base = f"{at}.tool_calls.{number}.tool_call"
+            if call.get("id"):
+                attributes[f"{base}.id"] = call["id"]
+            attributes[f"{base}.function.name"] = call["name"] or ""
+            attributes[f"{base}.function.arguments"] = dumps(call.get("arguments") or {})
+    return attributes
+
+
+def tool_definitions(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        }
+        for tool in tools
+    ]
+
+
+def _llm_attributes(span: AgentSpan, trace: Trace) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    model = span.attributes.get("gen_ai.request.model")
+    if model:
+        attributes["llm.model_name"] = model
+    if span.attributes.get("gen_ai.provider.name"):
+        attributes["llm.provider"] = span.attributes["gen_ai.provider.name"]
+    tokens = {
+        "prompt": span.attributes.get("gen_ai.usage.input_tokens"),
+        "completion": span.attributes.get("gen_ai.usage.output_tokens"),
+    }
+    for name, count in tokens.items():
+        if isinstance(count, int):
+            attributes[f"llm.token_count.{name}"] = count
+    if all(isinstance(count, int) for count in tokens.values()):
+        attributes["llm.token_count.total"] = sum(tokens.values())
+    sent = input_messages(span.input)
+    answered = output_messages(span)
+    if sent:
+        attributes["gen_ai.input.messages"] = dumps(sent)
+        attributes.update(_openinference_messages("llm.input_messages", sent))
+    if answered:
+        attributes["gen_ai.output.messages"] = dumps(answered)
+        attributes.update(_openinference_messages("llm.output_messages", answered))
+    if trace.tools:
+        definitions = tool_definitions(trace.tools)
+        attributes["gen_ai.tool.definitions"] = dumps(definitions)
+        for index, definition in enumerate(definitions):
+            attributes[f"llm.tools.{index}.tool.json_schema"] = dumps(definition)
+    return attributes
+
+
+def _tool_attributes(call: ToolCall, trace: Trace) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.arguments": dumps(call.arguments),
+        "tool.name": call.name,
+    }
+    # a failed call has no result: "null" would claim it returned one
+    if call.result is not None:
+        attributes["gen_ai.tool.call.result"] = dumps(call.result)
+    if call.error is not None:
+        attributes["agenteval.tool_call.error"] = call.error
+    if call.id:
+        attributes["gen_ai.tool.call.id"] = call.id
+        attributes["tool_call.id"] = call.id
+    spec = next((tool for tool in trace.tools if tool.name == call.name), None)
+    if spec is not None:
+        attributes["gen_ai.tool.description"] = spec.description
+        attributes["tool.description"] = spec.description
+        if spec.parameters is not None:
+            attributes["tool.parameters"] = dumps(spec.parameters)
+    return attributes
+
+
+def operation(span: AgentSpan, root: bool) -> str | None:
+    if root and span.kind in (SpanKind.CHAIN, SpanKind.TASK):
+        return WORKFLOW
+    return OTEL_OPERATION_NAMES.get(span.kind)
+
+
+def span_name(span: AgentSpan, root: bool) -> str:
+    """``chat {model}``, ``execute_tool {tool}``, ``invoke_agent {agent}``,
+    ``invoke_workflow {name}``; other chains keep their own name."""
+    op = operation(span, root)
+    if op is None:
+        return span.name
+    if span.kind is SpanKind.LLM:
+        return f"{op} {span.attributes.get('gen_ai.request.model') or span.name}"
+    if span.kind is SpanKind.TOOL and span.tool_call is not None:
+        return f"{op} {span.tool_call.name}"
+    if span.kind is SpanKind.AGENT:
+        return f"{op} {span.attributes.get(AGENT_NAME) or span.name}"
+    return f"{op} {span.name}"
+
+
+def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]:
+    """Every attribute the ``index``-th span of the trace carries, in all three vocabularies."""
+    root = index == 0
+    attributes: dict[str, Any] = {
+        "openinference.span.kind": OPENINFERENCE_KINDS[span.kind],
+        "agenteval.span.id": span.id,
+        # the trace's span order, which start times alone do not fix (ties, clock steps)
+        "agenteval.span.index": index,
+        "agenteval.span.kind": span.kind.value,
+        "agenteval.span.name": span.name,
+    }
+    op = operation(span, root)
+    if op is not None:
+        attributes["gen_ai.operation.name"] = op
+    if span.parent_id:
+        attributes["agenteval.span.parent_id"] = span.parent_id
+    attributes.update(value_attributes("input", span.input))
+    attributes.update(value_attributes("output", span.output))
+    if span.thought is not None:
+        attributes["agenteval.thought"] = span.thought
+    if span.requested_tool_calls:
+        attributes["agenteval.requested_tool_calls"] = dumps(
+            [call.model_dump() for call in span.requested_tool_calls]
+        )
+    if span.kind is SpanKind.AGENT:
+        name = span.attributes.get(AGENT_NAME) or span.name
+        attributes[AGENT_NAME] = name
+        attributes["agent.name"] = name
+    if span.kind is SpanKind.LLM:
+        attributes.update(_llm_attributes(span, trace))
+    if span.tool_call is not None:
+        attributes.update(_tool_attributes(span.tool_call, trace))
+    if span.error is not None:
+        attributes["agenteval.error"] = span.error
+        attributes["error.type"] = error_type(span.error)
+    if root:
+        attributes.update(trace_attributes(trace, span))
+    # the span's own attributes last: where a name is shared, the adapter's value stands
+    encoded = []
+    if span.attributes:
+        attributes[OWN] = list(span.attributes)
+    for key, value in span.attributes.items():
+        if isinstance(value, str | bool | int | float):
+            attributes[key] = value
+        else:  # None, lists and dicts: OpenTelemetry has no type that keeps them exactly
+            attributes[key] = dumps(value)
+            encoded.append(key)
+    if encoded:
+        attributes[ENCODED] = encoded
+    return attributes
+
+
+def trace_attributes(trace: Trace, root: AgentSpan) -> dict[str, Any]:
+    """The run itself, on its root span: session, status, alerts, tools, metadata."""
+    attributes: dict[str, Any] = {
+        "agenteval.trace.id": trace.id,
+        "agenteval.trace.schema_version": trace.schema_version,
+        "agenteval.trace.tools": dumps([tool.model_dump() for tool in trace.tools]),
+    }
+    # the root span's input and output are the run's as a rule; say them again only if not
+    if trace.input != root.input:
+        attributes["agenteval.trace.input"] = dumps(trace.input)
+    if trace.output != root.output:
+        attributes["agenteval.trace.output"] = dumps(trace.output)
+    if trace.metadata:
+        attributes["metadata"] = dumps(trace.metadata)
+        user = trace.metadata.get("user_id")
+        if isinstance(user, str):
+            attributes["user.id"] = user
+    if trace.session_id:
+        attributes["gen_ai.conversation.id"] = trace.session_id
+        attributes["session.id"] = trace.session_id
+    if trace.framework:
+        attributes["agenteval.trace.framework"] = trace.framework
+    if trace.error is not None:
+        attributes["agenteval.trace.error"] = trace.error
+    if trace.status is not None:
+        attributes["agenteval.trace.status"] = trace.status.value
+    if trace.status_reason is not None:
+        attributes["agenteval.trace.status_reason"] = trace.status_reason
+    if trace.alerts:
+        attributes["agenteval.trace.alerts"] = dumps([alert.model_dump() for alert in trace.alerts])
+    for field in ("start_time", "end_time"):
+        value = getattr(trace, field)
+        if value is not None:
+            attributes[f"agenteval.trace.{field}"] = value
+    return attributes

@@ -1,0 +1,64 @@
+"""A real OTLP/HTTP traces receiver on 127.0.0.1: decodes the protobuf requests the SDK's
+exporter sends, so export tests see what a collector would, and can answer with errors."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+
+class OTLPReceiver:
+    def __init__(self) -> None:
+        self.documents: list[dict[str, Any]] = []
+        self.status = 200
+        self.arrived = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if receiver.status == 200:
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    with receiver.arrived:
+                        # the OTLP JSON mapping, ids as the protobuf mapping writes them (base64)
+                        receiver.documents.append(MessageToDict(request))
+                        receiver.arrived.notify_all()
+                self.send_response(receiver.status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def spans(self) -> list[dict[str, Any]]:
+        return [
+            span
+            for document in self.documents
+            for resource in document.get("resourceSpans", [])
+            for scope in resource.get("scopeSpans", [])
+            for span in scope.get("spans", [])
+        ]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[OTLPReceiver]:
+    receiver = OTLPReceiver()
+    yield receiver
+    receiver.close()
