@@ -1,13 +1,14 @@
-"""Developer sessions: `nox -s tests`, `nox -s lint`, `nox -s types`, `nox -s bench`."""
+"""Developer sessions: `nox -s tests interop`, `nox -s lint`, `nox -s types`, `nox -s bench`."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "types"]
+nox.options.sessions = ["tests", "interop", "lint", "types"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
@@ -41,6 +42,38 @@ def tests(session: nox.Session) -> None:
     _install_chromium(session)
     session.install("-e", ".[dev,all]")
     session.run("pytest", *session.posargs)
+
+
+PHOENIX = "arize-phoenix==20.26.1"
+
+
+@nox.session(python=PYTHON)
+def interop(session: nox.Session) -> None:
+    """OpenTelemetry against the real things: a real Arize Phoenix server on 127.0.0.1 (its
+    own virtualenv, as a deployment would be) receives exports and annotations and is checked
+    through its API; the real OpenInference instrumentors' output imports."""
+    _install_chromium(session)
+    session.install("-e", ".[dev,all]")
+    server = Path(session.virtualenv.location).parent / "phoenix-server"
+    phoenix = server / "bin" / "phoenix"
+    if not phoenix.exists():
+        session.run("python", "-m", "venv", str(server))
+        installed = session.run(
+            str(server / "bin" / "pip"),
+            "install",
+            "--quiet",
+            PHOENIX,
+            external=True,
+            success_codes=range(256),
+        )
+        if installed is not True and not phoenix.exists():
+            shutil.rmtree(server, ignore_errors=True)
+            session.skip(
+                f"SKIPPED: {PHOENIX} could not be installed; the Phoenix interop tests did "
+                "not run (the OpenTelemetry export and import tests in `nox -s tests` did)"
+            )
+    session.env["AGENTEVAL_PHOENIX_SERVER"] = str(phoenix)
+    session.run("pytest", "tests/test_phoenix_interop.py", "-rs", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, chromium
 from judge_server import JudgeServer, Reply
 
 from agenteval_core import LoopAlert, RunStatus, Span, SpanKind, ToolCall, Trace, replay
@@ -183,33 +183,6 @@ def test_report_on_a_capture_scores_it_first(tmp_path: Path) -> None:
     assert page.startswith("<!doctype html>")
     data = load_results(scored, EXAMPLE)
     assert len(data.traces) == len(data.captured) == 9
-
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--enable-logging=stderr",
-    "--v=0",
-]
-
-
-def chromium(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """Headless Chromium with its own profile: a DOM dump or a screenshot."""
-    assert CHROMIUM is not None
-    profile = f"--user-data-dir={tmp_path / 'profile'}"
-    return subprocess.run(
-        [CHROMIUM, *FLAGS, profile, "--hide-scrollbars", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (nox -s tests installs it)")
