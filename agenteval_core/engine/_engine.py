@@ -193,6 +193,9 @@ class Engine:
         )
         self.judge = judge
         self.sinks: list[Sink] = list(sinks)
+        # a session's running results after each trace cost a pass over its signals; they are
+        # computed when a sink reads them, or when there are no sinks (the caller reads them)
+        self._snapshots = not self.sinks or any(s.wants_session_snapshots for s in self.sinks)
         if concurrency is None:
             traffic = getattr(judge, "traffic", None)
             concurrency = getattr(traffic, "max_concurrency", None) or DEFAULT_CONCURRENCY
@@ -200,6 +203,9 @@ class Engine:
             raise MetricInputError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self._judged = [m for m in self.metrics if m.kind is MetricKind.JUDGE]
+        # judges and blocking metrics wait on I/O or threads: only they gain from running
+        # traces concurrently; without them, scoring in order avoids a task per trace
+        self._overlapping = [m for m in self.metrics if m in self._judged or m.blocking]
         if not 0.0 <= judge_sample_rate <= 1.0:
             raise MetricInputError(f"judge_sample_rate must be in [0, 1], got {judge_sample_rate}")
         self.judge_sample_rate = judge_sample_rate
@@ -231,9 +237,17 @@ class Engine:
         """Score batches as they come, keeping up to ``concurrency`` × 4 traces in flight
         across batch boundaries (so a slow judge never waits for a batch to drain). Returns
         how many traces were scored; results go to the sinks, in input order."""
+        delivered = 0
+        if not self._overlapping:
+            async for batch in _aiter(batches):
+                cases = [_as_case(item) for item in batch]
+                await self.prepare(cases)
+                for case in cases:
+                    self._deliver(await self._score_guarded(case))
+                delivered += len(cases)
+            return delivered
         window = self.concurrency * 4
         pending: deque[asyncio.Task[tuple[EvalCase, TraceResults]]] = deque()
-        delivered = 0
 
         def deliver_ready(_: object = None) -> None:
             # as soon as the oldest trace is scored, it and every scored trace behind it go
@@ -244,8 +258,9 @@ class Engine:
                 delivered += 1
 
         async for batch in _aiter(batches):
-            await self.prepare(batch)
-            for task in self.schedule(batch):
+            cases = [_as_case(item) for item in batch]
+            await self.prepare(cases)
+            for task in self.schedule(cases):
                 pending.append(task)
                 task.add_done_callback(deliver_ready)
                 while len(pending) > window:
@@ -298,17 +313,20 @@ class Engine:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.concurrency)
         async with self._slots:
-            try:
-                return await self._score_case(case)
-            except Exception as exc:  # metrics never raise; this is a bug of ours
-                logger.error("agenteval could not score %s: %s", case.id, exc, exc_info=exc)
-                trace = case.trace
-                return case, TraceResults(
-                    trace_id=trace.id if trace is not None else None,
-                    case_id=case.id,
-                    session_id=trace.session_id if trace is not None else None,
-                    results=[],
-                )
+            return await self._score_guarded(case)
+
+    async def _score_guarded(self, case: EvalCase) -> tuple[EvalCase, TraceResults]:
+        try:
+            return await self._score_case(case)
+        except Exception as exc:  # metrics never raise; this is a bug of ours
+            logger.error("agenteval could not score %s: %s", case.id, exc, exc_info=exc)
+            trace = case.trace
+            return case, TraceResults(
+                trace_id=trace.id if trace is not None else None,
+                case_id=case.id,
+                session_id=trace.session_id if trace is not None else None,
+                results=[],
+            )
 
     async def _score_case(self, case: EvalCase) -> tuple[EvalCase, TraceResults]:
         trace = case.trace
@@ -319,12 +337,24 @@ class Engine:
         if self._judged and self._sampler.random() >= self.judge_sample_rate:
             self.judge_not_sampled += 1
             metrics = [m for m in metrics if m not in self._judged]
-        results = list(await asyncio.gather(*(_measure(m, case, history) for m in metrics)))
+        overlapping = [m for m in metrics if m in self._overlapping]
+        measured = dict(
+            zip(
+                overlapping,
+                await asyncio.gather(*(_measure(m, case, history) for m in overlapping)),
+                strict=True,
+            )
+        )
+        # the others finish without waiting on anything: awaited in turn, no task each
+        results = [
+            measured[m] if m in measured else await _measure(m, case, history) for m in metrics
+        ]
         session_results: list[MetricResult] = []
         if state is not None and trace is not None:
             self._add_signals(state, trace, results)
             state.history.append(trace)
-            session_results = [acc.result(session_id) for acc in state.accumulators.values()]
+            if self._snapshots:
+                session_results = [acc.result(session_id) for acc in state.accumulators.values()]
         outcome = TraceResults(
             trace_id=trace.id if trace is not None else None,
             case_id=case.id,

@@ -35,6 +35,10 @@ class Sink:
 
     errors: int = 0
     """How many calls to this sink raised."""
+    wants_session_snapshots: bool = True
+    """Whether ``trace_scored`` reads ``results.session_results`` (the session's metrics
+    after each trace). When no sink does, the engine does not compute them per trace; the
+    final session results still arrive through ``session_scored``."""
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         """A trace was scored: ``results.results`` are its trace metrics,

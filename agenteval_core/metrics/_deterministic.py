@@ -209,6 +209,8 @@ def _schema_errors(tool: str, schema: dict[str, Any], arguments: dict[str, Any])
         raise MetricInputError(
             f"tool {tool!r} has an invalid JSON schema: {exc.message}; fix the tool's schema"
         ) from exc
+    if validator.is_valid(arguments):  # the common case, without building error objects
+        return []
     errors = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
     return [f"{error.json_path}: {error.message}" for error in errors]
 

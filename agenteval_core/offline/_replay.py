@@ -46,6 +46,8 @@ class ReplayReport:
 class _ReportSink(Sink):
     """Fills a :class:`ReplayReport` and calls the user's ``on_trace``."""
 
+    wants_session_snapshots = False  # the report keeps each session's final results only
+
     def __init__(
         self,
         report: ReplayReport,

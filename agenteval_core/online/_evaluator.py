@@ -270,11 +270,14 @@ class OnlineEvaluator:
     def _run_loop(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
         self._queue = asyncio.Queue()  # bounded by submit, on the caller's thread
-        consumer = self._loop.create_task(self._consume())
+        self._consumer = self._loop.create_task(self._consume())  # held: a task needs a reference
         ready.set()
         self._loop.run_forever()
-        consumer.cancel()
-        self._loop.run_until_complete(asyncio.gather(consumer, return_exceptions=True))
+        # scoring that close() gave up on (counted there) is cancelled, not left pending
+        left = asyncio.all_tasks(self._loop)
+        for task in left:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         self._loop.close()
 
     def _enqueue(self, trace: Trace) -> None:
