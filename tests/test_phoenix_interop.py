@@ -189,6 +189,7 @@ def test_scores_are_phoenix_annotations_on_spans_and_sessions(
     assert scores["tool_call_loops"] == ("pass", 1.0)
     assert scores["coherence"][0] in ("pass", "fail") and 0 < scores["coherence"][1] <= 1
     assert all(a["annotator_kind"] == "CODE" for a in annotations)
+    assert "user-42" in [s["session_id"] for s in api(phoenix, "/sessions")]
     sessions = api(phoenix, "/session_annotations", session_ids="user-42")
     assert {a["name"] for a in sessions} >= {"agent_reliability"}
 
