@@ -12,7 +12,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
@@ -147,6 +147,90 @@ def test_a_handoff_is_control_flow_not_an_error(evaluator: OnlineEvaluator) -> N
         s.error is None and s.attributes["agenteval.handoff.goto"] == "billing" for s in handed
     )
     assert "billing" in {s.name for s in trace.spans}
+
+
+@tool
+def refund(order_id: str) -> str:
+    """Refund an order."""
+    return "refunded"
+
+
+def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEvaluator) -> None:
+    # a supervisor-style graph: two create_agent(name=...) workers run one after the other
+    orders = create_agent(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("lookup_order", "o1", order_id="A-1")]),
+                AIMessage("A-1 has shipped."),
+            ]
+        ),
+        tools=[lookup_order],
+        name="orders_agent",
+    )
+    refunds = create_agent(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("refund", "r1", order_id="A-1")]),
+                AIMessage("Refunded A-1."),
+            ]
+        ),
+        tools=[refund],
+        name="refunds_agent",
+    )
+    team = StateGraph(MessagesState)
+    team.add_node("orders_agent", orders)
+    team.add_node("refunds_agent", refunds)
+    team.add_edge(START, "orders_agent")
+    team.add_edge("orders_agent", "refunds_agent")
+    team.add_edge("refunds_agent", END)
+    team.compile().invoke(
+        {"messages": [("user", "Where is A-1? Refund it.")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    spans = {span.id: span for span in trace.spans}
+
+    def agent_of(span_id: str | None) -> str | None:
+        while span_id is not None:
+            span = spans[span_id]
+            if span.kind is SpanKind.AGENT and span.parent_id is not None:
+                return span.name
+            span_id = span.parent_id
+        return None
+
+    agents = [s for s in trace.spans if s.kind is SpanKind.AGENT and s.parent_id is not None]
+    assert [(a.name, a.input, a.output, a.attributes) for a in agents] == [
+        (
+            "orders_agent",
+            "Where is A-1? Refund it.",
+            "A-1 has shipped.",
+            {"gen_ai.agent.name": "orders_agent"},
+        ),
+        (
+            "refunds_agent",
+            "Where is A-1? Refund it.",
+            "Refunded A-1.",
+            {"gen_ai.agent.name": "refunds_agent"},
+        ),
+    ]
+    steps = [
+        (s.kind, s.name, agent_of(s.id), s.attributes.get("gen_ai.agent.name"))
+        for s in trace.spans
+        if s.kind in (SpanKind.LLM, SpanKind.TOOL)
+    ]
+    assert steps == [
+        (SpanKind.LLM, "scripted-model", "orders_agent", "orders_agent"),
+        (SpanKind.TOOL, "lookup_order", "orders_agent", "orders_agent"),
+        (SpanKind.LLM, "scripted-model", "orders_agent", "orders_agent"),
+        (SpanKind.LLM, "scripted-model", "refunds_agent", "refunds_agent"),
+        (SpanKind.TOOL, "refund", "refunds_agent", "refunds_agent"),
+        (SpanKind.LLM, "scripted-model", "refunds_agent", "refunds_agent"),
+    ]
+    assert [(c.id, c.name, c.result) for c in trace.tool_calls()] == [
+        ("o1", "lookup_order", "shipped"),
+        ("r1", "refund", "refunded"),
+    ]
+    assert trace.output == "Refunded A-1."
 
 
 def test_cached_and_reasoning_tokens_are_kept_where_the_provider_reports_them(

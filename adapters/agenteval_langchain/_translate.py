@@ -11,6 +11,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from agenteval_core import (
+    AGENT_NAME,
     CONTROL_FLOW,
     HANDOFF_TARGET,
     LoopAlert,
@@ -192,6 +193,7 @@ class Translator:
         self.session_id = session_id
         self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
         self._interrupted: dict[Any, str] = {}  # thread id → its paused trace, for the resume
+        self._subagents: set[UUID] = set()  # runs of agents inside another graph
         self._streaming: dict[Any, float] = {}  # LLM run → when its first token came
         self._dispatch: dict[str, Callable[..., None]] = {
             "on_chain_start": self._chain_start,
@@ -235,6 +237,9 @@ class Translator:
         return inputs if isinstance(inputs, dict) else {"input": input_str}
 
     def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
+        agent = (e.kwargs.get("metadata") or {}).get("lc_agent_name")
+        if agent:  # every run inside create_agent(name=...) says whose step it is
+            extra["attributes"] = {AGENT_NAME: str(agent), **(extra.get("attributes") or {})}
         self.assembler.start_span(
             e.run_id,
             e.parent_run_id,
@@ -252,10 +257,17 @@ class Translator:
         serialized, inputs = e.args
         name = e.kwargs.get("name") or (serialized or {}).get("name") or "chain"
         root = e.parent_run_id is None or self.assembler.trace_of(e.parent_run_id) is None
+        metadata = e.kwargs.get("metadata") or {}
+        if not root and metadata.get("lc_agent_name") == name:
+            # create_agent(name=...) run as a node of another graph (a supervisor's worker):
+            # an agent span its steps nest under; the name goes to every run below it too
+            self._subagents.add(e.run_id)
+            request = jsonable(conversation_text(inputs, "human"))
+            self._start(e, SpanKind.AGENT, name, request)
+            return
         if not root:
             self._start(e, SpanKind.CHAIN, name, jsonable(_state_summary(inputs)))
             return
-        metadata = e.kwargs.get("metadata") or {}
         resume = getattr(inputs, "resume", None) if type(inputs).__name__ == "Command" else None
         request = resume if resume is not None else conversation_text(inputs, "human")
         self._start(e, SpanKind.AGENT, name, jsonable(request))
@@ -367,7 +379,10 @@ class Translator:
 
     def _end_output(self, e: Event) -> None:
         output = e.args[0]
-        if not self.assembler.is_root(e.run_id):
+        if e.run_id in self._subagents:
+            self._subagents.discard(e.run_id)
+            output = conversation_text(output, "ai")
+        elif not self.assembler.is_root(e.run_id):
             output = _state_summary(output)
         elif isinstance(output, dict) and output.get("__interrupt__"):
             self._interrupt(e.run_id, output["__interrupt__"])
@@ -380,6 +395,7 @@ class Translator:
 
     def _end_error(self, e: Event) -> None:
         error = e.args[0]
+        self._subagents.discard(e.run_id)
         flow = control_flow(error)
         if flow is None:
             self.assembler.end_span(e.run_id, error=_error(error), end_time=e.at)
