@@ -255,7 +255,7 @@ def test_a_hierarchical_crew_and_an_async_kickoff(evaluator: OnlineEvaluator) ->
         ("task", "Where is A-1?"),
         ("agent", "Crew Manager"),
         ("llm", "manager"),
-        ("tool", "Delegate work to coworker"),
+        ("tool", "delegate_work_to_coworker"),
         ("agent", "support"),
         ("llm", "worker"),
         ("tool", "lookup_order"),
@@ -266,8 +266,16 @@ def test_a_hierarchical_crew_and_an_async_kickoff(evaluator: OnlineEvaluator) ->
     assert [
         (c.name, c.arguments.get("coworker") or c.arguments.get("order_id")) for c in calls
     ] == [
-        ("Delegate work to coworker", "support"),
+        ("delegate_work_to_coworker", "support"),
         ("lookup_order", "A-1"),
+    ]
+    # the model asked for "Delegate work to coworker": one name for the tool, everywhere
+    [asked] = hierarchical.spans[3].requested_tool_calls
+    assert (asked.name, asked.id) == ("delegate_work_to_coworker", calls[0].id)
+    assert [spec.name for spec in hierarchical.tools] == [
+        "delegate_work_to_coworker",
+        "ask_question_to_coworker",
+        "lookup_order",
     ]
     assert (async_run.status, async_run.session_id, async_run.output) == (RunStatus.OK, "a", "hi")
     assert [s.name for s in async_run.spans] == ["crew", "Greet.", "greeter", "s"]

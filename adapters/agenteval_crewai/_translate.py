@@ -262,17 +262,20 @@ class Translator:
             execution = self._executions.get(_task_id(event), "")
             asked, used = self._last_llm.get(execution, ("", 0))
             arguments = json_arguments(event.tool_args)
+            # a ReAct model may call "Delegate work to coworker"; CrewAI runs it as (and the
+            # tool list says) delegate_work_to_coworker: one name for one tool
+            tool_name = sanitize_tool_name(str(event.tool_name))
             if isinstance(asked, list):  # native calls, which CrewAI may run in any order
-                call_id = _claim(asked, event.tool_name, arguments)
+                call_id = _claim(asked, tool_name, arguments)
             else:
                 call_id = f"{asked}#{used}" if asked else None
             self._last_llm[execution] = (asked, used + 1)
-            call = ToolCall(id=call_id, name=event.tool_name, arguments=arguments)
+            call = ToolCall(id=call_id, name=tool_name, arguments=arguments)
             self.assembler.start_span(
                 key,
                 parent,
                 kind,
-                event.tool_name,
+                tool_name,
                 input=call.arguments,
                 start_time=at,
                 tool_call=call,
@@ -287,6 +290,8 @@ class Translator:
             else:
                 text = _text(event.response)
                 thought, requested = react_actions(text, call_ids=event.call_id)
+                for call in requested:
+                    call.name = sanitize_tool_name(call.name)
             usage = event.usage or {}
             attributes = {}
             if usage:
