@@ -279,3 +279,53 @@ def test_a_hierarchical_crew_and_an_async_kickoff(evaluator: OnlineEvaluator) ->
     ]
     assert (async_run.status, async_run.session_id, async_run.output) == (RunStatus.OK, "a", "hi")
     assert [s.name for s in async_run.spans] == ["crew", "Greet.", "greeter", "s"]
+
+
+def test_a_result_from_crewais_tool_cache_says_so(
+    evaluator: OnlineEvaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CrewAI reports a cache hit with ToolUsageFinishedEvent(from_cache=True). Its 1.x
+    # ReAct and native tool paths do not consult the cache, so this run has the bus carry
+    # the second result as a hit, as CrewAI's cached path emits it.
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.types.tool_usage_events import ToolUsageFinishedEvent
+
+    finished: list[Any] = []
+    emit = crewai_event_bus.emit
+
+    def as_cached(source: Any, event: Any) -> Any:
+        if isinstance(event, ToolUsageFinishedEvent):
+            finished.append(event)
+            event.from_cache = len(finished) == 2
+        return emit(source, event)
+
+    monkeypatch.setattr(crewai_event_bus, "emit", as_cached)
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return "shipped"
+
+    llm = ScriptedLLM(
+        model="s",
+        replies=[
+            action("lookup_order", order_id="A-1"),
+            action("lookup_order", order_id="A-2"),
+            "Thought: ok\nFinal Answer: both shipped",
+        ],
+    )
+    agent = Agent(role="support", goal="g", backstory="b", llm=llm, tools=[lookup_order])
+    listener = AgentEvalListener(evaluator)
+    try:
+        Crew(
+            agents=[agent],
+            tasks=[Task(description="A-1 and A-2?", expected_output="x", agent=agent)],
+        ).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    tools = [s for s in trace.spans if s.tool_call is not None]
+    assert [(s.tool_call.arguments, s.attributes) for s in tools] == [
+        ({"order_id": "A-1"}, {}),
+        ({"order_id": "A-2"}, {"agenteval.tool.from_cache": True}),
+    ]

@@ -40,6 +40,7 @@ FAILURES = {
     "ToolUsageErrorEvent",
 }
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
+FROM_CACHE = "agenteval.tool.from_cache"
 
 
 def _text(value: Any) -> str:
@@ -316,6 +317,9 @@ class Translator:
             return
         output = getattr(event, "output", None)
         self._forget(name, event)
-        self.assembler.end_span(
-            key, output=output if name == "ToolUsageFinishedEvent" else _text(output), end_time=at
-        )
+        if name != "ToolUsageFinishedEvent":
+            self.assembler.end_span(key, output=_text(output), end_time=at)
+            return
+        # a result CrewAI's tool cache answered: the tool itself did not run
+        cached = {FROM_CACHE: True} if getattr(event, "from_cache", False) else None
+        self.assembler.end_span(key, output=output, end_time=at, attributes=cached)
