@@ -25,6 +25,7 @@ from agenteval_core import (
     OnlineEvaluator,
     RunStatus,
     SpanKind,
+    ToolCall,
     Trace,
     TraceResults,
 )
@@ -181,6 +182,85 @@ def test_async_and_streaming_runs(evaluator: OnlineEvaluator) -> None:
     traces = evaluator.captured()
     assert sorted(t.input for t in traces) == ["async run", "streamed run"]
     assert all(t.session_id == "async-session" and len(t.tool_calls()) == 2 for t in traces)
+
+
+def run_view(trace: Trace) -> dict[str, Any]:
+    """What a run did, span by span (not ids or times)."""
+    return {
+        "io": (trace.input, trace.output, trace.status, trace.session_id),
+        "spans": [(s.kind, s.name) for s in trace.spans],
+        "requested": [
+            [(c.id, c.name, c.arguments) for c in s.requested_tool_calls]
+            for s in trace.spans_of(SpanKind.LLM)
+        ],
+        "calls": trace.tool_calls(),
+        "tokens": trace.token_usage(),
+    }
+
+
+@pytest.mark.parametrize("handler_kind", ["sync", "async"])
+@pytest.mark.parametrize("entry", ["invoke", "ainvoke", "stream", "astream"])
+def test_every_entry_point_and_handler_give_the_same_trace(
+    evaluator: OnlineEvaluator, handler_kind: str, entry: str
+) -> None:
+    agent = create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund])
+    kind = AgentEvalCallbackHandler if handler_kind == "sync" else AsyncAgentEvalCallbackHandler
+    config: Any = {"callbacks": [kind(evaluator, session_id="s")]}
+    request = {"messages": [("user", "Where is A-1? Refund 5.")]}
+
+    async def run_async() -> None:
+        if entry == "ainvoke":
+            await agent.ainvoke(request, config=config)
+        else:
+            async for _ in agent.astream(request, config=config):
+                pass
+
+    if entry == "invoke":
+        agent.invoke(request, config=config)
+    elif entry == "stream":
+        for _ in agent.stream(request, config=config):
+            pass
+    else:
+        asyncio.run(run_async())
+    [trace] = evaluator.captured()
+    assert run_view(trace) == {
+        "io": (
+            "Where is A-1? Refund 5.",
+            "Order A-1 has shipped and I refunded 5.0.",
+            RunStatus.OK,
+            "s",
+        ),
+        "spans": [
+            (SpanKind.AGENT, "LangGraph"),
+            (SpanKind.CHAIN, "model"),
+            (SpanKind.LLM, "scripted-model"),
+            (SpanKind.CHAIN, "tools"),
+            (SpanKind.TOOL, "lookup_order"),
+            (SpanKind.CHAIN, "model"),
+            (SpanKind.LLM, "scripted-model"),
+            (SpanKind.CHAIN, "tools"),
+            (SpanKind.TOOL, "refund"),
+            (SpanKind.CHAIN, "model"),
+            (SpanKind.LLM, "scripted-model"),
+        ],
+        "requested": [
+            [("call-1", "lookup_order", {"order_id": "A-1"})],
+            [("call-2", "refund", {"order_id": "A-1", "amount": 5.0})],
+            [],
+        ],
+        "calls": [
+            ToolCall(
+                id="call-1", name="lookup_order", arguments={"order_id": "A-1"}, result="shipped"
+            ),
+            ToolCall(
+                id="call-2",
+                name="refund",
+                arguments={"order_id": "A-1", "amount": 5.0},
+                result="refunded 5.0 on A-1",
+            ),
+        ],
+        "tokens": {"input_tokens": 20, "output_tokens": 5},
+    }
 
 
 def test_concurrent_runs_in_threads_and_tasks_do_not_mix(evaluator: OnlineEvaluator) -> None:
