@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from judge_server import JudgeServer, Reply
 
-from agenteval_core import CaptureError, Trace, calibrate, read_labels
+from agenteval_core import CalibrationReport, CaptureError, Trace, calibrate, read_labels, replay
+from agenteval_core.cli import cli
 from agenteval_core.judges import OpenAIJudge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,3 +109,48 @@ def test_the_shipped_example_labels_calibrate_from_the_command_line() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "coherence" in done.stdout and "rows are the labels, columns the metric" in done.stdout
+
+
+def test_a_calibration_shows_in_the_html_report(judge_server: JudgeServer, tmp_path: Path) -> None:
+    judge_server.responder = _scripted
+    labels = _labels_file(tmp_path / "l.jsonl", ["pass"] * 5 + ["fail"] * 5)
+    command = [
+        "calibrate", str(labels), "--json", str(tmp_path / "calibration.json"),
+        "--judge-model", "judge-model", "--judge-base-url", judge_server.base_url, "--no-cache",
+    ]  # fmt: skip
+    done = CliRunner().invoke(cli, command)
+    assert done.exit_code == 0, done.output
+    saved = CalibrationReport.load(tmp_path / "calibration.json")
+    [item] = saved.metrics.values()  # the figures worked out by hand above, read back
+    assert (item.agreement, round(item.kappa or 0, 6), item.best_threshold) == (0.8, 0.6, 0.45)
+    assert item.confusion == {"pass": {"pass": 4, "fail": 1}, "fail": {"pass": 1, "fail": 4}}
+
+    results = tmp_path / "results.jsonl"
+    replay(ROOT / "examples" / "captures" / "support_agent.jsonl", output=results)
+    page = tmp_path / "report.html"
+    shown = CliRunner().invoke(
+        cli,
+        [
+            "report",
+            str(results),
+            "--html",
+            str(page),
+            "--calibration",
+            str(tmp_path / "calibration.json"),
+        ],
+    )
+    assert shown.exit_code == 0, shown.output
+    text = page.read_text()
+    row = re.search(r'<tr data-calibration="confidence">(.*?)</tr>', text, re.DOTALL)
+    assert row is not None
+    cells = re.findall(r'data-field="(\w+)">([^<]*)<', row.group(1))
+    assert cells == [("agreement", "0.800"), ("kappa", "0.600"), ("best", "0.450 (0.900)")]
+    assert "label pass" in text and "metric fail" in text
+
+    (tmp_path / "bad.json").write_text('{"results": []}')
+    refused = CliRunner().invoke(
+        cli,
+        ["report", str(results), "--html", str(page), "--calibration", str(tmp_path / "bad.json")],
+    )
+    assert refused.exit_code != 0
+    assert "bad.json: not a calibration report" in refused.output

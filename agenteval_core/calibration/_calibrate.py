@@ -8,7 +8,7 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -73,6 +73,33 @@ class CalibrationReport:
     """One :class:`MetricCalibration` per labelled metric."""
 
     metrics: dict[str, MetricCalibration]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the report as JSON (``agenteval calibrate --json``), for the HTML report."""
+        document = {"calibration": {name: asdict(item) for name, item in self.metrics.items()}}
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> CalibrationReport:
+        """Read a report :meth:`save` wrote.
+
+        Raises:
+            CaptureError: the file is missing or is not a calibration report.
+        """
+        name = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                document = json.load(handle)
+            items = document["calibration"]
+            return cls({metric: MetricCalibration(**item) for metric, item in items.items()})
+        except FileNotFoundError:
+            raise CaptureError(f"{name}: no such calibration file") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CaptureError(
+                f"{name}: not a calibration report ({exc!r}); write one with "
+                "agenteval calibrate LABELS --json FILE"
+            ) from None
 
 
 def read_labels(

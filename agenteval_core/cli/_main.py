@@ -560,10 +560,17 @@ def compare_command(
 @cli.command("calibrate")
 @click.argument("labels")
 @click.option("--capture", help="The capture holding the traces that labels name by trace_id.")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False),
+    help="Also write the figures as JSON, for agenteval report --calibration.",
+)
 @_judge_options(model_help="Judge model name; enables the LLM-judge metrics to calibrate.")
 def calibrate_command(
     labels: str,
     capture: str | None,
+    json_out: str | None,
     judge: OpenAIJudge | None,
 ) -> None:
     """How well each metric agrees with human labels (LABELS: JSON Lines of metric, label
@@ -602,6 +609,12 @@ def calibrate_command(
             click.echo("  " + row.ljust(8) + "".join(str(cells[c]).rjust(7) for c in columns))
         if item.unscored:
             click.echo(f"  not scored (left out): {', '.join(item.unscored)}")
+    if json_out:
+        report.save(json_out)
+        click.echo(
+            f"\ncalibration written to {json_out}; show it in the HTML report with "
+            f"agenteval report RESULTS --calibration {json_out}"
+        )
 
 
 @cli.command("report")
@@ -615,7 +628,14 @@ def calibrate_command(
     type=click.Path(dir_okay=False),
     help="Where to write the report.",
 )
-def report_command(results: str, capture: str | None, html_out: str) -> None:
+@click.option(
+    "--calibration",
+    type=click.Path(dir_okay=False),
+    help="A judge calibration (agenteval calibrate --json) to show in the report.",
+)
+def report_command(
+    results: str, capture: str | None, html_out: str, calibration: str | None
+) -> None:
     """Write a self-contained HTML report from RESULTS: the --json output of a replay or an
     online evaluator's results file. Given a capture instead, score it with the default
     metrics first and report on that."""
@@ -626,7 +646,7 @@ def report_command(results: str, capture: str | None, html_out: str) -> None:
         replay(results, output=scored)
         click.echo(f"{results} is a capture: scored it with the default metrics into {scored}")
         results, capture = str(scored), results
-    path = write_report(results, html_out, capture=capture)
+    path = write_report(results, html_out, capture=capture, calibration=calibration)
     click.echo(f"report written to {path}")
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._errors import CaptureError
 from .._redact import Redactor
+from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
 from ..schema._capture import read_capture
 from ..schema._results import MetricResult
@@ -37,6 +38,8 @@ class ReportData:
     """How each trace's run ended (``ok``, ``error``, ``stopped``, ...), where known."""
     session_scores: dict[str, dict[str, float | None]] = field(default_factory=dict)
     """Per trace, its session's scores as they stood after it (for the charts over time)."""
+    calibration: CalibrationReport | None = None
+    """How far each judged metric agrees with human labels, when a calibration was given."""
 
 
 class _ResultsLine(BaseModel):
@@ -423,6 +426,7 @@ tr.err td {{ background: #fff2f2; }}
 <h2>Metrics</h2>
 <table id="metrics"><tr><th>metric</th><th>mean</th><th>pass rate</th><th>scored</th><th>errors</th>
 <th>skipped</th><th>judge tokens</th><th>cost (USD)</th><th>distribution</th></tr>{metric_rows}</table>
+{_calibration(data.calibration)}
 <h2>Sessions</h2>
 <p class="muted">One square per trace, coloured by its risk (green low, red high); a red outline marks
 a flagged trace, ⟲ a loop. Click a square for the trace.</p>
@@ -438,8 +442,59 @@ def write_report(
     output: str | os.PathLike[str],
     *,
     capture: str | os.PathLike[str] | None = None,
+    calibration: CalibrationReport | str | os.PathLike[str] | None = None,
 ) -> Path:
-    """Read ``results`` (and ``capture``) and write the HTML report to ``output``."""
+    """Read ``results`` (and ``capture``) and write the HTML report to ``output``; with a
+    ``calibration`` (a report, or a file ``agenteval calibrate --json`` wrote) it shows how
+    far each judged metric agrees with human labels."""
+    data = load_results(results, capture)
+    if calibration is not None and not isinstance(calibration, CalibrationReport):
+        calibration = CalibrationReport.load(calibration)
+    data.calibration = calibration
     path = Path(output)
-    path.write_text(render_html(load_results(results, capture)), encoding="utf-8")
+    path.write_text(render_html(data), encoding="utf-8")
     return path
+
+
+def _calibration(report: CalibrationReport | None) -> str:
+    """The calibration section: figures per metric and its confusion matrix."""
+    if report is None:
+        return ""
+    esc = html.escape
+    rows, matrices = [], []
+    for item in report.metrics.values():
+        best = (
+            f"{_fmt(item.best_threshold)} ({_fmt(item.best_agreement)})"
+            if item.best_threshold is not None
+            else "–"
+        )
+        rows.append(
+            f'<tr data-calibration="{esc(item.metric)}"><td>{esc(item.metric)}'
+            f"{' (graded)' if item.graded else ''}</td>"
+            f'<td class="num">{item.labelled}</td><td class="num">{item.scored}</td>'
+            f'<td class="num" data-field="agreement">{_fmt(item.agreement)}</td>'
+            f'<td class="num" data-field="kappa">{_fmt(item.kappa)}</td>'
+            f'<td class="num">{_fmt(item.threshold)}</td>'
+            f'<td class="num" data-field="best">{best}</td></tr>'
+        )
+        columns = list(next(iter(item.confusion.values()), {}))
+        if columns:
+            head = "".join(f"<th>metric {esc(c)}</th>" for c in columns)
+            body = "".join(
+                f"<tr><th>label {esc(label)}</th>"
+                + "".join(f'<td class="num">{cells.get(c, 0)}</td>' for c in columns)
+                + "</tr>"
+                for label, cells in item.confusion.items()
+            )
+            matrices.append(
+                f"<details><summary>{esc(item.metric)}: confusion matrix</summary>"
+                f"<table><tr><th></th>{head}</tr>{body}</table></details>"
+            )
+    return (
+        '<h2>Judge calibration</h2><p class="muted">Agreement with human labels at each '
+        "metric's threshold, Cohen's kappa (quadratic-weighted for graded labels), and the "
+        "threshold that agrees with the most labels.</p>"
+        '<table id="calibration"><tr><th>metric</th><th>labels</th><th>scored</th>'
+        "<th>agreement</th><th>kappa</th><th>threshold</th><th>best threshold (agreement)</th>"
+        f"</tr>{''.join(rows)}</table>{''.join(matrices)}"
+    )
