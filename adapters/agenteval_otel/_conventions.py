@@ -16,7 +16,15 @@ import json
 from fractions import Fraction
 from typing import Any
 
-from agenteval_core import AGENT_NAME, OTEL_OPERATION_NAMES, SpanKind, ToolCall, ToolSpec, Trace
+from agenteval_core import (
+    AGENT_NAME,
+    OTEL_OPERATION_NAMES,
+    MetricResult,
+    SpanKind,
+    ToolCall,
+    ToolSpec,
+    Trace,
+)
 from agenteval_core import Span as AgentSpan
 
 WORKFLOW = "invoke_workflow"
@@ -318,3 +326,16 @@ def trace_attributes(trace: Trace, root: AgentSpan) -> dict[str, Any]:
         if value is not None:
             attributes[f"agenteval.trace.{field}"] = value
     return attributes
+
+
+def per_call_scores(result: MetricResult) -> list[tuple[int, float, str]]:
+    """(tool-call index, score, explanation) for metrics that score each call
+    (``metadata["calls"]``, e.g. ``parameter_correctness``)."""
+    scored = []
+    for item in result.metadata.get("calls") or []:
+        if isinstance(item, dict) and isinstance(item.get("index"), int):
+            score = item.get("score")
+            if isinstance(score, int | float):
+                detail = {k: v for k, v in item.items() if k not in ("index", "score")}
+                scored.append((item["index"], float(score), dumps(detail)))
+    return scored

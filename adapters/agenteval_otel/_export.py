@@ -25,7 +25,7 @@ from agenteval_core import (
     TraceResults,
 )
 
-from ._conventions import dumps, error_type, span_attributes, span_name, to_ns
+from ._conventions import error_type, per_call_scores, span_attributes, span_name, to_ns
 from ._phoenix import PhoenixAnnotations
 
 __all__ = ["ExportError", "ExportedTrace", "OTelExporter", "OTelSink"]
@@ -107,19 +107,6 @@ def _event(result: MetricResult, scope: str | None = None) -> dict[str, Any]:
     return event
 
 
-def per_call_scores(result: MetricResult) -> list[tuple[int, float, str]]:
-    """(tool-call index, score, explanation) for metrics that score each call
-    (``metadata["calls"]``, e.g. ``parameter_correctness``)."""
-    scored = []
-    for item in result.metadata.get("calls") or []:
-        if isinstance(item, dict) and isinstance(item.get("index"), int):
-            score = item.get("score")
-            if isinstance(score, int | float):
-                detail = {k: v for k, v in item.items() if k not in ("index", "score")}
-                scored.append((item["index"], float(score), dumps(detail)))
-    return scored
-
-
 class OTelExporter:
     """Writes agenteval traces as OpenTelemetry spans any OTLP backend shows (Arize Phoenix,
     Langfuse, Jaeger, a collector).
@@ -184,7 +171,7 @@ class OTelExporter:
         self.tracer = self.provider.get_tracer("agenteval")
         self.redactor = redactor
         if isinstance(phoenix, str):
-            phoenix = PhoenixAnnotations(phoenix, headers=headers, project=project)
+            phoenix = PhoenixAnnotations(phoenix, headers=headers)
         self.phoenix = phoenix
         self.traces = 0
         self._shut = False

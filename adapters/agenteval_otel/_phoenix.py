@@ -19,6 +19,8 @@ import httpx
 
 from agenteval_core import MetricResult, Trace
 
+from ._conventions import per_call_scores
+
 if TYPE_CHECKING:
     from ._export import ExportedTrace
 
@@ -66,7 +68,6 @@ class PhoenixAnnotations:
     Args:
         url: Phoenix's base URL, e.g. ``http://127.0.0.1:6006``.
         headers: extra HTTP headers (``{"Authorization": "Bearer ..."}`` when auth is on).
-        project: unused by the annotations API itself; kept for the exporter's resource.
         retry_for: how long to keep retrying an annotation whose span Phoenix has not
             stored yet.
     """
@@ -76,11 +77,9 @@ class PhoenixAnnotations:
         url: str,
         *,
         headers: dict[str, str] | None = None,
-        project: str | None = None,
         retry_for: float = 30.0,
     ) -> None:
         self.url = url.rstrip("/")
-        self.project = project
         self.retry_for = retry_for
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=10.0)
         self._queue: queue.Queue[tuple[str, list[dict[str, Any]]] | None] = queue.Queue()
@@ -100,8 +99,6 @@ class PhoenixAnnotations:
         results: Sequence[MetricResult],
     ) -> None:
         """Queue a trace's results (the spans must be on their way to Phoenix)."""
-        from ._export import per_call_scores
-
         root = exported.span_ids.get(trace.spans[0].id) if trace.spans else None
         if root is None:
             return
