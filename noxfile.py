@@ -51,7 +51,8 @@ PHOENIX = "arize-phoenix==20.26.1"
 def interop(session: nox.Session) -> None:
     """OpenTelemetry against the real things: a real Arize Phoenix server on 127.0.0.1 (its
     own virtualenv, as a deployment would be) receives exports and annotations and is checked
-    through its API; the real OpenInference instrumentors' output imports."""
+    through its API; what the real OpenInference instrumentors write around real agent loops
+    imports to the trace agenteval's own handler captures (also part of `tests`)."""
     _install_chromium(session)
     session.install("-e", ".[dev,all]")
     server = Path(session.virtualenv.location).parent / "phoenix-server"
@@ -73,7 +74,13 @@ def interop(session: nox.Session) -> None:
                 "not run (the OpenTelemetry export and import tests in `nox -s tests` did)"
             )
     session.env["AGENTEVAL_PHOENIX_SERVER"] = str(phoenix)
-    session.run("pytest", "tests/test_phoenix_interop.py", "-rs", *session.posargs)
+    session.run(
+        "pytest",
+        "tests/test_phoenix_interop.py",
+        "tests/test_openinference_import.py",
+        "-rs",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHON)

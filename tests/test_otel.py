@@ -145,6 +145,7 @@ def test_spans_are_named_and_attributed_after_the_genai_conventions_and_openinfe
         "AGENT",
     )
     assert (root["gen_ai.agent.name"], root["agent.name"]) == ("agent", "agent")
+    assert root["gen_ai.provider.name"] == "openai"  # its model calls' provider
     assert (root["input.value"], root["input.mime_type"]) == ("Where is order A-1?", "text/plain")
     assert root["output.value"] == "It shipped; the refund was denied."
     assert (root["session.id"], root["gen_ai.conversation.id"], root["user.id"]) == (

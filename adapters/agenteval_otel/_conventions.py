@@ -239,6 +239,21 @@ def span_name(span: AgentSpan, root: bool) -> str:
     return f"{op} {span.name}"
 
 
+def _agent_provider(agent: AgentSpan, trace: Trace) -> str | None:
+    """An agent's provider (``invoke_agent`` asks for one): that of its first model call."""
+    parents = {span.id: span.parent_id for span in trace.spans}
+    for span in trace.spans:
+        provider = span.attributes.get("gen_ai.provider.name")
+        if span.kind is not SpanKind.LLM or not provider:
+            continue
+        above = span.parent_id
+        while above is not None and above != agent.id:
+            above = parents.get(above)
+        if above == agent.id:
+            return str(provider)
+    return None
+
+
 def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]:
     """Every attribute the ``index``-th span of the trace carries, in all three vocabularies."""
     root = index == 0
@@ -267,6 +282,9 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
         name = span.attributes.get(AGENT_NAME) or span.name
         attributes[AGENT_NAME] = name
         attributes["agent.name"] = name
+        provider = _agent_provider(span, trace)
+        if provider:
+            attributes["gen_ai.provider.name"] = provider
     if span.kind is SpanKind.LLM:
         attributes.update(_llm_attributes(span, trace))
     if span.tool_call is not None:
