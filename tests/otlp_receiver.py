@@ -1,9 +1,13 @@
 """A real OTLP/HTTP traces receiver on 127.0.0.1: decodes the protobuf requests the SDK's
-exporter sends, so export tests see what a collector would, and can answer with errors."""
+exporter sends, so export tests see what a collector would, and can answer with errors. It
+also takes Phoenix-style annotation posts (JSON on any other path), answering each with the
+next scripted status."""
 
 from __future__ import annotations
 
+import json
 import threading
+from collections import deque
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -17,12 +21,25 @@ class OTLPReceiver:
     def __init__(self) -> None:
         self.documents: list[dict[str, Any]] = []
         self.status = 200
+        self.annotation_posts: list[tuple[str, dict[str, Any]]] = []
+        self.annotation_statuses: deque[int] = deque()  # then 200
         self.arrived = threading.Condition()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if not self.path.startswith("/v1/traces"):
+                    receiver.annotation_posts.append((self.path, json.loads(body)))
+                    status = (
+                        receiver.annotation_statuses.popleft()
+                        if receiver.annotation_statuses
+                        else 200
+                    )
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if receiver.status == 200:
                     request = ExportTraceServiceRequest()
                     request.ParseFromString(body)
@@ -40,7 +57,8 @@ class OTLPReceiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{self.base_url}/v1/traces"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def spans(self) -> list[dict[str, Any]]:

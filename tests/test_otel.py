@@ -557,3 +557,57 @@ def test_genai_convention_spans_import() -> None:
     assert trace.tool_calls() == [
         ToolCall(id="t1", name="search", arguments={"q": "otel"}, result=["opentelemetry.io"])
     ]
+
+
+def test_scores_become_phoenix_annotations_once_phoenix_has_the_spans(
+    otlp_receiver: OTLPReceiver,
+) -> None:
+    trace = sample_trace()
+    result = ParameterCorrectness().measure(trace.model_copy())
+    assert (result.score, result.success) == (1.0, True)  # lookup's arguments fit its schema
+    # Phoenix answers 404 until it has stored the spans the annotations name
+    otlp_receiver.annotation_statuses.extend([404, 404])
+    exporter = OTelExporter(phoenix=otlp_receiver.base_url)
+    where = exporter.export(trace, [result])
+    exporter.shutdown()
+    assert [path for path, _ in otlp_receiver.annotation_posts] == [
+        "/v1/span_annotations?sync=true"
+    ] * 3
+    on_trace, on_call = otlp_receiver.annotation_posts[-1][1]["data"]
+    metadata = {
+        "metric_version": result.version,
+        "threshold": 0.7,
+        "judge_model": None,
+        "source": "agenteval",
+    }
+    assert on_trace == {
+        "span_id": where.span_ids[trace.spans[0].id],
+        "name": "parameter_correctness",
+        "annotator_kind": "CODE",
+        "result": {
+            "label": "pass",
+            "score": 1.0,
+            "explanation": "1 calls checked, 0 with schema errors",
+        },
+        "metadata": metadata,
+        "identifier": "agenteval.parameter_correctness",
+    }
+    lookup = next(s for s in trace.spans if s.name == "lookup")
+    assert on_call["span_id"] == where.span_ids[lookup.id]
+    assert (on_call["name"], on_call["result"]["label"], on_call["result"]["score"]) == (
+        "parameter_correctness",
+        "pass",
+        1.0,
+    )
+    assert exporter.phoenix is not None and exporter.phoenix.sent == 2
+    assert len(otlp_receiver.spans()) == 6  # the spans went to Phoenix's OTLP endpoint
+
+
+def test_a_refused_annotation_is_reported(otlp_receiver: OTLPReceiver) -> None:
+    trace = sample_trace()
+    otlp_receiver.annotation_statuses.append(401)
+    exporter = OTelExporter(phoenix=otlp_receiver.base_url)
+    exporter.export(trace, [ToolCallAccuracy().measure(trace.model_copy())])
+    with pytest.raises(ExportError, match=r"Phoenix annotations: .*/v1/span_annotations: HTTP 401"):
+        exporter.shutdown()
+    assert len(otlp_receiver.annotation_posts) == 1  # refused: not retried

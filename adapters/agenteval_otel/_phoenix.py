@@ -141,21 +141,25 @@ class PhoenixAnnotations:
                     self._idle.notify_all()
 
     def _send(self, path: str, annotations: list[dict[str, Any]]) -> None:
+        """POST one batch; retried with backoff while Phoenix answers 404 (its spans are
+        still on their way, up to ``retry_for``) and, three times at most, when it cannot
+        be reached; any other answer is final."""
         deadline = time.monotonic() + self.retry_for
-        delay = 0.05
+        delay, unreachable = 0.05, 0
         while True:
             try:
-                response = self._client.post(
-                    path, params={"sync": "true"}, json={"data": annotations}
-                )
+                response = self._client.post(path, params={"sync": "true"}, json={"data": annotations})
             except httpx.HTTPError as exc:
                 failure = f"{self.url}{path}: {exc!r}"
+                unreachable += 1
+                if unreachable >= 3:
+                    self._problem(failure)
+                    return
             else:
                 if response.is_success:
                     self.sent += len(annotations)
                     return
                 failure = f"{self.url}{path}: HTTP {response.status_code} {response.text[:200]}"
-                # 404: a span or session Phoenix has not stored yet; anything else is final
                 if response.status_code != 404:
                     self._problem(failure)
                     return
