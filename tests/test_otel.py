@@ -248,6 +248,19 @@ def test_a_graph_or_crew_at_the_root_is_a_workflow() -> None:
     assert "gen_ai.operation.name" not in spans["model"].attributes
     assert spans["model"].attributes["openinference.span.kind"] == "CHAIN"
 
+    # a crew: the run holds agents of its own, so it is a workflow that invokes them
+    crew = Span(id="c", kind=SpanKind.AGENT, name="crew")
+    worker = Span(id="w", parent_id="c", kind=SpanKind.AGENT, name="support")
+    spans = by_name(exported(Trace(id="t2", spans=[crew, worker])))
+    assert sorted(spans) == ["invoke_agent support", "invoke_workflow crew"]
+    workflow = spans["invoke_workflow crew"].attributes
+    assert (workflow["gen_ai.operation.name"], workflow["gen_ai.workflow.name"]) == (
+        "invoke_workflow",
+        "crew",
+    )
+    assert "gen_ai.agent.name" not in workflow
+    assert spans["invoke_agent support"].attributes["gen_ai.agent.name"] == "support"
+
 
 def event_attributes(span: ReadableSpan) -> list[dict[str, Any]]:
     return [dict(e.attributes or {}) for e in span.events if e.name == "gen_ai.evaluation.result"]

@@ -218,18 +218,28 @@ def _tool_attributes(call: ToolCall, trace: Trace) -> dict[str, Any]:
     return attributes
 
 
-def operation(span: AgentSpan, root: bool) -> str | None:
-    if root and span.kind in (SpanKind.CHAIN, SpanKind.TASK):
+def operation(trace: Trace, index: int) -> str | None:
+    """``gen_ai.operation.name`` of the ``index``-th span: the root of a run that holds
+    several agents (a crew, a supervisor graph) or no agent at all (a graph, a task) is an
+    ``invoke_workflow``; other chains and tasks have none."""
+    span = trace.spans[index]
+    if index == 0 and (
+        span.kind in (SpanKind.CHAIN, SpanKind.TASK)
+        or (span.kind is SpanKind.AGENT and any(s.kind is SpanKind.AGENT for s in trace.spans[1:]))
+    ):
         return WORKFLOW
     return OTEL_OPERATION_NAMES.get(span.kind)
 
 
-def span_name(span: AgentSpan, root: bool) -> str:
+def span_name(trace: Trace, index: int) -> str:
     """``chat {model}``, ``execute_tool {tool}``, ``invoke_agent {agent}``,
     ``invoke_workflow {name}``; other chains keep their own name."""
-    op = operation(span, root)
+    span = trace.spans[index]
+    op = operation(trace, index)
     if op is None:
         return span.name
+    if op == WORKFLOW:
+        return f"{op} {span.name}"
     if span.kind is SpanKind.LLM:
         return f"{op} {span.attributes.get('gen_ai.request.model') or span.name}"
     if span.kind is SpanKind.TOOL and span.tool_call is not None:
@@ -265,9 +275,11 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
         "agenteval.span.kind": span.kind.value,
         "agenteval.span.name": span.name,
     }
-    op = operation(span, root)
+    op = operation(trace, index)
     if op is not None:
         attributes["gen_ai.operation.name"] = op
+    if op == WORKFLOW:
+        attributes["gen_ai.workflow.name"] = span.name
     if span.parent_id:
         attributes["agenteval.span.parent_id"] = span.parent_id
     attributes.update(value_attributes("input", span.input))
@@ -278,7 +290,7 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
         attributes["agenteval.requested_tool_calls"] = dumps(
             [call.model_dump() for call in span.requested_tool_calls]
         )
-    if span.kind is SpanKind.AGENT:
+    if span.kind is SpanKind.AGENT and op != WORKFLOW:
         name = span.attributes.get(AGENT_NAME) or span.name
         attributes[AGENT_NAME] = name
         attributes["agent.name"] = name

@@ -199,7 +199,7 @@ class OTelExporter:
             parent = opened.get(span.parent_id or "")
             context = otel_trace.set_span_in_context(parent) if parent is not None else None
             otel_span = self.tracer.start_span(
-                span_name(span, root=index == 0),
+                span_name(trace, index),
                 context=context,
                 start_time=to_ns(span.start_time),
                 attributes=span_attributes(span, trace, index),

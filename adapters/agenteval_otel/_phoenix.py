@@ -148,7 +148,9 @@ class PhoenixAnnotations:
         delay, unreachable = 0.05, 0
         while True:
             try:
-                response = self._client.post(path, params={"sync": "true"}, json={"data": annotations})
+                response = self._client.post(
+                    path, params={"sync": "true"}, json={"data": annotations}
+                )
             except httpx.HTTPError as exc:
                 failure = f"{self.url}{path}: {exc!r}"
                 unreachable += 1
