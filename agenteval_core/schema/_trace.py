@@ -95,7 +95,8 @@ OTEL_OPERATION_NAMES: dict[SpanKind, str] = {
     SpanKind.RETRIEVER: "retrieval",
 }
 """``gen_ai.operation.name`` of the span kinds the GenAI conventions name. Chains and tasks
-have none, except at a run's root, where a graph or a crew is an ``invoke_workflow``."""
+have none; the root of a run that holds several agents or none (a crew, a supervisor graph,
+a plain graph) is an ``invoke_workflow``."""
 
 
 class _Model(BaseModel):
