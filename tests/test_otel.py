@@ -624,3 +624,21 @@ def test_a_refused_annotation_is_reported(otlp_receiver: OTLPReceiver) -> None:
     with pytest.raises(ExportError, match=r"Phoenix annotations: .*/v1/span_annotations: HTTP 401"):
         exporter.shutdown()
     assert len(otlp_receiver.annotation_posts) == 1  # refused: not retried
+
+
+def test_a_trace_without_spans_or_with_an_orphan_span_round_trips() -> None:
+    # a trace built by hand: one span stands for the run, so a backend shows it
+    bare = Trace(id="bare", input="Where is A-1?", output="Shipped.", session_id="s-2")
+    [stand_in] = exported(bare)
+    assert stand_in.name == "invoke_agent agent"
+    assert (stand_in.attributes["input.value"], stand_in.attributes["output.value"]) == (
+        "Where is A-1?",
+        "Shipped.",
+    )
+    # a span whose parent was never recorded stays in the run's OTel trace, under its root
+    orphaned = sample_trace()
+    orphaned.spans[3].parent_id = "never-recorded"
+    spans = exported(orphaned)
+    assert len({span.context.trace_id for span in spans}) == 1
+    back = import_otlp(otlp_json([stand_in, *spans]))
+    assert sorted(back, key=lambda t: t.id != "bare") == [bare, orphaned]

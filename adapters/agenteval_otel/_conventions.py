@@ -42,6 +42,8 @@ JSON_MIME = "application/json"
 TEXT_MIME = "text/plain"
 OWN = "agenteval.span.attributes"
 """Names of the span's own attributes (the rest are derived for the vocabularies)."""
+SPANLESS = "agenteval.trace.spanless"
+"""On the one span exported for a trace that has none (built by hand): import drops it."""
 ENCODED = "agenteval.encoded"
 """Names of the span's own attributes that were JSON-encoded to fit OpenTelemetry's types."""
 

@@ -21,11 +21,13 @@ from agenteval_core import (
     MetricResult,
     Redactor,
     Sink,
+    Span,
+    SpanKind,
     Trace,
     TraceResults,
 )
 
-from ._conventions import error_type, per_call_scores, span_attributes, span_name, to_ns
+from ._conventions import SPANLESS, error_type, per_call_scores, span_attributes, span_name, to_ns
 from ._phoenix import PhoenixAnnotations
 
 __all__ = ["ExportError", "ExportedTrace", "OTelExporter", "OTelSink"]
@@ -193,16 +195,34 @@ class OTelExporter:
         ``agenteval.evaluation.scope=session``)."""
         if self.redactor is not None:
             trace = self.redactor.trace(trace)
+        spanless = not trace.spans
+        if spanless:  # a trace built by hand: one span stands for the run, so it is seen
+            stand_in = Span(
+                id=f"{trace.id}-run",
+                kind=SpanKind.AGENT,
+                name="agent",
+                input=trace.input,
+                output=trace.output,
+                error=trace.error,
+                start_time=trace.start_time,
+                end_time=trace.end_time,
+            )
+            trace = trace.model_copy(update={"spans": [stand_in]})
         opened: dict[str, Any] = {}
-        root_id = trace.spans[0].id if trace.spans else None
+        root_id = trace.spans[0].id
         for index, span in enumerate(trace.spans):
-            parent = opened.get(span.parent_id or "")
+            # a span whose parent is not (yet) exported stays in the run's trace, under its
+            # root; agenteval.span.parent_id keeps the real parent
+            parent = opened.get(span.parent_id or "") or (opened[root_id] if index else None)
             context = otel_trace.set_span_in_context(parent) if parent is not None else None
+            attributes = span_attributes(span, trace, index)
+            if spanless:
+                attributes[SPANLESS] = True
             otel_span = self.tracer.start_span(
                 span_name(trace, index),
                 context=context,
                 start_time=to_ns(span.start_time),
-                attributes=span_attributes(span, trace, index),
+                attributes=attributes,
             )
             if span.error is not None:
                 otel_span.set_status(Status(StatusCode.ERROR, span.error))
@@ -214,32 +234,29 @@ class OTelExporter:
             elif span.end_time is not None:
                 otel_span.set_status(Status(StatusCode.OK))  # it ended, and without an error
             opened[span.id] = otel_span
-        exported = ExportedTrace(
-            trace_id=f"{opened[root_id].get_span_context().trace_id:032x}" if root_id else ""
-        )
+        exported = ExportedTrace(trace_id=f"{opened[root_id].get_span_context().trace_id:032x}")
         for span_id, otel_span in opened.items():
             exported.span_ids[span_id] = f"{otel_span.get_span_context().span_id:016x}"
-        if root_id is not None:
-            root_span = opened[root_id]
-            tool_spans = [opened[s.id] for s in trace.spans if s.tool_call is not None]
-            for result in results:
-                root_span.add_event(EVALUATION_EVENT, _event(result))
-                for index, score, detail in per_call_scores(result):
-                    if index < len(tool_spans):
-                        tool_spans[index].add_event(
-                            EVALUATION_EVENT,
-                            {
-                                "gen_ai.evaluation.name": result.name,
-                                "gen_ai.evaluation.score.value": score,
-                                "gen_ai.evaluation.score.label": "pass"
-                                if score >= result.threshold
-                                else "fail",
-                                "gen_ai.evaluation.explanation": detail,
-                                "agenteval.evaluation.scope": "tool_call",
-                            },
-                        )
-            for result in session_results:
-                root_span.add_event(EVALUATION_EVENT, _event(result, scope="session"))
+        root_span = opened[root_id]
+        tool_spans = [opened[s.id] for s in trace.spans if s.tool_call is not None]
+        for result in results:
+            root_span.add_event(EVALUATION_EVENT, _event(result))
+            for index, score, detail in per_call_scores(result):
+                if index < len(tool_spans):
+                    tool_spans[index].add_event(
+                        EVALUATION_EVENT,
+                        {
+                            "gen_ai.evaluation.name": result.name,
+                            "gen_ai.evaluation.score.value": score,
+                            "gen_ai.evaluation.score.label": "pass"
+                            if score >= result.threshold
+                            else "fail",
+                            "gen_ai.evaluation.explanation": detail,
+                            "agenteval.evaluation.scope": "tool_call",
+                        },
+                    )
+        for result in session_results:
+            root_span.add_event(EVALUATION_EVENT, _event(result, scope="session"))
         for span in reversed(trace.spans):  # children end before their parents
             opened[span.id].end(end_time=to_ns(span.end_time))
         self.traces += 1

@@ -29,7 +29,7 @@ from agenteval_core import (
     Trace,
 )
 
-from ._conventions import ENCODED, JSON_MIME, OWN, from_ns
+from ._conventions import ENCODED, JSON_MIME, OWN, SPANLESS, from_ns
 from ._otlp import RawSpan, read_spans
 
 __all__ = ["import_otlp", "import_otlp_json"]
@@ -477,7 +477,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
             if "agenteval.trace.output" in a
             else root.output,
             error=a.get("agenteval.trace.error"),
-            spans=spans,
+            spans=[] if a.get(SPANLESS) else spans,
             tools=[ToolSpec.model_validate(t) for t in _json(a["agenteval.trace.tools"])],
             metadata=_json(a["metadata"]) if "metadata" in a else {},
             framework=a.get("agenteval.trace.framework"),
