@@ -177,10 +177,10 @@ def _tool_arguments(value: Any) -> tuple[dict[str, Any], str | None, bool]:
     only argument's value) is not exact and is replaced by the call the model asked for."""
     if isinstance(value, str):
         parsed = _json(value)
-        if isinstance(parsed, str):
-            try:
+        if isinstance(parsed, str) and value.lstrip().startswith("{"):
+            try:  # a Python dict's repr ({'city': 'Paris'}); literals only, never code
                 parsed = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 parsed = value
         value = parsed
     if isinstance(value, dict) and isinstance(value.get("args"), dict):
