@@ -119,7 +119,7 @@ WORKER = textwrap.dedent(
             def __init__(self, file):
                 self.file = file
             def write(self, data):
-                time.sleep(0.001)
+                time.sleep(0.001)  # a slow disk: widens the window a kill can land in
                 written = self.file.write(data[:65536])
                 print("piece", flush=True)  # the test kills after a number of these
                 return written
@@ -139,7 +139,7 @@ WORKER = textwrap.dedent(
                    for c in calls],
         ))
         i += 1
-        time.sleep(0.005)
+        time.sleep(0.005)  # the workload's pace (an agent between runs), not a wait
     evaluator.close()
     print(i)
     """

@@ -24,6 +24,7 @@ from agenteval_core import (
     ToolCall,
     ToolSpec,
     Trace,
+    text_of,
 )
 from agenteval_core import Span as AgentSpan
 
@@ -83,8 +84,7 @@ def error_type(error: str) -> str:
 
 
 def _text_part(content: Any) -> dict[str, Any]:
-    text = content if isinstance(content, str) else dumps(content)
-    return {"type": "text", "content": text}
+    return {"type": "text", "content": text_of(content)}
 
 
 def _call_part(call: ToolCall) -> dict[str, Any]:

@@ -67,6 +67,15 @@ class MetricCalibration:
     unscored: list[str] = field(default_factory=list)
     """Trace ids the metric gave no score (an error or a skip), left out of the figures."""
 
+    @property
+    def best_summary(self) -> str | None:
+        """The best threshold with its agreement, as shown (``0.450 (0.900)``); None when
+        no threshold could be chosen."""
+        if self.best_threshold is None:
+            return None
+        agreement = "-" if self.best_agreement is None else f"{self.best_agreement:.3f}"
+        return f"{self.best_threshold:.3f} ({agreement})"
+
 
 @dataclass
 class CalibrationReport:

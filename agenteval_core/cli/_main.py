@@ -584,11 +584,6 @@ def calibrate_command(
     for column in ("metric", "labels", "scored", "agreement", "kappa", "threshold", "best"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for item in report.metrics.values():
-        best = (
-            f"{item.best_threshold:.3f} ({_fmt(item.best_agreement)})"
-            if item.best_threshold is not None
-            else "-"
-        )
         table.add_row(
             item.metric + (" (graded)" if item.graded else ""),
             str(item.labelled),
@@ -596,7 +591,7 @@ def calibrate_command(
             _fmt(item.agreement),
             _fmt(item.kappa),
             f"{item.threshold:g}",
-            best,
+            item.best_summary or "-",
         )
     console.print(table)
     for item in report.metrics.values():

@@ -463,11 +463,6 @@ def _calibration(report: CalibrationReport | None) -> str:
     esc = html.escape
     rows, matrices = [], []
     for item in report.metrics.values():
-        best = (
-            f"{_fmt(item.best_threshold)} ({_fmt(item.best_agreement)})"
-            if item.best_threshold is not None
-            else "–"
-        )
         rows.append(
             f'<tr data-calibration="{esc(item.metric)}"><td>{esc(item.metric)}'
             f"{' (graded)' if item.graded else ''}</td>"
@@ -475,7 +470,7 @@ def _calibration(report: CalibrationReport | None) -> str:
             f'<td class="num" data-field="agreement">{_fmt(item.agreement)}</td>'
             f'<td class="num" data-field="kappa">{_fmt(item.kappa)}</td>'
             f'<td class="num">{_fmt(item.threshold)}</td>'
-            f'<td class="num" data-field="best">{best}</td></tr>'
+            f'<td class="num" data-field="best">{item.best_summary or "–"}</td></tr>'
         )
         columns = list(next(iter(item.confusion.values()), {}))
         if columns:
