@@ -4,12 +4,15 @@ as it should (healthy sessions pass reliability, the looping one fails)."""
 
 from __future__ import annotations
 
+import string
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 from coherence_triples import TRIPLES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agenteval_core import EvalCase, StaticEmbedder, create_metric, default_embedder, replay
 
@@ -71,3 +74,49 @@ def test_the_example_capture_flags_only_the_unhealthy_sessions() -> None:
     assert reliability["session-1"].success  # a normal conversation
     assert not reliability["session-2"].success  # a refund tool that failed
     assert not reliability["session-3"].success  # the agent repeating itself
+
+
+def _tokenizer_ids(embedder: StaticEmbedder, texts: list[str]) -> list[list[int]]:
+    """What MiniLM's tokenizer itself gives, unknown tokens left out, cut to max_tokens."""
+    tokenizer, _, unknown = embedder._load()
+    return [
+        [i for i in encoding.ids if i != unknown][: embedder.max_tokens]
+        for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)
+    ]
+
+
+# printable ASCII with runs of punctuation, digits glued to letters, long words, control
+# characters; and some text that is not ASCII, which goes through the tokenizer whole
+_ASCII_TEXT = st.lists(
+    st.sampled_from(
+        [
+            *(string.ascii_letters + string.digits + string.punctuation + " \t\n\r\x0b\x7f"),
+            "refund",
+            "Order",
+            "tracking",
+        ]
+    ),
+    max_size=40,
+).map("".join)
+_ANY_TEXT = st.one_of(_ASCII_TEXT, st.text(max_size=40))
+
+
+_SHARED = StaticEmbedder()  # one model load; its cache of pieces grows across examples
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ANY_TEXT, max_size=6), st.integers(min_value=1, max_value=40))
+def test_token_ids_are_the_tokenizers_own(texts: list[str], max_tokens: int) -> None:
+    _SHARED.max_tokens = max_tokens
+    assert _SHARED._token_ids(texts) == _tokenizer_ids(_SHARED, texts)
+    # and again, every piece now from the cache
+    assert _SHARED._token_ids(texts) == _tokenizer_ids(_SHARED, texts)
+
+
+def test_token_ids_of_a_long_word_and_a_long_text() -> None:
+    embedder = StaticEmbedder()
+    texts = ["x" * 150 + " refund", "Order A-42 shipped; " * 200, "Café déjà vu, naïve ☕"]
+    ids = embedder._token_ids(texts)
+    assert ids == _tokenizer_ids(embedder, texts)
+    assert ids[0] == embedder._token_ids(["refund"])[0]  # a 150-letter word is unknown
+    assert len(ids[1]) == 512  # cut to max_tokens
