@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +21,11 @@ from agenteval_core import (
     CaptureError,
     CaptureFormatError,
     CaptureWriter,
+    EvalCase,
+    Metric,
+    MetricKind,
     SchemaVersionError,
+    Score,
     SessionHistory,
     ToolCall,
     Trace,
@@ -297,3 +303,50 @@ def test_cli_errors_are_one_line_without_traceback(
     assert "Traceback" not in done.stderr
     assert message in done.stderr
     assert all(line.startswith("agenteval: error: ") for line in done.stderr.strip().splitlines())
+
+
+class _RemoteEmbedder:
+    """An embedder outside the process, as replay sees it: it counts its requests."""
+
+    name = "remote"
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.batches.append(len(texts))
+        return np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2)
+
+    async def aembed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+def test_replay_batches_small_in_process_and_large_for_a_remote_embedder(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.jsonl"
+    with CaptureWriter(path) as writer:
+        for i in range(300):
+            writer.write(
+                Trace(id=f"t{i}", input=f"question {i}", output=f"answer {i}", session_id=None)
+            )
+    seen: list[int] = []
+
+    class Batches(Metric):
+        name = "batch_sizes_seen"
+        kind = MetricKind.DETERMINISTIC
+
+        def prepare(self, cases: Sequence[EvalCase]) -> None:
+            seen.append(len(cases))
+
+        def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+            return Score(1.0)
+
+    assert replay(path, [Batches(), "coherence"]).traces == 300
+    assert seen == [32] * 9 + [12]  # the default embedder runs here: small batches
+    seen.clear()
+    remote = _RemoteEmbedder()
+    report = replay(path, [Batches(), "coherence"], embedder=remote)
+    assert report.summary.metrics["coherence"].scored == 300
+    # one request per 256 traces: each trace's question and answer, all distinct
+    assert seen == [256, 44] and remote.batches[:1] == [512]

@@ -338,12 +338,16 @@ class Engine:
             self.judge_not_sampled += 1
             metrics = [m for m in metrics if m not in self._judged]
         overlapping = [m for m in metrics if m in self._overlapping]
-        measured = dict(
-            zip(
-                overlapping,
-                await asyncio.gather(*(_measure(m, case, history) for m in overlapping)),
-                strict=True,
+        measured = (
+            dict(
+                zip(
+                    overlapping,
+                    await asyncio.gather(*(_measure(m, case, history) for m in overlapping)),
+                    strict=True,
+                )
             )
+            if overlapping
+            else {}
         )
         # the others finish without waiting on anything: awaited in turn, no task each
         results = [
