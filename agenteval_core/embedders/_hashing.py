@@ -123,5 +123,7 @@ def cosine_similarities(
     Embedders return L2-normalised rows (zero rows for empty text), so this is a dot
     product, and a zero vector gives 0 (distance 1) without a special case.
     """
-    dots = np.atleast_2d(others).astype(np.float64) @ np.asarray(vector, dtype=np.float64)
-    return np.clip(dots, -1.0, 1.0)
+    rows = np.asarray(others, dtype=np.float64)
+    dots = np.dot(rows if rows.ndim == 2 else rows[None], np.asarray(vector, dtype=np.float64))
+    # rounding can take a normalised pair a hair past ±1 (np.clip costs more than these two)
+    return np.minimum(np.maximum(dots, -1.0, out=dots), 1.0, out=dots)

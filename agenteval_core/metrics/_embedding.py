@@ -152,23 +152,24 @@ class LoopDetection(_EmbeddingMetric):
 
     def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
         previous = self._previous(history)
-        cosines = cosine_similarities(vectors[0], vectors[1:])
+        # a handful of comparisons: plain floats cost less than an array operation each
+        cosines: list[float] = cosine_similarities(vectors[0], vectors[1:]).tolist()
         current_tokens = loop_tokens(text_of(case.actual_output))
-        lexical = np.array([jaccard(current_tokens, loop_tokens(text)) for *_, text in previous])
-        hybrids = cosines * lexical
-        comparisons = [
-            {
-                "trace_index": index,
-                "trace_id": trace.id,
-                "cosine_similarity": round(float(cosine), 4),
-                "jaccard_similarity": round(float(overlap), 4),
-                "hybrid_score": round(float(hybrid), 4),
-            }
-            for (index, trace, _), cosine, overlap, hybrid in zip(
-                previous, cosines, lexical, hybrids, strict=True
+        hybrids: list[float] = []
+        comparisons = []
+        for (index, trace, text), cosine in zip(previous, cosines, strict=True):
+            overlap = jaccard(current_tokens, loop_tokens(text))
+            hybrids.append(cosine * overlap)
+            comparisons.append(
+                {
+                    "trace_index": index,
+                    "trace_id": trace.id,
+                    "cosine_similarity": round(cosine, 4),
+                    "jaccard_similarity": round(overlap, 4),
+                    "hybrid_score": round(hybrids[-1], 4),
+                }
             )
-        ]
-        max_hybrid = float(hybrids.max())
+        max_hybrid = max(hybrids)
         metadata = {
             "window_size": self.window,
             "max_hybrid": round(max_hybrid, 4),
