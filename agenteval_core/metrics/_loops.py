@@ -182,8 +182,11 @@ class ToolCallLoops(Metric):
         if case.trace is None:
             return Score.failure("invalid input: the case has no trace whose tool calls to check")
         calls = case.trace.tool_calls()
-        guard = LoopGuard(**self.options)
-        loops = [alert for call in calls if (alert := guard.observe("run", call)) is not None]
+        loops: list[LoopAlert] = []
+        # every loop the guard knows repeats a call; most runs repeat none, and are done here
+        if len({canonical_call(call) for call in calls}) < len(calls):
+            guard = LoopGuard(**self.options)
+            loops = [alert for call in calls if (alert := guard.observe("run", call)) is not None]
         if not loops:
             return Score(
                 1.0,
