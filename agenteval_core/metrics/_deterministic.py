@@ -54,6 +54,8 @@ def _pair_expected(
     case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
 ) -> dict[int, int]:
     """Expected index → actual index, by name, tie-broken by argument agreement."""
+    if not expected or not calls:
+        return {}
     similarity = np.array(
         [[argument_match(case.reference_for(e), c.arguments) for c in calls] for e in expected]
     ).reshape(len(expected), len(calls))
