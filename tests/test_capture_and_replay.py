@@ -178,6 +178,10 @@ def test_replay_scores_sessions_and_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"
     report = replay(path, ["loop_detection", "agent_reliability"], output=out)
     assert report.traces == 5 and report.sessions == 1
+    assert repr(report) == (  # counts only, never every session's results
+        f"ReplayReport(path={str(path)!r}, traces=5, sessions=1, "
+        "metrics=['loop_detection'], bad_lines=0)"
+    )
     loop = report.summary.metrics["loop_detection"]
     # t0 and the standalone trace have nothing before them (1.0); t1 differs from t0;
     # t2 and t3 repeat t1 exactly (cosine 1 × Jaccard 1 → 0.0)

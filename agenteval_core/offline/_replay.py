@@ -54,6 +54,14 @@ class ReplayReport:
     session_results: dict[str, list[MetricResult]] = field(default_factory=dict)
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        # counts, not every session's results: asyncio formats the replay task (and so this
+        # report) when it restores the Ctrl-C handler, and a REPL should print a short line
+        return (
+            f"ReplayReport(path={self.path!r}, traces={self.traces}, sessions={self.sessions}, "
+            f"metrics={list(self.summary.metrics)}, bad_lines={len(self.bad_lines)})"
+        )
+
 
 class _ReportSink(Sink):
     """Fills a :class:`ReplayReport` and calls the user's ``on_trace``."""
