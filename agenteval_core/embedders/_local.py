@@ -35,17 +35,19 @@ class LocalEmbedder:
         """Embed a batch of texts: float32 rows, L2-normalised (zero for empty text)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        unique = list(dict.fromkeys(texts))
-        known = {text: self._cache[text] for text in unique if text in self._cache}
-        missing = [text for text in unique if text not in known]
-        if missing:
-            fresh = dict(zip(missing, self._embed_batch(missing), strict=True))
-            if len(self._cache) + len(fresh) > self.cache_size:
-                self._cache = {}
-            if len(fresh) <= self.cache_size:
-                self._cache.update(fresh)
-            known.update(fresh)
-        return np.stack([known[text] for text in texts])
+        cache = self._cache
+        missing = list(dict.fromkeys(text for text in texts if text not in cache))
+        if not missing:  # a metric's texts, embedded with its batch: the usual case
+            return np.array([cache[text] for text in texts], dtype=np.float32)
+        known = {text: cache[text] for text in texts if text in cache}
+        fresh = dict(zip(missing, self._embed_batch(missing), strict=True))
+        if len(cache) + len(fresh) > self.cache_size:
+            self._cache = {}
+        if len(fresh) <= self.cache_size:
+            self._cache.update(fresh)
+        known.update(fresh)
+        # np.array, not np.stack: the same rows, without np.stack's checks per call
+        return np.array([known[text] for text in texts], dtype=np.float32)
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed a batch of texts. Runs inline: a batch takes microseconds per text, and
