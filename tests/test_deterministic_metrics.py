@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema_rs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 from agenteval_core import (
     AgentStep,
@@ -172,6 +174,103 @@ def test_schema_errors_are_reported_with_their_path(
     result = ParameterCorrectness().measure(schema_case(arguments))
     assert result.score == 0.0
     assert result.metadata["calls"][0]["schema_errors"] == [message]
+
+
+# tool schemas as frameworks write them, and some keywords of 2020-12 proper
+_TOOL_SCHEMAS = [
+    INVOICE_SCHEMA,
+    {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "pattern": "^[a-z ]+$"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+            "ratio": {"type": "number", "exclusiveMaximum": 1},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "mode": {"enum": ["fast", "exact", None]},
+            "point": {"$ref": "#/$defs/point"},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+        "$defs": {
+            "point": {
+                "type": "object",
+                "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                "required": ["x", "y"],
+            }
+        },
+    },
+    {
+        "type": "object",
+        "properties": {"pair": {"type": "array", "prefixItems": [{"type": "string"}, {}]}},
+        "dependentRequired": {"pair": ["query"]},
+        "anyOf": [{"required": ["query"]}, {"required": ["pair"]}],
+    },
+]
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-3, max_value=60)
+    | st.floats(allow_nan=False, allow_infinity=False, width=32)
+    | st.sampled_from(["", "inv_01", "fast", "exact", "email", "post", "a b", "A1", "2"]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "invoice_id",
+                    "channel",
+                    "options",
+                    "copies",
+                    "query",
+                    "limit",
+                    "ratio",
+                    "tags",
+                    "mode",
+                    "point",
+                    "x",
+                    "y",
+                    "pair",
+                    "other",
+                ]
+            ),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(range(len(_TOOL_SCHEMAS))), _JSON)
+def test_the_compiled_check_agrees_with_jsonschema(which: int, arguments: Any) -> None:
+    schema = _TOOL_SCHEMAS[which]
+    fast = jsonschema_rs.Draft202012Validator(schema, offline=True)
+    assert fast.is_valid(arguments) == Draft202012Validator(schema).is_valid(arguments)
+
+
+def test_a_schema_the_compiled_check_cannot_take_is_checked_by_jsonschema() -> None:
+    # a named backreference is Python regex syntax that jsonschema-rs refuses; each call
+    # still gets its verdict and message
+    schema = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "(?P<x>a)(?P=x)"}},
+    }
+    with pytest.raises(ValueError, match="is not a"):
+        jsonschema_rs.Draft202012Validator(schema, offline=True)
+    trace = Trace.from_steps(
+        "x",
+        [
+            AgentStep(tool_calls=[ToolCall(name="t", arguments={"code": "aa"})]),
+            AgentStep(tool_calls=[ToolCall(name="t", arguments={"code": "ab"})]),
+        ],
+        tools=[ToolSpec(name="t", parameters=schema)],
+    )
+    calls = ParameterCorrectness().measure(trace).metadata["calls"]
+    assert [c["schema_errors"] for c in calls] == [
+        [],
+        ["$.code: 'ab' does not match '(?P<x>a)(?P=x)'"],
+    ]
 
 
 def test_semantic_match_against_reference_arguments() -> None:

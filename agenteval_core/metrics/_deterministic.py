@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import jsonschema_rs
 import numpy as np
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -187,33 +189,53 @@ class PlanOrder(_ExpectationMetric):
         )
 
 
-_VALIDATORS: dict[str, Draft202012Validator] = {}
+@dataclass(frozen=True)
+class _CompiledSchema:
+    """A tool schema made ready to check arguments against.
+
+    ``is_valid`` is jsonschema-rs's compiled validator (~0.2 µs a call, against ~5 µs);
+    ``validator`` (python-jsonschema) words the errors and has the last word: arguments the
+    fast check refuses are checked again, so only its error messages are ever reported.
+    """
+
+    is_valid: Callable[[Any], bool]
+    validator: Draft202012Validator
 
 
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+_VALIDATORS: dict[str, _CompiledSchema] = {}
+
+
+def _compiled(schema: dict[str, Any]) -> _CompiledSchema:
     # Checking a schema costs far more than validating arguments, and tools keep their
     # schemas, so validators are kept by the schema's text (repr is cheap and stable for the
     # same parsed schema).
     key = repr(schema)
-    validator = _VALIDATORS.get(key)
-    if validator is None:
+    compiled = _VALIDATORS.get(key)
+    if compiled is None:
         Draft202012Validator.check_schema(schema)
+        validator = Draft202012Validator(schema)
+        try:  # offline: a schema never makes a metric fetch a remote $ref
+            is_valid = jsonschema_rs.Draft202012Validator(schema, offline=True).is_valid
+        except ValueError:  # e.g. a $ref or a pattern it cannot take: the full validator decides
+            is_valid = validator.is_valid
         if len(_VALIDATORS) >= 256:
             _VALIDATORS.clear()
-        validator = _VALIDATORS[key] = Draft202012Validator(schema)
-    return validator
+        compiled = _VALIDATORS[key] = _CompiledSchema(is_valid, validator)
+    return compiled
 
 
 def _schema_errors(tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
     try:
-        validator = _validator(schema)
+        compiled = _compiled(schema)
     except SchemaError as exc:
         raise MetricInputError(
             f"tool {tool!r} has an invalid JSON schema: {exc.message}; fix the tool's schema"
         ) from exc
-    if validator.is_valid(arguments):  # the common case, without building error objects
+    if compiled.is_valid(arguments):  # the common case, without building error objects
         return []
-    errors = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
+    errors = sorted(
+        compiled.validator.iter_errors(arguments), key=lambda error: list(error.absolute_path)
+    )
     return [f"{error.json_path}: {error.message}" for error in errors]
 
 
