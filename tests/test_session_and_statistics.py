@@ -58,6 +58,25 @@ def test_reliability_top_k_blend_over_twenty_traces() -> None:
     assert result.metadata["aggregation"]["top_k"] == 3
 
 
+def test_a_long_session_shows_its_riskiest_traces_first() -> None:
+    # the same 20 traces, at most 2 shown: the risks .9 (trace-17) then .6 (trace-18); the
+    # trace missing every signal is not evaluated and never shown
+    rows: list[dict[str, float | None]] = [{"confidence": 1.0}] * 17 + [
+        {"confidence": 0.1},
+        {"confidence": 0.4},
+        {"confidence": 0.7},
+        {},
+    ]
+    result = agent_reliability(rows, per_trace_limit=2)
+    assert result.metadata["per_trace_signals"] == {
+        "trace-17": {"confidence_risk": 0.9, "step_risk": 0.9},
+        "trace-18": {"confidence_risk": 0.6, "step_risk": 0.6},
+    }
+    assert list(result.metadata["per_trace_signals"]) == ["trace-17", "trace-18"]
+    assert result.metadata["per_trace_signals_note"] == "riskiest 2 traces shown"
+    assert result.metadata["traces_evaluated"] == 20
+
+
 def test_missing_signals_are_skipped_not_zero() -> None:
     # trace 0: only coherence .9 → risk .1; trace 1: nothing → not evaluated
     result = agent_reliability(

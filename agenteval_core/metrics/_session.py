@@ -145,20 +145,19 @@ class _SignalSessionMetric(SessionMetric):
         if truncated:
             leading = next(iter(extra.values()))
             order = np.argsort(-leading, kind="stable")[: self.per_trace_limit]
-        # rounded in one pass per array, then plain floats: per value, Python's round and
-        # reading an array element each cost more than the rest of this table
-        risk_rows: list[list[float]] = _round(risks)
-        extra_rows = {key: _round(values) for key, values in extra.items()}
-        ids = [trace_ids[row] for row in rows.tolist()]
+        # the shown rows rounded in one pass per array, then plain floats: per value, Python's
+        # round and reading an array element each cost more than the rest of this table
+        risk_rows: list[list[float]] = _round(risks[order])
+        extra_rows = {key: _round(values[order]) for key, values in extra.items()}
         table: dict[str, dict[str, float]] = {}
-        for position in order.tolist():
+        for shown, row in enumerate(rows[order].tolist()):
             entry = {
                 key: value
-                for key, value in zip(_RISK_KEYS, risk_rows[position], strict=True)
+                for key, value in zip(_RISK_KEYS, risk_rows[shown], strict=True)
                 if not math.isnan(value)
             }
-            entry.update({key: values[position] for key, values in extra_rows.items()})
-            table[ids[position]] = entry
+            entry.update({key: values[shown] for key, values in extra_rows.items()})
+            table[trace_ids[row]] = entry
         return table, truncated
 
     def measure_matrix(
