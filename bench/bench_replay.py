@@ -9,11 +9,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from agenteval_core import default_metric_names, read_capture, replay
+from agenteval_core import (
+    DEFAULT_SESSION_METRICS,
+    EvalCase,
+    Metric,
+    MetricKind,
+    Score,
+    SessionMetric,
+    Trace,
+    default_metric_names,
+    read_capture,
+    replay,
+)
 from agenteval_core.metrics import AgentConsistency, AgentReliability
 
 from ._synthetic import write_capture
@@ -37,6 +49,19 @@ def _peak_rss_mib(path: Path) -> tuple[int, float]:
     return int(traces), int(kib) / 1024
 
 
+def _instant(number: int) -> Metric:
+    """A metric that does no work: what scoring costs before any metric computes anything."""
+
+    class Instant(Metric):
+        name = f"instant_{number}"
+        kind = MetricKind.DETERMINISTIC
+
+        def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+            return Score(1.0, "no work")
+
+    return Instant()
+
+
 def throughput(directory: Path, count: int) -> None:
     path = write_capture(directory / "throughput.jsonl", count)
     started = time.perf_counter()
@@ -46,15 +71,16 @@ def throughput(directory: Path, count: int) -> None:
     print(f"metrics: {', '.join(default_metric_names())}")
     print(f"traces: {count:,} ({path.stat().st_size / count / 1024:.1f} KiB each)")
     print(f"parse only: {parse_rate:,.0f} traces/s ({1e6 / parse_rate:.0f} µs per trace)")
-    # the default metrics, then without the two embedding metrics, then one trivial metric:
-    # what the embedder costs, and what the engine itself costs per trace
-    runs = [
+    # the default metrics, then without the two embedding metrics, then as many metrics that
+    # return at once: what the embedder costs, and the engine's own floor per trace
+    defaults = default_metric_names()
+    runs: list[tuple[str, list[str | Metric | SessionMetric] | None]] = [
         ("replay with the default metrics", None),
+        ("without coherence, loop_detection", [m for m in defaults if m not in EMBEDDING]),
         (
-            "without coherence, loop_detection",
-            [m for m in default_metric_names() if m not in EMBEDDING],
+            "engine floor: 4 metrics that return at once, and the 2 session metrics",
+            [_instant(i) for i in range(4)] + [m for m in defaults if m in DEFAULT_SESSION_METRICS],
         ),
-        ("one trivial metric (tool_call_loops)", ["tool_call_loops"]),
     ]
     for label, names in runs:
         started = time.perf_counter()
