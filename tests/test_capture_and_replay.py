@@ -164,6 +164,9 @@ def test_session_history_keeps_real_indices_and_little_memory() -> None:
     assert history[-2].output == "c"
     with pytest.raises(IndexError):
         history[5]
+    nothing = SessionHistory(keep=0)  # no metric reads history: positions count, none kept
+    nothing.append(make_trace("a"))
+    assert len(nothing) == 1 and nothing[0].output is None
 
 
 def test_replay_scores_sessions_and_writes_results(tmp_path: Path) -> None:

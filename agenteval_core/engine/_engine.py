@@ -120,7 +120,9 @@ class SessionHistory(Sequence[Trace]):
     _EMPTY = Trace(id="", output=None)
 
     def __init__(self, keep: int) -> None:
-        self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 1))
+        # keep=0 (no metric reads history) holds no trace at all: nothing for the garbage
+        # collector to scan on every open session
+        self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 0))
         self._count = 0
 
     def __len__(self) -> int:
@@ -146,7 +148,7 @@ class SessionHistory(Sequence[Trace]):
         return (self[i] for i in range(self._count))
 
     def append(self, trace: Trace) -> None:
-        if text_of(trace.output).strip():
+        if self._kept.maxlen and text_of(trace.output).strip():
             self._kept.append((self._count, trace))
         self._count += 1
 
