@@ -77,10 +77,10 @@ def test_the_example_capture_flags_only_the_unhealthy_sessions() -> None:
 
 
 def _tokenizer_ids(embedder: StaticEmbedder, texts: list[str]) -> list[list[int]]:
-    """What MiniLM's tokenizer itself gives, unknown tokens left out, cut to max_tokens."""
+    """What MiniLM's tokenizer itself gives: the first max_tokens, unknown ones left out."""
     tokenizer, _, unknown = embedder._load()
     return [
-        [i for i in encoding.ids if i != unknown][: embedder.max_tokens]
+        [i for i in encoding.ids[: embedder.max_tokens] if i != unknown]
         for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)
     ]
 

@@ -76,7 +76,7 @@ class StaticEmbedder(LocalEmbedder):
             return self._model
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's MiniLM token ids, unknown tokens left out, cut to ``max_tokens``."""
+        """Each text's first ``max_tokens`` MiniLM token ids, unknown tokens then left out."""
         tokenizer, _, unknown = self._load()
         # a token is at least one character: cutting the text first bounds the tokenizer's
         # work on a 2 MB tool result without changing which tokens count
@@ -97,17 +97,18 @@ class StaticEmbedder(LocalEmbedder):
             if new or whole
             else []
         )
-        encoded = [[i for i in encoding.ids if i != unknown] for encoding in encodings]
+        encoded = [encoding.ids for encoding in encodings]
         known.update(zip(new, encoded, strict=False))
         others = iter(encoded[len(new) :])
-        return [
-            (
+        token_ids = []
+        for pieces in split:
+            ids = (
                 next(others)
                 if pieces is None
                 else list(chain.from_iterable(map(known.__getitem__, pieces)))
-            )[: self.max_tokens]
-            for pieces in split
-        ]
+            )[: self.max_tokens]  # MiniLM's limit counts unknown tokens too
+            token_ids.append([i for i in ids if i != unknown] if unknown in ids else ids)
+        return token_ids
 
     def _embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         _, vectors, _ = self._load()
