@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 import jsonschema_rs
@@ -271,6 +272,32 @@ def test_a_schema_the_compiled_check_cannot_take_is_checked_by_jsonschema() -> N
         [],
         ["$.code: 'ab' does not match '(?P<x>a)(?P=x)'"],
     ]
+
+
+def test_arguments_json_cannot_hold_are_checked_by_jsonschema() -> None:
+    # online, a framework may hand a tool Python values (a date, bytes) that the compiled
+    # check refuses to read; jsonschema still judges them by the schema
+    schema = {
+        "type": "object",
+        "properties": {"day": {"type": "string"}, "blob": {}},
+        "required": ["day"],
+    }
+    trace = Trace.from_steps(
+        "x",
+        [
+            AgentStep(
+                tool_calls=[ToolCall(name="t", arguments={"day": "2026-11-23", "blob": b"x"})]
+            ),
+            AgentStep(tool_calls=[ToolCall(name="t", arguments={"day": date(2026, 11, 23)})]),
+        ],
+        tools=[ToolSpec(name="t", parameters=schema)],
+    )
+    result = ParameterCorrectness().measure(trace)
+    assert [c["schema_errors"] for c in result.metadata["calls"]] == [
+        [],
+        ["$.day: datetime.date(2026, 11, 23) is not of type 'string'"],
+    ]
+    assert result.score == 0.5
 
 
 def test_semantic_match_against_reference_arguments() -> None:

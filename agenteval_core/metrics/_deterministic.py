@@ -231,7 +231,11 @@ def _schema_errors(tool: str, schema: dict[str, Any], arguments: dict[str, Any])
         raise MetricInputError(
             f"tool {tool!r} has an invalid JSON schema: {exc.message}; fix the tool's schema"
         ) from exc
-    if compiled.is_valid(arguments):  # the common case, without building error objects
+    try:
+        valid = compiled.is_valid(arguments)  # the common case, without building error objects
+    except ValueError:  # a value JSON cannot hold (a date, bytes, a set): jsonschema decides
+        valid = False
+    if valid:
         return []
     errors = sorted(
         compiled.validator.iter_errors(arguments), key=lambda error: list(error.absolute_path)
