@@ -129,9 +129,10 @@ class LoopDetection(_EmbeddingMetric):
     def _previous(self, history: Sequence[Trace]) -> list[tuple[int, Trace, str]]:
         found: list[tuple[int, Trace, str]] = []
         for index in range(len(history) - 1, -1, -1):
-            text = text_of(history[index].output).strip()
+            trace = history[index]
+            text = text_of(trace.output).strip()
             if text:
-                found.append((index, history[index], text))
+                found.append((index, trace, text))
                 if len(found) == self.window:
                     break
         return found[::-1]
