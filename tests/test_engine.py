@@ -12,6 +12,7 @@ import pytest
 from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
+    CallbackSink,
     CaptureWriter,
     Engine,
     EvalCase,
@@ -269,3 +270,37 @@ def test_judge_concurrency_from_the_command_line(
     )
     assert result.exit_code == 0, result.output
     assert len(judge_server.requests) == 24 and judge_server.peak_in_flight == peak
+
+
+def test_running_session_results_leave_out_the_per_trace_table() -> None:
+    # after each trace: the session's score as it stands, without per_trace_signals; the
+    # closed session's results carry the table
+    traces = [
+        Trace(id=f"t{i}", input="Where is my order?", output=answer, session_id="s")
+        for i, answer in enumerate(["It shipped.", "It shipped.", "It shipped."])
+    ]
+    closed: list[list[MetricResult]] = []
+    running: list[list[MetricResult]] = []
+    engine = Engine(
+        ["loop_detection", "agent_reliability"],
+        sinks=[
+            CallbackSink(
+                lambda trace, results: running.append(results.session_results),
+                on_session=lambda session_id, results: closed.append(results),
+            )
+        ],
+    )
+    engine.score_sync(traces)
+    final = engine.close_session("s")
+    assert [len(r) for r in running] == [1, 1, 1]
+    assert all("per_trace_signals" not in r[0].metadata for r in running)
+    # t1 and t2 repeat t0 word for word: loop risk 1 → reliability 0 from t1 on
+    # (float32 vectors: an exact repeat has cosine 1 to within 1e-7)
+    assert [r[0].score for r in running] == pytest.approx([1.0, 0.0, 0.0], abs=1e-6)
+    assert running[-1][0].metadata["flagged_traces"] == ["t1", "t2"]
+    assert closed == [final] and final[0].score == pytest.approx(0.0, abs=1e-6)
+    assert final[0].metadata["per_trace_signals"] == {
+        "t0": {"loop_risk": 0.0, "step_risk": 0.0},
+        "t1": {"loop_risk": 1.0, "step_risk": 1.0},
+        "t2": {"loop_risk": 1.0, "step_risk": 1.0},
+    }

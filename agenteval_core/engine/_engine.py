@@ -360,7 +360,7 @@ class Engine:
             self._add_signals(state, trace, results)
             state.history.append(trace)
             if self._snapshots:
-                session_results = [acc.result(session_id) for acc in state.accumulators.values()]
+                session_results = [acc.snapshot(session_id) for acc in state.accumulators.values()]
         outcome = TraceResults(
             trace_id=trace.id if trace is not None else None,
             case_id=case.id,

@@ -9,7 +9,6 @@ report), logging, a console line per trace, and user callbacks.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -17,6 +16,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+import pydantic_core
 
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import LoopAlert, Trace
@@ -92,12 +93,13 @@ class CallbackSink(Sink):
 
 
 def trace_record(trace: Trace, results: TraceResults) -> dict[str, Any]:
-    """The results file's line for one scored trace."""
+    """The results file's line for one scored trace (results stay models: they are
+    serialised with the line)."""
     return {
         "trace_id": trace.id,
         "session_id": trace.session_id,
         "status": trace.status,
-        "results": [r.model_dump(mode="json") for r in results.results],
+        "results": results.results,
         # the session's scores as they stood after this trace (scores only: the full results
         # grow with the session, and would make the file quadratic)
         "session_scores": {r.name: r.score for r in results.session_results},
@@ -106,10 +108,7 @@ def trace_record(trace: Trace, results: TraceResults) -> dict[str, Any]:
 
 def session_record(session_id: str, results: list[MetricResult]) -> dict[str, Any]:
     """The results file's line for one closed session."""
-    return {
-        "session_id": session_id,
-        "session_results": [r.model_dump(mode="json") for r in results],
-    }
+    return {"session_id": session_id, "session_results": results}
 
 
 class ResultsFileSink(Sink):
@@ -122,13 +121,16 @@ class ResultsFileSink(Sink):
 
     def __init__(self, path: str | os.PathLike[str], *, append: bool = False) -> None:
         self.path = Path(path)
-        self._file: IO[str] | None = open(  # noqa: SIM115  (closed by close())
-            self.path, "a" if append else "w", encoding="utf-8"
+        self._file: IO[bytes] | None = open(  # noqa: SIM115  (closed by close())
+            self.path, "ab" if append else "wb"
         )
         self._lock = threading.Lock()
 
     def _write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        # pydantic-core writes the models straight to UTF-8 JSON, ~10x faster than dumping
+        # them to dicts for json.dumps; a value JSON has no type for (a numpy number, a
+        # date, an object) is written as its str(), NaN as null
+        line = pydantic_core.to_json(record, serialize_unknown=True) + b"\n"
         with self._lock:
             if self._file is not None:
                 self._file.write(line)

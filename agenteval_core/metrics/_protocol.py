@@ -262,7 +262,8 @@ class SessionAccumulator:
     """Collects a session's signals trace by trace for a session metric.
 
     ``update`` adds a trace or merges later signals into it (judge scores arrive after
-    embedding scores); ``result`` scores what has arrived so far.
+    embedding scores); ``result`` scores what has arrived so far, and ``snapshot`` does the
+    same for a view that refreshes after every trace.
     """
 
     def __init__(self, metric: SessionMetric) -> None:
@@ -280,6 +281,12 @@ class SessionAccumulator:
         return self.metric.measure_session(
             list(self._rows), list(self._rows.values()), session_id=session_id
         )
+
+    def snapshot(self, session_id: str | None = None) -> MetricResult:
+        """The result as it stands, for a running view after each trace: the same score and
+        reason; a metric may leave out per-trace detail, which :meth:`result` carries.
+        Default: :meth:`result`."""
+        return self.result(session_id)
 
 
 # --- the registry ------------------------------------------------------------------------

@@ -116,9 +116,12 @@ class _SignalSessionMetric(SessionMetric):
     ) -> Score:
         return self.score_matrix(trace_ids, _matrix(trace_ids, signals))
 
-    def score_matrix(self, trace_ids: Sequence[str], matrix: Matrix) -> Score:
+    def score_matrix(
+        self, trace_ids: Sequence[str], matrix: Matrix, *, detail: bool = True
+    ) -> Score:
         """Score a (traces × COLUMNS) matrix, or one of PandaProbe's four SIGNALS columns, with
-        NaN for missing signals.
+        NaN for missing signals. ``detail=False`` leaves out the per-trace table (a running
+        snapshot's score, reason and aggregates are the same).
 
         With nothing to evaluate the result is skipped (no score), where the seed gives 1.0:
         a pass over nothing would read as a healthy session."""
@@ -127,10 +130,27 @@ class _SignalSessionMetric(SessionMetric):
         _check_range(trace_ids, matrix)
         if matrix.size == 0 or np.isnan(matrix).all():
             return _nothing(trace_ids, "no traces or signals to evaluate")
-        return self._score(list(trace_ids), _risks(matrix))
+        return self._score(list(trace_ids), _risks(matrix), detail)
 
-    def _score(self, trace_ids: list[str], risks: Matrix) -> Score:
+    def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
         raise NotImplementedError
+
+    def _add_per_trace(
+        self,
+        metadata: dict[str, Any],
+        detail: bool,
+        note: str,
+        trace_ids: list[str],
+        rows: npt.NDArray[np.intp],
+        risks: Matrix,
+        extra: dict[str, Matrix],
+    ) -> None:
+        """``per_trace_signals`` (and ``note`` when the table is cut), in a detailed result."""
+        if not detail:
+            return
+        metadata["per_trace_signals"], truncated = self._per_trace(trace_ids, rows, risks, extra)
+        if truncated:
+            metadata["per_trace_signals_note"] = note
 
     def _per_trace(
         self,
@@ -161,10 +181,17 @@ class _SignalSessionMetric(SessionMetric):
         return table, truncated
 
     def measure_matrix(
-        self, trace_ids: Sequence[str], matrix: Matrix, *, session_id: str | None = None
+        self,
+        trace_ids: Sequence[str],
+        matrix: Matrix,
+        *,
+        session_id: str | None = None,
+        detail: bool = True,
     ) -> MetricResult:
         """Like ``measure_session`` for a ready (traces × COLUMNS) matrix; never raises."""
-        return self._guarded(lambda: self.score_matrix(trace_ids, matrix), session_id)
+        return self._guarded(
+            lambda: self.score_matrix(trace_ids, matrix, detail=detail), session_id
+        )
 
     def incremental(self) -> IncrementalSession:
         """A live form of this metric: feed signals as they arrive, read the score any time."""
@@ -212,7 +239,7 @@ class AgentReliability(_SignalSessionMetric):
         self.ensemble_weight = ensemble_weight
         self.flag_threshold = flag_threshold
 
-    def _score(self, trace_ids: list[str], risks: Matrix) -> Score:
+    def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
         rows = np.flatnonzero(~np.isnan(risks).all(axis=1))
         risks = risks[rows]
         step_risk = np.nanmax(risks * self.weights, axis=1)
@@ -221,13 +248,11 @@ class AgentReliability(_SignalSessionMetric):
         mean_top_k, max_risk = float(top.mean()), float(step_risk.max())
         raw_risk = (1.0 - self.ensemble_weight) * mean_top_k + self.ensemble_weight * max_risk
         flagged = [trace_ids[i] for i in rows[step_risk > self.flag_threshold].tolist()]
-        per_trace, truncated = self._per_trace(trace_ids, rows, risks, {"step_risk": step_risk})
         metadata: dict[str, Any] = {
             "total_traces_in_session": len(trace_ids),
             "traces_evaluated": len(rows),
             "raw_risk": round(raw_risk, 4),
             "signal_weights": self.signal_weights,
-            "per_trace_signals": per_trace,
             "flagged_traces": flagged,
             "aggregation": {
                 "method": "max_compose_top_k",
@@ -238,8 +263,15 @@ class AgentReliability(_SignalSessionMetric):
                 "max_risk": round(max_risk, 4),
             },
         }
-        if truncated:
-            metadata["per_trace_signals_note"] = f"riskiest {self.per_trace_limit} traces shown"
+        self._add_per_trace(
+            metadata,
+            detail,
+            f"riskiest {self.per_trace_limit} traces shown",
+            trace_ids,
+            rows,
+            risks,
+            {"step_risk": step_risk},
+        )
         reason = f"tail risk {raw_risk:.4f} over {len(rows)} traces; {len(flagged)} flagged"
         return Score(1.0 - raw_risk, reason, metadata)
 
@@ -250,7 +282,7 @@ class AgentConsistency(_SignalSessionMetric):
 
     name = "agent_consistency"
 
-    def _score(self, trace_ids: list[str], risks: Matrix) -> Score:
+    def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
         rows = np.flatnonzero(~np.isnan(risks[:, 0]))
         if len(rows) == 0:
             return _nothing(trace_ids, "no trace has a confidence signal to evaluate")
@@ -258,24 +290,22 @@ class AgentConsistency(_SignalSessionMetric):
         penalty = np.nansum(risks[:, 1:] * self.weights[1:], axis=1)
         uncertainty = (1.0 + penalty) * (self.weights[0] * risks[:, 0])
         rms = float(np.sqrt(np.mean(uncertainty**2)))
-        per_trace, truncated = self._per_trace(
-            trace_ids,
-            rows,
-            risks,
-            {"weighted_uncertainty": uncertainty, "situational_penalty": penalty},
-        )
         metadata: dict[str, Any] = {
             "total_traces_in_session": len(trace_ids),
             "traces_evaluated": len(rows),
             "raw_instability": round(rms, 4),
             "signal_weights": self.signal_weights,
-            "per_trace_signals": per_trace,
             "aggregation": {"method": "weighted_rms", "rms_value": round(rms, 4)},
         }
-        if truncated:
-            metadata["per_trace_signals_note"] = (
-                f"{self.per_trace_limit} most uncertain traces shown"
-            )
+        self._add_per_trace(
+            metadata,
+            detail,
+            f"{self.per_trace_limit} most uncertain traces shown",
+            trace_ids,
+            rows,
+            risks,
+            {"weighted_uncertainty": uncertainty, "situational_penalty": penalty},
+        )
         return Score(1.0 - rms, f"RMS instability {rms:.4f} over {len(rows)} traces", metadata)
 
 
@@ -314,6 +344,11 @@ class IncrementalSession(SessionAccumulator):
     def result(self, session_id: str | None = None) -> MetricResult:
         return self._signal_metric.measure_matrix(
             self._ids, self._matrix[: len(self._ids)], session_id=session_id
+        )
+
+    def snapshot(self, session_id: str | None = None) -> MetricResult:
+        return self._signal_metric.measure_matrix(
+            self._ids, self._matrix[: len(self._ids)], session_id=session_id, detail=False
         )
 
 

@@ -26,7 +26,8 @@ class MetricResult(BaseModel):
     Aggregates leave ``None`` scores out and count them.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # bytes in metadata (a tool's raw argument) go to JSON as base64: never a failed write
+    model_config = ConfigDict(extra="forbid", ser_json_bytes="base64")
 
     name: str
     """Registry name of the metric."""
@@ -77,7 +78,9 @@ class TraceResults(BaseModel):
     session_id: str | None
     results: list[MetricResult]
     session_results: list[MetricResult] = Field(default_factory=list)
-    """The session's metrics as they stand after this trace."""
+    """The session's metrics as they stand after this trace: scores, reasons and aggregates
+    (agent_reliability and agent_consistency leave out ``per_trace_signals``, which the
+    closed session's results carry)."""
 
     def failing(self) -> list[MetricResult]:
         """Results that failed their threshold or ended in an error, in metric order."""
