@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -357,3 +358,42 @@ def test_replay_batches_small_in_process_and_large_for_a_remote_embedder(
     assert report.summary.metrics["coherence"].scored == 300
     # one request per 256 traces: each trace's question and answer, all distinct
     assert seen == [256, 44] and remote.batches[:1] == [512]
+
+
+def test_cli_shows_the_lowest_scoring_sessions_of_a_large_replay(tmp_path: Path) -> None:
+    # 30 sessions of two turns; in five of them the agent says the same thing twice
+    path = tmp_path / "c.jsonl"
+    with CaptureWriter(path) as writer:
+        for n in range(30):
+            looping = n % 6 == 0
+            answers = (
+                ["Your parcel is still on its way, please wait."] * 2
+                if looping
+                else [f"Order {n} shipped on Monday.", f"Refund {n} was approved today."]
+            )
+            for turn, answer in enumerate(answers):
+                writer.write(
+                    Trace(
+                        id=f"s{n:02d}-{turn}",
+                        input=f"question {turn}",
+                        output=answer,
+                        session_id=f"s{n:02d}",
+                    )
+                )
+    result = CliRunner().invoke(
+        cli,
+        ["replay", str(path), "--metrics", "loop_detection,agent_reliability"],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if re.search(r"│ s\d\d ", line)]
+    assert len(rows) == 20
+    # the looping sessions score lowest and come first
+    assert [re.search(r"s\d\d", row).group() for row in rows[:5]] == [  # type: ignore[union-attr]
+        "s00",
+        "s06",
+        "s12",
+        "s18",
+        "s24",
+    ]
+    assert "the 20 lowest-scoring of them" in result.output

@@ -27,6 +27,7 @@ from .._errors import AgentEvalError, CaptureFormatError
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind, list_metrics, metric_class
 from ..offline._replay import ReplayReport, replay
+from ..schema._results import MetricResult
 
 if TYPE_CHECKING:
     from ..judges import OpenAIJudge
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["RunProblem", "UserError", "cli", "main"]
 
 MAX_BAD_LINES_SHOWN = 10
+MAX_SESSIONS_SHOWN = 20
 
 
 class UserError(click.ClickException):
@@ -187,18 +189,33 @@ def _summary_table(title: str, summary: ResultSummary) -> Table:
     return table
 
 
+def _lowest_score(results: list[MetricResult]) -> float:
+    """A session's lowest score (a session with none sorts last)."""
+    return min((r.score for r in results if r.score is not None), default=2.0)
+
+
 def _print_report(console: Console, report: ReplayReport) -> None:
     if report.traces == 0:
         return
     console.print(_summary_table(f"{report.traces} traces from {report.path}", report.summary))
     if report.session_results:
+        kept = list(report.session_results.items())
         table = Table(title=f"{report.sessions} sessions")
+        if len(kept) > MAX_SESSIONS_SHOWN:
+            # a terminal cannot show a thousand rows: the sessions that need a look come first
+            kept.sort(key=lambda item: _lowest_score(item[1]))
+            among = f"the first {len(kept)}" if report.sessions > len(kept) else "them"
+            table.caption = (
+                f"the {MAX_SESSIONS_SHOWN} lowest-scoring of {among}; "
+                "--json writes every session's results, which agenteval report shows"
+            )
+            kept = kept[:MAX_SESSIONS_SHOWN]
         names = [item.name for item in report.session_summary.metrics.values()]
         table.add_column("session")
         for name in names:
             table.add_column(name)
         table.add_column("flagged traces", overflow="fold")
-        for session_id, results in report.session_results.items():
+        for session_id, results in kept:
             by_name = {r.name: r for r in results}
             flagged = by_name.get("agent_reliability")
             flagged_ids = flagged.metadata.get("flagged_traces", []) if flagged else []
