@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -397,3 +398,32 @@ def test_cli_shows_the_lowest_scoring_sessions_of_a_large_replay(tmp_path: Path)
         "s24",
     ]
     assert "the 20 lowest-scoring of them" in result.output
+
+
+def test_results_file_writes_metadata_json_has_no_type_for(tmp_path: Path) -> None:
+    # a metric's metadata may hold a numpy number, a date or raw bytes: the line is still
+    # written (each as its str(), bytes as base64), never lost
+    class Odd(Metric):
+        name = "odd_metadata"
+        kind = MetricKind.DETERMINISTIC
+
+        def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+            return Score(
+                1.0,
+                "ok",
+                {"count": np.int64(3), "day": date(2026, 11, 23), "raw": b"\xff", "ü": "é"},
+            )
+
+    path = tmp_path / "c.jsonl"
+    with CaptureWriter(path) as writer:
+        writer.write(Trace(id="t0", input="q", output="a", session_id=None))
+    out = tmp_path / "results.jsonl"
+    replay(path, [Odd()], output=out)
+    (line,) = [json.loads(text) for text in out.read_text(encoding="utf-8").splitlines()]
+    assert line["trace_id"] == "t0" and line["results"][0]["score"] == 1.0
+    assert line["results"][0]["metadata"] == {
+        "count": "3",
+        "day": "2026-11-23",
+        "raw": "_w==",
+        "ü": "é",
+    }
