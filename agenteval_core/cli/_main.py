@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -191,7 +192,7 @@ def _summary_table(title: str, summary: ResultSummary) -> Table:
 
 def _lowest_score(results: list[MetricResult]) -> float:
     """A session's lowest score (a session with none sorts last)."""
-    return min((r.score for r in results if r.score is not None), default=2.0)
+    return min((r.score for r in results if r.score is not None), default=math.inf)
 
 
 def _print_report(console: Console, report: ReplayReport) -> None:
