@@ -69,6 +69,17 @@ def _lines(stream: IO[str], count: int) -> list[str]:
     return lines
 
 
+def _write_pieces(worker: subprocess.Popen[str], count: int) -> None:
+    """Let a doomed worker write ``count`` pieces of its capture lines, then leave it
+    waiting, so a kill lands right after the last of them."""
+    assert worker.stdin is not None and worker.stdout is not None
+    for written in range(1, count + 1):
+        _lines(worker.stdout, 1)
+        if written < count:
+            worker.stdin.write("\n")
+            worker.stdin.flush()
+
+
 def _finished_runs(lines: list[str]) -> list[tuple[str, float]]:
     runs = []
     for line in lines:
@@ -114,14 +125,15 @@ WORKER = textwrap.dedent(
     evaluator = OnlineEvaluator(capture=capture, metrics=[], session_metrics=[], log=False)
     if name.startswith("doomed"):
         # The system may take part of a large write (a signal, a network file system); here
-        # it always does, 64 kB at a time, so the kill lands mid-line as often as it can.
+        # it always does, 64 kB at a time, and after each piece waits for the test's word to
+        # go on, so the test's kill lands exactly after the piece it chose.
         class Splitting:
             def __init__(self, file):
                 self.file = file
             def write(self, data):
-                time.sleep(0.001)  # a slow disk: widens the window a kill can land in
                 written = self.file.write(data[:65536])
-                print("piece", flush=True)  # the test kills after a number of these
+                print("piece", flush=True)
+                sys.stdin.readline()
                 return written
             def __getattr__(self, name):
                 return getattr(self.file, name)
@@ -167,11 +179,11 @@ def test_two_workers_one_killed_mid_write_20_times_lose_no_healthy_trace(tmp_pat
                     "4000000",
                     str(stop),
                 ],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            assert doomed.stdout is not None
-            _lines(doomed.stdout, random.Random(kills).randint(16, 128))  # 64 kB pieces written
+            _write_pieces(doomed, random.Random(kills).randint(16, 128))  # of 64 kB each
             doomed.send_signal(signal.SIGKILL)
             doomed.wait(10)
             kills += 1
@@ -184,5 +196,5 @@ def test_two_workers_one_killed_mid_write_20_times_lose_no_healthy_trace(tmp_pat
     assert [i for i in inputs if i.startswith("healthy")] == [
         f"healthy {i}" for i in range(written)
     ]
-    assert len(errors) >= 10  # most kills did land mid-line (17 to 18 of 20 here)
+    assert len(errors) >= 10  # most kills did land mid-line (18 of 20 here, every run)
     assert [str(e) for e in errors if not e.truncated] == []  # only the doomed fragments
