@@ -20,6 +20,7 @@ from typing import Any
 
 from agenteval_core import (
     AGENT_NAME,
+    OTEL_OPERATION_NAMES,
     LoopAlert,
     RunStatus,
     Span,
@@ -29,12 +30,13 @@ from agenteval_core import (
     Trace,
 )
 
-from ._conventions import ENCODED, JSON_MIME, OWN, SPANLESS, from_ns
+from ._conventions import ENCODED, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
 from ._otlp import RawSpan, read_spans
 
 __all__ = ["import_otlp", "import_otlp_json"]
 
-OPENINFERENCE_KINDS = {
+# OpenInference's span kinds, ours among them and the others read as the nearest of ours
+FROM_OPENINFERENCE_KIND = {
     "AGENT": SpanKind.AGENT,
     "LLM": SpanKind.LLM,
     "TOOL": SpanKind.TOOL,
@@ -45,15 +47,13 @@ OPENINFERENCE_KINDS = {
     "GUARDRAIL": SpanKind.CHAIN,
     "EVALUATOR": SpanKind.CHAIN,
 }
-GENAI_OPERATIONS = {
-    "invoke_agent": SpanKind.AGENT,
+# the operation names the export writes, then the others the GenAI conventions define
+FROM_GENAI_OPERATION = {
+    **{operation: kind for kind, operation in OTEL_OPERATION_NAMES.items()},
+    WORKFLOW: SpanKind.CHAIN,
     "create_agent": SpanKind.AGENT,
-    "invoke_workflow": SpanKind.CHAIN,
-    "chat": SpanKind.LLM,
     "text_completion": SpanKind.LLM,
     "generate_content": SpanKind.LLM,
-    "execute_tool": SpanKind.TOOL,
-    "retrieval": SpanKind.RETRIEVER,
 }
 # conventions-named attributes a foreign span keeps as its own
 _KEPT = (
@@ -94,10 +94,11 @@ def _kind(raw: RawSpan) -> SpanKind:
     a = raw.attributes
     if "agenteval.span.kind" in a:
         return SpanKind(a["agenteval.span.kind"])
-    if str(a.get("openinference.span.kind", "")).upper() in OPENINFERENCE_KINDS:
-        return OPENINFERENCE_KINDS[str(a["openinference.span.kind"]).upper()]
+    kind = FROM_OPENINFERENCE_KIND.get(str(a.get("openinference.span.kind", "")).upper())
+    if kind is not None:
+        return kind
     operation = a.get("gen_ai.operation.name") or raw.name.split(" ")[0]
-    return GENAI_OPERATIONS.get(operation, SpanKind.CHAIN)
+    return FROM_GENAI_OPERATION.get(operation, SpanKind.CHAIN)
 
 
 # --- what frameworks wrap values in -----------------------------------------------------
