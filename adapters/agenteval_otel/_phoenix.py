@@ -34,7 +34,7 @@ _LLM_ANNOTATOR = "LLM"
 
 def _result(result: MetricResult) -> dict[str, Any]:
     if result.score is None:
-        label = "skipped" if result.skipped else "error"
+        label: str = result.status  # skipped or error, as everywhere else
     else:
         label = "pass" if result.success else "fail"
     return {
