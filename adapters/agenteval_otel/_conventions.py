@@ -360,14 +360,20 @@ def trace_attributes(trace: Trace, root: AgentSpan) -> dict[str, Any]:
     return attributes
 
 
-def per_call_scores(result: MetricResult) -> list[tuple[int, float, str]]:
-    """(tool-call index, score, explanation) for metrics that score each call
-    (``metadata["calls"]``, e.g. ``parameter_correctness``)."""
-    scored = []
+def per_call_results(result: MetricResult) -> list[tuple[int, MetricResult]]:
+    """(tool-call index, that call's result) for metrics that score each call
+    (``metadata["calls"]``, e.g. ``parameter_correctness``): the call's score and verdict,
+    with the call's details as the reason."""
+    calls = []
     for item in result.metadata.get("calls") or []:
         if isinstance(item, dict) and isinstance(item.get("index"), int):
             score = item.get("score")
             if isinstance(score, int | float):
                 detail = {k: v for k, v in item.items() if k not in ("index", "score")}
-                scored.append((item["index"], float(score), dumps(detail)))
-    return scored
+                update = {
+                    "score": float(score),
+                    "success": score >= result.threshold,
+                    "reason": dumps(detail),
+                }
+                calls.append((item["index"], result.model_copy(update=update)))
+    return calls

@@ -27,7 +27,7 @@ from agenteval_core import (
     TraceResults,
 )
 
-from ._conventions import SPANLESS, error_type, per_call_scores, span_attributes, span_name, to_ns
+from ._conventions import SPANLESS, error_type, per_call_results, span_attributes, span_name, to_ns
 from ._phoenix import PhoenixAnnotations
 
 __all__ = ["ExportError", "ExportedTrace", "OTelExporter", "OTelSink"]
@@ -241,17 +241,15 @@ class OTelExporter:
         tool_spans = [opened[s.id] for s in trace.spans if s.tool_call is not None]
         for result in results:
             root_span.add_event(EVALUATION_EVENT, _event(result))
-            for index, score, detail in per_call_scores(result):
+            for index, call in per_call_results(result):
                 if index < len(tool_spans):
                     tool_spans[index].add_event(
                         EVALUATION_EVENT,
                         {
-                            "gen_ai.evaluation.name": result.name,
-                            "gen_ai.evaluation.score.value": score,
-                            "gen_ai.evaluation.score.label": "pass"
-                            if score >= result.threshold
-                            else "fail",
-                            "gen_ai.evaluation.explanation": detail,
+                            "gen_ai.evaluation.name": call.name,
+                            "gen_ai.evaluation.score.value": call.score,
+                            "gen_ai.evaluation.score.label": "pass" if call.success else "fail",
+                            "gen_ai.evaluation.explanation": call.reason,
                             "agenteval.evaluation.scope": "tool_call",
                         },
                     )

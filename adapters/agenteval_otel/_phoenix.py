@@ -19,7 +19,7 @@ import httpx
 
 from agenteval_core import MetricResult, Trace
 
-from ._conventions import per_call_scores
+from ._conventions import per_call_results
 
 if TYPE_CHECKING:
     from ._export import ExportedTrace
@@ -105,12 +105,8 @@ class PhoenixAnnotations:
         tool_spans = [exported.span_ids[s.id] for s in trace.spans if s.tool_call is not None]
         annotations = [_annotation(result, span_id=root) for result in results]
         for result in results:
-            for index, score, detail in per_call_scores(result):
+            for index, call in per_call_results(result):
                 if index < len(tool_spans):
-                    call = result.model_copy(
-                        update={"score": score, "success": score >= result.threshold}
-                    )
-                    call.reason = detail
                     annotations.append(_annotation(call, span_id=tool_spans[index]))
         self._put("/v1/span_annotations", annotations)
 
