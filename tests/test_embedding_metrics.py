@@ -181,3 +181,36 @@ def test_loop_detection_keeps_the_words_pandaprobe_keeps() -> None:
     [comparison] = result.metadata["comparisons"]
     assert comparison["jaccard_similarity"] == 0.5
     assert result.score == pytest.approx(1 - comparison["cosine_similarity"] * 0.5, abs=1e-4)
+
+
+class DownEmbedder:
+    name = "down"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise ConnectionError("embedding service down")
+
+    async def aembed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+def test_a_batch_whose_embedding_fails_reports_it_on_each_case_that_needed_it() -> None:
+    # the empty answer needs no vector: it keeps its own score; the others carry the error,
+    # the same one a case scored alone reports
+    cases = [
+        EvalCase.from_trace(trace("It shipped.", input="Where is my order?")),
+        EvalCase.from_trace(trace("", input="Where is my order?")),
+        EvalCase.from_trace(trace("Refund sent.", input="Refund me")),
+    ]
+    metric = Coherence(embedder=DownEmbedder())
+    for results in (
+        metric.measure_batch(cases, [(), (), ()]),
+        asyncio.run(metric.ameasure_batch(cases, [(), (), ()])),
+    ):
+        assert [(r.score, r.error) for r in results] == [
+            (None, "ConnectionError: embedding service down"),
+            (1.0, None),
+            (None, "ConnectionError: embedding service down"),
+        ]
+        assert results[0].model_dump(exclude={"latency_ms"}) == metric.measure(cases[0]).model_dump(
+            exclude={"latency_ms"}
+        )

@@ -29,6 +29,7 @@ from agenteval_core import (
     ToolSpec,
     Trace,
     TraceResults,
+    create_metric,
     replay,
     resolve_metrics,
 )
@@ -304,3 +305,105 @@ def test_running_session_results_leave_out_the_per_trace_table() -> None:
         "t1": {"loop_risk": 1.0, "step_risk": 1.0},
         "t2": {"loop_risk": 1.0, "step_risk": 1.0},
     }
+
+
+def outputs_in_two_sessions() -> list[Trace]:
+    """Two interleaved sessions whose outputs repeat, so loop detection has work to do."""
+    answers = {
+        "x": ["Order A-1 shipped.", "Order A-1 shipped.", "", "Refund sent.", "Order A-1 shipped."],
+        "y": ["Hello.", "Your card was charged.", "Your card was charged twice.", "Hello.", ""],
+    }
+    return [
+        Trace(id=f"{session}{i}", input=f"question {i}", output=answer or None, session_id=session)
+        for i in range(5)
+        for session, answer in ((s, answers[s][i]) for s in ("x", "y"))
+    ]
+
+
+def test_a_batch_scores_each_trace_as_one_by_one() -> None:
+    # the engine scores a batch with one call per metric; traces of one session inside the
+    # batch still see exactly the traces before them
+    traces = outputs_in_two_sessions()
+    scored: dict[str, list[MetricResult]] = {}
+    engine = Engine(
+        ["coherence", "loop_detection"],
+        sinks=[CallbackSink(lambda trace, results: scored.update({trace.id: results.results}))],
+    )
+    assert asyncio.run(engine.stream([traces[:7], traces[7:]])) == 10
+    coherence, loop = resolve_metrics(["coherence", "loop_detection"])[0]
+    for index, trace in enumerate(traces):
+        earlier = [t for t in traces[:index] if t.session_id == trace.session_id]
+        expected = [coherence.measure(trace), loop.measure(trace, history=earlier)]
+        got = scored[trace.id]
+        assert [r.model_dump(exclude={"latency_ms"}) for r in got] == [
+            r.model_dump(exclude={"latency_ms"}) for r in expected
+        ]
+    # x4 repeats x0 and x1 (x2 has no output): its window is x0, x1, x3 at positions 0, 1, 3
+    comparisons = scored["x4"][1].metadata["comparisons"]
+    assert [(c["trace_index"], c["trace_id"]) for c in comparisons] == [
+        (0, "x0"),
+        (1, "x1"),
+        (3, "x3"),
+    ]
+    assert scored["x4"][1].score == pytest.approx(0.0, abs=1e-6)
+
+
+class BrokenBatch(Metric):
+    name = "broken_batch"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return Score(1.0)
+
+    def measure_batch(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> list[MetricResult]:
+        if len(cases) > 2:
+            raise ValueError("cannot take more than two")
+        return super().measure_batch(cases, histories)[:1]
+
+
+def test_a_metric_whose_batch_code_breaks_fails_alone() -> None:
+    traces = [Trace(id=f"t{i}", input="q", output="a") for i in range(5)]
+    scored: list[TraceResults] = []
+    engine = Engine(
+        [BrokenBatch(), "coherence"], sinks=[CallbackSink(lambda t, r: scored.append(r))]
+    )
+    asyncio.run(engine.stream([traces[:3], traces[3:]]))
+    assert [r.trace_id for r in scored] == ["t0", "t1", "t2", "t3", "t4"]
+    broken = [r.results[0] for r in scored]
+    assert [(r.name, r.trace_id, r.score, r.error) for r in broken] == [
+        ("broken_batch", "t0", None, "ValueError: cannot take more than two"),
+        ("broken_batch", "t1", None, "ValueError: cannot take more than two"),
+        ("broken_batch", "t2", None, "ValueError: cannot take more than two"),
+        ("broken_batch", "t3", None, "RuntimeError: measure_batch returned 1 results for 2 cases"),
+        ("broken_batch", "t4", None, "RuntimeError: measure_batch returned 1 results for 2 cases"),
+    ]
+    coherence = create_metric("coherence").measure(traces[0]).score
+    assert [r.results[1].score for r in scored] == [coherence] * 5
+
+
+def test_sessions_past_the_limit_close_after_their_batch() -> None:
+    # one open session at most, a batch of x, y, x: closing x when y arrived would lose x's
+    # second trace; the least recently active session (y) closes after the batch instead
+    traces = [
+        Trace(id=trace_id, input="q", output="a", session_id=trace_id[0])
+        for trace_id in ("x0", "y0", "x1")
+    ]
+    closed: list[tuple[str, list[str]]] = []
+    engine = Engine(
+        ["coherence", "agent_reliability"],
+        max_open_sessions=1,
+        sinks=[
+            CallbackSink(
+                lambda trace, results: None,
+                on_session=lambda session, results: closed.append(
+                    (session, list(results[0].metadata["per_trace_signals"]))
+                ),
+            )
+        ],
+    )
+    asyncio.run(engine.stream([traces]))
+    assert closed == [("y", ["y0"])]
+    engine.close_all()
+    assert closed == [("y", ["y0"]), ("x", ["x0", "x1"])]

@@ -13,10 +13,11 @@ import functools
 import inspect
 import logging
 import random
+import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 from .._errors import MetricInputError
 from .._sync import run_sync
@@ -24,13 +25,15 @@ from ..metrics._protocol import (
     Metric,
     MetricKind,
     SessionAccumulator,
+    SessionHistory,
     SessionMetric,
+    _failure_from,
     create_metric,
     list_metrics,
     metric_class,
 )
 from ..schema._results import MetricResult, TraceResults
-from ..schema._trace import EvalCase, Trace, text_of
+from ..schema._trace import EvalCase, Trace
 from ._sinks import Sink
 
 __all__ = [
@@ -109,50 +112,6 @@ def resolve_metrics(
     return trace_metrics, session_metrics
 
 
-class SessionHistory(Sequence[Trace]):
-    """The earlier traces of one session, as metrics with ``uses_history`` see them.
-
-    Indexes run over every trace seen, so a metric reports real positions, but only the last
-    ``keep`` traces with a non-empty output are retained, which keeps memory flat over long
-    sessions. Other positions read as empty traces.
-    """
-
-    _EMPTY = Trace(id="", output=None)
-
-    def __init__(self, keep: int) -> None:
-        # keep=0 (no metric reads history) holds no trace at all: nothing for the garbage
-        # collector to scan on every open session
-        self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 0))
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, index: int) -> Trace: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Trace]: ...
-    def __getitem__(self, index: int | slice) -> Trace | Sequence[Trace]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._count))]
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError(index)
-        for position, trace in self._kept:
-            if position == index:
-                return trace
-        return self._EMPTY
-
-    def __iter__(self) -> Iterator[Trace]:
-        return (self[i] for i in range(self._count))
-
-    def append(self, trace: Trace) -> None:
-        if self._kept.maxlen and text_of(trace.output).strip():
-            self._kept.append((self._count, trace))
-        self._count += 1
-
-
 @dataclass
 class _SessionState:
     history: SessionHistory
@@ -171,8 +130,9 @@ class Engine:
         concurrency: traces scored at once (default: the judge's ``max_concurrency``, or 8).
             Traces of one session are always scored in order, one after the other.
         judge_sample_rate: the share of traces the judge metrics score (the others skip them).
-        max_open_sessions: sessions kept open; past that the least recently active one is
-            closed (its results go to the sinks), so memory stays flat.
+        max_open_sessions: sessions kept open; past that the least recently active ones are
+            closed when the batch that opened more is scored (their results go to the
+            sinks), so memory stays flat.
         options: given to every metric built by name (e.g. ``threshold=0.7``).
     """
 
@@ -241,11 +201,12 @@ class Engine:
         how many traces were scored; results go to the sinks, in input order."""
         delivered = 0
         if not self._overlapping:
+            # nothing waits on I/O: each metric takes the whole batch in one call
             async for batch in _aiter(batches):
                 cases = [_as_case(item) for item in batch]
                 await self.prepare(cases)
-                for case in cases:
-                    self._deliver(await self._score_guarded(case))
+                for scored in await self._score_guarded(cases):
+                    self._deliver(scored)
                 delivered += len(cases)
             return delivered
         window = self.concurrency * 4
@@ -315,36 +276,97 @@ class Engine:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.concurrency)
         async with self._slots:
-            return await self._score_guarded(case)
+            (scored,) = await self._score_guarded([case])
+            return scored
 
-    async def _score_guarded(self, case: EvalCase) -> tuple[EvalCase, TraceResults]:
+    async def _score_guarded(
+        self, cases: Sequence[EvalCase]
+    ) -> list[tuple[EvalCase, TraceResults]]:
         try:
-            return await self._score_case(case)
+            return await self._score_cases(cases)
         except Exception as exc:  # metrics never raise; this is a bug of ours
-            logger.error("agenteval could not score %s: %s", case.id, exc, exc_info=exc)
+            logger.error("agenteval could not score %d traces: %s", len(cases), exc, exc_info=exc)
+            return [
+                (
+                    case,
+                    TraceResults(
+                        trace_id=case.trace.id if case.trace is not None else None,
+                        case_id=case.id,
+                        session_id=case.trace.session_id if case.trace is not None else None,
+                        results=[],
+                    ),
+                )
+                for case in cases
+            ]
+
+    async def _score_cases(self, cases: Sequence[EvalCase]) -> list[tuple[EvalCase, TraceResults]]:
+        """Score cases in input order. Each case sees the earlier traces of its session,
+        those earlier in ``cases`` included; every metric scores all the cases in one call."""
+        states: list[_SessionState | None] = []
+        histories: list[Sequence[Trace]] = []
+        for case in cases:
             trace = case.trace
-            return case, TraceResults(
+            state = (
+                self._state(trace.session_id) if trace is not None and trace.session_id else None
+            )
+            states.append(state)
+            if state is None or trace is None:
+                histories.append(())
+            else:
+                histories.append(state.history.frozen())
+                state.history.append(trace)
+        columns = await self._measure_columns(cases, histories)
+        outcomes = []
+        for index, (case, state) in enumerate(zip(cases, states, strict=True)):
+            trace = case.trace
+            results = [result for column in columns if (result := column[index]) is not None]
+            session_results: list[MetricResult] = []
+            if state is not None and trace is not None:
+                self._add_signals(state, trace, results)
+                if self._snapshots:
+                    session_results = [
+                        acc.snapshot(trace.session_id) for acc in state.accumulators.values()
+                    ]
+            outcome = TraceResults(
                 trace_id=trace.id if trace is not None else None,
                 case_id=case.id,
                 session_id=trace.session_id if trace is not None else None,
-                results=[],
+                results=results,
+                session_results=session_results,
             )
+            outcomes.append((case, outcome))
+        # only now: a session closed earlier would have missed this batch's signals
+        while len(self._sessions) > self.max_open_sessions:
+            self.close_session(next(iter(self._sessions)))
+        return outcomes
 
-    async def _score_case(self, case: EvalCase) -> tuple[EvalCase, TraceResults]:
-        trace = case.trace
-        session_id = trace.session_id if trace is not None else None
-        state = self._state(session_id) if session_id else None
-        history: Sequence[Trace] = state.history if state is not None else ()
-        metrics = self.metrics
-        if self._judged and self._sampler.random() >= self.judge_sample_rate:
-            self.judge_not_sampled += 1
-            metrics = [m for m in metrics if m not in self._judged]
-        overlapping = [m for m in metrics if m in self._overlapping]
+    async def _measure_columns(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> list[list[MetricResult | None]]:
+        """Every metric's results for ``cases``, one column per metric; ``None`` where the
+        judge sample leaves a case out of the judge metrics."""
+        sampled = [True] * len(cases)
+        if self._judged and self.judge_sample_rate < 1.0:
+            sampled = [self._sampler.random() < self.judge_sample_rate for _ in cases]
+            self.judge_not_sampled += sampled.count(False)
+        chosen = [index for index, keep in enumerate(sampled) if keep]
+
+        async def column(metric: Metric) -> list[MetricResult | None]:
+            if metric not in self._judged or len(chosen) == len(cases):
+                return list(await _measure_batch(metric, cases, histories))
+            measured = iter(
+                await _measure_batch(
+                    metric, [cases[i] for i in chosen], [histories[i] for i in chosen]
+                )
+            )
+            return [next(measured) if keep else None for keep in sampled]
+
+        overlapping = [m for m in self.metrics if m in self._overlapping]
         measured = (
             dict(
                 zip(
                     overlapping,
-                    await asyncio.gather(*(_measure(m, case, history) for m in overlapping)),
+                    await asyncio.gather(*(column(m) for m in overlapping)),
                     strict=True,
                 )
             )
@@ -352,23 +374,7 @@ class Engine:
             else {}
         )
         # the others finish without waiting on anything: awaited in turn, no task each
-        results = [
-            measured[m] if m in measured else await _measure(m, case, history) for m in metrics
-        ]
-        session_results: list[MetricResult] = []
-        if state is not None and trace is not None:
-            self._add_signals(state, trace, results)
-            state.history.append(trace)
-            if self._snapshots:
-                session_results = [acc.snapshot(session_id) for acc in state.accumulators.values()]
-        outcome = TraceResults(
-            trace_id=trace.id if trace is not None else None,
-            case_id=case.id,
-            session_id=session_id,
-            results=results,
-            session_results=session_results,
-        )
-        return case, outcome
+        return [measured[m] if m in measured else await column(m) for m in self.metrics]
 
     # --- sessions --------------------------------------------------------------------------
 
@@ -377,8 +383,6 @@ class Engine:
         if state is not None:
             self._sessions.move_to_end(session_id)
             return state
-        while len(self._sessions) >= self.max_open_sessions:
-            self.close_session(next(iter(self._sessions)))
         state = _SessionState(
             SessionHistory(self.history_window),
             {m.name: m.incremental() for m in self.session_metrics},
@@ -431,10 +435,24 @@ def _as_case(item: EvalCase | Trace) -> EvalCase:
     raise MetricInputError(f"expected an EvalCase or a Trace, got {type(item).__name__}")
 
 
-async def _measure(metric: Metric, case: EvalCase, history: Sequence[Trace]) -> MetricResult:
-    if metric.blocking:
-        return await asyncio.to_thread(metric.measure, case, history=history)
-    return await metric.ameasure(case, history=history)
+async def _measure_batch(
+    metric: Metric, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+) -> list[MetricResult]:
+    started = time.perf_counter()
+    try:
+        if metric.blocking:
+            results = await asyncio.to_thread(metric.measure_batch, cases, histories)
+        else:
+            results = await metric.ameasure_batch(cases, histories)
+        if len(results) != len(cases):
+            raise RuntimeError(
+                f"measure_batch returned {len(results)} results for {len(cases)} cases"
+            )
+        return results
+    except Exception as exc:  # a metric's own batch code broke: each case says so
+        failure = _failure_from(exc)
+        share = (time.perf_counter() - started) * 1000.0 / len(cases)
+        return [metric._case_result(failure, share, case) for case in cases]
 
 
 def _deliver(method: Any, *args: Any) -> None:

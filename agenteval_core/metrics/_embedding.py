@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from .._errors import MetricInputError
 from .._text import jaccard, loop_tokens
-from ..embedders._hashing import Embedder, cosine_similarities
+from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
+from ..schema._results import MetricResult
 from ..schema._trace import EvalCase, RunStatus, Trace, text_of
-from ._protocol import Metric, MetricKind, Score, register_metric
+from ._protocol import (
+    Metric,
+    MetricKind,
+    Score,
+    SessionHistory,
+    _failure_from,
+    register_metric,
+)
 
 __all__ = ["Coherence", "LoopDetection"]
 
@@ -21,6 +31,13 @@ logger = logging.getLogger("agenteval")
 
 
 class _EmbeddingMetric(Metric):
+    """A metric that compares one text of a trace with others by cosine similarity.
+
+    ``texts_to_score`` names the texts (the first is compared with each of the others) or
+    decides without embedding; ``score_similarities`` turns the cosines into a score. A
+    batch embeds all its cases' texts in one call and takes every cosine in one product.
+    """
+
     kind: ClassVar[MetricKind] = MetricKind.EMBEDDING
 
     def __init__(self, *, embedder: Embedder | None = None, threshold: float | None = None) -> None:
@@ -31,7 +48,10 @@ class _EmbeddingMetric(Metric):
         """The texts to embed, or a Score when the metric can decide without embedding."""
         raise NotImplementedError
 
-    def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
+    def score_similarities(
+        self, case: EvalCase, history: Sequence[Trace], cosines: list[float]
+    ) -> Score:
+        """The score from the cosine similarity of the first text with each of the others."""
         raise NotImplementedError
 
     @staticmethod
@@ -58,16 +78,109 @@ class _EmbeddingMetric(Metric):
                 logger.debug("%s: embedding a batch failed: %s", self.name, exc)
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
-        texts = self.texts_to_score(case, history)
-        if isinstance(texts, Score):
-            return texts
-        return self.score_vectors(case, history, self.embedder.embed(texts))
+        plan = self.texts_to_score(case, history)
+        if isinstance(plan, Score):
+            return plan
+        texts = list(dict.fromkeys(plan))
+        (cosines,) = _similarities([plan], texts, self.embedder.embed(texts))
+        return self.score_similarities(case, history, cosines)
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
-        texts = self.texts_to_score(case, history)
-        if isinstance(texts, Score):
-            return texts
-        return self.score_vectors(case, history, await self.embedder.aembed(texts))
+        plan = self.texts_to_score(case, history)
+        if isinstance(plan, Score):
+            return plan
+        texts = list(dict.fromkeys(plan))
+        (cosines,) = _similarities([plan], texts, await self.embedder.aembed(texts))
+        return self.score_similarities(case, history, cosines)
+
+    def measure_batch(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> list[MetricResult]:
+        started = time.perf_counter()
+        plans, texts = self._plans(cases, histories)
+        try:
+            vectors = self.embedder.embed(texts) if texts else None
+        except Exception as exc:  # every case that needed the embedder says why
+            return self._batch_results(cases, histories, plans, _failure_from(exc), started)
+        return self._batch_results(cases, histories, plans, vectors, started)
+
+    async def ameasure_batch(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> list[MetricResult]:
+        started = time.perf_counter()
+        plans, texts = self._plans(cases, histories)
+        try:
+            vectors = await self.embedder.aembed(texts) if texts else None
+        except Exception as exc:
+            return self._batch_results(cases, histories, plans, _failure_from(exc), started)
+        return self._batch_results(cases, histories, plans, vectors, started)
+
+    def _plans(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> tuple[list[list[str] | Score], list[str]]:
+        """Each case's texts (or its score when it needs none), and the batch's distinct texts."""
+        plans: list[list[str] | Score] = []
+        for case, history in zip(cases, histories, strict=True):
+            try:
+                plans.append(self.texts_to_score(case, history))
+            except Exception as exc:
+                plans.append(_failure_from(exc))
+        texts = list(dict.fromkeys(t for plan in plans if isinstance(plan, list) for t in plan))
+        return plans, texts
+
+    def _batch_results(
+        self,
+        cases: Sequence[EvalCase],
+        histories: Sequence[Sequence[Trace]],
+        plans: list[list[str] | Score],
+        vectors: npt.NDArray[np.floating] | Score | None,
+        started: float,
+    ) -> list[MetricResult]:
+        embedded = [plan for plan in plans if isinstance(plan, list)]
+        similarities = iter(
+            _similarities(embedded, self._texts_of(embedded), vectors)
+            if embedded and not isinstance(vectors, Score) and vectors is not None
+            else []
+        )
+        scores: list[Score] = []
+        for case, history, plan in zip(cases, histories, plans, strict=True):
+            if isinstance(plan, Score):
+                scores.append(plan)
+            elif isinstance(vectors, Score):
+                scores.append(vectors)
+            else:
+                try:
+                    scores.append(self.score_similarities(case, history, next(similarities)))
+                except Exception as exc:
+                    scores.append(_failure_from(exc))
+        share = (time.perf_counter() - started) * 1000.0 / len(cases) if cases else 0.0
+        return [
+            self._case_result(score, share, case) for case, score in zip(cases, scores, strict=True)
+        ]
+
+    @staticmethod
+    def _texts_of(plans: list[list[str]]) -> list[str]:
+        return list(dict.fromkeys(t for plan in plans for t in plan))
+
+
+def _similarities(
+    plans: Sequence[Sequence[str]], texts: Sequence[str], vectors: npt.NDArray[np.floating]
+) -> list[list[float]]:
+    """For each plan, the cosine of its first text with each of the others: one product for
+    the whole batch. ``vectors`` holds the embeddings of ``texts``, L2-normalised."""
+    row = {text: index for index, text in enumerate(texts)}
+    anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
+    others = [row[text] for plan in plans for text in plan[1:]]
+    matrix = np.asarray(vectors, dtype=np.float64)
+    dots = np.einsum("ij,ij->i", matrix[anchors], matrix[others])
+    # rounding can take a normalised pair a hair past ±1
+    flat: list[float] = np.minimum(np.maximum(dots, -1.0, out=dots), 1.0, out=dots).tolist()
+    cosines = []
+    start = 0
+    for plan in plans:
+        cosines.append(flat[start : start + len(plan) - 1])
+        start += len(plan) - 1
+    return cosines
 
 
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
@@ -97,9 +210,10 @@ class Coherence(_EmbeddingMetric):
             )
         return [source, answer]
 
-    def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
-        similarity = float(cosine_similarities(vectors[0], vectors[1:])[0])
-        distance = 1.0 - similarity
+    def score_similarities(
+        self, case: EvalCase, history: Sequence[Trace], cosines: list[float]
+    ) -> Score:
+        distance = 1.0 - cosines[0]
         return Score(
             1.0 - distance,
             f"cosine distance between input and output {distance:.4f}",
@@ -127,6 +241,11 @@ class LoopDetection(_EmbeddingMetric):
         self.window = window
 
     def _previous(self, history: Sequence[Trace]) -> list[tuple[int, Trace, str]]:
+        if isinstance(history, SessionHistory):  # the engine's: it keeps only such traces
+            return [
+                (index, trace, text_of(trace.output).strip())
+                for index, trace in history.last_with_output(self.window)
+            ]
         found: list[tuple[int, Trace, str]] = []
         for index in range(len(history) - 1, -1, -1):
             trace = history[index]
@@ -151,10 +270,10 @@ class LoopDetection(_EmbeddingMetric):
             return vacuous(case, "no previous output in the session to compare with", metadata)
         return [current] + [text for _, _, text in previous]
 
-    def score_vectors(self, case: EvalCase, history: Sequence[Trace], vectors: np.ndarray) -> Score:
+    def score_similarities(
+        self, case: EvalCase, history: Sequence[Trace], cosines: list[float]
+    ) -> Score:
         previous = self._previous(history)
-        # a handful of comparisons: plain floats cost less than an array operation each
-        cosines: list[float] = cosine_similarities(vectors[0], vectors[1:]).tolist()
         current_tokens = loop_tokens(text_of(case.actual_output))
         hybrids: list[float] = []
         comparisons = []

@@ -14,16 +14,17 @@ import logging
 import math
 import time
 from abc import ABC
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, overload
 
 from .._errors import MetricInputError, UnknownMetricError
 from .._sync import run_sync
 from ..schema._results import MetricResult, passes
-from ..schema._trace import EvalCase, Trace
+from ..schema._trace import EvalCase, Trace, text_of
 
 __all__ = [
     "Metric",
@@ -31,6 +32,7 @@ __all__ = [
     "MetricKind",
     "Score",
     "SessionAccumulator",
+    "SessionHistory",
     "SessionMetric",
     "create_metric",
     "list_metrics",
@@ -96,7 +98,7 @@ class _MetricBase(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(threshold={self.threshold})"
 
-    def _result(self, score: Score, started: float, **ids: str | None) -> MetricResult:
+    def _result(self, score: Score, latency_ms: float, **ids: str | None) -> MetricResult:
         value = score.value
         if value is not None:
             if not math.isfinite(value):
@@ -119,7 +121,7 @@ class _MetricBase(ABC):
             input_tokens=score.input_tokens,
             output_tokens=score.output_tokens,
             cost_usd=score.cost_usd,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
+            latency_ms=latency_ms,
             **ids,
         )
 
@@ -204,15 +206,100 @@ class Metric(_MetricBase):
             score = _failure_from(exc)
         return self._ids_result(score, started, case)
 
+    def measure_batch(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> list[MetricResult]:
+        """Score several cases, each with the earlier traces of its own session; never
+        raises. Default: :meth:`measure` each. A metric whose work is cheaper for many cases
+        at once (one embedding call, one matrix product) overrides this and
+        :meth:`ameasure_batch`; it gives each result an equal share of the batch's time."""
+        return [
+            self.measure(case, history=history)
+            for case, history in zip(cases, histories, strict=True)
+        ]
+
+    async def ameasure_batch(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> list[MetricResult]:
+        """:meth:`measure_batch` as the engine calls it, inside its event loop. Default:
+        :meth:`ameasure` each, or :meth:`measure_batch` when the metric only implements
+        ``compute`` (it runs inline anyway, without a coroutine per case)."""
+        if type(self).acompute is Metric.acompute:
+            return self.measure_batch(cases, histories)
+        return [
+            await self.ameasure(case, history=history)
+            for case, history in zip(cases, histories, strict=True)
+        ]
+
     def _ids_result(self, score: Score, started: float, case: EvalCase) -> MetricResult:
+        return self._case_result(score, (time.perf_counter() - started) * 1000.0, case)
+
+    def _case_result(self, score: Score, latency_ms: float, case: EvalCase) -> MetricResult:
         trace = case.trace
         return self._result(
             score,
-            started,
+            latency_ms,
             case_id=case.id,
             trace_id=trace.id if trace else None,
             session_id=trace.session_id if trace else None,
         )
+
+
+class SessionHistory(Sequence[Trace]):
+    """The earlier traces of one session, as metrics with ``uses_history`` see them.
+
+    Indexes run over every trace seen, so a metric reports real positions, but only the last
+    ``keep`` traces with a non-empty output are retained, which keeps memory flat over long
+    sessions. Other positions read as empty traces.
+    """
+
+    _EMPTY = Trace(id="", output=None)
+
+    def __init__(self, keep: int) -> None:
+        # keep=0 (no metric reads history) holds no trace at all: nothing for the garbage
+        # collector to scan on every open session
+        self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 0))
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Trace: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Trace]: ...
+    def __getitem__(self, index: int | slice) -> Trace | Sequence[Trace]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        for position, trace in self._kept:
+            if position == index:
+                return trace
+        return self._EMPTY
+
+    def __iter__(self) -> Iterator[Trace]:
+        return (self[i] for i in range(self._count))
+
+    def frozen(self) -> SessionHistory:
+        """The history as it stands, unchanged by later appends (a batch scores several
+        traces of one session at once, each against the traces before it)."""
+        copy = SessionHistory(0)
+        copy._kept = self._kept.copy()
+        copy._count = self._count
+        return copy
+
+    def last_with_output(self, count: int) -> list[tuple[int, Trace]]:
+        """The last ``count`` retained traces with a non-empty output, with their positions,
+        oldest first (without reading every position, as indexing would)."""
+        return list(self._kept)[-count:] if count > 0 else []
+
+    def append(self, trace: Trace) -> None:
+        if self._kept.maxlen and text_of(trace.output).strip():
+            self._kept.append((self._count, trace))
+        self._count += 1
 
 
 class SessionMetric(_MetricBase):
@@ -255,7 +342,7 @@ class SessionMetric(_MetricBase):
             score = compute()
         except Exception as exc:
             score = _failure_from(exc)
-        return self._result(score, started, session_id=session_id)
+        return self._result(score, (time.perf_counter() - started) * 1000.0, session_id=session_id)
 
 
 class SessionAccumulator:

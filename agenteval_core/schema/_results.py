@@ -52,7 +52,8 @@ class MetricResult(BaseModel):
     output_tokens: int | None = None
     cost_usd: float | None = None
     latency_ms: float | None = None
-    """Wall time spent producing this result."""
+    """Wall time spent producing this result (a metric that scores a batch at once gives
+    each result an equal share of the batch's time)."""
 
     @field_validator("score", mode="before")
     @classmethod

@@ -426,18 +426,21 @@ class EvalCase(_Model):
     def _build_trace(self) -> EvalCase:
         if self.trace is None and self.agent_trace is not None:
             self.trace = Trace.from_steps(self.input, self.agent_trace, output=self.actual_output)
+        # assign only what changes: each assignment goes through pydantic's __setattr__
         if self.trace is not None:
-            if self.input is None:
+            if self.input is None and self.trace.input is not None:
                 self.input = self.trace.input
-            if self.actual_output is None:
+            if self.actual_output is None and self.trace.output is not None:
                 self.actual_output = self.trace.output
-        self.agent_trace = None
+        if self.agent_trace is not None:
+            self.agent_trace = None
         return self
 
     @classmethod
     def from_trace(cls, trace: Trace, **expectations: Any) -> EvalCase:
         """A case for one captured trace, with optional expectations."""
-        return cls(id=trace.id, trace=trace, **expectations)
+        given = {"input": trace.input, "actual_output": trace.output, **expectations}
+        return cls(id=trace.id, trace=trace, **given)
 
     @property
     def tool_calls(self) -> list[ToolCall]:
