@@ -70,5 +70,6 @@ def content_text(text: str) -> str:
 
 def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:
     """|a ∩ b| / |a ∪ b|; two empty sets give 0 (nothing shared, so no evidence of repetition)."""
-    union = len(a | b)
-    return len(a & b) / union if union else 0.0
+    shared = len(a & b)
+    union = len(a) + len(b) - shared  # without building the union set
+    return shared / union if union else 0.0
