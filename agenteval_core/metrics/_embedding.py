@@ -98,22 +98,24 @@ class _EmbeddingMetric(Metric):
     ) -> list[MetricResult]:
         started = time.perf_counter()
         plans, texts = self._plans(cases, histories)
+        vectors: npt.NDArray[np.floating] | Score | None = None
         try:
             vectors = self.embedder.embed(texts) if texts else None
         except Exception as exc:  # every case that needed the embedder says why
-            return self._batch_results(cases, histories, plans, _failure_from(exc), started)
-        return self._batch_results(cases, histories, plans, vectors, started)
+            vectors = _failure_from(exc)
+        return self._batch_results(cases, histories, plans, texts, vectors, started)
 
     async def ameasure_batch(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
     ) -> list[MetricResult]:
         started = time.perf_counter()
         plans, texts = self._plans(cases, histories)
+        vectors: npt.NDArray[np.floating] | Score | None = None
         try:
             vectors = await self.embedder.aembed(texts) if texts else None
         except Exception as exc:
-            return self._batch_results(cases, histories, plans, _failure_from(exc), started)
-        return self._batch_results(cases, histories, plans, vectors, started)
+            vectors = _failure_from(exc)
+        return self._batch_results(cases, histories, plans, texts, vectors, started)
 
     def _plans(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
@@ -133,13 +135,16 @@ class _EmbeddingMetric(Metric):
         cases: Sequence[EvalCase],
         histories: Sequence[Sequence[Trace]],
         plans: list[list[str] | Score],
+        texts: list[str],
         vectors: npt.NDArray[np.floating] | Score | None,
         started: float,
     ) -> list[MetricResult]:
+        """One result per case: its own score, the embedder's failure, or the score from
+        its cosines (``vectors`` embeds ``texts``; ``None`` when no case needed any)."""
         embedded = [plan for plan in plans if isinstance(plan, list)]
         similarities = iter(
-            _similarities(embedded, self._texts_of(embedded), vectors)
-            if embedded and not isinstance(vectors, Score) and vectors is not None
+            _similarities(embedded, texts, vectors)
+            if vectors is not None and not isinstance(vectors, Score)
             else []
         )
         scores: list[Score] = []
@@ -157,10 +162,6 @@ class _EmbeddingMetric(Metric):
         return [
             self._case_result(score, share, case) for case, score in zip(cases, scores, strict=True)
         ]
-
-    @staticmethod
-    def _texts_of(plans: list[list[str]]) -> list[str]:
-        return list(dict.fromkeys(t for plan in plans for t in plan))
 
 
 def _similarities(
