@@ -71,11 +71,13 @@ def throughput(directory: Path, count: int) -> None:
     print(f"metrics: {', '.join(default_metric_names())}")
     print(f"traces: {count:,} ({path.stat().st_size / count / 1024:.1f} KiB each)")
     print(f"parse only: {parse_rate:,.0f} traces/s ({1e6 / parse_rate:.0f} µs per trace)")
-    # the default metrics, then without the two embedding metrics, then as many metrics that
-    # return at once: what the embedder costs, and the engine's own floor per trace
+    # the default metrics, then none (the most any replay can reach), then without the two
+    # embedding metrics, then as many metrics that return at once: what the embedder costs,
+    # and the engine's own floor per trace
     defaults = default_metric_names()
     runs: list[tuple[str, list[str | Metric | SessionMetric] | None]] = [
         ("replay with the default metrics", None),
+        ("no metrics at all: parsing, cases, sessions and sinks", []),
         ("without coherence, loop_detection", [m for m in defaults if m not in EMBEDDING]),
         (
             "engine floor: 4 metrics that return at once, and the 2 session metrics",
