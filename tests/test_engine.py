@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -407,3 +408,42 @@ def test_sessions_past_the_limit_close_after_their_batch() -> None:
     assert closed == [("y", ["y0"])]
     engine.close_all()
     assert closed == [("y", ["y0"]), ("x", ["x0", "x1"])]
+
+
+class FixedJudgeMetric(Metric):
+    """A judge metric whose judge always answers 0.9."""
+
+    name = "fixed_judge"
+    kind: ClassVar[MetricKind] = MetricKind.JUDGE
+
+    async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return Score(0.9, "judged")
+
+
+def test_traces_left_out_of_the_judge_sample_say_so() -> None:
+    traces = [Trace(id=f"t{i}", input="q", output="a") for i in range(20)]
+    engine = Engine([FixedJudgeMetric(), "tool_call_loops"], judge_sample_rate=0.3, seed=7)
+    outcomes = engine.score_sync(traces)
+    draws = random.Random(7)  # one draw per trace, in input order
+    judged = [draws.random() < 0.3 for _ in traces]
+    assert 0 < judged.count(True) < 20
+    for outcome, in_sample in zip(outcomes, judged, strict=True):
+        judge_result, loops = outcome.results
+        if in_sample:
+            assert (judge_result.score, judge_result.reason) == (0.9, "judged")
+        else:
+            assert (
+                judge_result.name,
+                judge_result.score,
+                judge_result.status,
+                judge_result.reason,
+                judge_result.metadata,
+            ) == (
+                "fixed_judge",
+                None,
+                "skipped",
+                "not in the judge sample (judge_sample_rate=0.3)",
+                {"judge_sample_rate": 0.3},
+            )
+        assert loops.score == 1.0  # the other metrics score every trace
+    assert engine.judge_not_sampled == judged.count(False)

@@ -24,6 +24,7 @@ from .._sync import run_sync
 from ..metrics._protocol import (
     Metric,
     MetricKind,
+    Score,
     SessionAccumulator,
     SessionHistory,
     SessionMetric,
@@ -129,7 +130,8 @@ class Engine:
         sinks: receive every trace's results and every closed session's results.
         concurrency: traces scored at once (default: the judge's ``max_concurrency``, or 8).
             Traces of one session are always scored in order, one after the other.
-        judge_sample_rate: the share of traces the judge metrics score (the others skip them).
+        judge_sample_rate: the share of traces the judge metrics score; on the others each
+            judge metric gives a skipped result that says the trace was not in the sample.
         max_open_sessions: sessions kept open; past that the least recently active ones are
             closed when the batch that opened more is scored (their results go to the
             sinks), so memory stays flat.
@@ -319,7 +321,7 @@ class Engine:
         outcomes = []
         for index, (case, state) in enumerate(zip(cases, states, strict=True)):
             trace = case.trace
-            results = [result for column in columns if (result := column[index]) is not None]
+            results = [column[index] for column in columns]
             session_results: list[MetricResult] = []
             if state is not None and trace is not None:
                 self._add_signals(state, trace, results)
@@ -342,24 +344,33 @@ class Engine:
 
     async def _measure_columns(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
-    ) -> list[list[MetricResult | None]]:
-        """Every metric's results for ``cases``, one column per metric; ``None`` where the
-        judge sample leaves a case out of the judge metrics."""
+    ) -> list[list[MetricResult]]:
+        """Every metric's results for ``cases``, one column per metric. A case the judge
+        sample leaves out gets a skipped result from each judge metric that says so."""
         sampled = [True] * len(cases)
         if self._judged and self.judge_sample_rate < 1.0:
             sampled = [self._sampler.random() < self.judge_sample_rate for _ in cases]
             self.judge_not_sampled += sampled.count(False)
         chosen = [index for index, keep in enumerate(sampled) if keep]
+        left_out = Score.skip(
+            f"not in the judge sample (judge_sample_rate={self.judge_sample_rate:g})",
+            judge_sample_rate=self.judge_sample_rate,
+        )
 
-        async def column(metric: Metric) -> list[MetricResult | None]:
+        async def column(metric: Metric) -> list[MetricResult]:
             if metric not in self._judged or len(chosen) == len(cases):
                 return list(await _measure_batch(metric, cases, histories))
             measured = iter(
                 await _measure_batch(
                     metric, [cases[i] for i in chosen], [histories[i] for i in chosen]
                 )
+                if chosen
+                else []
             )
-            return [next(measured) if keep else None for keep in sampled]
+            return [
+                next(measured) if keep else metric._case_result(left_out, 0.0, case)
+                for keep, case in zip(sampled, cases, strict=True)
+            ]
 
         overlapping = [m for m in self.metrics if m in self._overlapping]
         measured = (
