@@ -166,6 +166,14 @@ def test_session_history_keeps_real_indices_and_little_memory() -> None:
     assert history[-2].output == "c"
     with pytest.raises(IndexError):
         history[5]
+    assert [(i, t.output) for i, t in history.last_with_output(3)] == [(2, "b"), (3, "c")]
+    assert [(i, t.output) for i, t in history.last_with_output(1)] == [(3, "c")]
+    # a frozen copy is what a trace later in the same batch is scored against: later
+    # appends reach the history, not the copy
+    before = history.frozen()
+    history.append(make_trace("d"))
+    assert len(before) == 5 and [t.output for t in before][2:4] == ["b", "c"]
+    assert len(history) == 6 and [t.output for t in history][3:] == ["c", None, "d"]
     nothing = SessionHistory(keep=0)  # no metric reads history: positions count, none kept
     nothing.append(make_trace("a"))
     assert len(nothing) == 1 and nothing[0].output is None
