@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import MetricInputError
+from .._sync import run_sync
 from .._text import jaccard, loop_tokens
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
@@ -96,14 +97,9 @@ class _EmbeddingMetric(Metric):
     def measure_batch(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
     ) -> list[MetricResult]:
-        started = time.perf_counter()
-        plans, texts = self._plans(cases, histories)
-        vectors: npt.NDArray[np.floating] | Score | None = None
-        try:
-            vectors = self.embedder.embed(texts) if texts else None
-        except Exception as exc:  # every case that needed the embedder says why
-            vectors = _failure_from(exc)
-        return self._batch_results(cases, histories, plans, texts, vectors, started)
+        # the engine calls ameasure_batch; this is for callers without an event loop
+        result: list[MetricResult] = run_sync(self.ameasure_batch(cases, histories))
+        return result
 
     async def ameasure_batch(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
@@ -113,7 +109,7 @@ class _EmbeddingMetric(Metric):
         vectors: npt.NDArray[np.floating] | Score | None = None
         try:
             vectors = await self.embedder.aembed(texts) if texts else None
-        except Exception as exc:
+        except Exception as exc:  # every case that needed the embedder says why
             vectors = _failure_from(exc)
         return self._batch_results(cases, histories, plans, texts, vectors, started)
 
