@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
@@ -23,6 +25,7 @@ from agenteval_core import (
     MetricKind,
     MetricResult,
     OnlineEvaluator,
+    RunStatus,
     Score,
     Span,
     SpanKind,
@@ -447,3 +450,69 @@ def test_traces_left_out_of_the_judge_sample_say_so() -> None:
             )
         assert loops.score == 1.0  # the other metrics score every trace
     assert engine.judge_not_sampled == judged.count(False)
+
+
+ANSWERS = ["", "Order A-1 shipped.", "Order A-1 shipped today.", "Refund sent."]
+NO_LATENCY: Any = {
+    "results": {"__all__": {"latency_ms"}},
+    "session_results": {"__all__": {"latency_ms"}},
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from("xyz"), st.sampled_from(ANSWERS), st.booleans()),
+        min_size=1,
+        max_size=14,
+    ),
+    cuts=st.lists(st.integers(1, 6), min_size=1, max_size=14),
+)
+def test_any_batching_scores_like_one_trace_at_a_time(
+    rows: list[tuple[str, str, bool]], cuts: list[int]
+) -> None:
+    # interleaved sessions, repeated and empty answers, failed runs: however the traces are
+    # cut into batches, every result and every closed session's result is the same (with
+    # fewer open sessions allowed than there are sessions, where a session closes depends on
+    # the batches: test_sessions_past_the_limit_close_after_their_batch)
+    traces = [
+        Trace(
+            id=f"t{index}",
+            input="Where is order A-1?",
+            output=answer or None,
+            session_id=session,
+            status=RunStatus.OK if ok else RunStatus.ERROR,
+        )
+        for index, (session, answer, ok) in enumerate(rows)
+    ]
+    batches: list[list[Trace]] = []
+    rest = list(traces)
+    for size in cuts * len(traces):
+        if not rest:
+            break
+        batches.append(rest[:size])
+        rest = rest[size:]
+
+    def scored(batches: list[list[Trace]]) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+        per_trace: dict[str, Any] = {}
+        closed: list[tuple[str, Any]] = []
+        engine = Engine(
+            ["coherence", "loop_detection", "tool_call_loops", "agent_reliability"],
+            sinks=[
+                CallbackSink(
+                    lambda trace, results: per_trace.update(
+                        {trace.id: results.model_dump(exclude=NO_LATENCY)}
+                    ),
+                    on_session=lambda session, results: closed.append(
+                        (session, [r.model_dump(exclude={"latency_ms"}) for r in results])
+                    ),
+                )
+            ],
+        )
+        asyncio.run(engine.stream(batches))
+        engine.close_all()
+        return per_trace, closed
+
+    one_by_one = scored([[trace] for trace in traces])
+    batched = scored(batches)
+    assert batched == one_by_one
