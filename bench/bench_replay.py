@@ -36,12 +36,18 @@ _CHILD = """
 import resource, sys
 from agenteval_core import replay
 report = replay(sys.argv[1])
-print(report.traces, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+try:  # this process's own peak: Linux's ru_maxrss keeps the parent's peak across exec
+    with open("/proc/self/status") as status:
+        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+except OSError:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kib = peak // 1024 if sys.platform == "darwin" else peak  # macOS reports bytes
+print(report.traces, kib)
 """
 
 
 def _peak_rss_mib(path: Path) -> tuple[int, float]:
-    """Replay in a fresh process; its peak resident memory (Linux reports KiB)."""
+    """Replay in a fresh process; its own peak resident memory."""
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path)], check=True, capture_output=True, text=True
     )
