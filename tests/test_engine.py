@@ -516,3 +516,21 @@ def test_any_batching_scores_like_one_trace_at_a_time(
     one_by_one = scored([[trace] for trace in traces])
     batched = scored(batches)
     assert batched == one_by_one
+
+
+def test_a_batch_scored_at_once_embeds_each_text_once(judge_server: JudgeServer) -> None:
+    # a remote embedder without a cache: the embedding metrics score the batch themselves,
+    # so nothing embeds the batch's texts beforehand as well
+    traces = [
+        Trace(id=f"t{i}", input=f"question {i}", output=f"answer {i}", session_id="s")
+        for i in range(3)
+    ]
+    embedder = HTTPEmbedder("embed-model", base_url=judge_server.base_url)
+    engine = Engine(["coherence", "loop_detection"], embedder=embedder)
+    assert asyncio.run(engine.stream([traces])) == 3
+    sent = [request["input"] for request in judge_server.embedding_requests]
+    # coherence: each question and answer; loop_detection: the answers with a previous one
+    assert sent == [
+        ["question 0", "answer 0", "question 1", "answer 1", "question 2", "answer 2"],
+        ["answer 1", "answer 0", "answer 2"],
+    ]

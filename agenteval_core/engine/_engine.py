@@ -170,6 +170,11 @@ class Engine:
         # judges and blocking metrics wait on I/O or threads: only they gain from running
         # traces concurrently; without them, scoring in order avoids a task per trace
         self._overlapping = [m for m in self.metrics if m in self._judged or m.blocking]
+        # scored a batch at a time, a metric with its own batch code does its batch work there;
+        # preparing it as well would do that work twice (a remote embedder: twice the calls)
+        self._unbatched = [
+            m for m in self.metrics if type(m).ameasure_batch is Metric.ameasure_batch
+        ]
         if not 0.0 <= judge_sample_rate <= 1.0:
             raise MetricInputError(f"judge_sample_rate must be in [0, 1], got {judge_sample_rate}")
         self.judge_sample_rate = judge_sample_rate
@@ -206,7 +211,8 @@ class Engine:
             # nothing waits on I/O: each metric takes the whole batch in one call
             async for batch in _aiter(batches):
                 cases = [_as_case(item) for item in batch]
-                await self.prepare(cases)
+                for metric in self._unbatched:
+                    await metric.aprepare(cases)
                 for scored in await self._score_guarded(cases):
                     self._deliver(scored)
                 delivered += len(cases)
