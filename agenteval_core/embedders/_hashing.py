@@ -11,7 +11,7 @@ import numpy.typing as npt
 from .._text import content_text
 from ._local import LocalEmbedder
 
-__all__ = ["Embedder", "HashingEmbedder", "cosine_similarities"]
+__all__ = ["Embedder", "HashingEmbedder"]
 
 
 @runtime_checkable
@@ -113,17 +113,3 @@ class HashingEmbedder(LocalEmbedder):
         scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
         vectors.reshape(-1)[cells] = values * scale[rows]
         return vectors
-
-
-def cosine_similarities(
-    vector: npt.NDArray[np.floating], others: npt.NDArray[np.floating]
-) -> npt.NDArray[np.float64]:
-    """Cosine similarity of one embedding with each row of ``others``.
-
-    Embedders return L2-normalised rows (zero rows for empty text), so this is a dot
-    product, and a zero vector gives 0 (distance 1) without a special case.
-    """
-    rows = np.asarray(others, dtype=np.float64)
-    dots = np.dot(rows if rows.ndim == 2 else rows[None], np.asarray(vector, dtype=np.float64))
-    # rounding can take a normalised pair a hair past ±1 (np.clip costs more than these two)
-    return np.minimum(np.maximum(dots, -1.0, out=dots), 1.0, out=dots)

@@ -164,7 +164,8 @@ def _similarities(
     plans: Sequence[Sequence[str]], texts: Sequence[str], vectors: npt.NDArray[np.floating]
 ) -> list[list[float]]:
     """For each plan, the cosine of its first text with each of the others: one product for
-    the whole batch. ``vectors`` holds the embeddings of ``texts``, L2-normalised."""
+    the whole batch. ``vectors`` holds the embeddings of ``texts``, L2-normalised (zero rows
+    for empty text), so a cosine is a dot product and a zero vector gives 0 (distance 1)."""
     row = {text: index for index, text in enumerate(texts)}
     anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
     others = [row[text] for plan in plans for text in plan[1:]]

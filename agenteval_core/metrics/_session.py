@@ -145,21 +145,10 @@ class _SignalSessionMetric(SessionMetric):
         risks: Matrix,
         extra: dict[str, Matrix],
     ) -> None:
-        """``per_trace_signals`` (and ``note`` when the table is cut), in a detailed result."""
+        """In a detailed result, ``per_trace_signals`` for at most ``per_trace_limit`` traces,
+        riskiest first (and ``note`` when the table is cut)."""
         if not detail:
             return
-        metadata["per_trace_signals"], truncated = self._per_trace(trace_ids, rows, risks, extra)
-        if truncated:
-            metadata["per_trace_signals_note"] = note
-
-    def _per_trace(
-        self,
-        trace_ids: list[str],
-        rows: npt.NDArray[np.intp],
-        risks: Matrix,
-        extra: dict[str, Matrix],
-    ) -> tuple[dict[str, dict[str, float]], bool]:
-        """Per-trace metadata for at most ``per_trace_limit`` traces, riskiest first."""
         order = np.arange(len(rows))
         truncated = len(rows) > self.per_trace_limit
         if truncated:
@@ -178,7 +167,9 @@ class _SignalSessionMetric(SessionMetric):
             }
             entry.update({key: values[shown] for key, values in extra_rows.items()})
             table[trace_ids[row]] = entry
-        return table, truncated
+        metadata["per_trace_signals"] = table
+        if truncated:
+            metadata["per_trace_signals_note"] = note
 
     def measure_matrix(
         self,
@@ -342,13 +333,14 @@ class IncrementalSession(SessionAccumulator):
                 self._matrix[row, column] = float(value)
 
     def result(self, session_id: str | None = None) -> MetricResult:
-        return self._signal_metric.measure_matrix(
-            self._ids, self._matrix[: len(self._ids)], session_id=session_id
-        )
+        return self._measure(session_id, detail=True)
 
     def snapshot(self, session_id: str | None = None) -> MetricResult:
+        return self._measure(session_id, detail=False)
+
+    def _measure(self, session_id: str | None, *, detail: bool) -> MetricResult:
         return self._signal_metric.measure_matrix(
-            self._ids, self._matrix[: len(self._ids)], session_id=session_id, detail=False
+            self._ids, self._matrix[: len(self._ids)], session_id=session_id, detail=detail
         )
 
 
