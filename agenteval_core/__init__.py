@@ -72,7 +72,8 @@ if TYPE_CHECKING:
         pass_at_k,
         pass_pow_k,
     )
-    from .offline._replay import ReplayReport, areplay, replay
+    from .offline._processes import replay
+    from .offline._replay import ReplayReport, areplay
     from .online._context import current_session, session
     from .online._evaluator import (
         DEFAULT_REDACTOR,
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     )
     from .online._react import json_arguments, react_actions
     from .online._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
-    from .schema._capture import CaptureWriter, read_capture
+    from .schema._capture import CaptureWriter, line_shard, read_capture
     from .schema._results import MetricResult, TraceResults
     from .schema._trace import (
         AGENT_NAME,
@@ -112,6 +113,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "CaptureWriter": ".schema._capture",
     "read_capture": ".schema._capture",
+    "line_shard": ".schema._capture",
     "Embedder": ".embedders._hashing",
     "HashingEmbedder": ".embedders._hashing",
     "StaticEmbedder": ".embedders._static",
@@ -168,7 +170,7 @@ _EXPORTS: dict[str, str] = {
     "configure_redaction": "._redact",
     "ReplayReport": ".offline._replay",
     "areplay": ".offline._replay",
-    "replay": ".offline._replay",
+    "replay": ".offline._processes",
     "MetricResult": ".schema._results",
     "AgentStep": ".schema._trace",
     "COMPLETED_STATUSES": ".schema._trace",

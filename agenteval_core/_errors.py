@@ -18,6 +18,8 @@ above with ``raise ... from exc`` so the cause stays visible.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentEvalError",
     "CaptureError",
@@ -73,6 +75,24 @@ class CaptureFormatError(CaptureError):
         self.truncated = truncated
         where = f"{path}:{line}" + (f" field {field!r}" if field else "")
         super().__init__(f"{where}: {problem}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from its fields (a replay's worker processes send their bad lines back)
+        return (
+            _rebuild_format_error,
+            (type(self), self.path, self.line, self.field, self.problem, self.truncated),
+        )
+
+
+def _rebuild_format_error(
+    cls: type[CaptureFormatError],
+    path: str,
+    line: int,
+    field: str | None,
+    problem: str,
+    truncated: bool,
+) -> CaptureFormatError:
+    return cls(path, line, field, problem, truncated=truncated)
 
 
 class SchemaVersionError(CaptureFormatError):

@@ -27,7 +27,8 @@ from rich.table import Table
 from .._errors import AgentEvalError, CaptureFormatError
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind, list_metrics, metric_class
-from ..offline._replay import ReplayReport, replay
+from ..offline._processes import replay
+from ..offline._replay import ReplayReport
 from ..schema._results import MetricResult
 
 if TYPE_CHECKING:
@@ -351,6 +352,16 @@ def _make_judge(
     envvar="AGENTEVAL_PHOENIX_PROJECT",
     help="The Phoenix project exported traces go to (default: Phoenix's default project).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="AGENTEVAL_REPLAY_WORKERS",
+    help="Processes that score at once, each a share of the sessions; up to one per CPU "
+    "core speeds up a large capture (without a judge or an export; also "
+    "$AGENTEVAL_REPLAY_WORKERS).",
+)
 @_judge_options(model_help="Judge model name; enables the LLM-judge metrics.")
 def replay_command(
     capture: str,
@@ -360,12 +371,14 @@ def replay_command(
     otel_endpoint: str | None,
     phoenix_url: str | None,
     project: str | None,
+    workers: int,
     judge: OpenAIJudge | None,
 ) -> None:
     """Score every trace of a capture file (JSONL) and print a summary.
 
     Judge metrics run when --judge-model is given; otherwise they are skipped with a reason.
-    Traces are scored --judge-concurrency at a time (each session in order).
+    Traces are scored --judge-concurrency at a time (each session in order). With
+    --workers N, N processes score the capture, each the sessions of one share of it.
     """
     path = Path(capture)
     if not path.exists():
@@ -383,6 +396,16 @@ def replay_command(
 
     report_errors: list[CaptureFormatError] = []
     export = _otel_sink(otel_endpoint, phoenix_url, project)
+    if workers > 1 and judge is not None:
+        raise UserError(
+            f"--workers {workers} replays without a judge: a judge waits on its API, not on "
+            "this machine's cores; drop --workers and raise --judge-concurrency instead"
+        )
+    if workers > 1 and export is not None:
+        raise UserError(
+            f"--workers {workers} cannot export to OpenTelemetry: the export runs in one "
+            "process; drop --workers to export"
+        )
     progress = Progress(
         TextColumn("replaying"),
         BarColumn(),
@@ -401,6 +424,7 @@ def replay_command(
             on_bad_line=bad_line,
             on_progress=lambda size: progress.advance(task, size),
             sinks=[export] if export is not None else (),
+            workers=workers,
         )
     _print_report(Console(), report)
     if export is not None:  # replay closed the sink: everything was delivered or failed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,13 @@ class LocalEmbedder:
     @property
     def name(self) -> str:
         raise NotImplementedError
+
+    def __getstate__(self) -> dict[str, Any]:
+        # sent to another process (a replay's workers) without its cache: vectors are
+        # cheap to make again, and a full cache is megabytes
+        state = self.__dict__.copy()
+        state["_cache"] = {}
+        return state
 
     def _embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         raise NotImplementedError

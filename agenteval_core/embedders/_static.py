@@ -60,6 +60,16 @@ class StaticEmbedder(LocalEmbedder):
     def name(self) -> str:
         return "minilm-l6-static-256"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the model loads again in the receiving process (a replay's workers), on first use
+        state = super().__getstate__()
+        state.update(_model=None, _lock=None, _piece_ids={})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _load(self) -> tuple[Any, npt.NDArray[np.float32], int | None]:
         with self._lock:
             if self._model is None:

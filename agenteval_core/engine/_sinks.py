@@ -126,11 +126,14 @@ class ResultsFileSink(Sink):
         )
         self._lock = threading.Lock()
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _line(self, record: dict[str, Any]) -> bytes:
         # pydantic-core writes the models straight to UTF-8 JSON, ~10x faster than dumping
         # them to dicts for json.dumps; a value JSON has no type for (a numpy number, a
         # date, an object) is written as its str(), NaN as null
-        line = pydantic_core.to_json(record, serialize_unknown=True) + b"\n"
+        return pydantic_core.to_json(record, serialize_unknown=True) + b"\n"
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = self._line(record)
         with self._lock:
             if self._file is not None:
                 self._file.write(line)

@@ -52,6 +52,19 @@ class MetricSummary:
             self.errors += 1
             self.reasons[result.error or "error"] += 1
 
+    def merge(self, other: MetricSummary) -> None:
+        """Add another run's aggregate of the same metric to this one."""
+        self.count += other.count
+        self.scored += other.scored
+        self.total += other.total
+        self.passed += other.passed
+        self.errors += other.errors
+        self.skipped += other.skipped
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cost_usd += other.cost_usd
+        self.reasons.update(other.reasons)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "metric": self.name,
@@ -80,6 +93,14 @@ class ResultSummary:
             if summary is None:
                 summary = self.metrics[result.name] = MetricSummary(result.name)
             summary.add(result)
+
+    def merge(self, other: ResultSummary) -> None:
+        """Add another run's aggregates (a worker's share of a replay) to these."""
+        for name, theirs in other.metrics.items():
+            ours = self.metrics.get(name)
+            if ours is None:
+                ours = self.metrics[name] = MetricSummary(name)
+            ours.merge(theirs)
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [summary.as_dict() for summary in self.metrics.values()]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .._errors import CaptureFormatError
@@ -16,11 +16,11 @@ from ..engine._engine import Engine
 from ..engine._sinks import ResultsFileSink, Sink
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric, SessionMetric
-from ..schema._capture import read_capture
+from ..schema._capture import read_numbered
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import Trace
 
-__all__ = ["ReplayReport", "areplay", "replay"]
+__all__ = ["NumberedResultsFile", "ReplayReport", "areplay", "fewer_collections", "replay_lines"]
 
 LOCAL_BATCH_SIZE = 32
 """Traces parsed and scored together when every embedder runs in this process: a few dozen
@@ -90,6 +90,54 @@ class _ReportSink(Sink):
             report.session_results[session_id] = results
 
 
+class NumberedResultsFile(ResultsFileSink):
+    """A worker's share of the results file: each line starts with its place in capture
+    order, so the shares merge back into the file one process writes. A trace's line takes
+    its capture line number; a session closed mid-replay follows the trace before it; once
+    every trace is scored (``all_scored``), the sessions closed at the end follow every
+    trace, least recently active first, as one process closes them."""
+
+    AFTER_EVERY_TRACE = 1 << 62
+
+    def __init__(self, path: str | os.PathLike[str], numbers: deque[int]) -> None:
+        super().__init__(path)
+        self.numbers = numbers
+        self.position = 0
+        self.all_scored = False
+        self._last_trace: dict[str, int] = {}  # open sessions only
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        self.position = self.numbers.popleft()  # traces arrive in the order they were read
+        if trace.session_id:
+            self._last_trace[trace.session_id] = self.position
+        super().trace_scored(trace, results)
+
+    def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+        last = self._last_trace.pop(session_id, self.position)
+        if self.all_scored:
+            self.position = self.AFTER_EVERY_TRACE + last
+        super().session_scored(session_id, results)
+
+    def _line(self, record: dict[str, Any]) -> bytes:
+        return b"%d " % self.position + super()._line(record)
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector's thresholds for a replay, restored after.
+
+    A replay keeps a batch of parsed traces alive, and each open session the traces loop
+    detection reads; with the default thresholds the collector re-scans them every few
+    hundred allocations (and the middle generation every tenth pass, ~40 ms each). Traces
+    hold no cycles, so fewer passes cost nothing in memory and save time."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], 10_000), max(thresholds[1], 100), *thresholds[2:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
 async def areplay(
     path: str | os.PathLike[str],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
@@ -103,7 +151,39 @@ async def areplay(
     on_bad_line: Callable[[CaptureFormatError], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> ReplayReport:
-    """Score every trace of a capture file; see :func:`replay`."""
+    """Score every trace of a capture file in this process; see :func:`replay`."""
+    return await replay_lines(
+        path,
+        metrics,
+        judge=judge,
+        embedder=embedder,
+        concurrency=concurrency,
+        output=output,
+        sinks=sinks,
+        on_trace=on_trace,
+        on_bad_line=on_bad_line,
+        on_progress=on_progress,
+    )
+
+
+async def replay_lines(
+    path: str | os.PathLike[str],
+    metrics: Sequence[str | Metric | SessionMetric] | None = None,
+    *,
+    judge: Any = None,
+    embedder: Any = None,
+    concurrency: int | None = None,
+    output: str | os.PathLike[str] | None = None,
+    sinks: Sequence[Sink] = (),
+    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
+    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    shard: tuple[int, int] | None = None,
+    numbered_output: str | os.PathLike[str] | None = None,
+) -> ReplayReport:
+    """:func:`areplay` over the lines of one shard (all of them when ``shard`` is None).
+    ``numbered_output`` is a worker's share of the results file (see
+    :class:`NumberedResultsFile`)."""
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every trace
         await preflight()
@@ -111,6 +191,10 @@ async def areplay(
     all_sinks: list[Sink] = [_ReportSink(report, on_trace)]
     if output is not None:
         all_sinks.append(ResultsFileSink(output))
+    numbers: deque[int] = deque()
+    numbered = NumberedResultsFile(numbered_output, numbers) if numbered_output else None
+    if numbered is not None:
+        all_sinks.append(numbered)
     all_sinks += sinks
     engine = Engine(
         metrics, judge=judge, embedder=embedder, sinks=all_sinks, concurrency=concurrency
@@ -125,7 +209,11 @@ async def areplay(
 
     def batches() -> Iterator[list[Trace]]:
         batch: list[Trace] = []
-        for trace in read_capture(path, on_error=bad_line, on_progress=on_progress):
+        for number, trace in read_numbered(
+            path, on_error=bad_line, on_progress=on_progress, shard=shard
+        ):
+            if numbered is not None:
+                numbers.append(number)
             batch.append(trace)
             if len(batch) == size:
                 yield batch
@@ -135,59 +223,10 @@ async def areplay(
 
     try:
         await engine.stream(batches())
+        if numbered is not None:
+            numbered.all_scored = True
         engine.close_all()
     finally:
         for sink in all_sinks:
             sink.close()
     return report
-
-
-def replay(
-    path: str | os.PathLike[str],
-    metrics: Sequence[str | Metric | SessionMetric] | None = None,
-    *,
-    judge: Any = None,
-    embedder: Any = None,
-    concurrency: int | None = None,
-    output: str | os.PathLike[str] | None = None,
-    sinks: Sequence[Sink] = (),
-    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
-    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
-) -> ReplayReport:
-    """Stream a capture file through metrics and return the report.
-
-    ``metrics`` are registry names or metric instances (default: the deterministic and
-    embedding metrics that need no expectations, plus agent_reliability and
-    agent_consistency, and the judge metrics when ``judge`` is given); ``judge`` and
-    ``embedder`` go to the metrics that take them. Traces are scored by the same
-    :class:`~agenteval_core.Engine` as online: up to ``concurrency`` at once (default: the
-    judge's bound), each session in order. Bad lines go to ``on_bad_line`` and are skipped,
-    so every good line is scored. With ``output``, the results file is written (see
-    :class:`~agenteval_core.ResultsFileSink`); ``sinks`` receive every result too. A judge's
-    preflight check runs first: a missing key, a bad URL, an unreachable server or a
-    rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
-    """
-    # A replay keeps a batch of parsed traces alive, and each open session the traces loop
-    # detection reads; with the default thresholds the cyclic collector re-scans them every
-    # few hundred allocations (and the middle generation every tenth pass, ~40 ms each).
-    # Traces hold no cycles, so fewer passes cost nothing in memory and save time.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(max(thresholds[0], 10_000), max(thresholds[1], 100), *thresholds[2:])
-    try:
-        return asyncio.run(
-            areplay(
-                Path(path),
-                metrics,
-                judge=judge,
-                embedder=embedder,
-                concurrency=concurrency,
-                output=output,
-                sinks=sinks,
-                on_trace=on_trace,
-                on_bad_line=on_bad_line,
-                on_progress=on_progress,
-            )
-        )
-    finally:
-        gc.set_threshold(*thresholds)

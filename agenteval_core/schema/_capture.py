@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -15,7 +18,7 @@ from pydantic import ValidationError
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from ._trace import Trace
 
-__all__ = ["MAX_LINE_BYTES", "CaptureWriter", "read_capture"]
+__all__ = ["MAX_LINE_BYTES", "CaptureWriter", "line_shard", "read_capture"]
 
 
 class CaptureWriter:
@@ -146,6 +149,7 @@ def read_capture(
     on_error: Callable[[CaptureFormatError], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    shard: tuple[int, int] | None = None,
 ) -> Iterator[Trace]:
     """Stream the traces of a capture file, line by line.
 
@@ -154,8 +158,33 @@ def read_capture(
     truncated last line (a writer that died mid-line) is reported with ``truncated=True``
     after every complete line before it. A line over ``max_line_bytes`` is refused without
     being held in memory whole. ``on_progress`` receives the bytes consumed per line.
+
+    ``shard=(index, count)`` reads only the lines :func:`line_shard` gives to shard
+    ``index`` of ``count`` (every line of a session falls in the same shard); the other lines
+    are skipped unparsed, their bad lines left to the shard that reads them.
     """
+    for _, trace in read_numbered(
+        path,
+        on_error=on_error,
+        on_progress=on_progress,
+        max_line_bytes=max_line_bytes,
+        shard=shard,
+    ):
+        yield trace
+
+
+def read_numbered(
+    path: str | os.PathLike[str],
+    *,
+    on_error: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    shard: tuple[int, int] | None = None,
+) -> Iterator[tuple[int, Trace]]:
+    """:func:`read_capture`, each trace with the number of the line it was read from."""
     name = os.fspath(path)
+    if shard is not None and not 0 <= shard[0] < shard[1]:
+        raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
     try:
         handle = open(path, "rb")  # noqa: SIM115  (closed in finally; this is a generator)
     except FileNotFoundError:
@@ -168,7 +197,12 @@ def read_capture(
             number += 1
             if on_progress is not None:
                 on_progress(len(line))
-            if len(line) > max_line_bytes and not line.endswith(b"\n"):
+            oversized = len(line) > max_line_bytes and not line.endswith(b"\n")
+            if shard is not None and line_shard(line, number, shard[1]) != shard[0]:
+                if oversized:
+                    _skip_rest_of_line(handle, on_progress)
+                continue
+            if oversized:
                 size = len(line) + _skip_rest_of_line(handle, on_progress)
                 problem = CaptureFormatError(
                     name,
@@ -199,7 +233,7 @@ def read_capture(
                     )
                 else:
                     try:
-                        yield Trace.model_validate_json(text)
+                        yield number, Trace.model_validate_json(text)
                         continue
                     except ValidationError as exc:
                         problem = _line_error(name, number, line, exc)
@@ -222,13 +256,49 @@ def read_capture(
                             if on_error is None:
                                 raise fragment from None
                             on_error(fragment)
-                            yield glued
+                            yield number, glued
                             continue
             if on_error is None:
                 raise problem
             on_error(problem)
     finally:
         handle.close()
+
+
+# agenteval's writer puts a trace's keys in field order, so its session is read from the
+# start of the line, without parsing the rest
+_SESSION_KEY = re.compile(
+    rb'\{"schema_version":\d+,"id":"(?:[^"\\]|\\.)*","session_id":("(?:[^"\\]|\\.)*"|null)'
+)
+
+
+def line_shard(line: bytes, number: int, count: int) -> int:
+    """Which of ``count`` shards capture line ``line`` (line number ``number``) belongs to.
+
+    A trace's session id picks its shard (a stable hash, the same in every process), so
+    every trace of a session lands in one shard, in order. Lines written by agenteval are
+    placed from their first bytes; any other line is parsed as JSON for its session id. A
+    line with no session, or that is not a JSON object, goes by its line number.
+    """
+    session = _session_key(line)
+    return zlib.crc32(session) % count if session else number % count
+
+
+def _session_key(line: bytes) -> bytes | None:
+    """The UTF-8 of a capture line's session id, or None."""
+    match = _SESSION_KEY.match(line)
+    try:
+        if match is not None:
+            raw = match.group(1)
+            if b"\\" not in raw:
+                return None if raw == b"null" else raw[1:-1]
+            session = json.loads(raw)  # an escape: the id's own UTF-8, as below
+        else:
+            found = json.loads(line)
+            session = found.get("session_id") if isinstance(found, dict) else None
+    except (ValueError, RecursionError):  # not JSON: the line goes by its number
+        return None
+    return session.encode("utf-8", "surrogatepass") if isinstance(session, str) else None
 
 
 _TRACE_START = '{"schema_version":'

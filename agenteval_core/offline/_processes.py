@@ -1,0 +1,289 @@
+"""replay(), the synchronous driver: in this process, or in several, each scoring the
+sessions of one shard of the capture."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import multiprocessing
+import os
+import pickle
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from .._errors import CaptureFormatError
+from ..engine._sinks import Sink
+from ..metrics._protocol import Metric, SessionMetric
+from ..schema._results import MetricResult
+from ..schema._trace import Trace
+from ._replay import ReplayReport, areplay, fewer_collections, replay_lines
+
+__all__ = ["replay", "replay_in_workers"]
+
+
+def replay(
+    path: str | os.PathLike[str],
+    metrics: Sequence[str | Metric | SessionMetric] | None = None,
+    *,
+    judge: Any = None,
+    embedder: Any = None,
+    concurrency: int | None = None,
+    output: str | os.PathLike[str] | None = None,
+    sinks: Sequence[Sink] = (),
+    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
+    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    workers: int = 1,
+) -> ReplayReport:
+    """Stream a capture file through metrics and return the report.
+
+    ``metrics`` are registry names or metric instances (default: the deterministic and
+    embedding metrics that need no expectations, plus agent_reliability and
+    agent_consistency, and the judge metrics when ``judge`` is given); ``judge`` and
+    ``embedder`` go to the metrics that take them. Traces are scored by the same
+    :class:`~agenteval_core.Engine` as online: up to ``concurrency`` at once (default: the
+    judge's bound), each session in order. Bad lines go to ``on_bad_line`` and are skipped,
+    so every good line is scored. With ``output``, the results file is written (see
+    :class:`~agenteval_core.ResultsFileSink`); ``sinks`` receive every result too. A judge's
+    preflight check runs first: a missing key, a bad URL, an unreachable server or a
+    rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
+
+    ``workers`` processes (this one included) score at once, each the sessions of one shard
+    of the file (see :func:`~agenteval_core.read_capture`); the report and the results file
+    are those of one process, apart from timings. Workers take no judge, ``sinks`` or
+    ``on_trace`` (``ValueError``); metrics and the embedder are sent to them pickled, and
+    they import the calling script, so call this under ``if __name__ == "__main__":``.
+    """
+    _check_workers(workers, judge=judge, sinks=sinks, on_trace=on_trace)
+    if workers > 1:
+        return replay_in_workers(
+            path,
+            metrics,
+            workers=workers,
+            embedder=embedder,
+            concurrency=concurrency,
+            output=output,
+            on_bad_line=on_bad_line,
+            on_progress=on_progress,
+        )
+    with fewer_collections():
+        return asyncio.run(
+            areplay(
+                Path(path),
+                metrics,
+                judge=judge,
+                embedder=embedder,
+                concurrency=concurrency,
+                output=output,
+                sinks=sinks,
+                on_trace=on_trace,
+                on_bad_line=on_bad_line,
+                on_progress=on_progress,
+            )
+        )
+
+
+def _check_workers(workers: int, *, judge: Any, sinks: Sequence[Sink], on_trace: Any) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
+    if workers == 1:
+        return
+    if judge is not None:
+        raise ValueError(
+            f"replay with workers={workers} runs without a judge: a judge waits on its API, "
+            "not on this machine's cores; raise the judge's concurrency instead"
+        )
+    if sinks or on_trace is not None:
+        raise ValueError(
+            f"replay with workers={workers} cannot call sinks or on_trace: they run in this "
+            "process and would need every result sent back to it; write the results file "
+            "(output=...) and read it, or replay with workers=1"
+        )
+
+
+def replay_in_workers(
+    path: str | os.PathLike[str],
+    metrics: Sequence[str | Metric | SessionMetric] | None,
+    *,
+    workers: int,
+    embedder: Any,
+    concurrency: int | None,
+    output: str | os.PathLike[str] | None,
+    on_bad_line: Callable[[CaptureFormatError], None] | None,
+    on_progress: Callable[[int], None] | None,
+) -> ReplayReport:
+    """:func:`~agenteval_core.replay` with ``workers`` processes, this one included.
+
+    Each process reads the whole file and scores the lines of its shard (every trace of a
+    session in one shard, so each session is scored in order, as in one process). This
+    process reports progress and its bad lines as it goes; the others' bad lines arrive
+    when they finish. The shares of the results file merge back into capture order."""
+    try:  # before any process starts: what cannot be sent is said here, with its cause
+        payload = pickle.dumps((metrics, embedder))
+    except Exception as exc:
+        raise ValueError(
+            f"replay with workers={workers}: the metrics or embedder cannot be sent to "
+            f"another process ({type(exc).__name__}: {exc}); pass metrics by registry "
+            "name, or replay with workers=1"
+        ) from exc
+    location = Path(output).parent if output is not None else None
+    with tempfile.TemporaryDirectory(prefix="agenteval-replay-", dir=location) as shares:
+        parts = [
+            os.path.join(shares, f"{index}.jsonl") if output is not None else None
+            for index in range(workers)
+        ]
+        context = multiprocessing.get_context("spawn")  # fork is unsafe with threads
+        started: list[tuple[Any, Connection]] = []
+        try:
+            for index in range(1, workers):
+                receiver, sender = context.Pipe(duplex=False)
+                process = context.Process(
+                    target=_worker,
+                    args=(sender, os.fspath(path), payload, (index, workers), parts[index]),
+                    kwargs={"concurrency": concurrency},
+                    name=f"agenteval-replay-{index}",
+                    daemon=True,
+                )
+                process.start()
+                sender.close()  # the worker holds the only sending end: its death is seen
+                started.append((process, receiver))
+            own = _run_shard(
+                os.fspath(path),
+                metrics,
+                embedder,
+                (0, workers),
+                parts[0],
+                concurrency=concurrency,
+                on_bad_line=on_bad_line,
+                on_progress=on_progress,
+            )
+            others = [_report_of(process, receiver) for process, receiver in started]
+        finally:  # also when this process failed or was interrupted: no worker outlives it
+            for process, receiver in started:
+                if process.is_alive():
+                    process.terminate()
+                process.join()
+                receiver.close()
+            if output is not None:  # what was scored is kept, also when a worker failed
+                _merge_shares([part for part in parts if part is not None], Path(output))
+        report = _merged(own, others)
+        if on_bad_line is not None:
+            for error in sorted((e for r in others for e in r.bad_lines), key=_line_of):
+                on_bad_line(error)
+    return report
+
+
+def _worker(
+    sender: Connection,
+    path: str,
+    payload: bytes,
+    shard: tuple[int, int],
+    part: str | None,
+    *,
+    concurrency: int | None,
+) -> None:
+    """A worker process: its share of the replay (its metrics arrive pickled), then the
+    report, or what went wrong, sent back."""
+    try:
+        metrics, embedder = pickle.loads(payload)
+        outcome: tuple[bool, Any] = (
+            True,
+            _run_shard(path, metrics, embedder, shard, part, concurrency=concurrency),
+        )
+    except BaseException as exc:  # sent back whole when it pickles, else as its text
+        outcome = (False, exc)
+    try:
+        sender.send(outcome)
+    except Exception as exc:
+        sender.send((False, RuntimeError(f"{type(outcome[1]).__name__}: {outcome[1]} ({exc})")))
+    sender.close()
+
+
+def _report_of(process: Any, receiver: Connection) -> ReplayReport:
+    """A worker's report; its error raised here; a worker that died says so."""
+    wait([receiver, process.sentinel])
+    try:
+        ok, value = receiver.recv()
+    except EOFError:  # it died without a word: its end of the pipe closed with it
+        process.join()
+        raise RuntimeError(
+            f"replay worker {process.name} stopped with exit code {process.exitcode} before "
+            "reporting. Workers are new Python processes that import the calling script: "
+            'call replay(workers=...) from a file, under `if __name__ == "__main__":`'
+        ) from None
+    if not ok:
+        raise value
+    report: ReplayReport = value
+    return report
+
+
+def _run_shard(
+    path: str,
+    metrics: Sequence[str | Metric | SessionMetric] | None,
+    embedder: Any,
+    shard: tuple[int, int],
+    part: str | None,
+    *,
+    concurrency: int | None,
+    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    with fewer_collections():
+        return asyncio.run(
+            replay_lines(
+                path,
+                metrics,
+                embedder=embedder,
+                concurrency=concurrency,
+                on_bad_line=on_bad_line,
+                on_progress=on_progress,
+                shard=shard,
+                numbered_output=part,
+            )
+        )
+
+
+def _line_of(error: CaptureFormatError) -> int:
+    return error.line
+
+
+def _merged(own: ReplayReport, others: Sequence[ReplayReport]) -> ReplayReport:
+    """One report from the shards' reports: counts and summaries added, bad lines in line
+    order, the first ``keep_sessions`` sessions (this process's first)."""
+    for other in others:
+        own.traces += other.traces
+        own.sessions += other.sessions
+        own.summary.merge(other.summary)
+        own.session_summary.merge(other.session_summary)
+        for session_id, results in other.session_results.items():
+            if len(own.session_results) >= own.keep_sessions:
+                break
+            own.session_results[session_id] = results
+        own.bad_lines.extend(other.bad_lines)
+    own.bad_lines.sort(key=_line_of)
+    return own
+
+
+def _merge_shares(parts: Sequence[str], output: Path) -> None:
+    """Write the results file from the shards' numbered shares, in capture order (each share
+    already is, so one merge pass does it); a session closed at the end follows every trace."""
+    with output.open("wb") as merged:
+        for _, line in heapq.merge(*(_numbered_lines(part) for part in parts), key=_position):
+            merged.write(line)
+
+
+def _numbered_lines(part: str) -> Iterator[tuple[int, bytes]]:
+    if not os.path.exists(part):  # its worker failed before it wrote anything
+        return
+    with open(part, "rb") as share:
+        for line in share:
+            if line.endswith(b"\n"):  # a worker stopped mid-write leaves a torn last line
+                number, _, record = line.partition(b" ")
+                yield int(number), record
+
+
+def _position(item: tuple[int, bytes]) -> int:
+    return item[0]

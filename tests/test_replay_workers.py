@@ -1,0 +1,242 @@
+"""Replay in several processes: shards of a capture, merged reports and results files."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agenteval_core import (
+    AgentStep,
+    CaptureFormatError,
+    EvalCase,
+    Metric,
+    MetricKind,
+    RunStatus,
+    Score,
+    ToolCall,
+    Trace,
+    line_shard,
+    read_capture,
+    replay,
+)
+from agenteval_core.cli import cli
+
+
+def _trace(index: int, session: str | None, output: str, **fields: Any) -> Trace:
+    return Trace.from_steps(
+        f"question {index} about order {index % 4}",
+        [
+            AgentStep(
+                tool_calls=[ToolCall(name="lookup", arguments={"id": index % 3}, result="ok")],
+                output=output,
+            )
+        ],
+        id=f"t{index}",
+        session_id=session,
+        **fields,
+    )
+
+
+def _capture(path: Path) -> Path:
+    """Seven sessions interleaved (one id with a quote and an accent, which the writer
+    escapes), repeated answers, failed runs, traces without a session, a bad line, and a
+    trace written by another tool with its keys in another order."""
+    sessions = ["s0", "s1", 's"2é', "s3", "s4", "s5", "s6"]
+    answers = ["Your order shipped.", "Still checking, please hold.", "Refund issued."]
+    lines = []
+    for index in range(60):
+        session = None if index % 11 == 5 else sessions[index % 7]
+        status = RunStatus.ERROR if index % 13 == 0 else None
+        trace = _trace(index, session, answers[(index // 7) % 3], status=status)
+        lines.append(trace.model_dump_json())
+    lines.insert(17, "{not json")
+    other = _trace(60, "s3", "Refund issued.").model_dump(mode="json")
+    lines.insert(40, json.dumps(other, sort_keys=True))  # session_id is not near the start
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _without_latency(line: str) -> Any:
+    record = json.loads(line)
+    for key in ("results", "session_results"):
+        for result in record.get(key, []):
+            result.pop("latency_ms")
+    return record
+
+
+def test_workers_give_what_one_process_gives(tmp_path: Path) -> None:
+    path = _capture(tmp_path / "capture.jsonl")
+    one_bad: list[CaptureFormatError] = []
+    three_bad: list[CaptureFormatError] = []
+    one = replay(path, output=tmp_path / "one.jsonl", on_bad_line=one_bad.append)
+    three = replay(path, output=tmp_path / "three.jsonl", on_bad_line=three_bad.append, workers=3)
+
+    assert (three.traces, three.sessions) == (one.traces, one.sessions) == (61, 7)
+    assert [(e.line, e.problem) for e in three_bad] == [(e.line, e.problem) for e in one_bad]
+    assert [e.line for e in three.bad_lines] == [18]
+    for ours, theirs in (
+        (three.summary, one.summary),
+        (three.session_summary, one.session_summary),
+    ):
+        assert list(ours.metrics) == list(theirs.metrics)
+        for name, summary in ours.metrics.items():
+            expected = theirs.metrics[name]
+            assert summary.as_dict() == {
+                **expected.as_dict(),
+                "mean": pytest.approx(expected.mean),
+                "pass_rate": pytest.approx(expected.pass_rate),
+            }
+    assert set(three.session_results) == set(one.session_results)
+    for session_id, results in one.session_results.items():
+        assert [
+            r.model_dump(exclude={"latency_ms"}) for r in three.session_results[session_id]
+        ] == [r.model_dump(exclude={"latency_ms"}) for r in results]
+    # the results file: every line, in the order one process writes them
+    one_lines = (tmp_path / "one.jsonl").read_text().splitlines()
+    three_lines = (tmp_path / "three.jsonl").read_text().splitlines()
+    assert [_without_latency(line) for line in three_lines] == [
+        _without_latency(line) for line in one_lines
+    ]
+    assert len(one_lines) == 61 + 7
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("agenteval-replay-")]
+
+
+def test_shards_split_a_capture_by_session(tmp_path: Path) -> None:
+    path = _capture(tmp_path / "capture.jsonl")
+    everything = list(read_capture(path, on_error=lambda error: None))
+    shards: list[list[Trace]] = []
+    bad: list[int] = []
+    for index in range(3):
+        shards.append(
+            list(
+                read_capture(path, shard=(index, 3), on_error=lambda error: bad.append(error.line))
+            )
+        )
+    assert sorted(t.id for shard in shards for t in shard) == sorted(t.id for t in everything)
+    assert bad == [18]  # read, and reported, by one shard only
+    for shard in shards:  # each shard keeps the capture's order
+        assert [t.id for t in shard] == [t.id for t in everything if t in shard]
+    owner = {t.session_id: i for i, shard in enumerate(shards) for t in shard if t.session_id}
+    assert len(owner) == 7
+    for index, shard in enumerate(shards):
+        assert all(owner[t.session_id] == index for t in shard if t.session_id)
+    with pytest.raises(ValueError, match=r"shard must be \(index, count\)"):
+        next(read_capture(path, shard=(3, 3)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(session=st.text(min_size=1), number=st.integers(1, 10**6), count=st.integers(1, 9))
+def test_a_session_lands_in_one_shard_however_its_line_is_written(
+    session: str, number: int, count: int
+) -> None:
+    trace = Trace(id="t", session_id=session, output="x")
+    ours = trace.model_dump_json().encode()
+    theirs = json.dumps(trace.model_dump(mode="json"), sort_keys=True).encode()
+    shard = line_shard(ours, number, count)
+    assert 0 <= shard < count
+    assert line_shard(theirs, number + 7, count) == shard
+    unsessioned = Trace(id="t", output="x").model_dump_json().encode()
+    assert line_shard(unsessioned, number, count) == number % count
+    assert line_shard(b"[1, 2]", number, count) == number % count
+
+
+class _Locked(Metric):
+    name = "locked_metric"
+    kind = MetricKind.DETERMINISTIC
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return Score(1.0)
+
+
+class _BreaksInWorkers(Metric):
+    """Scores in the calling process; in a worker process it cannot even be loaded."""
+
+    name = "breaks_in_workers"
+    kind = MetricKind.DETERMINISTIC
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return Score(1.0)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        raise RuntimeError("this metric's model is not on this machine")
+
+
+class _KillsItsWorker(Metric):
+    name = "kills_its_worker"
+    kind = MetricKind.DETERMINISTIC
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        if multiprocessing.parent_process() is not None:
+            os._exit(3)
+        return Score(1.0)
+
+
+def test_what_workers_cannot_do_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    path = _capture(tmp_path / "capture.jsonl")
+    for workers in (0, -2, True, 1.5):
+        with pytest.raises(ValueError, match="workers must be a whole number >= 1"):
+            replay(path, workers=workers)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="runs without a judge"):
+        replay(path, judge=object(), workers=2)
+    with pytest.raises(ValueError, match="cannot call sinks or on_trace"):
+        replay(path, on_trace=lambda trace, results: None, workers=2)
+    with pytest.raises(ValueError, match=r"cannot be sent to another process \(TypeError"):
+        replay(path, [_Locked()], workers=2)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_failing_worker_fails_the_replay_and_leaves_no_process(tmp_path: Path) -> None:
+    path = _capture(tmp_path / "capture.jsonl")
+    with pytest.raises(RuntimeError, match="this metric's model is not on this machine"):
+        replay(path, [_BreaksInWorkers()], workers=2)
+    assert multiprocessing.active_children() == []
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(RuntimeError, match="stopped with exit code 3 before reporting"):
+        replay(path, [_KillsItsWorker()], output=out, workers=3)
+    assert multiprocessing.active_children() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["capture.jsonl", "r.jsonl"]
+    # the results this process scored are kept (the workers died on their first trace)
+    kept = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
+    own = [t.id for t in read_capture(path, shard=(0, 3), on_error=lambda error: None)]
+    assert kept == own and len(own) > 10
+
+
+def test_cli_replay_with_workers(tmp_path: Path) -> None:
+    path = _capture(tmp_path / "capture.jsonl")
+    runner = CliRunner()
+    one = runner.invoke(cli, ["replay", str(path), "--json", str(tmp_path / "one.jsonl")])
+    two = runner.invoke(
+        cli,
+        ["replay", str(path), "--json", str(tmp_path / "two.jsonl")],
+        env={"AGENTEVAL_REPLAY_WORKERS": "2"},
+    )
+    assert one.exit_code == two.exit_code == 1  # the bad line
+    assert "1 bad line(s) skipped; the other 61 were scored" in two.output
+    assert [_without_latency(x) for x in (tmp_path / "two.jsonl").read_text().splitlines()] == [
+        _without_latency(x) for x in (tmp_path / "one.jsonl").read_text().splitlines()
+    ]
+    judged = runner.invoke(
+        cli, ["replay", str(path), "--workers", "2", "--judge-model", "gpt-4o-mini"]
+    )
+    assert judged.exit_code == 2
+    assert "--workers 2 replays without a judge" in judged.output
+    exported = runner.invoke(
+        cli,
+        ["replay", str(path), "--workers", "2", "--otel-endpoint", "http://127.0.0.1:9/v1/traces"],
+        env={"OTEL_SDK_DISABLED": None},  # the test session turns the SDK off
+    )
+    assert exported.exit_code == 2 and "cannot export to OpenTelemetry" in exported.output
