@@ -183,8 +183,11 @@ class ToolCallLoops(Metric):
             return Score.failure("invalid input: the case has no trace whose tool calls to check")
         calls = case.trace.tool_calls()
         loops: list[LoopAlert] = []
-        # every loop the guard knows repeats a call; most runs repeat none, and are done here
-        if len({canonical_call(call) for call in calls}) < len(calls):
+        # every loop the guard knows repeats a call, so a tool name; most runs repeat neither,
+        # and are done here (before any call's arguments are written out as JSON)
+        if len({call.name for call in calls}) < len(calls) and len(
+            {canonical_call(call) for call in calls}
+        ) < len(calls):
             guard = LoopGuard(**self.options)
             loops = [alert for call in calls if (alert := guard.observe("run", call)) is not None]
         if not loops:
