@@ -1,8 +1,15 @@
-"""The trace schema: seed constructors, derived views, versioned lossless JSON."""
+"""The trace schema: seed constructors, derived views, versioned lossless JSON; metric
+results."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from agenteval_core import (
@@ -10,6 +17,10 @@ from agenteval_core import (
     AgentStep,
     EvalCase,
     ExpectedToolCall,
+    Metric,
+    MetricKind,
+    MetricResult,
+    Score,
     Span,
     SpanKind,
     ToolCall,
@@ -121,3 +132,104 @@ def test_case_from_trace_and_schemas() -> None:
     assert case.schema_for("missing") is None
     assert case.reference_for(ExpectedToolCall(name="get")) == {"id": 1}
     assert case.reference_for(ExpectedToolCall(name="get", arguments={"id": 2})) == {"id": 2}
+
+
+# --- metric results built without validation ----------------------------------------------
+
+_ANY_TEXT = st.one_of(st.none(), st.text(max_size=5), st.integers(0, 3), st.just(True))
+_ODD_NUMBER = st.one_of(
+    st.none(),
+    st.integers(-3, 10**6),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.text(max_size=2),
+)
+
+
+class _Fixed(Metric):
+    name = "fixed_for_test"
+    kind = MetricKind.DETERMINISTIC
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        raise NotImplementedError
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=st.one_of(st.none(), st.floats(), st.integers(-2, 2)),
+    reason=st.one_of(st.text(max_size=5), st.just(None)),
+    metadata=st.one_of(
+        st.dictionaries(st.text(max_size=3), st.one_of(st.integers(), st.text(max_size=3))),
+        st.dictionaries(st.integers(0, 3), st.integers(), min_size=1),
+        st.just([("a", 1)]),
+    ),
+    error=_ANY_TEXT,
+    skipped=st.one_of(st.booleans(), st.integers(0, 1)),
+    judge_model=_ANY_TEXT,
+    tokens=_ODD_NUMBER,
+    output_tokens=_ODD_NUMBER,
+    cost=_ODD_NUMBER,
+    trace_id=_ANY_TEXT,
+)
+def test_a_metric_result_equals_its_validated_form(
+    value: float | None,
+    reason: Any,
+    metadata: Any,
+    error: Any,
+    skipped: Any,
+    judge_model: Any,
+    tokens: Any,
+    output_tokens: Any,
+    cost: Any,
+    trace_id: Any,
+) -> None:
+    """Results are built without validation when it could change nothing; whatever a
+    metric returns, the result is the one validation gives (or validation's error)."""
+    score = Score(
+        value, reason, metadata, skipped, error, judge_model, None, tokens, output_tokens, cost
+    )
+    clamped = None if value is None else min(1.0, max(0.0, float(value)))
+    failure = value is not None and not math.isfinite(value)
+    fields = {
+        "name": "fixed_for_test",
+        "version": "1",
+        "score": None if failure else clamped,
+        "threshold": 0.5,
+        "success": None if failure or clamped is None else clamped >= 0.5 - 1e-9,
+        "reason": f"metric produced a non-finite score {value!r}"
+        if failure
+        else reason or (error or ""),
+        "metadata": {} if failure else metadata,
+        "error": f"metric produced a non-finite score {value!r}" if failure else error,
+        "skipped": False if failure else skipped,
+        "trace_id": trace_id,
+        "session_id": "s1",
+        "case_id": None,
+        "judge_model": None if failure else judge_model,
+        "prompt_version": None,
+        "input_tokens": None if failure else tokens,
+        "output_tokens": None if failure else output_tokens,
+        "cost_usd": None if failure else cost,
+        "latency_ms": 2.5,
+    }
+    try:
+        expected = MetricResult(**fields)
+    except ValidationError as exc:
+        with pytest.raises(ValidationError) as raised:
+            _Fixed()._result(score, 2.5, trace_id=trace_id, session_id="s1", case_id=None)
+        assert raised.value.errors() == exc.errors()
+        return
+    result = _Fixed()._result(score, 2.5, trace_id=trace_id, session_id="s1", case_id=None)
+    assert result == expected
+    assert result.model_dump_json() == expected.model_dump_json()
+    assert result.model_fields_set == expected.model_fields_set
+    assert result.metadata is not metadata  # the result's own copy, as validation makes
+
+
+def test_an_unvalidated_result_needs_every_field_in_order() -> None:
+    from agenteval_core.schema._results import unvalidated_result
+
+    fields = MetricResult(name="m", version="1", score=None, threshold=0.5, success=None)
+    values = dict(reversed(list(fields.__dict__.items())))
+    with pytest.raises(ValueError, match="fields, in order, are"):
+        unvalidated_result(values)

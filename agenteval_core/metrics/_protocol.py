@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TypeVar, overload
 
 from .._errors import MetricInputError, UnknownMetricError
 from .._sync import run_sync
-from ..schema._results import MetricResult, passes
+from ..schema._results import MetricResult, passes, unvalidated_result
 from ..schema._trace import EvalCase, Trace, text_of
 
 __all__ = [
@@ -106,24 +106,61 @@ class _MetricBase(ABC):
                 value = None
             else:
                 value = min(1.0, max(0.0, float(value)))
-        return MetricResult(
-            name=self.name,
-            version=self.version,
-            score=value,
-            threshold=self.threshold,
-            success=None if value is None else passes(value, self.threshold),
-            reason=score.reason or (score.error or ""),
-            metadata=score.metadata,
-            error=score.error,
-            skipped=score.skipped,
-            judge_model=score.judge_model,
-            prompt_version=score.prompt_version,
-            input_tokens=score.input_tokens,
-            output_tokens=score.output_tokens,
-            cost_usd=score.cost_usd,
-            latency_ms=latency_ms,
-            **ids,
-        )
+        values: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "score": value,
+            "threshold": self.threshold,
+            "success": None if value is None else passes(value, self.threshold),
+            "reason": score.reason or (score.error or ""),
+            "metadata": score.metadata,
+            "error": score.error,
+            "skipped": score.skipped,
+            "trace_id": ids.get("trace_id"),
+            "session_id": ids.get("session_id"),
+            "case_id": ids.get("case_id"),
+            "judge_model": score.judge_model,
+            "prompt_version": score.prompt_version,
+            "input_tokens": score.input_tokens,
+            "output_tokens": score.output_tokens,
+            "cost_usd": score.cost_usd,
+            "latency_ms": latency_ms,
+        }
+        if _kept_by_validation(values):
+            values["metadata"] = dict(score.metadata)  # a result owns its metadata
+            return unvalidated_result(values)
+        return MetricResult(**values)  # raises as validation does, or converts
+
+
+_TEXT = (str,)
+_OPTIONAL_TEXT = (str, type(None))
+_OPTIONAL_INT = (int, type(None))
+_OPTIONAL_FLOAT = (float, type(None))
+
+
+def _kept_by_validation(values: dict[str, Any]) -> bool:
+    """True when validating ``values`` as a MetricResult would keep every one as it is:
+    what a metric supplies has exactly the types the fields hold (a bool is no int, a str
+    subclass is converted), and its metadata is a dict with string keys. The rest is
+    numbers ``_result`` made floats and ids from validated traces."""
+    metadata = values["metadata"]
+    return (
+        type(values["name"]) in _TEXT
+        and type(values["version"]) in _TEXT
+        and type(values["reason"]) in _TEXT
+        and type(values["error"]) in _OPTIONAL_TEXT
+        and type(values["skipped"]) is bool
+        and type(values["judge_model"]) in _OPTIONAL_TEXT
+        and type(values["prompt_version"]) in _OPTIONAL_TEXT
+        and type(values["input_tokens"]) in _OPTIONAL_INT
+        and type(values["output_tokens"]) in _OPTIONAL_INT
+        and type(values["cost_usd"]) in _OPTIONAL_FLOAT
+        and type(values["trace_id"]) in _OPTIONAL_TEXT
+        and type(values["session_id"]) in _OPTIONAL_TEXT
+        and type(values["case_id"]) in _OPTIONAL_TEXT
+        and type(metadata) is dict
+        and all(type(key) is str for key in metadata)
+    )
 
 
 def _failure_from(exc: BaseException) -> Score:
