@@ -96,10 +96,11 @@ class StaticEmbedder(LocalEmbedder):
             for text in cut
         ]
         known = self._piece_ids
-        new = list(dict.fromkeys(p for pieces in split if pieces for p in pieces if p not in known))
+        seen = set().union(*(pieces for pieces in split if pieces))  # one pass in C
+        new = list(seen.difference(known))
         if len(known) + len(new) > _PIECE_CACHE_SIZE:  # start afresh; a thread still
             known = self._piece_ids = {}  # reading the old cache keeps its own reference
-            new = list(dict.fromkeys(p for pieces in split if pieces for p in pieces))
+            new = list(seen)
         # pieces the cache lacks, then whole texts that are not printable ASCII: one call
         whole = [text for text, pieces in zip(cut, split, strict=True) if pieces is None]
         encodings = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,12 +32,21 @@ __all__ = ["Coherence", "LoopDetection"]
 logger = logging.getLogger("agenteval")
 
 
+@dataclass
+class Comparison:
+    """What an embedding metric compares for one case: the first text with each of the
+    others, and whatever else it needs to score the cosines (``context``)."""
+
+    texts: list[str]
+    context: Any = None
+
+
 class _EmbeddingMetric(Metric):
     """A metric that compares one text of a trace with others by cosine similarity.
 
-    ``texts_to_score`` names the texts (the first is compared with each of the others) or
-    decides without embedding; ``score_similarities`` turns the cosines into a score. A
-    batch embeds all its cases' texts in one call and takes every cosine in one product.
+    ``texts_to_score`` says what to compare or decides without embedding;
+    ``score_similarities`` turns the cosines into a score. A batch embeds all its cases'
+    texts in one call and takes every cosine in one product.
     """
 
     kind: ClassVar[MetricKind] = MetricKind.EMBEDDING
@@ -45,12 +55,12 @@ class _EmbeddingMetric(Metric):
         super().__init__(threshold=threshold)
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
 
-    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> list[str] | Score:
-        """The texts to embed, or a Score when the metric can decide without embedding."""
+    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> Comparison | Score:
+        """The texts to compare, or a Score when the metric can decide without embedding."""
         raise NotImplementedError
 
     def score_similarities(
-        self, case: EvalCase, history: Sequence[Trace], cosines: list[float]
+        self, case: EvalCase, comparison: Comparison, cosines: list[float]
     ) -> Score:
         """The score from the cosine similarity of the first text with each of the others."""
         raise NotImplementedError
@@ -82,17 +92,17 @@ class _EmbeddingMetric(Metric):
         plan = self.texts_to_score(case, history)
         if isinstance(plan, Score):
             return plan
-        texts = list(dict.fromkeys(plan))
-        (cosines,) = _similarities([plan], texts, self.embedder.embed(texts))
-        return self.score_similarities(case, history, cosines)
+        texts = list(dict.fromkeys(plan.texts))
+        (cosines,) = _similarities([plan.texts], texts, self.embedder.embed(texts))
+        return self.score_similarities(case, plan, cosines)
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         plan = self.texts_to_score(case, history)
         if isinstance(plan, Score):
             return plan
-        texts = list(dict.fromkeys(plan))
-        (cosines,) = _similarities([plan], texts, await self.embedder.aembed(texts))
-        return self.score_similarities(case, history, cosines)
+        texts = list(dict.fromkeys(plan.texts))
+        (cosines,) = _similarities([plan.texts], texts, await self.embedder.aembed(texts))
+        return self.score_similarities(case, plan, cosines)
 
     def measure_batch(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
@@ -115,43 +125,46 @@ class _EmbeddingMetric(Metric):
 
     def _plans(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
-    ) -> tuple[list[list[str] | Score], list[str]]:
-        """Each case's texts (or its score when it needs none), and the batch's distinct texts."""
-        plans: list[list[str] | Score] = []
+    ) -> tuple[list[Comparison | Score], list[str]]:
+        """Each case's comparison (or its score when it needs none), and the batch's
+        distinct texts."""
+        plans: list[Comparison | Score] = []
         for case, history in zip(cases, histories, strict=True):
             try:
                 plans.append(self.texts_to_score(case, history))
             except Exception as exc:
                 plans.append(_failure_from(exc))
-        texts = list(dict.fromkeys(t for plan in plans if isinstance(plan, list) for t in plan))
+        texts = list(
+            dict.fromkeys(t for plan in plans if isinstance(plan, Comparison) for t in plan.texts)
+        )
         return plans, texts
 
     def _batch_results(
         self,
         cases: Sequence[EvalCase],
         histories: Sequence[Sequence[Trace]],
-        plans: list[list[str] | Score],
+        plans: list[Comparison | Score],
         texts: list[str],
         vectors: npt.NDArray[np.floating] | Score | None,
         started: float,
     ) -> list[MetricResult]:
         """One result per case: its own score, the embedder's failure, or the score from
         its cosines (``vectors`` embeds ``texts``; ``None`` when no case needed any)."""
-        embedded = [plan for plan in plans if isinstance(plan, list)]
+        embedded = [plan.texts for plan in plans if isinstance(plan, Comparison)]
         similarities = iter(
             _similarities(embedded, texts, vectors)
             if vectors is not None and not isinstance(vectors, Score)
             else []
         )
         scores: list[Score] = []
-        for case, history, plan in zip(cases, histories, plans, strict=True):
+        for case, plan in zip(cases, plans, strict=True):
             if isinstance(plan, Score):
                 scores.append(plan)
             elif isinstance(vectors, Score):
                 scores.append(vectors)
             else:
                 try:
-                    scores.append(self.score_similarities(case, history, next(similarities)))
+                    scores.append(self.score_similarities(case, plan, next(similarities)))
                 except Exception as exc:
                     scores.append(_failure_from(exc))
         share = (time.perf_counter() - started) * 1000.0 / len(cases) if cases else 0.0
@@ -197,7 +210,7 @@ class Coherence(_EmbeddingMetric):
 
     name = "coherence"
 
-    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> list[str] | Score:
+    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> Comparison | Score:
         source, answer = text_of(case.input).strip(), text_of(case.actual_output).strip()
         if not source or not answer:
             side = "input" if not source else "output"
@@ -206,10 +219,10 @@ class Coherence(_EmbeddingMetric):
                 f"empty {side}: coherence assumed",
                 {"coherence_gap": 0.0, "embedder": self.embedder.name},
             )
-        return [source, answer]
+        return Comparison([source, answer])
 
     def score_similarities(
-        self, case: EvalCase, history: Sequence[Trace], cosines: list[float]
+        self, case: EvalCase, comparison: Comparison, cosines: list[float]
     ) -> Score:
         distance = 1.0 - cosines[0]
         return Score(
@@ -254,25 +267,22 @@ class LoopDetection(_EmbeddingMetric):
                     break
         return found[::-1]
 
-    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> list[str] | Score:
+    def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> Comparison | Score:
         current = text_of(case.actual_output).strip()
-        metadata: dict[str, Any] = {
-            "window_size": self.window,
-            "max_hybrid": 0.0,
-            "comparisons": [],
-        }
-        if not current:
-            return vacuous(case, "empty output: nothing to compare", metadata)
-        previous = self._previous(history)
+        previous = self._previous(history) if current else []
         if not previous:
+            metadata = {"window_size": self.window, "max_hybrid": 0.0, "comparisons": []}
+            if not current:
+                return vacuous(case, "empty output: nothing to compare", metadata)
             return vacuous(case, "no previous output in the session to compare with", metadata)
-        return [current] + [text for _, _, text in previous]
+        return Comparison([current] + [text for _, _, text in previous], previous)
 
     def score_similarities(
-        self, case: EvalCase, history: Sequence[Trace], cosines: list[float]
+        self, case: EvalCase, comparison: Comparison, cosines: list[float]
     ) -> Score:
-        previous = self._previous(history)
-        current_tokens = loop_tokens(text_of(case.actual_output))
+        previous: list[tuple[int, Trace, str]] = comparison.context
+        # the stripped text, as when this output is an earlier one: one cache entry each
+        current_tokens = loop_tokens(comparison.texts[0])
         hybrids: list[float] = []
         comparisons = []
         for (index, trace, text), cosine in zip(previous, cosines, strict=True):
