@@ -65,7 +65,7 @@ def _matrix(trace_ids: Sequence[str], signals: Sequence[Mapping[str, float | Non
 
 
 def _check_range(trace_ids: Sequence[str], matrix: Matrix) -> None:
-    bad = ~np.isnan(matrix) & ~((matrix >= 0.0) & (matrix <= 1.0))
+    bad = (matrix < 0.0) | (matrix > 1.0)  # NaN, a missing signal, compares false
     if bad.any():
         row, column = (int(i) for i in np.argwhere(bad)[0])
         raise MetricInputError(
@@ -78,13 +78,15 @@ def _round(values: npt.ArrayLike) -> Any:
     return np.round(np.asarray(values, dtype=np.float64), 4).tolist()
 
 
+_RISK_COLUMNS = [0, 1, 2, 3, 5]  # the loop risk takes column 4 (tool_call_loops) in too
+
+
 def _risks(matrix: Matrix) -> Matrix:
     """(traces × COLUMNS) scores → (traces × 5) risks: PandaProbe's four, with the loop risk the
     larger of the two loop signals' (NaN only when both are missing), then the run's."""
-    risks = 1.0 - matrix
-    with np.errstate(invalid="ignore"):
-        loop = np.fmax(risks[:, 1], risks[:, 4])
-    return np.column_stack([risks[:, 0], loop, risks[:, 2], risks[:, 3], risks[:, 5]])
+    risks = 1.0 - matrix[:, _RISK_COLUMNS]
+    np.fmax(risks[:, 1], 1.0 - matrix[:, 4], out=risks[:, 1])  # fmax: NaN only if both are
+    return risks
 
 
 class _SignalSessionMetric(SessionMetric):
@@ -149,17 +151,18 @@ class _SignalSessionMetric(SessionMetric):
         riskiest first (and ``note`` when the table is cut)."""
         if not detail:
             return
-        order = np.arange(len(rows))
         truncated = len(rows) > self.per_trace_limit
         if truncated:
             leading = next(iter(extra.values()))
             order = np.argsort(-leading, kind="stable")[: self.per_trace_limit]
+            rows, risks = rows[order], risks[order]
+            extra = {key: values[order] for key, values in extra.items()}
         # the shown rows rounded in one pass per array, then plain floats: per value, Python's
         # round and reading an array element each cost more than the rest of this table
-        risk_rows: list[list[float]] = _round(risks[order])
-        extra_rows = {key: _round(values[order]) for key, values in extra.items()}
+        risk_rows: list[list[float]] = _round(risks)
+        extra_rows = {key: _round(values) for key, values in extra.items()}
         table: dict[str, dict[str, float]] = {}
-        for shown, row in enumerate(rows[order].tolist()):
+        for shown, row in enumerate(rows.tolist()):
             entry = {
                 key: value
                 for key, value in zip(_RISK_KEYS, risk_rows[shown], strict=True)
@@ -233,7 +236,8 @@ class AgentReliability(_SignalSessionMetric):
     def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
         rows = np.flatnonzero(~np.isnan(risks).all(axis=1))
         risks = risks[rows]
-        step_risk = np.nanmax(risks * self.weights, axis=1)
+        # the largest weighted risk of each trace; each row has one at least (fmax skips NaN)
+        step_risk = np.fmax.reduce(risks * self.weights, axis=1)
         k = max(1, math.ceil(len(rows) * self.top_k_percentile))
         top = np.partition(step_risk, len(step_risk) - k)[len(step_risk) - k :]
         mean_top_k, max_risk = float(top.mean()), float(step_risk.max())
@@ -278,7 +282,9 @@ class AgentConsistency(_SignalSessionMetric):
         if len(rows) == 0:
             return _nothing(trace_ids, "no trace has a confidence signal to evaluate")
         risks = risks[rows]
-        penalty = np.nansum(risks[:, 1:] * self.weights[1:], axis=1)
+        weighted = risks[:, 1:] * self.weights[1:]
+        weighted[np.isnan(weighted)] = 0.0  # a missing signal adds no penalty
+        penalty = weighted.sum(axis=1)
         uncertainty = (1.0 + penalty) * (self.weights[0] * risks[:, 0])
         rms = float(np.sqrt(np.mean(uncertainty**2)))
         metadata: dict[str, Any] = {
