@@ -5,6 +5,7 @@ python -m bench replay [--quick]
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -96,7 +97,18 @@ def throughput(directory: Path, count: int) -> None:
         rate = report.traces / (time.perf_counter() - started)
         print(f"{label}: {rate:,.0f} traces/s ({1e6 / rate:.0f} µs per trace)")
         if names is None:
-            print(f"ratio replay/parse: {rate / parse_rate:.3f} (goal >= 0.333)")
+            print(f"ratio replay/parse: {rate / parse_rate:.3f} (goal >= 0.333), one process")
+            one_process = rate
+            # the same replay with a worker process per core (the parse is one process)
+            workers = os.cpu_count() or 1
+            started = time.perf_counter()
+            report = replay(path, workers=workers)
+            rate = report.traces / (time.perf_counter() - started)
+            print(
+                f"replay with the default metrics, {workers} worker processes: "
+                f"{rate:,.0f} traces/s, {rate / one_process:.2f}x one process"
+            )
+            print(f"ratio replay/parse: {rate / parse_rate:.3f} (goal >= 0.333), {workers} workers")
         else:
             print(f"  ratio to parse-only: {rate / parse_rate:.3f}")
     # what `agenteval replay --json` does: every result and the session's running scores
