@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 from agenteval_core import (
     AgentStep,
     CaptureFormatError,
+    CaptureWriter,
     EvalCase,
     Metric,
     MetricKind,
@@ -240,3 +244,71 @@ def test_cli_replay_with_workers(tmp_path: Path) -> None:
         env={"OTEL_SDK_DISABLED": None},  # the test session turns the SDK off
     )
     assert exported.exit_code == 2 and "cannot export to OpenTelemetry" in exported.output
+
+
+_INTERRUPTED = """
+import multiprocessing, signal, sys, time
+from agenteval_core import EvalCase, Metric, MetricKind, Score, replay
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even where SIGINT is ignored
+
+
+class Slow(Metric):
+    name = "slow_for_test"
+    kind = MetricKind.DETERMINISTIC
+
+    def compute(self, case, history=()):
+        time.sleep(0.005)  # 8,000 traces: 40 s of scoring
+        return Score(1.0)
+
+
+def read(size, lines=[0]):
+    lines[0] += 1
+    if lines[0] == 200:
+        print("reading", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        replay(sys.argv[1], [Slow()], output=sys.argv[2], workers=int(sys.argv[3]), on_progress=read)
+    except KeyboardInterrupt:
+        print("interrupted; processes left:", len(multiprocessing.active_children()), flush=True)
+        sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
+    tmp_path: Path, workers: int
+) -> None:
+    """Nothing in a replay without a judge waits, so Ctrl-C used to land only when every
+    trace was scored; it now stops the replay within a batch, in every worker."""
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        for index in range(8000):
+            writer.write(Trace(id=f"t{index}", session_id=f"s{index % 50}", output="ok"))
+    script = tmp_path / "interrupted.py"
+    script.write_text(_INTERRUPTED, encoding="utf-8")
+    out = tmp_path / "results.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(capture), str(out), str(workers)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "reading\n"
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=15)  # the whole replay takes 40 s
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr[-2000:]
+    assert stdout == "interrupted; processes left: 0\n"
+    scored = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
+    assert 0 < len(scored) < 8000
+    numbers = [int(trace_id[1:]) for trace_id in scored]
+    assert numbers == sorted(numbers)  # in capture order, each line whole
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("agenteval-replay-")]

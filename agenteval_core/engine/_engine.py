@@ -216,6 +216,8 @@ class Engine:
                 for scored in await self._score_guarded(cases):
                     self._deliver(scored)
                 delivered += len(cases)
+                # nothing above waits, so this is where a cancellation (Ctrl-C) lands
+                await asyncio.sleep(0)
             return delivered
         window = self.concurrency * 4
         pending: deque[asyncio.Task[tuple[EvalCase, TraceResults]]] = deque()
