@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -69,21 +69,44 @@ def _instant(number: int) -> Metric:
     return Instant()
 
 
+ROUNDS = 3
+"""Parse-only and the default-metrics replays are each timed this many times, alternating,
+and the fastest time of each counts: on a shared machine a neighbour only ever adds time."""
+
+
+def _rate(run: Callable[[], int]) -> float:
+    started = time.perf_counter()
+    count = run()
+    return count / (time.perf_counter() - started)
+
+
 def throughput(directory: Path, count: int) -> None:
     path = write_capture(directory / "throughput.jsonl", count)
-    started = time.perf_counter()
-    parsed = sum(1 for _ in read_capture(path))
-    parse_seconds = time.perf_counter() - started
-    parse_rate = parsed / parse_seconds
+    workers = os.cpu_count() or 1
+    best = {"parse": 0.0, "one": 0.0, "workers": 0.0}
+    for _ in range(ROUNDS):
+        best["parse"] = max(best["parse"], _rate(lambda: sum(1 for _ in read_capture(path))))
+        best["one"] = max(best["one"], _rate(lambda: replay(path).traces))
+        best["workers"] = max(best["workers"], _rate(lambda: replay(path, workers=workers).traces))
+    parse_rate = best["parse"]
     print(f"metrics: {', '.join(default_metric_names())}")
     print(f"traces: {count:,} ({path.stat().st_size / count / 1024:.1f} KiB each)")
+    print(f"fastest of {ROUNDS} rounds for the next three lines")
     print(f"parse only: {parse_rate:,.0f} traces/s ({1e6 / parse_rate:.0f} µs per trace)")
-    # the default metrics, then none (the most any replay can reach), then without the two
-    # embedding metrics, then as many metrics that return at once: what the embedder costs,
-    # and the engine's own floor per trace
+    rate = best["one"]
+    print(f"replay with the default metrics: {rate:,.0f} traces/s ({1e6 / rate:.0f} µs per trace)")
+    print(f"ratio replay/parse: {rate / parse_rate:.3f} (goal >= 0.333), one process")
+    rate = best["workers"]
+    print(
+        f"replay with the default metrics, {workers} worker processes: {rate:,.0f} traces/s, "
+        f"{rate / best['one']:.2f}x one process"
+    )
+    print(f"ratio replay/parse: {rate / parse_rate:.3f} (goal >= 0.333), {workers} workers")
+    # then none (the most any replay can reach), then without the two embedding metrics,
+    # then as many metrics that return at once: what the embedder costs, and the engine's
+    # own floor per trace
     defaults = default_metric_names()
-    runs: list[tuple[str, list[str | Metric | SessionMetric] | None]] = [
-        ("replay with the default metrics", None),
+    runs: list[tuple[str, Sequence[str | Metric | SessionMetric]]] = [
         ("no metrics at all: parsing, cases, sessions and sinks", []),
         ("without coherence, loop_detection", [m for m in defaults if m not in EMBEDDING]),
         (
@@ -93,24 +116,9 @@ def throughput(directory: Path, count: int) -> None:
     ]
     for label, names in runs:
         started = time.perf_counter()
-        report = replay(path, names)
-        rate = report.traces / (time.perf_counter() - started)
+        rate = replay(path, names).traces / (time.perf_counter() - started)
         print(f"{label}: {rate:,.0f} traces/s ({1e6 / rate:.0f} µs per trace)")
-        if names is None:
-            print(f"ratio replay/parse: {rate / parse_rate:.3f} (goal >= 0.333), one process")
-            one_process = rate
-            # the same replay with a worker process per core (the parse is one process)
-            workers = os.cpu_count() or 1
-            started = time.perf_counter()
-            report = replay(path, workers=workers)
-            rate = report.traces / (time.perf_counter() - started)
-            print(
-                f"replay with the default metrics, {workers} worker processes: "
-                f"{rate:,.0f} traces/s, {rate / one_process:.2f}x one process"
-            )
-            print(f"ratio replay/parse: {rate / parse_rate:.3f} (goal >= 0.333), {workers} workers")
-        else:
-            print(f"  ratio to parse-only: {rate / parse_rate:.3f}")
+        print(f"  ratio to parse-only: {rate / parse_rate:.3f}")
     # what `agenteval replay --json` does: every result and the session's running scores
     # written to the results file that the report reads
     started = time.perf_counter()
