@@ -144,6 +144,35 @@ _ODD_NUMBER = st.one_of(
     st.floats(allow_nan=False),
     st.text(max_size=2),
 )
+# what a metric may put in each Score field (and the trace id it comes with): the usual
+# value first, then anything, so a draw can make any one field odd and the rest usual
+_USUAL: dict[str, Any] = {
+    "reason": "a reason",
+    "metadata": {"gap": 0.25},
+    "error": None,
+    "skipped": False,
+    "judge_model": None,
+    "input_tokens": None,
+    "output_tokens": None,
+    "cost_usd": None,
+    "trace_id": "t1",
+}
+_ODD: dict[str, st.SearchStrategy[Any]] = {
+    "reason": st.one_of(st.text(max_size=5), st.none(), st.integers(0, 3)),
+    "metadata": st.one_of(
+        st.dictionaries(st.text(max_size=3), st.one_of(st.integers(), st.text(max_size=3))),
+        st.dictionaries(st.integers(0, 3), st.integers(), min_size=1),
+        st.just([("a", 1)]),
+        st.none(),
+    ),
+    "error": _ANY_TEXT,
+    "skipped": st.one_of(st.booleans(), st.integers(0, 1)),
+    "judge_model": _ANY_TEXT,
+    "input_tokens": _ODD_NUMBER,
+    "output_tokens": _ODD_NUMBER,
+    "cost_usd": _ODD_NUMBER,
+    "trace_id": _ANY_TEXT,
+}
 
 
 class _Fixed(Metric):
@@ -154,76 +183,76 @@ class _Fixed(Metric):
         raise NotImplementedError
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     value=st.one_of(st.none(), st.floats(), st.integers(-2, 2)),
-    reason=st.one_of(st.text(max_size=5), st.just(None)),
-    metadata=st.one_of(
-        st.dictionaries(st.text(max_size=3), st.one_of(st.integers(), st.text(max_size=3))),
-        st.dictionaries(st.integers(0, 3), st.integers(), min_size=1),
-        st.just([("a", 1)]),
+    odd=st.dictionaries(st.sampled_from(sorted(_ODD)), st.none(), max_size=3).flatmap(
+        lambda chosen: st.fixed_dictionaries({name: _ODD[name] for name in chosen})
     ),
-    error=_ANY_TEXT,
-    skipped=st.one_of(st.booleans(), st.integers(0, 1)),
-    judge_model=_ANY_TEXT,
-    tokens=_ODD_NUMBER,
-    output_tokens=_ODD_NUMBER,
-    cost=_ODD_NUMBER,
-    trace_id=_ANY_TEXT,
 )
 def test_a_metric_result_equals_its_validated_form(
-    value: float | None,
-    reason: Any,
-    metadata: Any,
-    error: Any,
-    skipped: Any,
-    judge_model: Any,
-    tokens: Any,
-    output_tokens: Any,
-    cost: Any,
-    trace_id: Any,
+    value: float | None, odd: dict[str, Any]
 ) -> None:
     """Results are built without validation when it could change nothing; whatever a
     metric returns, the result is the one validation gives (or validation's error)."""
+    given = {**_USUAL, **odd}
     score = Score(
-        value, reason, metadata, skipped, error, judge_model, None, tokens, output_tokens, cost
+        value,
+        given["reason"],
+        given["metadata"],
+        given["skipped"],
+        given["error"],
+        given["judge_model"],
+        None,
+        given["input_tokens"],
+        given["output_tokens"],
+        given["cost_usd"],
     )
     clamped = None if value is None else min(1.0, max(0.0, float(value)))
     failure = value is not None and not math.isfinite(value)
+    message = f"metric produced a non-finite score {value!r}"
     fields = {
         "name": "fixed_for_test",
         "version": "1",
         "score": None if failure else clamped,
         "threshold": 0.5,
         "success": None if failure or clamped is None else clamped >= 0.5 - 1e-9,
-        "reason": f"metric produced a non-finite score {value!r}"
-        if failure
-        else reason or (error or ""),
-        "metadata": {} if failure else metadata,
-        "error": f"metric produced a non-finite score {value!r}" if failure else error,
-        "skipped": False if failure else skipped,
-        "trace_id": trace_id,
+        "reason": message if failure else given["reason"] or (given["error"] or ""),
+        "metadata": {} if failure else given["metadata"],
+        "error": message if failure else given["error"],
+        "skipped": False if failure else given["skipped"],
+        "trace_id": given["trace_id"],
         "session_id": "s1",
         "case_id": None,
-        "judge_model": None if failure else judge_model,
+        "judge_model": None if failure else given["judge_model"],
         "prompt_version": None,
-        "input_tokens": None if failure else tokens,
-        "output_tokens": None if failure else output_tokens,
-        "cost_usd": None if failure else cost,
+        "input_tokens": None if failure else given["input_tokens"],
+        "output_tokens": None if failure else given["output_tokens"],
+        "cost_usd": None if failure else given["cost_usd"],
         "latency_ms": 2.5,
     }
+
+    def build() -> MetricResult:
+        return _Fixed()._result(
+            score, 2.5, trace_id=given["trace_id"], session_id="s1", case_id=None
+        )
+
     try:
         expected = MetricResult(**fields)
     except ValidationError as exc:
         with pytest.raises(ValidationError) as raised:
-            _Fixed()._result(score, 2.5, trace_id=trace_id, session_id="s1", case_id=None)
+            build()
         assert raised.value.errors() == exc.errors()
         return
-    result = _Fixed()._result(score, 2.5, trace_id=trace_id, session_id="s1", case_id=None)
+    result = build()
     assert result == expected
+    # == takes True for 1 and 1 for 1.0: the values' types must match too
+    assert {k: type(v) for k, v in result.__dict__.items()} == {
+        k: type(v) for k, v in expected.__dict__.items()
+    }
     assert result.model_dump_json() == expected.model_dump_json()
     assert result.model_fields_set == expected.model_fields_set
-    assert result.metadata is not metadata  # the result's own copy, as validation makes
+    assert result.metadata is not given["metadata"]  # its own copy, as validation makes
 
 
 def test_an_unvalidated_result_needs_every_field_in_order() -> None:

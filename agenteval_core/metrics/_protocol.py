@@ -135,32 +135,33 @@ class _MetricBase(ABC):
 _TEXT = (str,)
 _OPTIONAL_TEXT = (str, type(None))
 _OPTIONAL_INT = (int, type(None))
-_OPTIONAL_FLOAT = (float, type(None))
+# what a metric supplies (and the ids), with the exact types validation keeps as they are
+# (a bool is no int, a str subclass is converted); the rest are numbers _result made floats
+_KEPT_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("name", _TEXT),
+    ("version", _TEXT),
+    ("reason", _TEXT),
+    ("error", _OPTIONAL_TEXT),
+    ("skipped", (bool,)),
+    ("judge_model", _OPTIONAL_TEXT),
+    ("prompt_version", _OPTIONAL_TEXT),
+    ("input_tokens", _OPTIONAL_INT),
+    ("output_tokens", _OPTIONAL_INT),
+    ("cost_usd", (float, type(None))),
+    ("trace_id", _OPTIONAL_TEXT),
+    ("session_id", _OPTIONAL_TEXT),
+    ("case_id", _OPTIONAL_TEXT),
+)
 
 
 def _kept_by_validation(values: dict[str, Any]) -> bool:
     """True when validating ``values`` as a MetricResult would keep every one as it is:
-    what a metric supplies has exactly the types the fields hold (a bool is no int, a str
-    subclass is converted), and its metadata is a dict with string keys. The rest is
-    numbers ``_result`` made floats and ids from validated traces."""
+    each has exactly a type its field holds, and the metadata is a dict with string keys."""
+    for name, types in _KEPT_TYPES:
+        if type(values[name]) not in types:
+            return False
     metadata = values["metadata"]
-    return (
-        type(values["name"]) in _TEXT
-        and type(values["version"]) in _TEXT
-        and type(values["reason"]) in _TEXT
-        and type(values["error"]) in _OPTIONAL_TEXT
-        and type(values["skipped"]) is bool
-        and type(values["judge_model"]) in _OPTIONAL_TEXT
-        and type(values["prompt_version"]) in _OPTIONAL_TEXT
-        and type(values["input_tokens"]) in _OPTIONAL_INT
-        and type(values["output_tokens"]) in _OPTIONAL_INT
-        and type(values["cost_usd"]) in _OPTIONAL_FLOAT
-        and type(values["trace_id"]) in _OPTIONAL_TEXT
-        and type(values["session_id"]) in _OPTIONAL_TEXT
-        and type(values["case_id"]) in _OPTIONAL_TEXT
-        and type(metadata) is dict
-        and all(type(key) is str for key in metadata)
-    )
+    return type(metadata) is dict and all(type(key) is str for key in metadata)
 
 
 def _failure_from(exc: BaseException) -> Score:
