@@ -129,6 +129,8 @@ def replay_in_workers(
             f"another process ({type(exc).__name__}: {exc}); pass metrics by registry "
             "name, or replay with workers=1"
         ) from exc
+    # the shares add up to the results file's size: they go where it goes, not to a /tmp
+    # that may be small
     location = Path(output).parent if output is not None else None
     with tempfile.TemporaryDirectory(prefix="agenteval-replay-", dir=location) as shares:
         parts = [
