@@ -277,6 +277,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="Ctrl-C to a process group is POSIX")
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
     tmp_path: Path, workers: int
