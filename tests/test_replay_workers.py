@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,38 @@ class _KillsItsWorker(Metric):
         if multiprocessing.parent_process() is not None:
             os._exit(3)
         return Score(1.0)
+
+
+class _SlowHereBrokenThere(Metric):
+    """Takes 2 ms a trace in the calling process; cannot be loaded in a worker."""
+
+    name = "slow_here_broken_there"
+    kind = MetricKind.DETERMINISTIC
+    scored = 0  # in the calling process
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        type(self).scored += 1
+        time.sleep(0.002)
+        return Score(1.0)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        raise RuntimeError("this metric's model is not on this machine")
+
+
+def test_a_worker_that_fails_stops_the_replay_before_this_process_scores_its_share(
+    tmp_path: Path,
+) -> None:
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        for index in range(4000):
+            writer.write(Trace(id=f"t{index}", session_id=f"s{index % 40}", output="ok"))
+    share = sum(1 for _ in read_capture(capture, shard=(0, 2)))
+    with pytest.raises(RuntimeError, match="this metric's model is not on this machine"):
+        replay(capture, [_SlowHereBrokenThere()], workers=2)
+    # the worker failed while starting; this process noticed at its next batch, not after
+    # scoring its whole share (~4 s of it)
+    assert 0 < _SlowHereBrokenThere.scored < share / 2
+    assert multiprocessing.active_children() == []
 
 
 def test_what_workers_cannot_do_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def replay_in_workers(
             for index in range(workers)
         ]
         context = multiprocessing.get_context("spawn")  # fork is unsafe with threads
-        started: list[tuple[Any, Connection]] = []
+        others = _Workers()
         try:
             for index in range(1, workers):
                 receiver, sender = context.Pipe(duplex=False)
@@ -151,7 +151,7 @@ def replay_in_workers(
                 )
                 process.start()
                 sender.close()  # the worker holds the only sending end: its death is seen
-                started.append((process, receiver))
+                others.started.append((process, receiver))
             own = _run_shard(
                 os.fspath(path),
                 metrics,
@@ -161,21 +161,48 @@ def replay_in_workers(
                 concurrency=concurrency,
                 on_bad_line=on_bad_line,
                 on_progress=on_progress,
+                between_batches=others.check,  # a worker that failed stops this one too
             )
-            others = [_report_of(process, receiver) for process, receiver in started]
+            reports = others.wait()
         finally:  # also when this process failed or was interrupted: no worker outlives it
-            for process, receiver in started:
-                if process.is_alive():
-                    process.terminate()
-                process.join()
-                receiver.close()
+            others.stop()
             if output is not None:  # what was scored is kept, also when a worker failed
                 _merge_shares([part for part in parts if part is not None], Path(output))
-        report = _merged(own, others)
+        report = _merged(own, reports)
         if on_bad_line is not None:
-            for error in sorted((e for r in others for e in r.bad_lines), key=_line_of):
+            for error in sorted((e for r in reports for e in r.bad_lines), key=_line_of):
                 on_bad_line(error)
     return report
+
+
+class _Workers:
+    """The worker processes of one replay, each with the pipe it reports on."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[Any, Connection]] = []
+        self._reports: dict[int, ReplayReport] = {}
+
+    def check(self) -> None:
+        """Take the report of each worker that has finished, without waiting; raise the
+        error of one that failed (or died)."""
+        for index, (process, receiver) in enumerate(self.started):
+            if index not in self._reports and receiver.poll():
+                self._reports[index] = _report_of(process, receiver)
+
+    def wait(self) -> list[ReplayReport]:
+        """Every worker's report, in worker order, once each has sent it."""
+        for index, (process, receiver) in enumerate(self.started):
+            if index not in self._reports:
+                self._reports[index] = _report_of(process, receiver)
+        return [self._reports[index] for index in range(len(self.started))]
+
+    def stop(self) -> None:
+        """End every worker still running and close the pipes."""
+        for process, receiver in self.started:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+            receiver.close()
 
 
 def _worker(
@@ -232,6 +259,7 @@ def _run_shard(
     concurrency: int | None,
     on_bad_line: Callable[[CaptureFormatError], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    between_batches: Callable[[], None] | None = None,
 ) -> ReplayReport:
     with fewer_collections():
         return asyncio.run(
@@ -244,6 +272,7 @@ def _run_shard(
                 on_progress=on_progress,
                 shard=shard,
                 numbered_output=part,
+                between_batches=between_batches,
             )
         )
 

@@ -180,10 +180,12 @@ async def replay_lines(
     on_progress: Callable[[int], None] | None = None,
     shard: tuple[int, int] | None = None,
     numbered_output: str | os.PathLike[str] | None = None,
+    between_batches: Callable[[], None] | None = None,
 ) -> ReplayReport:
     """:func:`areplay` over the lines of one shard (all of them when ``shard`` is None).
     ``numbered_output`` is a worker's share of the results file (see
-    :class:`NumberedResultsFile`)."""
+    :class:`NumberedResultsFile`); ``between_batches`` is called after each batch, and
+    what it raises stops the replay."""
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every trace
         await preflight()
@@ -218,6 +220,8 @@ async def replay_lines(
             if len(batch) == size:
                 yield batch
                 batch = []
+                if between_batches is not None:
+                    between_batches()
         if batch:
             yield batch
 
