@@ -121,7 +121,7 @@ class _EmbeddingMetric(Metric):
             vectors = await self.embedder.aembed(texts) if texts else None
         except Exception as exc:  # every case that needed the embedder says why
             vectors = _failure_from(exc)
-        return self._batch_results(cases, histories, plans, texts, vectors, started)
+        return self._batch_results(cases, plans, texts, vectors, started)
 
     def _plans(
         self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
@@ -142,7 +142,6 @@ class _EmbeddingMetric(Metric):
     def _batch_results(
         self,
         cases: Sequence[EvalCase],
-        histories: Sequence[Sequence[Trace]],
         plans: list[Comparison | Score],
         texts: list[str],
         vectors: npt.NDArray[np.floating] | Score | None,
