@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
@@ -190,16 +190,19 @@ class _KillsItsWorker(Metric):
         return Score(1.0)
 
 
-class _SlowHereBrokenThere(Metric):
-    """Takes 2 ms a trace in the calling process; cannot be loaded in a worker."""
+class _WaitsForItsWorker(Metric):
+    """In the calling process, its first case waits until the worker has ended; a worker
+    cannot load it, so it fails while starting."""
 
-    name = "slow_here_broken_there"
+    name = "waits_for_its_worker"
     kind = MetricKind.DETERMINISTIC
     scored = 0  # in the calling process
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         type(self).scored += 1
-        time.sleep(0.002)
+        workers = multiprocessing.active_children()
+        if type(self).scored == 1 and workers:
+            wait([worker.sentinel for worker in workers], timeout=60)
         return Score(1.0)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -215,10 +218,10 @@ def test_a_worker_that_fails_stops_the_replay_before_this_process_scores_its_sha
             writer.write(Trace(id=f"t{index}", session_id=f"s{index % 40}", output="ok"))
     share = sum(1 for _ in read_capture(capture, shard=(0, 2)))
     with pytest.raises(RuntimeError, match="this metric's model is not on this machine"):
-        replay(capture, [_SlowHereBrokenThere()], workers=2)
-    # the worker failed while starting; this process noticed at its next batch, not after
-    # scoring its whole share (~4 s of it)
-    assert 0 < _SlowHereBrokenThere.scored < share / 2
+        replay(capture, [_WaitsForItsWorker()], workers=2)
+    # the worker failed while starting; this process noticed at the end of its first batch,
+    # not after scoring its whole share
+    assert 0 < _WaitsForItsWorker.scored < share / 2
     assert multiprocessing.active_children() == []
 
 
@@ -280,30 +283,36 @@ def test_cli_replay_with_workers(tmp_path: Path) -> None:
 
 
 _INTERRUPTED = """
-import multiprocessing, signal, sys, time
+import multiprocessing, os, signal, sys
 from agenteval_core import EvalCase, Metric, MetricKind, Score, replay
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even where SIGINT is ignored
 
 
-class Slow(Metric):
-    name = "slow_for_test"
+class Held(Metric):
+    # at its 200th case in each process, says so and waits for a byte from the test, which
+    # sends Ctrl-C first: every process is then mid-replay, with 7,800 traces to go
+    name = "held_for_test"
     kind = MetricKind.DETERMINISTIC
 
+    def __init__(self, fifo):
+        super().__init__()
+        self.fifo = fifo
+        self.seen = 0
+
     def compute(self, case, history=()):
-        time.sleep(0.005)  # 8,000 traces: 40 s of scoring
+        self.seen += 1
+        if self.seen == 200:
+            print("reading", flush=True)
+            held = os.open(self.fifo, os.O_RDWR)  # read-write: opening never waits
+            os.read(held, 1)
+            os.close(held)
         return Score(1.0)
-
-
-def read(size, lines=[0]):
-    lines[0] += 1
-    if lines[0] == 200:
-        print("reading", flush=True)
 
 
 if __name__ == "__main__":
     try:
-        replay(sys.argv[1], [Slow()], output=sys.argv[2], workers=int(sys.argv[3]), on_progress=read)
+        replay(sys.argv[1], [Held(sys.argv[4])], output=sys.argv[2], workers=int(sys.argv[3]))
     except KeyboardInterrupt:
         print("interrupted; processes left:", len(multiprocessing.active_children()), flush=True)
         sys.exit(130)
@@ -324,8 +333,10 @@ def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
     script = tmp_path / "interrupted.py"
     script.write_text(_INTERRUPTED, encoding="utf-8")
     out = tmp_path / "results.jsonl"
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
     process = subprocess.Popen(
-        [sys.executable, str(script), str(capture), str(out), str(workers)],
+        [sys.executable, str(script), str(capture), str(out), str(workers), str(fifo)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -333,16 +344,20 @@ def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
     )
     try:
         assert process.stdout is not None
-        assert process.stdout.readline() == "reading\n"
+        for _ in range(workers):  # every process is held mid-replay
+            assert process.stdout.readline() == "reading\n"
         os.killpg(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=15)  # the whole replay takes 40 s
+        with open(fifo, "wb") as release:  # then each goes on with its batch
+            release.write(b"x" * workers)
+        stdout, stderr = process.communicate(timeout=15)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130, stderr[-2000:]
     assert stdout == "interrupted; processes left: 0\n"
     scored = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
-    assert 0 < len(scored) < 8000
+    # each process stopped at the end of the batch (32 traces) that held its 200th
+    assert 0 < len(scored) <= workers * (200 + 32)
     numbers = [int(trace_id[1:]) for trace_id in scored]
     assert numbers == sorted(numbers)  # in capture order, each line whole
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("agenteval-replay-")]
