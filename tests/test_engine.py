@@ -231,6 +231,64 @@ def test_each_session_in_order_and_sessions_concurrently() -> None:
     assert Ordered.seen.index("y-0") < Ordered.seen.index("x-1")
 
 
+class Peek(Metric):
+    """Keeps the earlier traces each trace was scored with."""
+
+    name = "peek"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    uses_history: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, list[Trace]] = {}
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        assert case.trace is not None
+        self.seen[case.trace.id] = list(history)
+        return Score(1.0)
+
+
+class PeekAtOutputs(Peek):
+    name = "peek_at_outputs"
+    history_fields: ClassVar[frozenset[str] | None] = frozenset({"output"})
+
+
+def three_full_traces() -> list[Trace]:
+    return [
+        Trace(
+            id=f"t{i}",
+            session_id="s",
+            input=f"question {i}",
+            output=f"answer {i}",
+            status=RunStatus.OK,
+            spans=[Span(id=f"t{i}-tool", kind=SpanKind.TOOL, name="lookup", output=i)],
+            metadata={"turn": i},
+        )
+        for i in range(3)
+    ]
+
+
+def test_history_keeps_only_the_fields_its_readers_name() -> None:
+    traces = three_full_traces()
+    peek = PeekAtOutputs()
+    Engine([peek]).score_sync(traces)
+    # the third trace saw the first two as their id, session and output, the rest defaults
+    assert [t.model_dump() for t in peek.seen["t2"]] == [
+        Trace(id=t.id, session_id="s", output=t.output).model_dump() for t in traces[:2]
+    ]
+    assert Engine(["loop_detection"]).history_fields == frozenset({"output"})
+
+
+def test_history_keeps_whole_traces_when_a_reader_names_no_fields() -> None:
+    traces = three_full_traces()
+    slim, whole = PeekAtOutputs(), Peek()
+    engine = Engine([slim, whole])
+    assert engine.history_fields is None
+    engine.score_sync(traces)
+    for peek in (slim, whole):  # one history for every metric: the whole traces
+        assert [t.model_dump() for t in peek.seen["t2"]] == [t.model_dump() for t in traces[:2]]
+
+
 @pytest.mark.parametrize(
     ("arguments", "environment", "peak"),
     [

@@ -180,9 +180,15 @@ class Engine:
         self.judge_sample_rate = judge_sample_rate
         self.judge_not_sampled = 0
         self._sampler = random.Random(seed)
-        windows = [int(getattr(m, "window", 3)) for m in self.metrics if m.uses_history]
+        readers = [m for m in self.metrics if m.uses_history]
+        windows = [int(getattr(m, "window", 3)) for m in readers]
         self.history_window = (
             history_window if history_window is not None else max(windows, default=0)
+        )
+        # whole traces when any reader needs them, else only the fields the readers name
+        named = [m.history_fields for m in readers if m.history_fields is not None]
+        self.history_fields: frozenset[str] | None = (
+            frozenset().union(*named) if len(named) == len(readers) else None
         )
         self.max_open_sessions = max_open_sessions
         self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
@@ -403,7 +409,7 @@ class Engine:
             self._sessions.move_to_end(session_id)
             return state
         state = _SessionState(
-            SessionHistory(self.history_window),
+            SessionHistory(self.history_window, self.history_fields),
             {m.name: m.incremental() for m in self.session_metrics},
         )
         self._sessions[session_id] = state

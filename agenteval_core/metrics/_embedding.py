@@ -237,6 +237,7 @@ class LoopDetection(_EmbeddingMetric):
 
     name = "loop_detection"
     uses_history: ClassVar[bool] = True
+    history_fields: ClassVar[frozenset[str] | None] = frozenset({"output"})
 
     def __init__(
         self,

@@ -186,6 +186,12 @@ class Metric(_MetricBase):
 
     uses_history: ClassVar[bool] = False
     """True when the metric needs the session's earlier traces."""
+    history_fields: ClassVar[frozenset[str] | None] = None
+    """The :class:`Trace` fields the metric reads from earlier traces, when it reads only a
+    few (``None``: whole traces). When every metric that uses history names its fields, the
+    engine keeps only those of each open session's traces (and ``id`` and ``session_id``):
+    a replay holds a thousand open sessions, and whole traces kept that long cost memory and
+    time."""
     needs_expectations: ClassVar[bool] = False
     """True when the metric only scores cases that carry expectations (it skips captures)."""
     blocking: ClassVar[bool] = False
@@ -288,16 +294,18 @@ class SessionHistory(Sequence[Trace]):
 
     Indexes run over every trace seen, so a metric reports real positions, but only the last
     ``keep`` traces with a non-empty output are retained, which keeps memory flat over long
-    sessions. Other positions read as empty traces.
+    sessions. Other positions read as empty traces. With ``fields``, a retained trace holds
+    only those fields (and ``id`` and ``session_id``), the others left at their defaults.
     """
 
     _EMPTY = Trace(id="", output=None)
 
-    def __init__(self, keep: int) -> None:
+    def __init__(self, keep: int, fields: frozenset[str] | None = None) -> None:
         # keep=0 (no metric reads history) holds no trace at all: nothing for the garbage
         # collector to scan on every open session
         self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 0))
         self._count = 0
+        self.fields = None if fields is None else fields | {"id", "session_id"}
 
     def __len__(self) -> int:
         return self._count
@@ -324,7 +332,7 @@ class SessionHistory(Sequence[Trace]):
     def frozen(self) -> SessionHistory:
         """The history as it stands, unchanged by later appends (a batch scores several
         traces of one session at once, each against the traces before it)."""
-        copy = SessionHistory(0)
+        copy = SessionHistory(0, self.fields)
         copy._kept = self._kept.copy()
         copy._count = self._count
         return copy
@@ -336,6 +344,10 @@ class SessionHistory(Sequence[Trace]):
 
     def append(self, trace: Trace) -> None:
         if self._kept.maxlen and text_of(trace.output).strip():
+            if self.fields is not None:
+                # a copy of the few fields read: the whole trace is freed now, while it is
+                # still in the CPU's cache, not a thousand traces later
+                trace = Trace(**{name: getattr(trace, name) for name in self.fields})
             self._kept.append((self._count, trace))
         self._count += 1
 
