@@ -6,12 +6,19 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 import agenteval_core
+import agenteval_core.judges
 
 
-def test_every_exported_name_loads_from_the_module_it_is_declared_in() -> None:
-    source = Path(agenteval_core.__file__).read_text(encoding="utf-8")
+@pytest.mark.parametrize(
+    "package", [agenteval_core, agenteval_core.judges], ids=lambda p: p.__name__
+)
+def test_every_exported_name_loads_from_the_module_it_is_declared_in(package: ModuleType) -> None:
+    source = Path(package.__file__ or "").read_text(encoding="utf-8")
     tree = ast.parse(source)
     guarded = next(
         node
@@ -24,12 +31,13 @@ def test_every_exported_name_loads_from_the_module_it_is_declared_in() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert declared == agenteval_core._EXPORTS
+    assert declared == package._EXPORTS
     for name, module in declared.items():
-        value = getattr(agenteval_core, name)
-        owner = sys.modules[f"agenteval_core{module}"]
+        value = getattr(package, name)
+        owner = sys.modules[f"{package.__name__}{module}"]
         assert getattr(owner, name) is value, name
-    assert sorted(agenteval_core.__all__) == sorted([*declared, "__version__"])
+    defined_here = {"__version__", "judge_from_options"}
+    assert sorted(set(package.__all__) - defined_here) == sorted(declared)
 
 
 def test_importing_the_package_loads_no_heavy_dependency() -> None:
@@ -37,6 +45,17 @@ def test_importing_the_package_loads_no_heavy_dependency() -> None:
         "import sys, agenteval_core; from agenteval_core import Trace, EvalCase; "
         "print(sorted(m for m in ('numpy', 'httpx', 'scipy', 'jsonschema', 'rich') "
         "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_scoring_without_a_judge_loads_no_http_client() -> None:
+    # a replay's worker processes start faster without httpx (and the command-line
+    # libraries httpx loads when they are installed)
+    probe = (
+        "import sys; from agenteval_core import Engine, replay; Engine(); "
+        "print(sorted(m for m in ('httpx', 'rich', 'click') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -2,16 +2,53 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ._base import DEFAULT_CACHE, BaseJudge, Completion, JudgeStats
-from ._cache import JudgeCache, default_cache_path
-from ._langchain import LangChainJudge
-from ._openai import OpenAIJudge
-from ._parse import ReplyError, parse_reply
-from ._pricing import DEFAULT_PRICES
-from ._protocol import Judge, JudgeReply, JudgeRequest
-from ._traffic import Traffic
+if TYPE_CHECKING:
+    from ._base import DEFAULT_CACHE, BaseJudge, Completion, JudgeStats
+    from ._cache import JudgeCache, default_cache_path
+    from ._langchain import LangChainJudge
+    from ._openai import OpenAIJudge
+    from ._parse import ReplyError, parse_reply
+    from ._pricing import DEFAULT_PRICES
+    from ._protocol import Judge, JudgeReply, JudgeRequest
+    from ._traffic import Traffic
+
+# Names load on first use: the metrics import the judge protocol alone, and the HTTP client
+# (httpx, with whatever command-line libraries it finds) loads only for a judge that calls out.
+_EXPORTS = {
+    "DEFAULT_CACHE": "._base",
+    "BaseJudge": "._base",
+    "Completion": "._base",
+    "JudgeStats": "._base",
+    "JudgeCache": "._cache",
+    "default_cache_path": "._cache",
+    "LangChainJudge": "._langchain",
+    "OpenAIJudge": "._openai",
+    "ReplyError": "._parse",
+    "parse_reply": "._parse",
+    "DEFAULT_PRICES": "._pricing",
+    "Judge": "._protocol",
+    "JudgeReply": "._protocol",
+    "JudgeRequest": "._protocol",
+    "Traffic": "._traffic",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
 
 __all__ = [
     "DEFAULT_CACHE",
@@ -47,6 +84,9 @@ def judge_from_options(
     """The judge the CLI's ``--judge-*`` options describe: at most ``concurrency`` requests
     in flight, ``requests_per_second`` started per second, and no new call once the
     estimated spend reaches ``budget_usd``."""
+    from ._cache import JudgeCache
+    from ._openai import OpenAIJudge
+
     cache = JudgeCache(cache_path) if use_cache else None
     if requests_per_second >= 1:
         per_period, period = round(requests_per_second), 1.0
