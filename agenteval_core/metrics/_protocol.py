@@ -98,7 +98,15 @@ class _MetricBase(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(threshold={self.threshold})"
 
-    def _result(self, score: Score, latency_ms: float, **ids: str | None) -> MetricResult:
+    def _result(
+        self,
+        score: Score,
+        latency_ms: float,
+        *,
+        trace_id: str | None = None,
+        session_id: str | None = None,
+        case_id: str | None = None,
+    ) -> MetricResult:
         value = score.value
         if value is not None:
             if not math.isfinite(value):
@@ -116,9 +124,9 @@ class _MetricBase(ABC):
             "metadata": score.metadata,
             "error": score.error,
             "skipped": score.skipped,
-            "trace_id": ids.get("trace_id"),
-            "session_id": ids.get("session_id"),
-            "case_id": ids.get("case_id"),
+            "trace_id": trace_id,
+            "session_id": session_id,
+            "case_id": case_id,
             "judge_model": score.judge_model,
             "prompt_version": score.prompt_version,
             "input_tokens": score.input_tokens,

@@ -72,6 +72,7 @@ class MetricResult(BaseModel):
 
 
 _FIELDS = list(MetricResult.model_fields)
+_FIELD_SET = set(_FIELDS)
 
 
 def unvalidated_result(values: dict[str, Any]) -> MetricResult:
@@ -87,7 +88,7 @@ def unvalidated_result(values: dict[str, Any]) -> MetricResult:
     result = MetricResult.__new__(MetricResult)
     # what pydantic's own model_construct sets, without its per-field work
     object.__setattr__(result, "__dict__", values)
-    object.__setattr__(result, "__pydantic_fields_set__", set(_FIELDS))
+    object.__setattr__(result, "__pydantic_fields_set__", _FIELD_SET.copy())
     object.__setattr__(result, "__pydantic_extra__", None)
     object.__setattr__(result, "__pydantic_private__", None)
     return result
