@@ -10,8 +10,9 @@ in only what it needs (the trace schema needs pydantic, not NumPy, httpx or the 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from ._lazy import load_export
 
 if TYPE_CHECKING:
     from ._errors import (
@@ -223,12 +224,7 @@ __all__ = [*sorted(_EXPORTS), "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agenteval_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return load_export(__name__, _EXPORTS, name, globals())
 
 
 def __dir__() -> list[str]:

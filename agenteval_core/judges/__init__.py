@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .._lazy import load_export
 
 if TYPE_CHECKING:
     from ._base import DEFAULT_CACHE, BaseJudge, Completion, JudgeStats
@@ -38,12 +39,7 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return load_export(__name__, _EXPORTS, name, globals())
 
 
 def __dir__() -> list[str]:
