@@ -80,7 +80,10 @@ def assert_pass_k(
     estimator: Estimator = "plugin",
 ) -> SuiteReport:
     """Run ``agent`` on each case ``attempts`` times (default k) and fail when the suite's
-    pass@k or pass^k falls below the given bounds; the message shows each case's passes."""
+    pass@k or pass^k (the headline: the posterior mean of the mean over cases, see
+    :class:`SuiteReport`) falls below the given bounds; the message shows each case's passes
+    and why its attempts failed. Attempts pass as in :meth:`EvalSuite.arun`: a run that did
+    not complete, or that no metric scored, is a failure."""
     suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
     report = suite.run(agent, k=k, attempts=attempts, estimator=estimator, progress=False)
     for case in report.cases:
@@ -91,8 +94,12 @@ def assert_pass_k(
     if min_pass_pow_k is not None and report.pass_pow_k < min_pass_pow_k:
         problems.append(f"pass^{k} {report.pass_pow_k:.3f} < {min_pass_pow_k}")
     if problems:
-        passes = ", ".join(f"{c.case_id}: {c.passes}/{len(c.runs)}" for c in report.cases)
-        raise AssertionError(f"agenteval: {'; '.join(problems)} (passes per case: {passes})")
+        passes = ", ".join(f"{c.label}: {c.passes}/{len(c.runs)}" for c in report.cases)
+        why = sorted({run.reason for c in report.cases for run in c.runs if not run.passed})
+        raise AssertionError(
+            f"agenteval: {'; '.join(problems)} (passes per case: {passes}); "
+            f"attempts failed because: {' | '.join(why[:5])}"
+        )
     return report
 
 

@@ -57,6 +57,9 @@ def test_demo_shows_live_scores_and_a_loop_alert(tmp_path: Path) -> None:
     assert {r["name"]: (r["score"], r["skipped"]) for r in stopped["results"]} == {
         "parameter_correctness": (1.0, False),
         "tool_call_loops": (0.0, False),
+        # 3 calls of lookup_order, the third refused by the guard (a failure the stopped run
+        # never recovered from): 1 − (1 failed + 1 unrecovered) / (2 · 3)
+        "tool_failures": (pytest.approx(2 / 3), False),
         "coherence": (None, True),
         "loop_detection": (None, True),
     }

@@ -45,8 +45,11 @@ def test_seed_style_suite_with_recorded_traces() -> None:
     assert (
         case.passes == 2 and [run.output for run in case.runs] == ["Here are the key AI papers"] * 2
     )
-    assert report.pass_at_k == 1.0 and report.pass_pow_k == 1.0
-    assert case.runs[0].results[0].score == 1.0
+    assert report.estimate_pass_at_k == 1.0 and report.estimate_pass_pow_k == 1.0
+    # the headline is the posterior mean: Beta(3, 1), E[p²] = 3/4 · 4/5 = 0.6, and
+    # pass@2 = 1 − E[(1 − p)²] with 1 − p ~ Beta(1, 3): 1 − 1/4 · 2/5 = 0.9
+    assert report.pass_pow_k == pytest.approx(0.6) and report.pass_at_k == pytest.approx(0.9)
+    assert case.runs[0].results[0].score == 1.0 and case.runs[0].outcome == "passed"
 
 
 def test_pass_counts_estimates_and_failures() -> None:

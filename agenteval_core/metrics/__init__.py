@@ -40,6 +40,8 @@ from ._session import (
     agent_consistency,
     agent_reliability,
 )
+from ._tool_failures import ToolFailures
+from ._trajectory import ToolConstraints, TrajectoryMatch
 
 __all__ = [
     "AgentConsistency",
@@ -68,10 +70,13 @@ __all__ = [
     "ToolCallAccuracy",
     "ToolCallLoops",
     "ToolCallNecessity",
+    "ToolConstraints",
     "ToolCorrectness",
+    "ToolFailures",
     "ToolRoutingAccuracy",
     "ToolSelectionF1",
     "TrajectoryEfficiency",
+    "TrajectoryMatch",
     "agent_consistency",
     "agent_reliability",
 ]

@@ -32,15 +32,24 @@ __all__ = [
 SIGNALS: tuple[str, ...] = ("confidence", "loop_detection", "tool_correctness", "coherence")
 """PandaProbe's signals: registry names of the trace metrics whose scores feed session metrics."""
 
-EXTRA_SIGNALS: tuple[str, ...] = ("tool_call_loops", "run_completed")
-"""Two more signals, beyond PandaProbe's: ``tool_call_loops`` (loops inside one run; the loop
-risk is the larger of its risk and loop_detection's) and ``run_completed`` (0.0 for a run that
+EXTRA_SIGNALS: tuple[str, ...] = ("tool_call_loops", "run_completed", "tool_failures")
+"""Three more signals, beyond PandaProbe's: ``tool_call_loops`` (loops inside one run; the loop
+risk is the larger of its risk and loop_detection's), ``run_completed`` (0.0 for a run that
 ended in error, was stopped, cancelled or hit a limit, so its risk is 1; absent for a run that
-completed). With neither present, results equal PandaProbe's formulas exactly."""
+completed) and ``tool_failures`` (the deterministic tool-failure metric: its risk, weight 1.0,
+lets failed tools lower a session's scores without a judge). With none present, results
+equal PandaProbe's formulas exactly."""
 
 COLUMNS: tuple[str, ...] = SIGNALS + EXTRA_SIGNALS
 
-_RISK_KEYS = ("confidence_risk", "loop_risk", "tool_risk", "coherence_risk", "run_risk")
+_RISK_KEYS = (
+    "confidence_risk",
+    "loop_risk",
+    "tool_risk",
+    "coherence_risk",
+    "run_risk",
+    "tool_failure_risk",
+)
 
 DEFAULT_SIGNAL_WEIGHTS: dict[str, float] = {
     "confidence": 1.0,
@@ -48,6 +57,7 @@ DEFAULT_SIGNAL_WEIGHTS: dict[str, float] = {
     "tool_correctness": 0.8,
     "coherence": 1.0,
     "run_completed": 1.0,
+    "tool_failures": 1.0,
 }
 """The loop weight applies to the loop risk, whichever of the two loop signals gives it."""
 
@@ -78,12 +88,13 @@ def _round(values: npt.ArrayLike) -> Any:
     return np.round(np.asarray(values, dtype=np.float64), 4).tolist()
 
 
-_RISK_COLUMNS = [0, 1, 2, 3, 5]  # the loop risk takes column 4 (tool_call_loops) in too
+_RISK_COLUMNS = [0, 1, 2, 3, 5, 6]  # the loop risk takes column 4 (tool_call_loops) in too
 
 
 def _risks(matrix: Matrix) -> Matrix:
-    """(traces × COLUMNS) scores → (traces × 5) risks: PandaProbe's four, with the loop risk the
-    larger of the two loop signals' (NaN only when both are missing), then the run's."""
+    """(traces × COLUMNS) scores → (traces × 6) risks: PandaProbe's four, with the loop risk the
+    larger of the two loop signals' (NaN only when both are missing), then the run's and the
+    tool failures'."""
     risks = 1.0 - matrix[:, _RISK_COLUMNS]
     np.fmax(risks[:, 1], 1.0 - matrix[:, 4], out=risks[:, 1])  # fmax: NaN only if both are
     return risks

@@ -81,7 +81,10 @@ class PassKEstimate(BaseModel):
 
     The posterior of the success rate is Beta(prior_alpha + c, prior_beta + n − c). Means are
     exact: E[p^k] = ∏_{i<k} (α+i)/(α+β+i), E[pass@k] = 1 − ∏_{i<k} (β+i)/(α+β+i). Both quantities
-    are monotone in p, so the equal-tailed interval maps through the Beta quantiles.
+    are monotone in p, so the equal-tailed interval and the median map through the Beta
+    quantiles. The median always lies inside the interval; the mean need not (with few
+    attempts and a large k, p^k is so skewed that its mean falls past a 95% bound), so the
+    median is the figure to show beside the interval.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -96,6 +99,10 @@ class PassKEstimate(BaseModel):
     posterior_beta: float
     pass_at_k_mean: float
     pass_pow_k_mean: float
+    pass_at_k_median: float
+    """The posterior median of pass@k: inside ``pass_at_k_ci`` by construction."""
+    pass_pow_k_median: float
+    """The posterior median of pass^k: inside ``pass_pow_k_ci`` by construction."""
     pass_at_k_ci: tuple[float, float]
     pass_pow_k_ci: tuple[float, float]
     ci_level: float
@@ -127,7 +134,7 @@ def estimate_pass_k(
     # from scipy.special (here, when first needed) keeps scipy.stats out of import time
     from scipy.special import betaincinv
 
-    q_lo, q_hi = (float(betaincinv(alpha, beta, q)) for q in (tail, 1.0 - tail))
+    q_lo, q_mid, q_hi = (float(betaincinv(alpha, beta, q)) for q in (tail, 0.5, 1.0 - tail))
     return PassKEstimate(
         n=n,
         c=c,
@@ -139,6 +146,8 @@ def estimate_pass_k(
         posterior_beta=beta,
         pass_at_k_mean=1.0 - _beta_power_moment(beta, alpha, k),
         pass_pow_k_mean=_beta_power_moment(alpha, beta, k),
+        pass_at_k_median=1.0 - (1.0 - q_mid) ** k,
+        pass_pow_k_median=q_mid**k,
         pass_at_k_ci=(1.0 - (1.0 - q_lo) ** k, 1.0 - (1.0 - q_hi) ** k),
         pass_pow_k_ci=(q_lo**k, q_hi**k),
         ci_level=ci_level,

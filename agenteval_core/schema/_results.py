@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from numbers import Real
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["SUCCESS_TOLERANCE", "MetricResult", "TraceResults", "passes", "unvalidated_result"]
+__all__ = [
+    "SUCCESS_TOLERANCE",
+    "MetricResult",
+    "TraceResults",
+    "failing",
+    "passes",
+    "unvalidated_result",
+]
 
 SUCCESS_TOLERANCE = 1e-9
 """``success = score >= threshold`` is compared with this tolerance."""
@@ -108,8 +116,9 @@ class TraceResults(BaseModel):
 
     def failing(self) -> list[MetricResult]:
         """Results that failed their threshold or ended in an error, in metric order."""
-        return [
-            r
-            for r in self.results
-            if r.status == "error" or (r.score is not None and not r.success)
-        ]
+        return failing(self.results)
+
+
+def failing(results: Iterable[MetricResult]) -> list[MetricResult]:
+    """The results that failed their threshold or ended in an error, in their order."""
+    return [r for r in results if r.status == "error" or (r.score is not None and not r.success)]

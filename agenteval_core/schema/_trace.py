@@ -20,6 +20,7 @@ __all__ = [
     "CONTROL_FLOW",
     "GUARD_REFUSED",
     "HANDOFF_TARGET",
+    "INCOMPLETE_STATUSES",
     "OTEL_OPERATION_NAMES",
     "SCHEMA_VERSION",
     "AgentStep",
@@ -31,6 +32,7 @@ __all__ = [
     "Span",
     "SpanKind",
     "ToolCall",
+    "ToolCallLimit",
     "ToolSpec",
     "Trace",
     "new_id",
@@ -126,6 +128,13 @@ COMPLETED_STATUSES = frozenset({RunStatus.OK})
 """Statuses of runs that completed; metrics that assume a perfect score for an empty input or
 output keep that assumption for these only."""
 
+INCOMPLETE_STATUSES = frozenset(
+    {RunStatus.ERROR, RunStatus.STOPPED, RunStatus.CANCELLED, RunStatus.TIMEOUT, RunStatus.LIMIT}
+)
+"""Statuses of runs that did not complete: such a run fails its suite attempt and is a
+regression case's failure. ``ok`` and ``interrupted`` (a pause for a human: control flow) are
+not among them."""
+
 
 class ToolCall(_Model):
     """One call of a tool: what was asked for and what came back."""
@@ -165,6 +174,29 @@ class ExpectedToolCall(_Model):
 
     name: str
     arguments: dict[str, Any] | None = None
+
+
+class ToolCallLimit(_Model):
+    """At most ``max_calls`` calls of a tool (with these arguments, when given) in one run."""
+
+    name: str
+    arguments: dict[str, Any] | None = None
+    """A call counts when its arguments include these (``None``: any arguments)."""
+    max_calls: int = Field(default=0, ge=0)
+    """How many such calls the run may make (0: none)."""
+
+    def matches(self, call: ToolCall) -> bool:
+        """Whether ``call`` counts against this limit."""
+        if call.name != self.name:
+            return False
+        if self.arguments is None:
+            return True
+        return all(
+            call.arguments.get(key, _ABSENT) == value for key, value in self.arguments.items()
+        )
+
+
+_ABSENT = object()
 
 
 class LoopAlert(_Model):
@@ -263,6 +295,15 @@ class Trace(_Model):
         if self.status is None:
             return self.error is None
         return self.status in COMPLETED_STATUSES
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether the run did not complete: it ended in error, was stopped, cancelled, timed
+        out or hit a limit (a paused, ``interrupted`` run has not failed; an unrecorded status
+        counts as incomplete only when the trace has an error)."""
+        if self.status is None:
+            return self.error is not None
+        return self.status in INCOMPLETE_STATUSES
 
     @field_validator("schema_version")
     @classmethod
@@ -411,6 +452,18 @@ class EvalCase(_Model):
     """Fewest steps the task needs (for ``step_ratio``)."""
     context: str | None = None
     """Memory context: prior sessions' summary or log (for ``agent_memory``)."""
+    conversation: list[dict[str, Any]] | None = None
+    """The earlier turns of the conversation this input came in, oldest first (each
+    ``{"input": ..., "output": ...}``); an agent that takes a ``conversation`` argument gets
+    them in a suite."""
+    tool_call_limits: list[ToolCallLimit] | None = None
+    """Calls the run may make at most so many times (for ``tool_constraints``): a call the
+    loop guard refused, or one that must never happen (``max_calls=0``)."""
+    tools_must_succeed: list[str] | None = None
+    """Tools none of whose calls may fail in the run (for ``tool_constraints``)."""
+    metrics: list[str] | None = None
+    """Registry names of metrics this case asks for, scored in a suite beside the suite's own
+    (a regression case names the checks its failure calls for)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("expected_tool_calls", mode="before")

@@ -7,8 +7,9 @@ import inspect
 import io
 import json
 import sys
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from rich.console import Console
@@ -26,14 +27,29 @@ from ..metrics._statistics import (
     estimate_pass_k,
     mean_pass_k,
 )
-from ..schema._results import MetricResult
-from ..schema._trace import EvalCase, Trace
+from ..schema._results import MetricResult, failing
+from ..schema._trace import EvalCase, Trace, text_of
 
-__all__ = ["AgentFn", "CaseReport", "EvalSuite", "RunResult", "SuiteReport"]
+__all__ = [
+    "AgentFn",
+    "AttemptOutcome",
+    "CaseReport",
+    "EvalSuite",
+    "RunResult",
+    "SuiteReport",
+    "attempt_outcome",
+    "case_label",
+]
 
-AgentFn = Callable[[Any], "str | Trace | EvalCase | Awaitable[str | Trace | EvalCase]"]
-"""An agent under test: takes the case input, returns its final output, a Trace or an EvalCase
-(sync or async)."""
+AgentFn = Callable[..., "str | Trace | EvalCase | Awaitable[str | Trace | EvalCase]"]
+"""An agent under test: takes the case input (and, if it has a ``conversation`` parameter, the
+case's earlier turns) and returns its final output, a Trace or an EvalCase (sync or async)."""
+
+AttemptOutcome = Literal["passed", "failed", "not_scored", "incomplete", "agent_error"]
+"""How one attempt ended: ``passed`` (something scored it and nothing failed), ``failed`` (a
+metric failed its threshold or errored), ``not_scored`` (every metric skipped it: there was
+nothing to check), ``incomplete`` (the run ended in error, was stopped, cancelled, timed out
+or hit a limit), ``agent_error`` (the agent function raised). Only ``passed`` is a pass."""
 
 
 class RunResult(BaseModel):
@@ -42,7 +58,13 @@ class RunResult(BaseModel):
     case_id: str
     attempt: int
     passed: bool
-    """Every metric that scored succeeded and none failed with an error."""
+    """Only when ``outcome`` is ``passed``."""
+    outcome: AttemptOutcome
+    reason: str = ""
+    """Why the attempt passed or did not: the failing metrics with their scores, the run's
+    status, or why nothing scored it."""
+    status: str | None = None
+    """How the run ended (its trace's ``status``), when the run produced a trace."""
     output: Any = None
     error: str | None = None
     """The agent's exception, if it raised."""
@@ -53,19 +75,31 @@ class CaseReport(BaseModel):
     """All attempts of one case, with pass@k / pass^k over them."""
 
     case_id: str
+    label: str
+    """How the case is shown: its id when one was given, else its input's first words."""
     input: Any = None
     runs: list[RunResult]
     passes: int
     estimate: PassKEstimate
+    """Per-case figures: the chosen estimator's point estimates, and the posterior's median
+    (shown) with its credible interval."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The case's metadata (a regression case's provenance)."""
+
+    def outcomes(self) -> dict[str, int]:
+        """How many attempts ended each way, e.g. ``{"passed": 7, "incomplete": 3}``."""
+        return dict(Counter(run.outcome for run in self.runs))
 
 
 class SuiteReport(BaseModel):
     """A suite run: per-case estimates, per-metric aggregates and suite-level figures.
 
-    ``pass_at_k`` / ``pass_pow_k`` are the means over cases of each case's estimate, and
-    ``mean`` gives them with credible intervals for those same means. ``pooled`` treats every
-    run of every case as one Bernoulli sample: another quantity (a suite-wide success rate),
-    kept for reference.
+    The headline ``pass_at_k`` / ``pass_pow_k`` is the posterior mean of the average over
+    cases of each case's pass@k / pass^k (each case's success rate with a Beta posterior),
+    and ``mean`` gives its credible interval: one quantity, and the headline lies inside
+    its interval. ``estimate_pass_at_k`` / ``estimate_pass_pow_k`` average the chosen
+    estimator's point estimates (``plugin`` or ``unbiased``) instead. ``pooled`` treats every
+    run of every case as one Bernoulli sample: another quantity, kept for reference.
     """
 
     name: str
@@ -75,6 +109,8 @@ class SuiteReport(BaseModel):
     metrics: list[dict[str, Any]]
     pass_at_k: float
     pass_pow_k: float
+    estimate_pass_at_k: float
+    estimate_pass_pow_k: float
     mean: MeanPassK
     attempts: int
     pooled: PassKEstimate
@@ -84,18 +120,24 @@ class SuiteReport(BaseModel):
         console = Console(width=110, record=True, file=io.StringIO())
         cases = Table(title=f"{self.name}: {len(self.cases)} cases × {self.attempts} attempts")
         level = f"{round(self.pooled.ci_level * 100)}%"
-        for column in ("case", "passes", f"pass@{self.k}", f"pass^{self.k}", f"{level} CI pass^k"):
+        for column in ("case", "passes", f"pass@{self.k}", f"pass^{self.k}", "not passed"):
             cases.add_column(column)
         for case in self.cases:
-            low, high = case.estimate.pass_pow_k_ci
+            estimate = case.estimate
+            (at_lo, at_hi), (pow_lo, pow_hi) = estimate.pass_at_k_ci, estimate.pass_pow_k_ci
+            others = {o: n for o, n in case.outcomes().items() if o != "passed"}
             cases.add_row(
-                case.case_id,
+                case.label,
                 f"{case.passes}/{len(case.runs)}",
-                f"{case.estimate.pass_at_k:.3f}",
-                f"{case.estimate.pass_pow_k:.3f}",
-                f"[{low:.3f}, {high:.3f}]",
+                f"{estimate.pass_at_k_median:.3f} [{at_lo:.3f}, {at_hi:.3f}]",
+                f"{estimate.pass_pow_k_median:.3f} [{pow_lo:.3f}, {pow_hi:.3f}]",
+                ", ".join(f"{n} {o.replace('_', ' ')}" for o, n in sorted(others.items())),
             )
         console.print(cases)
+        console.print(
+            f"per case: posterior median [{level} credible interval] of pass@{self.k} and "
+            f"pass^{self.k}"
+        )
         metrics = Table(title="metrics")
         for column in ("metric", "mean", "pass rate", "errors", "skipped"):
             metrics.add_column(column)
@@ -110,7 +152,7 @@ class SuiteReport(BaseModel):
         console.print(metrics)
         (at_lo, at_hi), (pow_lo, pow_hi) = self.mean.pass_at_k_ci, self.mean.pass_pow_k_ci
         console.print(
-            f"suite (mean over cases): pass@{self.k} = {self.pass_at_k:.3f} "
+            f"suite (mean over cases, posterior mean): pass@{self.k} = {self.pass_at_k:.3f} "
             f"[{level} CI {at_lo:.3f}, {at_hi:.3f}], pass^{self.k} = {self.pass_pow_k:.3f} "
             f"[{level} CI {pow_lo:.3f}, {pow_hi:.3f}]"
         )
@@ -135,12 +177,70 @@ def _flatten(items: Iterable[Any]) -> list[Any]:
 
 
 def _with_output(case: EvalCase, produced: str | Trace | EvalCase) -> EvalCase:
-    if isinstance(produced, EvalCase):
-        return produced
+    """The suite's case, with the run the agent produced: the case keeps its expectations."""
+    if isinstance(produced, EvalCase):  # it supplies the run and its end state, nothing else
+        update: dict[str, Any] = {"trace": produced.trace, "actual_output": produced.actual_output}
+        if produced.actual_state is not None:
+            update["actual_state"] = produced.actual_state
+        return case.model_copy(update=update)
     if isinstance(produced, Trace):
         return case.model_copy(update={"trace": produced, "actual_output": produced.output})
     trace = case.trace.model_copy(update={"output": produced}) if case.trace is not None else None
     return case.model_copy(update={"trace": trace, "actual_output": produced})
+
+
+def _describe(result: MetricResult) -> str:
+    if result.score is None:
+        return f"{result.name}: error: {result.error}"
+    return f"{result.name} {result.score:.3f} < {result.threshold:g}: {result.reason}"
+
+
+def attempt_outcome(case: EvalCase, results: Sequence[MetricResult]) -> tuple[AttemptOutcome, str]:
+    """Whether one scored run passes, and why: a run that did not complete fails; so does a
+    metric that failed its threshold or errored; a run no metric scored is not scored (a
+    failure too); otherwise it passed."""
+    trace = case.trace
+    if trace is not None and trace.incomplete:
+        why = (
+            f": {trace.status_reason or trace.error}" if trace.status_reason or trace.error else ""
+        )
+        return "incomplete", f"the run did not complete ({trace.status or 'error'}){why}"
+    failed = failing(results)
+    if failed:
+        return "failed", "; ".join(_describe(r) for r in failed)
+    if not any(r.score is not None for r in results):
+        reasons = sorted({f"{r.name}: {r.reason}" for r in results})
+        return "not_scored", "no metric scored this run (" + "; ".join(reasons) + ")"
+    scored = [r.name for r in results if r.score is not None]
+    return "passed", "scored by " + ", ".join(scored) + "; none failed"
+
+
+def case_label(case: EvalCase, limit: int = 48) -> str:
+    """How a case is shown: its id when one was given, else its input's first words."""
+    if "id" in case.model_fields_set:
+        return case.id
+    text = " ".join(text_of(case.input).split())
+    if not text:
+        return case.id[:8]
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _labels(cases: Sequence[EvalCase]) -> list[str]:
+    """Each case's label, numbered where two cases would read the same."""
+    labels = [case_label(case) for case in cases]
+    totals, seen = Counter(labels), Counter[str]()
+    numbered = []
+    for label in labels:
+        seen[label] += 1
+        numbered.append(f"{label} #{seen[label]}" if totals[label] > 1 else label)
+    return numbered
+
+
+def _takes_conversation(agent_fn: AgentFn) -> bool:
+    try:
+        return "conversation" in inspect.signature(agent_fn).parameters
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return False
 
 
 class EvalSuite:
@@ -230,18 +330,24 @@ class EvalSuite:
 
         ``agent_fn`` gets the case input and returns the final output (the case's recorded
         trace is kept with that output), a ``Trace`` or an ``EvalCase``; it may be async.
-        Without ``agent_fn`` the cases are scored as they are. An agent that raises is a
-        failed run with its error recorded. A run passes when every metric that scored
-        succeeded and none ended in an error; skipped metrics do not count.
+        Without ``agent_fn`` the cases are scored as they are. An attempt passes only when at
+        least one metric scored it and none failed its threshold or errored, and the run
+        completed (``interrupted``, a pause for a human, is not a failure); an attempt that
+        every metric skipped is "not scored", and counts as a failure; an agent that raises
+        fails its attempt with its error recorded (see :data:`AttemptOutcome`). Each case is
+        scored by the suite's evaluators plus the metrics it names in ``metrics``. An agent
+        that returns an ``EvalCase`` supplies the run (its trace, output and
+        ``actual_state``); the suite's case keeps its own expectations.
         pass@k and pass^k per case come from its c passes in n = ``attempts`` runs (n ≥ k;
         more attempts than k make the unbiased estimator meaningful).
         ``progress`` shows a bar on stderr (default: when stderr is a terminal).
         """
         if not self.cases:
             raise MetricInputError(f"suite {self.name!r} has no cases; call add_cases first")
-        if not self.evaluators:
+        if not self.evaluators and not all(case.metrics for case in self.cases):
             raise MetricInputError(
-                f"suite {self.name!r} has no evaluators; call add_evaluators first"
+                f"suite {self.name!r} has no evaluators; call add_evaluators first (or give "
+                "every case the metrics it checks)"
             )
         if k < 1:
             raise MetricInputError(f"k must be >= 1, got {k}")
@@ -249,13 +355,14 @@ class EvalSuite:
         if attempts < k:
             raise MetricInputError(f"attempts must be >= k ({k}), got {attempts}")
         limit = asyncio.Semaphore(max(1, concurrency))
-        engine = Engine(self.evaluators, judge=self.judge)
+        engines = self._engines()
         show = sys.stderr.isatty() if progress is None else progress
         with Progress(console=Console(stderr=True), disable=not show) as bar:
             task = bar.add_task(self.name, total=len(self.cases) * attempts)
 
             async def attempt(case: EvalCase, index: int) -> RunResult:
                 async with limit:
+                    engine = engines[tuple(case.metrics or ())]
                     result = await self._attempt(engine, agent_fn, case, index)
                 bar.advance(task)
                 return result
@@ -265,26 +372,48 @@ class EvalSuite:
             )
         return self._report(list(runs), k, attempts, estimator, ci_level, prior)
 
+    def _engines(self) -> dict[tuple[str, ...], Engine]:
+        """One engine per set of metrics the cases ask for: the suite's evaluators, plus the
+        metrics a case names that the suite does not already have."""
+        engines: dict[tuple[str, ...], Engine] = {}
+        have = {metric.name for metric in self.evaluators}
+        for case in self.cases:
+            key = tuple(case.metrics or ())
+            if key in engines:
+                continue
+            extra = [name for name in dict.fromkeys(key) if name not in have]
+            own, _ = resolve_metrics(extra, judge=self.judge, embedder=self.embedder)
+            engines[key] = Engine([*self.evaluators, *own], judge=self.judge)
+        return engines
+
     async def _attempt(
         self, engine: Engine, agent_fn: AgentFn | None, case: EvalCase, index: int
     ) -> RunResult:
         scored = case
         if agent_fn is not None:
+            arguments: dict[str, Any] = (
+                {"conversation": list(case.conversation or [])}
+                if _takes_conversation(agent_fn)
+                else {}
+            )
             try:
                 produced = (
-                    await agent_fn(case.input)
+                    await agent_fn(case.input, **arguments)
                     if inspect.iscoroutinefunction(agent_fn)
-                    else await asyncio.to_thread(agent_fn, case.input)
+                    else await asyncio.to_thread(agent_fn, case.input, **arguments)
                 )
                 if inspect.isawaitable(produced):
                     produced = await produced
                 scored = _with_output(case, produced)
             except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
                 return RunResult(
                     case_id=case.id,
                     attempt=index,
                     passed=False,
-                    error=f"{type(exc).__name__}: {exc}",
+                    outcome="agent_error",
+                    reason=f"the agent raised {error}",
+                    error=error,
                 )
         # runs of a case are independent attempts, not a session: score each on its own
         alone = (
@@ -295,14 +424,17 @@ class EvalSuite:
             else scored
         )
         (outcome,) = await engine.score([alone])
-        results = outcome.results
-        passed = not outcome.failing()
+        verdict, reason = attempt_outcome(scored, outcome.results)
+        status = scored.trace.status if scored.trace is not None else None
         return RunResult(
             case_id=case.id,
             attempt=index,
-            passed=passed,
+            passed=verdict == "passed",
+            outcome=verdict,
+            reason=reason,
+            status=str(status) if status is not None else None,
             output=scored.actual_output,
-            results=results,
+            results=outcome.results,
         )
 
     def _report(
@@ -316,7 +448,7 @@ class EvalSuite:
     ) -> SuiteReport:
         summary = ResultSummary()
         cases: list[CaseReport] = []
-        for position, case in enumerate(self.cases):
+        for position, (case, label) in enumerate(zip(self.cases, _labels(self.cases), strict=True)):
             own = runs[position * attempts : (position + 1) * attempts]
             for run in own:
                 summary.add(run.results)
@@ -324,12 +456,14 @@ class EvalSuite:
             cases.append(
                 CaseReport(
                     case_id=case.id,
+                    label=label,
                     input=case.input,
                     runs=own,
                     passes=passes,
                     estimate=estimate_pass_k(
                         attempts, passes, k, estimator=estimator, prior=prior, ci_level=ci_level
                     ),
+                    metadata=case.metadata,
                 )
             )
         total_passes = sum(case.passes for case in cases)
@@ -341,8 +475,10 @@ class EvalSuite:
             attempts=attempts,
             cases=cases,
             metrics=summary.as_dicts(),
-            pass_at_k=mean.pass_at_k,
-            pass_pow_k=mean.pass_pow_k,
+            pass_at_k=mean.pass_at_k_mean,
+            pass_pow_k=mean.pass_pow_k_mean,
+            estimate_pass_at_k=mean.pass_at_k,
+            estimate_pass_pow_k=mean.pass_pow_k,
             mean=mean,
             pooled=estimate_pass_k(
                 len(runs), total_passes, k, estimator="plugin", prior=prior, ci_level=ci_level

@@ -1,0 +1,96 @@
+"""Tool failures without a judge: which calls failed, and whether the agent recovered."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ..schema._trace import EvalCase, ToolCall, Trace, text_of
+from ._loops import canonical_call
+from ._protocol import Metric, MetricKind, Score, register_metric
+
+__all__ = ["ToolFailures", "states_failure"]
+
+_FAILURE_WORDS = re.compile(
+    r"\b(sorry|unable|could ?n[o']t|can ?n[o']t|can not|not able|failed|failure|"
+    r"unavailable|went wrong|apologi[sz]e)\b",
+    re.IGNORECASE,
+)
+
+
+def states_failure(answer: Any) -> bool:
+    """Whether a final answer reads as a statement that the task failed (a heuristic: words
+    such as "sorry", "unable", "could not", "failed", "unavailable")."""
+    return bool(_FAILURE_WORDS.search(text_of(answer)))
+
+
+def _recovered(index: int, calls: Sequence[ToolCall], said_so: bool) -> bool:
+    """A failed call is recovered when a later call differs from it (another tool, or other
+    arguments), when the same call later succeeded (a retry that worked), or when the run's
+    final answer says the task failed."""
+    failed = canonical_call(calls[index])
+    for later in calls[index + 1 :]:
+        if canonical_call(later) != failed or not later.failed:
+            return True
+    return said_so
+
+
+@register_metric
+class ToolFailures(Metric):
+    """How a run's tool calls fared: failed calls, and failures the agent did not recover from.
+
+    A call failed when it raised, returned an error object, or its result text mentions an
+    error (:attr:`ToolCall.failed`). A failure is recovered when a later call is another tool
+    or other arguments, when the same call later succeeded, or when the final answer of a
+    completed run says the task failed. Each call risks 0 (succeeded), 0.5 (failed,
+    recovered) or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure
+    the agent owned up to in a one-call run scores 0.5, a retry that worked after one failure
+    0.75, and a run whose every call failed unnoticed 0.0. ``metadata["failures"]`` lists each
+    failed call with its arguments, error and whether it was recovered. It feeds the session
+    metrics as the ``tool_failures`` signal.
+    """
+
+    name = "tool_failures"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    default_threshold: ClassVar[float] = 0.7
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        trace = case.trace
+        if trace is None:
+            return Score.failure("invalid input: the case has no trace whose tool calls to check")
+        calls = trace.tool_calls()
+        if not calls:
+            if trace.incomplete:  # no vacuous pass for a run that did not complete
+                return Score.skip(f"no tool calls in a run that did not complete ({trace.status})")
+            return Score(1.0, "no tool calls", {"tool_calls": 0, "failed": 0, "unrecovered": 0})
+        said_so = not trace.incomplete and states_failure(case.actual_output)
+        failures: list[dict[str, Any]] = []
+        for index, call in enumerate(calls):
+            if call.failed:
+                failures.append(
+                    {
+                        "index": index,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                        "error": call.error if call.error else text_of(call.result)[:500],
+                        "recovered": _recovered(index, calls, said_so),
+                    }
+                )
+        unrecovered = sum(1 for failure in failures if not failure["recovered"])
+        value = 1.0 - (len(failures) + unrecovered) / (2 * len(calls))
+        metadata = {
+            "tool_calls": len(calls),
+            "failed": len(failures),
+            "unrecovered": unrecovered,
+            "failures": failures,
+        }
+        if not failures:
+            return Score(1.0, f"none of {len(calls)} tool calls failed", metadata)
+        names = ", ".join(sorted({failure["name"] for failure in failures}))
+        return Score(
+            value,
+            f"{len(failures)} of {len(calls)} tool calls failed ({names}), "
+            f"{unrecovered} not recovered",
+            metadata,
+        )
