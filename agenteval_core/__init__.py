@@ -109,7 +109,21 @@ if TYPE_CHECKING:
         Trace,
         text_of,
     )
-    from .suite._suite import CaseReport, EvalSuite, RunResult, SuiteReport
+    from .suite._baseline import (
+        BaselineComparison,
+        CaseComparison,
+        compare_to_baseline,
+        drop_probability,
+    )
+    from .suite._cases import (
+        CaseProvenance,
+        FailedMetric,
+        RegressionCase,
+        cases_from_capture,
+        read_cases,
+        write_cases,
+    )
+    from .suite._suite import AttemptOutcome, CaseReport, EvalSuite, RunResult, SuiteReport
 
 __version__ = "0.1.0"
 
@@ -210,7 +224,18 @@ _EXPORTS: dict[str, str] = {
     "estimate_pass_k": ".metrics._statistics",
     "pass_at_k": ".metrics._statistics",
     "pass_pow_k": ".metrics._statistics",
+    "AttemptOutcome": ".suite._suite",
     "CaseReport": ".suite._suite",
+    "BaselineComparison": ".suite._baseline",
+    "CaseComparison": ".suite._baseline",
+    "compare_to_baseline": ".suite._baseline",
+    "drop_probability": ".suite._baseline",
+    "CaseProvenance": ".suite._cases",
+    "FailedMetric": ".suite._cases",
+    "RegressionCase": ".suite._cases",
+    "cases_from_capture": ".suite._cases",
+    "read_cases": ".suite._cases",
+    "write_cases": ".suite._cases",
     "EvalSuite": ".suite._suite",
     "RunResult": ".suite._suite",
     "SuiteReport": ".suite._suite",

@@ -71,7 +71,8 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agenteval", prog_name="agenteval")
 def cli() -> None:
-    """Evaluate AI agents: replay captured runs through metrics, list metrics, run the demo."""
+    """Evaluate AI agents: replay captured runs through metrics, turn captured failures into
+    regression cases and run them as a suite, list metrics, run the demo."""
 
 
 def _plain(text: str) -> str:

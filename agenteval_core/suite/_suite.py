@@ -6,17 +6,19 @@ import asyncio
 import inspect
 import io
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from .._errors import MetricInputError
+from .._errors import CaptureError, MetricInputError
 from ..engine._engine import Engine, resolve_metrics
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric
@@ -44,6 +46,9 @@ __all__ = [
 AgentFn = Callable[..., "str | Trace | EvalCase | Awaitable[str | Trace | EvalCase]"]
 """An agent under test: takes the case input (and, if it has a ``conversation`` parameter, the
 case's earlier turns) and returns its final output, a Trace or an EvalCase (sync or async)."""
+
+SUITE_REPORT_VERSION = 1
+"""Version of a saved suite report's JSON form."""
 
 AttemptOutcome = Literal["passed", "failed", "not_scored", "incomplete", "agent_error"]
 """How one attempt ended: ``passed`` (something scored it and nothing failed), ``failed`` (a
@@ -102,6 +107,8 @@ class SuiteReport(BaseModel):
     run of every case as one Bernoulli sample: another quantity, kept for reference.
     """
 
+    format_version: int = SUITE_REPORT_VERSION
+    """Version of this report's JSON form (a saved report is a suite's baseline)."""
     name: str
     k: int
     estimator: Estimator
@@ -164,6 +171,37 @@ class SuiteReport(BaseModel):
     def to_json(self, indent: int | None = 2) -> str:
         """The whole report as JSON."""
         return json.dumps(self.model_dump(mode="json"), indent=indent, default=str)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the report as JSON: a later run compares with it as its baseline."""
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SuiteReport:
+        """Read a report written by :meth:`save`.
+
+        Raises:
+            CaptureError: the file is missing, not JSON, or not a suite report.
+        """
+        source = Path(path)
+        if not source.is_file():
+            raise CaptureError(
+                f"{path}: no such report; write one with `agenteval suite ... --save {path}`"
+            )
+        try:
+            report = cls.model_validate_json(source.read_bytes())
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in error["loc"]) or "file"
+            raise CaptureError(
+                f"{path}: not a suite report (--save output): {where}: {error['msg'][:200]}"
+            ) from None
+        if report.format_version > SUITE_REPORT_VERSION:
+            raise CaptureError(
+                f"{path}: written by a newer agenteval (report format {report.format_version}); "
+                "upgrade agenteval to read it"
+            )
+        return report
 
 
 def _flatten(items: Iterable[Any]) -> list[Any]:

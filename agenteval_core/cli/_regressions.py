@@ -1,0 +1,313 @@
+"""``agenteval cases`` (captured failures → regression cases) and ``agenteval suite`` (run
+them against an agent, as a CI gate)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import CaptureFormatError
+from ..suite._baseline import DEFAULT_MAX_REGRESSION_PROB, BaselineComparison, compare_to_baseline
+from ..suite._cases import (
+    ALL_SELECTIONS,
+    RegressionCase,
+    cases_from_capture,
+    read_cases,
+    write_cases,
+)
+from ..suite._suite import EvalSuite, SuiteReport
+from ._main import RunProblem, UserError, _split_names, cli
+
+__all__ = ["load_agent"]
+
+
+def _why(case: RegressionCase) -> str:
+    origin = case.provenance
+    parts = []
+    if origin.status and origin.status not in ("ok", "interrupted"):
+        parts.append(origin.status)
+    parts += [alert.split(":", 1)[0] for alert in origin.alerts]
+    parts += [f"{metric.name} failed" for metric in origin.failing_metrics]
+    if origin.failed_tools:
+        parts.append("tool failed: " + ", ".join(origin.failed_tools))
+    return "; ".join(dict.fromkeys(parts))
+
+
+@cli.command("cases")
+@click.argument("capture")
+@click.option(
+    "--results",
+    type=click.Path(dir_okay=False),
+    help="A results file (the --json of a replay, or an online evaluator's) that says which "
+    "traces failed a metric; without it the capture is replayed here with the default metrics.",
+)
+@click.option(
+    "--select",
+    "selection",
+    default=",".join(ALL_SELECTIONS),
+    show_default=True,
+    help="Which failures become cases (comma-separated): incomplete (error, stopped, "
+    "cancelled, timeout, limit), alerts (loop alerts), metrics (failed metrics, flagged traces).",
+)
+@click.option(
+    "--metrics",
+    "metric_names",
+    help="Metrics of the replay that finds failed metrics when no --results is given "
+    "(default: all that run offline).",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the cases (JSON Lines; replaced).",
+)
+def cases_command(
+    capture: str, results: str | None, selection: str, metric_names: str | None, output: str
+) -> None:
+    """Turn the failures captured in CAPTURE into regression cases (JSON Lines) that
+    `agenteval suite` runs: one case per input and way of failing, with a count, where it
+    came from, and the checks its failure calls for. Edit the file to add expectations."""
+    path = Path(capture)
+    if not path.is_file():
+        raise UserError(f"{capture}: no such capture file; pass the path of a capture (.jsonl)")
+    chosen = [part.strip() for part in selection.split(",") if part.strip()]
+    unknown = [part for part in chosen if part not in ALL_SELECTIONS]
+    if unknown or not chosen:
+        raise UserError(
+            f"--select {selection!r}: choose from {', '.join(ALL_SELECTIONS)} (comma-separated)"
+        )
+    bad: list[CaptureFormatError] = []
+    cases = cases_from_capture(
+        path,
+        results=results,
+        select=chosen,  # type: ignore[arg-type]
+        metrics=_split_names(metric_names),
+        on_bad_line=bad.append,
+    )
+    written = write_cases(cases, output)
+    console = Console()
+    if cases:
+        table = Table(title=f"{written} regression case(s) from {capture}")
+        for column in ("case", "count", "input", "failed", "checks"):
+            table.add_column(column, overflow="fold")
+        for case in cases:
+            text = " ".join(str(case.input).split())
+            table.add_row(
+                case.id,
+                str(case.count),
+                text if len(text) <= 60 else text[:59] + "…",
+                _why(case),
+                ", ".join(case.metrics),
+            )
+        console.print(table)
+    failures = sum(case.count for case in cases)
+    click.echo(f"wrote {written} case(s) for {failures} failed run(s) to {output}")
+    if bad:
+        raise RunProblem(f"{capture}: {len(bad)} bad line(s) skipped; first: {bad[0]}")
+
+
+def load_agent(spec: str) -> Callable[..., Any]:
+    """The agent function ``MODULE:FUNCTION`` (a module importable from the current
+    directory, or a ``path/to/file.py``) names."""
+    module_name, _, name = spec.rpartition(":")
+    if not module_name or not name:
+        raise UserError(f"--agent {spec!r}: give MODULE:FUNCTION, e.g. my_agent:run_agent")
+    if os.getcwd() not in sys.path:  # as `python -m` and pytest do: the project's modules
+        sys.path.insert(0, os.getcwd())
+    try:
+        if module_name.endswith(".py"):
+            location = Path(module_name)
+            if not location.is_file():
+                raise UserError(f"--agent {spec!r}: no such file {module_name}")
+            found = importlib.util.spec_from_file_location(location.stem, location)
+            assert found is not None and found.loader is not None
+            module = importlib.util.module_from_spec(found)
+            sys.modules[location.stem] = module
+            found.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except UserError:
+        raise
+    except ImportError as exc:
+        raise UserError(f"--agent {spec!r}: cannot import {module_name}: {exc}") from exc
+    except Exception as exc:
+        raise UserError(
+            f"--agent {spec!r}: importing {module_name} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    agent = getattr(module, name, None)
+    if not callable(agent):
+        raise UserError(f"--agent {spec!r}: {module_name} has no function {name!r}")
+    return agent  # type: ignore[no-any-return]
+
+
+def _recurring(console: Console, report: SuiteReport) -> None:
+    shown = [case for case in report.cases if case.passes < len(case.runs)]
+    if not shown:
+        console.print("no regression recurs: every attempt of every case passed")
+        return
+    console.print("recurring:")
+    for case in shown:
+        failed = [run for run in case.runs if not run.passed]
+        origin = case.metadata.get("provenance", {})
+        was = f" (captured: {origin['status']})" if origin.get("status") else ""
+        console.print(
+            f"  {case.label}{was}: {len(failed)}/{len(case.runs)} attempts — {failed[0].reason}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _baseline_table(comparison: BaselineComparison) -> Table:
+    table = Table(
+        title=f"against the baseline (regressed when P(drop) > {comparison.max_regression_prob:g})"
+    )
+    for column in ("case", "baseline", "now", "P(drop)", ""):
+        table.add_column(column)
+    for case in comparison.cases:
+        table.add_row(
+            case.label,
+            f"{case.baseline_passes}/{case.baseline_attempts}",
+            f"{case.passes}/{case.attempts}",
+            f"{case.drop_probability:.3f}",
+            "REGRESSED" if case.regressed else "",
+        )
+    return table
+
+
+def _junit(report: SuiteReport, problems: list[str], path: str) -> None:
+    """JUnit XML: one test per case (failed when an attempt failed), and the gate."""
+    failed_cases = sum(1 for case in report.cases if case.passes < len(case.runs))
+    suite = ET.Element(
+        "testsuite",
+        name=report.name,
+        tests=str(len(report.cases) + 1),
+        failures=str(failed_cases + bool(problems)),
+        errors="0",
+    )
+    for case in report.cases:
+        test = ET.SubElement(suite, "testcase", classname=report.name, name=case.label)
+        failed = [run for run in case.runs if not run.passed]
+        if failed:
+            failure = ET.SubElement(
+                test,
+                "failure",
+                message=f"{len(failed)}/{len(case.runs)} attempts failed: {failed[0].reason}"[:500],
+            )
+            failure.text = "\n".join(
+                f"attempt {run.attempt}: {run.outcome}: {run.reason}" for run in failed
+            )
+    gate = ET.SubElement(suite, "testcase", classname=report.name, name="agenteval suite gate")
+    if problems:
+        ET.SubElement(gate, "failure", message="; ".join(problems)[:500]).text = "\n".join(problems)
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+@cli.command("suite")
+@click.argument("cases_file", metavar="CASES")
+@click.option("--agent", "agent_spec", required=True, help="The agent: MODULE:FUNCTION.")
+@click.option("-k", "k", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--attempts",
+    type=click.IntRange(min=1),
+    help="Runs per case (default: k); more than k narrow the intervals.",
+)
+@click.option(
+    "--metrics",
+    "metric_names",
+    help="Metrics every case is scored by, beside the checks each case names.",
+)
+@click.option("--min-pass-at-k", type=click.FloatRange(0, 1), help="Exit 1 below this pass@k.")
+@click.option("--min-pass-pow-k", type=click.FloatRange(0, 1), help="Exit 1 below this pass^k.")
+@click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
+@click.option(
+    "--save",
+    type=click.Path(dir_okay=False),
+    help="Keep this run's per-case results here (JSON): a later run's --baseline.",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=False),
+    help="Compare each case's success rate with a --save'd run's; exit 1 on a credible drop.",
+)
+@click.option(
+    "--max-regression-prob",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=DEFAULT_MAX_REGRESSION_PROB,
+    show_default=True,
+    help="With --baseline: a case regressed when the probability its rate dropped exceeds this.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Attempts run at once.",
+)
+def suite_command(
+    cases_file: str,
+    agent_spec: str,
+    k: int,
+    attempts: int | None,
+    metric_names: str | None,
+    min_pass_at_k: float | None,
+    min_pass_pow_k: float | None,
+    junit: str | None,
+    save: str | None,
+    baseline: str | None,
+    max_regression_prob: float,
+    concurrency: int,
+) -> None:
+    """Run the agent on every case of CASES (an `agenteval cases` file) --attempts times and
+    score each run with its case's checks: per case pass@k / pass^k with credible
+    intervals, which regressions recur, and exit 1 when a bound is missed or a case
+    credibly regressed against --baseline."""
+    cases = read_cases(cases_file)
+    previous = SuiteReport.load(baseline) if baseline else None
+    agent = load_agent(agent_spec)
+    suite = EvalSuite(Path(cases_file).stem).add_cases(cases)
+    names = _split_names(metric_names)
+    if names:
+        suite.add_evaluators(names)
+    report = suite.run(
+        agent,
+        k=k,
+        attempts=attempts,
+        concurrency=concurrency,
+        progress=Console(stderr=True).is_terminal,
+    )
+    console = Console()
+    console.print(report.summary(), markup=False, highlight=False, end="")
+    _recurring(console, report)
+    problems = []
+    if min_pass_at_k is not None and report.pass_at_k < min_pass_at_k:
+        problems.append(f"pass@{k} {report.pass_at_k:.3f} < --min-pass-at-k {min_pass_at_k}")
+    if min_pass_pow_k is not None and report.pass_pow_k < min_pass_pow_k:
+        problems.append(f"pass^{k} {report.pass_pow_k:.3f} < --min-pass-pow-k {min_pass_pow_k}")
+    if previous is not None:
+        comparison = compare_to_baseline(report, previous, max_regression_prob=max_regression_prob)
+        console.print(_baseline_table(comparison))
+        if comparison.regressions:
+            labels = ", ".join(case.label for case in comparison.regressions)
+            problems.append(f"{len(comparison.regressions)} case(s) regressed: {labels}")
+    if save:
+        report.save(save)
+        click.echo(f"report saved to {save}")
+    if junit:
+        _junit(report, problems, junit)
+        click.echo(f"JUnit XML written to {junit}")
+    if problems:
+        raise RunProblem("; ".join(problems))

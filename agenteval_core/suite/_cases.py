@@ -1,0 +1,436 @@
+"""Regression cases: captured failures turned into cases a suite runs in CI.
+
+A cases file is JSON Lines, one :class:`RegressionCase` a line, versioned by its
+``agenteval_case`` field. :func:`cases_from_capture` selects the failures of a capture (runs
+that did not complete, loop alerts, failed metrics), merges the ones with the same input and
+the same way of failing into one case with a count, and writes for each the code-based
+checks its failure calls for. The file is meant to be edited: add ``expected_tool_calls``,
+``expected_state`` or a reference answer, and the suite checks them too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .._errors import CaptureError, MetricInputError, UnknownMetricError
+from ..engine._sinks import CallbackSink
+from ..metrics._loops import canonical_call
+from ..metrics._protocol import Metric, SessionMetric, metric_class
+from ..schema._capture import read_capture
+from ..schema._results import MetricResult, TraceResults, failing
+from ..schema._trace import (
+    GUARD_REFUSED,
+    EvalCase,
+    ExpectedToolCall,
+    ToolCallLimit,
+    Trace,
+    text_of,
+)
+
+__all__ = [
+    "CASES_VERSION",
+    "CaseProvenance",
+    "FailedMetric",
+    "RegressionCase",
+    "Selection",
+    "cases_from_capture",
+    "read_cases",
+    "write_cases",
+]
+
+CASES_VERSION = 1
+"""Version of the cases file format (each line's ``agenteval_case`` field); a reader refuses
+lines from a newer version."""
+
+Selection = Literal["incomplete", "alerts", "metrics"]
+"""Which failures become cases: ``incomplete`` (runs that ended in error, were stopped,
+cancelled, timed out or hit a limit), ``alerts`` (runs that raised a loop alert),
+``metrics`` (runs that failed a metric, or that a failing session metric flagged)."""
+
+ALL_SELECTIONS: tuple[Selection, ...] = ("incomplete", "alerts", "metrics")
+
+BASE_CHECKS = ("tool_failures",)
+"""Checks every regression case makes: the run's tools must work (and, by the suite's own
+rule, the run must complete)."""
+
+
+class FailedMetric(BaseModel):
+    """A metric a captured run failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    score: float | None = None
+    threshold: float | None = None
+    reason: str = ""
+
+
+class CaseProvenance(BaseModel):
+    """Where a regression case came from: the captured failure it reproduces."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capture: str | None = None
+    """The capture file the failure was found in."""
+    trace_ids: list[str] = Field(default_factory=list)
+    """Every captured trace that failed this way with this input, oldest first."""
+    session_id: str | None = None
+    """The session of the first of them."""
+    time: str | None = None
+    """When the first of them started (ISO 8601, UTC)."""
+    status: str | None = None
+    """How the run ended."""
+    status_reason: str | None = None
+    failing_metrics: list[FailedMetric] = Field(default_factory=list)
+    alerts: list[str] = Field(default_factory=list)
+    """The loop alerts the run raised (``pattern: message``)."""
+    failed_tools: list[str] = Field(default_factory=list)
+    """Tools whose calls failed in the run."""
+    reference_trace_id: str | None = None
+    """A later trace with the same input that passed, whose trajectory is the reference."""
+
+
+class RegressionCase(BaseModel):
+    """One line of a cases file: an input that failed once, what must hold when it is run
+    again, and where it came from.
+
+    Every field but ``id`` and ``input`` may be edited or left out. ``metrics`` names the
+    checks a suite runs on the case (registry names); ``expected_tool_calls`` (with
+    ``trajectory_match``), ``expected_state`` (``end_state``), ``expected_output``,
+    ``tools_must_succeed`` and ``tool_call_limits`` (``tool_constraints``) are what they check.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    agenteval_case: int = CASES_VERSION
+    """The format version this line was written in."""
+    id: str
+    input: Any = None
+    conversation: list[dict[str, Any]] | None = None
+    """The earlier turns of the conversation, oldest first (``{"input", "output"}`` each)."""
+    metrics: list[str] = Field(default_factory=list)
+    expected_tool_calls: list[ExpectedToolCall] | None = None
+    expected_state: dict[str, Any] | None = None
+    expected_output: Any = None
+    tools_must_succeed: list[str] | None = None
+    tool_call_limits: list[ToolCallLimit] | None = None
+    count: int = 1
+    """How many captured runs failed this way with this input."""
+    provenance: CaseProvenance = Field(default_factory=CaseProvenance)
+
+    @field_validator("agenteval_case")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value > CASES_VERSION:
+            raise ValueError(
+                f"written by a newer agenteval (cases format {value}, this one reads up to "
+                f"{CASES_VERSION}); upgrade agenteval to read it"
+            )
+        if value < 1:
+            raise ValueError(f"must be >= 1, got {value}")
+        return value
+
+    def to_eval_case(self) -> EvalCase:
+        """The case a suite runs: its checks as ``metrics``, its provenance and count in
+        ``metadata``."""
+        return EvalCase(
+            id=self.id,
+            input=self.input,
+            conversation=self.conversation,
+            metrics=list(self.metrics),
+            expected_tool_calls=self.expected_tool_calls,
+            expected_state=self.expected_state,
+            expected_output=self.expected_output,
+            tools_must_succeed=self.tools_must_succeed,
+            tool_call_limits=self.tool_call_limits,
+            metadata={"count": self.count, "provenance": self.provenance.model_dump(mode="json")},
+        )
+
+
+def write_cases(cases: Iterable[RegressionCase], path: str | os.PathLike[str]) -> int:
+    """Write cases as JSON Lines (replacing the file); returns how many were written."""
+    lines = [case.model_dump_json(exclude_none=True) + "\n" for case in cases]
+    Path(path).write_text("".join(lines), encoding="utf-8")
+    return len(lines)
+
+
+def read_cases(path: str | os.PathLike[str]) -> list[EvalCase]:
+    """Read a cases file into the cases a suite runs.
+
+    Raises:
+        CaptureError: the file is missing, or a line is not a case (file, line and field
+            named), or two lines share an id.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise CaptureError(
+            f"{path}: no such cases file; write one with `agenteval cases CAPTURE -o {path}`"
+        )
+    cases: list[EvalCase] = []
+    seen: dict[str, int] = {}
+    with open(source, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                case = RegressionCase.model_validate_json(line)
+            except ValidationError as exc:
+                error = exc.errors(include_url=False)[0]
+                where = ".".join(str(part) for part in error["loc"]) or "line"
+                message = str(error["msg"]).removeprefix("Value error, ")
+                raise CaptureError(f"{path}:{number}: {where}: {message[:200]}") from None
+            if case.id in seen:
+                raise CaptureError(
+                    f"{path}:{number}: case id {case.id!r} is also on line {seen[case.id]}; "
+                    "give each case its own id"
+                )
+            seen[case.id] = number
+            cases.append(case.to_eval_case())
+    if not cases:
+        raise CaptureError(f"{path}: no cases in the file")
+    return cases
+
+
+@dataclass
+class _Scored:
+    """What a replay found about each trace."""
+
+    failing: dict[str, list[MetricResult]] = field(default_factory=dict)
+    flagged: dict[str, list[MetricResult]] = field(default_factory=dict)
+
+
+def _replayed(
+    capture: str | os.PathLike[str],
+    metrics: Sequence[str | Metric | SessionMetric] | None,
+    judge: Any,
+) -> _Scored:
+    from ..offline._processes import replay
+
+    scored = _Scored()
+
+    def on_trace(trace: Trace, results: TraceResults) -> None:
+        scored.failing[trace.id] = failing(results.results)
+
+    def on_session(session_id: str, results: list[MetricResult]) -> None:
+        _add_flagged(scored, results)
+
+    replay(capture, metrics, judge=judge, sinks=[CallbackSink(on_trace, on_session=on_session)])
+    return scored
+
+
+def _add_flagged(scored: _Scored, session_results: Iterable[MetricResult]) -> None:
+    """Traces a failing session metric flagged (``flagged_traces``) count as failing it."""
+    for result in failing(session_results):
+        flagged = result.metadata.get("flagged_traces")
+        if isinstance(flagged, list):
+            for trace_id in flagged:
+                if isinstance(trace_id, str):
+                    scored.flagged.setdefault(trace_id, []).append(result)
+
+
+def _from_results(path: str | os.PathLike[str]) -> _Scored:
+    from ..report._report import load_results
+
+    data = load_results(path)
+    scored = _Scored()
+    for trace_id, (_, results) in data.traces.items():
+        scored.failing[trace_id] = failing(results)
+    for results in data.sessions.values():
+        _add_flagged(scored, results)
+    return scored
+
+
+def _failed_tools(trace: Trace) -> list[str]:
+    """Tools whose calls failed (a call the loop guard refused did not fail: it never ran)."""
+    return sorted(
+        {
+            span.tool_call.name
+            for span in trace.spans
+            if span.tool_call is not None
+            and span.tool_call.failed
+            and not span.attributes.get(GUARD_REFUSED)
+        }
+    )
+
+
+def _refused_limits(trace: Trace) -> list[ToolCallLimit]:
+    """A call the loop guard refused may recur at most one time fewer than it was asked for
+    (the refusal included): the guard let the earlier ones run."""
+    calls = [canonical_call(call) for call in trace.tool_calls()]
+    limits: list[ToolCallLimit] = []
+    for span in trace.spans:
+        if span.tool_call is None or not span.attributes.get(GUARD_REFUSED):
+            continue
+        limit = ToolCallLimit(
+            name=span.tool_call.name,
+            arguments=span.tool_call.arguments,
+            max_calls=max(0, calls.count(canonical_call(span.tool_call)) - 1),
+        )
+        if limit not in limits:
+            limits.append(limit)
+    return limits
+
+
+def _describe(result: MetricResult) -> FailedMetric:
+    return FailedMetric(
+        name=result.name,
+        score=result.score,
+        threshold=result.threshold,
+        reason=(result.reason or result.error or "")[:300],
+    )
+
+
+def _why(
+    trace: Trace, selection: Sequence[Selection], scored: _Scored
+) -> list[MetricResult] | None:
+    """The failing results that select a trace (an empty list when only its status or its
+    alerts select it), or None when it is not selected."""
+    results = scored.failing.get(trace.id, []) + scored.flagged.get(trace.id, [])
+    selected = (
+        ("incomplete" in selection and trace.incomplete)
+        or ("alerts" in selection and bool(trace.alerts))
+        or ("metrics" in selection and bool(results))
+    )
+    return (results if "metrics" in selection else []) if selected else None
+
+
+def _key(value: Any) -> str:
+    return " ".join(text_of(value).split())
+
+
+def _case_id(input_key: str, signature: tuple[Any, ...]) -> str:
+    """A readable, stable id: the input's first words and a hash of the input and the way it
+    failed (the same failure found again gets the same id, so baselines line up)."""
+    digest = hashlib.sha256(json.dumps([input_key, signature], default=str).encode()).hexdigest()
+    words = re.findall(r"\w+", input_key.lower())[:6]
+    return "-".join([*words, digest[:6]]) if words else f"case-{digest[:10]}"
+
+
+def cases_from_capture(
+    capture: str | os.PathLike[str],
+    *,
+    results: str | os.PathLike[str] | None = None,
+    select: Sequence[Selection] = ALL_SELECTIONS,
+    metrics: Sequence[str | Metric | SessionMetric] | None = None,
+    judge: Any = None,
+    on_bad_line: Callable[[Any], None] | None = None,
+) -> list[RegressionCase]:
+    """Turn a capture's failures into regression cases.
+
+    A trace is selected when it did not complete (``incomplete``), raised a loop alert
+    (``alerts``), or failed a metric or was flagged by a failing session metric
+    (``metrics``): in ``results`` (a replay's ``--json`` file, or an online evaluator's
+    results file) or, without one, in a replay of the capture run here with ``metrics``
+    (default: the default metrics, with ``judge`` if given). Traces with the same input that
+    failed the same way (status, failed metrics, alert patterns, failed tools) become one
+    case with their count.
+
+    Each case keeps the input, the earlier turns of its session, where it came from, and
+    the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
+    that does not complete); ``tool_call_loops`` after a loop; ``tool_constraints`` for the
+    tools that failed (``tools_must_succeed``) and the calls the guard refused
+    (``tool_call_limits``: at most one fewer than the count that was refused); the trace
+    metrics it failed; and, when a later trace with the same input passed,
+    ``trajectory_match`` against that trace's tool calls.
+    """
+    unknown = sorted(set(select) - set(ALL_SELECTIONS))
+    if unknown or not select:
+        raise MetricInputError(
+            f"select takes {', '.join(ALL_SELECTIONS)}; got {', '.join(select) or 'nothing'}"
+        )
+    traces = list(read_capture(capture, on_error=on_bad_line))
+    if not traces:
+        raise CaptureError(f"{capture}: no traces in the file")
+    scored = _from_results(results) if results is not None else _replayed(capture, metrics, judge)
+
+    def trace_metric(name: str) -> bool:
+        try:
+            return not issubclass(metric_class(name), SessionMetric)
+        except UnknownMetricError:  # a results file may name a metric this installation lacks
+            return False
+
+    earlier: dict[str, list[Trace]] = {}
+    groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
+    passing: dict[str, list[Trace]] = {}
+    for trace in traces:
+        session = earlier.setdefault(trace.session_id, []) if trace.session_id else []
+        why = _why(trace, select, scored)
+        if why is None:
+            if not (trace.incomplete or trace.alerts or scored.failing.get(trace.id)) and (
+                trace.id not in scored.flagged
+            ):
+                passing.setdefault(_key(trace.input), []).append(trace)
+            session.append(trace)
+            continue
+        failed = sorted({r.name for r in why})
+        alerts = [f"{alert.pattern}: {alert.message}" for alert in trace.alerts]
+        tools = _failed_tools(trace)
+        signature = (
+            str(trace.status) if trace.incomplete else None,
+            tuple(failed),
+            tuple(sorted({alert.pattern for alert in trace.alerts})),
+            tuple(tools),
+        )
+        input_key = _key(trace.input)
+        existing = groups.get((input_key, signature))
+        if existing is not None:
+            existing.count += 1
+            existing.provenance.trace_ids.append(trace.id)
+            session.append(trace)
+            continue
+        checks = list(BASE_CHECKS)
+        if trace.alerts or "tool_call_loops" in failed:
+            checks.append("tool_call_loops")
+        limits = _refused_limits(trace)
+        if tools or limits:
+            checks.append("tool_constraints")
+        checks += [name for name in failed if trace_metric(name) and name not in checks]
+        started = (
+            datetime.datetime.fromtimestamp(trace.start_time, datetime.UTC).isoformat()
+            if trace.start_time is not None
+            else None
+        )
+        groups[(input_key, signature)] = RegressionCase(
+            id=_case_id(input_key, signature),
+            input=trace.input,
+            conversation=[{"input": t.input, "output": t.output} for t in session] or None,
+            metrics=checks,
+            tools_must_succeed=tools or None,
+            tool_call_limits=limits or None,
+            provenance=CaseProvenance(
+                capture=str(capture),
+                trace_ids=[trace.id],
+                session_id=trace.session_id,
+                time=started,
+                status=str(trace.status) if trace.status is not None else None,
+                status_reason=trace.status_reason or trace.error,
+                failing_metrics=[_describe(r) for r in why],
+                alerts=alerts,
+                failed_tools=tools,
+            ),
+        )
+        session.append(trace)
+    cases = list(groups.values())
+    order = {trace.id: index for index, trace in enumerate(traces)}
+    for case in cases:
+        first = order[case.provenance.trace_ids[0]]
+        later = [t for t in passing.get(_key(case.input), []) if order[t.id] > first]
+        if later:
+            reference = later[0]
+            case.expected_tool_calls = [
+                ExpectedToolCall(name=call.name, arguments=call.arguments)
+                for call in reference.tool_calls()
+            ]
+            case.provenance.reference_trace_id = reference.id
+            case.metrics.append("trajectory_match")
+    return cases
