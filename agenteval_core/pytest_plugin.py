@@ -1,5 +1,6 @@
-"""pytest integration: ``assert_eval``, the ``agenteval_evaluator`` and ``agenteval_k_runs``
-fixtures, and a results report.
+"""pytest integration: ``assert_eval``, ``assert_pass_k``, ``regression_cases`` (one test per
+regression case), the ``agenteval_evaluator`` and ``agenteval_k_runs`` fixtures, and a results
+report.
 
 Installed with agenteval (entry point ``pytest11``), so no ``conftest.py`` is needed::
 
@@ -27,9 +28,10 @@ from .metrics._statistics import Estimator
 from .online._evaluator import OnlineEvaluator
 from .schema._results import MetricResult
 from .schema._trace import EvalCase, Trace
-from .suite._suite import AgentFn, EvalSuite, SuiteReport
+from .suite._cases import read_cases
+from .suite._suite import AgentFn, EvalSuite, SuiteReport, case_label
 
-__all__ = ["assert_eval", "assert_pass_k"]
+__all__ = ["assert_eval", "assert_pass_k", "regression_cases"]
 
 _RECORDED: list[dict[str, Any]] = []
 
@@ -70,7 +72,7 @@ def assert_eval(
 def assert_pass_k(
     agent: AgentFn,
     cases: EvalCase | Sequence[EvalCase],
-    metrics: Sequence[str | Metric],
+    metrics: Sequence[str | Metric] = (),
     *,
     k: int,
     judge: Any = None,
@@ -83,7 +85,8 @@ def assert_pass_k(
     pass@k or pass^k (the headline: the posterior mean of the mean over cases, see
     :class:`SuiteReport`) falls below the given bounds; the message shows each case's passes
     and why its attempts failed. Attempts pass as in :meth:`EvalSuite.arun`: a run that did
-    not complete, or that no metric scored, is a failure."""
+    not complete, or that no metric scored, is a failure. Each case is scored by ``metrics``
+    and by the checks it names itself (a regression case's ``metrics``)."""
     suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
     report = suite.run(agent, k=k, attempts=attempts, estimator=estimator, progress=False)
     for case in report.cases:
@@ -101,6 +104,17 @@ def assert_pass_k(
             f"attempts failed because: {' | '.join(why[:5])}"
         )
     return report
+
+
+def regression_cases(path: str | Path) -> list[Any]:
+    """The cases of a cases file (``agenteval cases`` output) as pytest parameters: one test
+    per case, named by the case's id::
+
+        @pytest.mark.parametrize("case", regression_cases("tests/regressions.jsonl"))
+        def test_regression(case):
+            assert_pass_k(my_agent, case, k=1, attempts=3, min_pass_pow_k=0.5)
+    """
+    return [pytest.param(case, id=case_label(case)) for case in read_cases(path)]
 
 
 @pytest.fixture

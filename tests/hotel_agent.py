@@ -62,11 +62,11 @@ def _question(messages: Sequence[BaseMessage]) -> str:
 def booking_model(messages: Sequence[BaseMessage]) -> AIMessage:
     """Books a hotel in the city asked for; owns up when the booking service fails."""
     last = messages[-1]
+    city = city_of(_question(messages))
     if isinstance(last, ToolMessage):
         if last.status == "error" or "503" in str(last.content):
-            return AIMessage("Sorry, I could not book the hotel: the booking service is down.")
-        return AIMessage(f"Done: {last.content}.")
-    city = city_of(_question(messages))
+            return AIMessage(f"Sorry, I could not book a hotel in {city}: the service is down.")
+        return AIMessage(f"I booked a hotel in {city}: {last.content}.")
     return AIMessage("", tool_calls=[tool_call("book_hotel", f"b-{len(messages)}", city=city)])
 
 
@@ -126,7 +126,7 @@ _lock = threading.Lock()
 _evaluator: OnlineEvaluator | None = None
 
 
-def traced(question: str, **options: Any) -> Trace:
+def traced(question: str, *, stop_on_loop: bool = False, **options: Any) -> Trace:
     """Run the agent once and return the trace agenteval's handler captured of that run."""
     global _evaluator
     with _lock:
@@ -134,7 +134,8 @@ def traced(question: str, **options: Any) -> Trace:
             folder = Path(tempfile.mkdtemp(prefix="hotel-agent-"))
             _evaluator = OnlineEvaluator(capture=folder / "capture.jsonl", log=False)
     marker = f"attempt-{uuid.uuid4().hex}"
-    run(question, AgentEvalCallbackHandler(_evaluator, session_id=marker), **options)
+    handler = AgentEvalCallbackHandler(_evaluator, session_id=marker, stop_on_loop=stop_on_loop)
+    run(question, handler, **options)
     return next(t for t in _evaluator.captured() if t.session_id == marker)
 
 

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -207,7 +207,7 @@ class SuiteReport(BaseModel):
 def _flatten(items: Iterable[Any]) -> list[Any]:
     flat: list[Any] = []
     for item in items:
-        if isinstance(item, list | tuple):
+        if isinstance(item, list | tuple | Iterator):
             flat.extend(item)
         else:
             flat.append(item)
@@ -260,7 +260,10 @@ def case_label(case: EvalCase, limit: int = 48) -> str:
     text = " ".join(text_of(case.input).split())
     if not text:
         return case.id[:8]
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip() + "…"  # at a word's end
 
 
 def _labels(cases: Sequence[EvalCase]) -> list[str]:

@@ -1,0 +1,281 @@
+"""From failure to regression case to CI gate: `agenteval cases` on real LangGraph runs with
+known failures, `agenteval suite` against a fixed and a broken agent, baselines."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from fractions import Fraction
+from math import comb, factorial
+from pathlib import Path
+from typing import Any
+
+import hotel_agent
+import pytest
+from agenteval_langchain import AgentEvalCallbackHandler
+from click.testing import CliRunner
+
+from agenteval_core import (
+    CaptureError,
+    EvalCase,
+    EvalSuite,
+    OnlineEvaluator,
+    RegressionCase,
+    ToolCallLimit,
+    Trace,
+    cases_from_capture,
+    compare_to_baseline,
+    drop_probability,
+    read_capture,
+    read_cases,
+    replay,
+)
+from agenteval_core.cli import cli
+
+HERE = Path(__file__).resolve().parent
+METRICS = "tool_failures,tool_call_loops,agent_reliability"
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real runs of the hotel agent, with known failures: a booking service that fails
+    (twice with the same input, in a session after a good turn), a loop the guard stops, a
+    recursion limit; then the same booking succeeding, and a healthy run."""
+    path = tmp_path_factory.mktemp("regressions") / "capture.jsonl"
+    evaluator = OnlineEvaluator(capture=path, log=False)
+
+    def handler(session: str, stop: bool = False) -> AgentEvalCallbackHandler:
+        return AgentEvalCallbackHandler(evaluator, session_id=session, stop_on_loop=stop)
+
+    hotel_agent.run("Book a hotel in Lisbon", handler("s1"))
+    hotel_agent.run("Book a hotel in Rome", handler("s1"), booking_fails=True)
+    hotel_agent.run("Book a hotel in Rome", handler("s2"), booking_fails=True)
+    hotel_agent.run("Find me a hotel in Paris", handler("s3", stop=True), behaviour="loop")
+    hotel_agent.run("Book a hotel in Rome", handler("s4"))
+    hotel_agent.run("Plan my trip in Oslo", handler("s5"), behaviour="endless", recursion_limit=6)
+    evaluator.close()
+    return path
+
+
+def traces_of(path: Path) -> list[Trace]:
+    return list(read_capture(path))
+
+
+def test_cases_from_real_failures_one_per_distinct_failure(capture: Path, tmp_path: Path) -> None:
+    traces = traces_of(capture)
+    lisbon, rome_1, rome_2, paris, rome_ok, oslo = traces
+    # what the runs did, before reading what agenteval made of them
+    assert [c.failed for c in rome_1.tool_calls()] == [True] and rome_1.status == "ok"
+    assert paris.status == "stopped" and paris.alerts[0].pattern == "repeated_call"
+    assert oslo.incomplete and "GraphRecursionError" in (oslo.status_reason or "")
+    out = tmp_path / "cases.jsonl"
+    result = CliRunner().invoke(
+        cli, ["cases", str(capture), "--metrics", METRICS, "-o", str(out)], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "wrote 3 case(s) for 4 failed run(s)" in result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    rome, loop, limit = (RegressionCase.model_validate(line) for line in lines)
+
+    # the booking that failed twice: one case, count 2, the session's earlier turn kept, the
+    # later successful booking of the same input as the reference trajectory
+    assert rome.id.startswith("book-a-hotel-in-rome-") and rome.input == "Book a hotel in Rome"
+    assert rome.count == 2 and rome.provenance.trace_ids == [rome_1.id, rome_2.id]
+    assert rome.conversation == [{"input": "Book a hotel in Lisbon", "output": lisbon.output}]
+    assert rome.metrics == ["tool_failures", "tool_constraints", "trajectory_match"]
+    assert rome.tools_must_succeed == ["book_hotel"] and rome.tool_call_limits is None
+    assert [(c.name, c.arguments) for c in rome.expected_tool_calls or []] == [
+        ("book_hotel", {"city": "Rome"})
+    ]
+    origin = rome.provenance
+    assert (origin.session_id, origin.status, origin.reference_trace_id) == ("s1", "ok", rome_ok.id)
+    assert origin.failed_tools == ["book_hotel"] and origin.alerts == []
+    # one failed call, owned up to ("Sorry, ..."): 1 − (1 + 0) / 2 = 0.5 < 0.7
+    assert [(m.name, m.score, m.threshold) for m in origin.failing_metrics] == [
+        ("tool_failures", 0.5, 0.7)
+    ]
+    assert origin.capture == str(capture) and origin.time is not None
+
+    # the loop the guard stopped: no loop again, and the refused call at most twice
+    assert loop.input == "Find me a hotel in Paris" and loop.count == 1
+    assert loop.metrics == ["tool_failures", "tool_call_loops", "tool_constraints"]
+    assert loop.tool_call_limits == [
+        ToolCallLimit(name="search_hotels", arguments={"city": "Paris"}, max_calls=2)
+    ]
+    assert loop.tools_must_succeed is None  # a refused call is no failure of the tool
+    assert loop.provenance.status == "stopped" and loop.provenance.alerts == [
+        'repeated_call: search_hotels called 3 times with the same arguments {"city": "Paris"}'
+    ]
+    # the stopped run flagged its session: agent_reliability failed, a session metric, so
+    # provenance only (a case is one run); tool_failures: 2 ok + 1 refused, not recovered
+    failed = {m.name: m.score for m in loop.provenance.failing_metrics}
+    assert failed == {
+        "tool_failures": pytest.approx(1 - 2 / 6),
+        "tool_call_loops": 0.0,
+        "agent_reliability": 0.0,
+    }
+
+    # the recursion limit: the run must complete (the suite's own rule) with working tools
+    assert limit.input == "Plan my trip in Oslo" and limit.metrics == ["tool_failures"]
+    assert limit.provenance.status == str(oslo.status)
+    assert [m.name for m in limit.provenance.failing_metrics] == ["agent_reliability"]
+    assert read_cases(out)[0].metadata["count"] == 2
+
+
+def test_a_results_file_selects_the_same_failures(capture: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    replay(capture, METRICS.split(","), output=results)
+    from_file = cases_from_capture(capture, results=results)
+    from_replay = cases_from_capture(capture, metrics=METRICS.split(","))
+    assert [c.model_dump() for c in from_file] == [c.model_dump() for c in from_replay]
+    only_incomplete = cases_from_capture(capture, results=results, select=["incomplete"])
+    assert [c.input for c in only_incomplete] == [
+        "Find me a hotel in Paris",
+        "Plan my trip in Oslo",
+    ]
+    assert all(c.provenance.failing_metrics == [] for c in only_incomplete)
+
+
+@pytest.fixture
+def cases_file(capture: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "cases.jsonl"
+    from_capture = cases_from_capture(capture, metrics=METRICS.split(","))
+    out.write_text("".join(c.model_dump_json() + "\n" for c in from_capture))
+    return out
+
+
+def test_suite_passes_the_fixed_agent_and_fails_the_broken_one(
+    cases_file: Path, tmp_path: Path
+) -> None:
+    agent = str(HERE / "hotel_agent.py")
+    base, junit = tmp_path / "base.json", tmp_path / "junit.xml"
+    fixed = CliRunner().invoke(
+        cli,
+        [
+            "suite",
+            str(cases_file),
+            "--agent",
+            f"{agent}:fixed_agent",
+            "--attempts",
+            "3",
+            "--min-pass-pow-k",
+            "0.7",
+            "--save",
+            str(base),
+            "--junit",
+            str(junit),
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert fixed.exit_code == 0, fixed.output
+    assert "no regression recurs" in fixed.output
+    # 3/3 per case: posterior Beta(4, 1), median 0.5^(1/4) = 0.841, interval [0.025^(1/4),
+    # 0.975^(1/4)] = [0.398, 0.994]; the suite's posterior mean E[p] = 4/5
+    assert fixed.output.count("3/3    │ 0.841 [0.398, 0.994]") == 3
+    assert "pass^1 = 0.800" in fixed.output
+    tree = ET.parse(junit).getroot().find("testsuite")
+    assert tree is not None and tree.get("failures") == "0" and tree.get("tests") == "4"
+
+    broken = CliRunner().invoke(
+        cli,
+        [
+            "suite",
+            str(cases_file),
+            "--agent",
+            f"{agent}:broken_agent",
+            "--attempts",
+            "3",
+            "--baseline",
+            str(base),
+            "--junit",
+            str(junit),
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert broken.exit_code == 1, broken.output
+    assert "recurring:" in broken.output
+    assert "tool_constraints 0.000 < 1: 1 of 1 constraints broken: book_hotel failed 1 time(s)" in (
+        broken.output
+    )
+    # 3/3 → 0/3: P(drop) = 1 − P(Beta(1, 4) > Beta(4, 1)) = 1 − 1/70 = 0.986 > 0.95
+    assert broken.output.count("│ 3/3      │ 0/3 │ 0.986   │ REGRESSED │") == 3
+    assert "agenteval: error: 3 case(s) regressed" in broken.output
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "4"
+    failures = [case.find("failure") for case in suite.findall("testcase")]
+    assert all(f is not None for f in failures)
+    assert failures[0].get("message", "").startswith("3/3 attempts failed: tool_failures 0.500")  # type: ignore[union-attr]
+
+
+def test_suite_refuses_bad_input_in_one_line(cases_file: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad_agent = runner.invoke(cli, ["suite", str(cases_file), "--agent", "no_such_module:run"])
+    assert bad_agent.exit_code == 2
+    assert "cannot import no_such_module" in bad_agent.output
+    no_colon = runner.invoke(cli, ["suite", str(cases_file), "--agent", "hotel_agent"])
+    assert "give MODULE:FUNCTION" in no_colon.output and no_colon.exit_code == 2
+    broken_line = tmp_path / "broken.jsonl"
+    broken_line.write_text(
+        '{"agenteval_case": 1, "id": "x", "tool_call_limits": [{"max_calls": -1}]}\n'
+    )
+    result = runner.invoke(cli, ["suite", str(broken_line), "--agent", "hotel_agent:fixed_agent"])
+    assert result.exit_code == 2 and f"{broken_line}:1: tool_call_limits.0.name" in result.output
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text('{"agenteval_case": 9, "id": "x"}\n')
+    with pytest.raises(CaptureError, match="newer agenteval"):
+        read_cases(newer)
+
+
+def _beta_pdf(a: int, b: int) -> dict[int, Fraction]:
+    """x^(a−1)(1−x)^(b−1) / B(a, b) as polynomial coefficients."""
+    scale = Fraction(factorial(a + b - 1), factorial(a - 1) * factorial(b - 1))
+    return {a - 1 + j: scale * comb(b - 1, j) * (-1) ** j for j in range(b)}
+
+
+def _exact_drop(baseline: tuple[int, int], now: tuple[int, int]) -> Fraction:
+    """P(p_now < p_base) = ∫ f_base(x) F_now(x) dx, with rational arithmetic."""
+    f = _beta_pdf(1 + baseline[0], 1 + baseline[1] - baseline[0])
+    cdf = {k + 1: v / (k + 1) for k, v in _beta_pdf(1 + now[0], 1 + now[1] - now[0]).items()}
+    return sum((x * y / (i + j + 1) for i, x in f.items() for j, y in cdf.items()), Fraction(0))
+
+
+def test_drop_probability_is_exact() -> None:
+    # worked with rational arithmetic: 9/10 → 3/10 is 265/266, 9/10 → 8/10 is 94/133
+    assert _exact_drop((9, 10), (3, 10)) == Fraction(265, 266)
+    assert _exact_drop((9, 10), (8, 10)) == Fraction(94, 133)
+    assert drop_probability((9, 10), (3, 10)) == pytest.approx(265 / 266, abs=1e-12)
+    assert drop_probability((9, 10), (8, 10)) == pytest.approx(94 / 133, abs=1e-12)
+    assert drop_probability((5, 10), (5, 10)) == pytest.approx(0.5, abs=1e-12)
+    # a Jeffreys prior (α = 0.5) is integrated numerically; equal counts are still 1/2
+    assert drop_probability((5, 10), (5, 10), prior=(0.5, 0.5)) == pytest.approx(0.5, abs=1e-7)
+
+
+def _report(passes_per_case: dict[str, int], attempts: int = 10) -> Any:
+    """A suite run whose case c passes its first passes_per_case[c] attempts."""
+    seen: dict[str, int] = {}
+
+    def agent(question: str) -> Trace:
+        seen[question] = seen.get(question, 0) + 1
+        ok = seen[question] <= passes_per_case[question]
+        from agenteval_core import AgentStep, ToolCall
+
+        call = ToolCall(name="lookup" if ok else "search")
+        return Trace.from_steps(question, [AgentStep(tool_calls=[call], output="done")])
+
+    cases = [EvalCase(id=q, input=q, expected_tool_calls=["lookup"]) for q in passes_per_case]
+    suite = EvalSuite("base").add_cases(cases).add_evaluators("tool_call_accuracy")
+    return suite.run(agent, k=1, attempts=attempts, concurrency=1)
+
+
+def test_a_real_drop_regresses_and_a_flaky_one_does_not(tmp_path: Path) -> None:
+    baseline = _report({"fell": 9, "flaky": 9})
+    path = tmp_path / "base.json"
+    baseline.save(path)
+    loaded = type(baseline).load(path)
+    now = _report({"fell": 3, "flaky": 8})
+    comparison = compare_to_baseline(now, loaded)
+    by_case = {case.case_id: case for case in comparison.cases}
+    assert by_case["fell"].drop_probability == pytest.approx(265 / 266)
+    assert by_case["flaky"].drop_probability == pytest.approx(94 / 133)
+    assert [case.case_id for case in comparison.regressions] == ["fell"]
+    assert (by_case["fell"].baseline_passes, by_case["fell"].passes) == (9, 3)

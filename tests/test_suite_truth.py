@@ -1,0 +1,237 @@
+"""A suite never passes on nothing: attempts with nothing scored, runs that did not complete,
+agents that return their own case; headlines inside their intervals."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import hotel_agent
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agenteval_core import (
+    AgentStep,
+    EvalCase,
+    EvalSuite,
+    RunStatus,
+    ToolCall,
+    Trace,
+    estimate_pass_k,
+)
+from agenteval_core.pytest_plugin import assert_pass_k
+
+QUESTION = "Book a hotel in Rome"
+FAILS = {0, 1, 2, 4, 5, 7, 8}  # the booking service fails on 7 of 10 attempts
+LIES = {6}  # one attempt claims a booking without calling the tool
+BOOKING_CASE = EvalCase(
+    id="book-rome",
+    input=QUESTION,
+    expected_tool_calls=["book_hotel"],
+    expected_state={"booked": True},
+)
+
+
+def hotel(kind: str) -> Any:
+    """The 2-in-10 agent (real LangGraph runs), returning its answer, its trace, or an
+    EvalCase that carries its end state."""
+    attempts = itertools.count()
+
+    def agent(question: str) -> str | Trace | EvalCase:
+        index = next(attempts)
+        trace = hotel_agent.traced(
+            question, booking_fails=index in FAILS, behaviour="lie" if index in LIES else "book"
+        )
+        if kind == "string":
+            return str(trace.output)
+        if kind == "trace":
+            return trace
+        booked = any(c.name == "book_hotel" and not c.failed for c in trace.tool_calls())
+        return EvalCase(trace=trace, actual_state={"booked": booked})
+
+    return agent
+
+
+@pytest.mark.parametrize("kind", ["string", "trace", "case"])
+def test_the_two_in_ten_agent_fails_the_suite_and_the_bound(kind: str) -> None:
+    suite = (
+        EvalSuite("booking")
+        .add_cases(BOOKING_CASE)
+        .add_evaluators("tool_call_accuracy", "end_state")
+    )
+    report = suite.run(hotel(kind), k=3, attempts=10, concurrency=1)
+    [case] = report.cases
+    runs = case.runs
+    if kind == "case":
+        # the returned case supplied the run and its state; the suite's expectations stayed
+        assert [run.passed for run in runs] == [i not in FAILS | LIES for i in range(10)]
+        assert case.passes == 2
+        assert runs[0].outcome == "failed" and runs[0].reason.startswith("end_state 0.000 < 1")
+        assert "tool_call_accuracy 0.000 < 0.7" in runs[6].reason  # the lie: no call made
+        # Beta(3, 9): E[p³] = 3·4·5 / (12·13·14)
+        assert report.pass_pow_k == pytest.approx(60 / 2184)
+    elif kind == "trace":
+        # a trace holds no end state: end_state cannot be checked, so nothing passes
+        assert case.passes == 0 and all("no actual_state recorded" in r.reason for r in runs)
+    else:
+        # an answer alone holds no trace: tool_call_accuracy cannot score it (an error)
+        assert case.passes == 0
+        assert all("tool_call_accuracy: error: invalid input" in r.reason for r in runs)
+    assert report.pass_pow_k < 0.7
+    with pytest.raises(AssertionError, match=r"pass\^3 0\.0"):
+        assert_pass_k(
+            hotel(kind),
+            BOOKING_CASE,
+            ["tool_call_accuracy", "end_state"],
+            k=3,
+            attempts=10,
+            min_pass_pow_k=0.7,
+        )
+
+
+def test_the_failed_bookings_fail_on_the_trace_alone_with_tool_failures() -> None:
+    suite = (
+        EvalSuite("booking")
+        .add_cases(BOOKING_CASE)
+        .add_evaluators("tool_call_accuracy", "tool_failures")
+    )
+    report = suite.run(hotel("trace"), k=3, attempts=10, concurrency=1)
+    [case] = report.cases
+    assert case.passes == 2
+    # a failed booking owned up to scores 0.5 (one call, failed, recovered by the answer)
+    assert "tool_failures 0.500 < 0.7" in case.runs[0].reason
+
+
+def test_a_case_without_expectations_is_not_scored_never_a_pass() -> None:
+    case = EvalCase(input="Delete my account")
+
+    def agent(question: str) -> Trace:
+        call = ToolCall(name="delete_account", arguments={"user": "42"}, result="deleted")
+        return Trace.from_steps(question, [AgentStep(tool_calls=[call], output="Deleted.")])
+
+    report = (
+        EvalSuite("s")
+        .add_cases(case)
+        .add_evaluators("tool_call_accuracy", "end_state")
+        .run(agent, k=3, attempts=3)
+    )
+    [row] = report.cases
+    assert row.passes == 0 and row.outcomes() == {"not_scored": 3}
+    assert row.runs[0].reason == (
+        "no metric scored this run (end_state: no expectation: the case gives no "
+        "expected_state; tool_call_accuracy: no expectation: the case gives no "
+        "expected_tool_calls)"
+    )
+    assert "3 not scored" in report.summary()
+
+
+def test_stopped_runs_fail_their_attempt_interrupted_ones_do_not() -> None:
+    # a real guard stop: the looping agent, stopped at its third identical search
+    stopped = hotel_agent.traced("Find me a hotel in Paris", behaviour="loop", stop_on_loop=True)
+    assert stopped.status is RunStatus.STOPPED
+    report = (
+        EvalSuite("s")
+        .add_cases(EvalCase(id="paris", input="Find me a hotel in Paris"))
+        .add_evaluators("coherence")  # it skips runs that did not complete
+        .run(lambda question: stopped, k=2)
+    )
+    runs = report.cases[0].runs
+    assert [r.outcome for r in runs] == ["incomplete", "incomplete"]
+    assert runs[0].status == "stopped" and runs[0].reason.startswith(
+        "the run did not complete (stopped): stopped by the loop guard: search_hotels called 3"
+    )
+    # a run paused for a human is control flow: scored on what it did, and it can pass
+    paused = Trace.from_steps(
+        "Refund order A-1?",
+        [AgentStep(tool_calls=[ToolCall(name="lookup_order", result="shipped")])],
+        status=RunStatus.INTERRUPTED,
+    )
+    case = EvalCase(id="refund", input="Refund order A-1?", expected_tool_calls=["lookup_order"])
+    report = (
+        EvalSuite("s").add_cases(case).add_evaluators("tool_call_accuracy").run(lambda q: paused)
+    )
+    assert report.cases[0].runs[0].outcome == "passed"
+
+
+def _suite_of(cases: int, passes: int, attempts: int = 10) -> Any:
+    """``cases`` cases, each passing its first ``passes`` of ``attempts`` attempts."""
+    seen: dict[str, int] = {}
+
+    def agent(question: str) -> Trace:
+        seen[question] = seen.get(question, 0) + 1
+        name = "lookup" if seen[question] <= passes else "search"
+        return Trace.from_steps(question, [AgentStep(tool_calls=[ToolCall(name=name)])])
+
+    return EvalSuite("s").add_cases(
+        EvalCase(id=f"c{i}", input=f"q{i}", expected_tool_calls=["lookup"]) for i in range(cases)
+    ).add_evaluators("tool_call_accuracy"), agent
+
+
+def test_headlines_lie_inside_their_intervals() -> None:
+    # 20 cases at 9/10, k = 3: each posterior Beta(10, 2); E[p³] = 10·11·12/(12·13·14) = 1320/2184,
+    # E[p⁶] = 10·11/(16·17); the mean of 20 has variance 20·(E[p⁶] − E[p³]²)/20²
+    suite, agent = _suite_of(20, 9)
+    report = suite.run(agent, k=3, attempts=10, estimator="unbiased", concurrency=1)
+    mean3, mean6 = 1320 / 2184, 110 / 272
+    spread = 1.959963984540054 * math.sqrt(20 * (mean6 - mean3**2)) / 20
+    assert report.pass_pow_k == pytest.approx(mean3)  # 0.604, not the unbiased 0.700
+    assert report.mean.pass_pow_k_ci == pytest.approx((mean3 - spread, mean3 + spread))
+    low, high = report.mean.pass_pow_k_ci
+    assert (round(low, 3), round(high, 3)) == (0.518, 0.691) and low <= report.pass_pow_k <= high
+    assert report.estimate_pass_pow_k == pytest.approx(0.7)  # C(9,3)/C(10,3), kept beside it
+
+    # 20 cases at 10/10, plug-in: 1.000 before; now Beta(11, 1): E[p³] = 11/14
+    suite, agent = _suite_of(20, 10)
+    report = suite.run(agent, k=3, attempts=10, concurrency=1)
+    low, high = report.mean.pass_pow_k_ci
+    assert report.pass_pow_k == pytest.approx(11 / 14) and low <= 11 / 14 <= high
+    assert report.estimate_pass_pow_k == 1.0
+    # a case row shows its posterior median: (0.5^(1/11))³, inside [0.025^(3/11), 0.975^(3/11)]
+    row = report.cases[0].estimate
+    assert row.pass_pow_k_median == pytest.approx(0.5 ** (3 / 11))
+    assert row.pass_pow_k_ci == pytest.approx((0.025 ** (3 / 11), 0.975 ** (3 / 11)))
+    # pass@3: 1 − (1 − q)³ at the same quantiles: [1 − (1 − 0.025^(1/11))³, 1]
+    assert "10/10  │ 1.000 [0.977, 1.000] │ 0.828 [0.366, 0.993]" in report.summary()
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 200), data=st.data(), k=st.integers(1, 40))
+def test_the_median_lies_inside_the_interval_where_the_mean_may_not(
+    n: int, data: st.DataObject, k: int
+) -> None:
+    c = data.draw(st.integers(0, n))
+    estimate = estimate_pass_k(n, c, k)
+    for median, (low, high) in (
+        (estimate.pass_pow_k_median, estimate.pass_pow_k_ci),
+        (estimate.pass_at_k_median, estimate.pass_at_k_ci),
+    ):
+        assert low <= median <= high
+
+
+def test_the_mean_can_fall_outside_the_interval() -> None:
+    # why the rows show medians: 12 attempts, none passed, k = 10
+    estimate = estimate_pass_k(12, 0, 10)
+    assert estimate.pass_pow_k_mean > estimate.pass_pow_k_ci[1]
+
+
+def test_cases_are_labelled_by_id_or_input() -> None:
+    cases = [
+        EvalCase(input="Where is my order A-1? It has been a week and nobody answers"),
+        EvalCase(input="Refund"),
+        EvalCase(input="Refund"),
+        EvalCase(id="vip", input="anything"),
+    ]
+    report = (
+        EvalSuite("s")
+        .add_cases(cases)
+        .add_evaluators("tool_call_loops")
+        .run(lambda q: Trace.from_steps(q, [AgentStep(output="ok")]))
+    )
+    assert [c.label for c in report.cases] == [
+        "Where is my order A-1? It has been a week and…",
+        "Refund #1",
+        "Refund #2",
+        "vip",
+    ]

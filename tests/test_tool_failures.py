@@ -1,0 +1,134 @@
+"""tool_failures: failed tool calls and recovery, scored without a judge, and the session
+signal it feeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hotel_agent
+import pytest
+from agenteval_langchain import AgentEvalCallbackHandler
+
+from agenteval_core import (
+    AgentStep,
+    CallbackSink,
+    MetricResult,
+    OnlineEvaluator,
+    RunStatus,
+    ToolCall,
+    Trace,
+    agent_reliability,
+    default_metric_names,
+    replay,
+)
+from agenteval_core.metrics import ToolFailures
+
+
+def run_of(calls: list[ToolCall], answer: str | None = "done", **fields: object) -> Trace:
+    return Trace.from_steps("q", [AgentStep(tool_calls=calls), AgentStep(output=answer)], **fields)
+
+
+OK = ToolCall(name="book", arguments={"city": "Rome"}, result="booked")
+DOWN = ToolCall(name="book", arguments={"city": "Rome"}, error="503 Service Unavailable")
+
+
+@pytest.mark.parametrize(
+    ("calls", "answer", "score", "unrecovered"),
+    [
+        ([OK], "Booked.", 1.0, 0),
+        # one failure, owned up to: risk 0.5 over one call
+        ([DOWN], "Sorry, the booking service is unavailable.", 0.5, 0),
+        # one failure, ignored: the answer claims success, nothing followed
+        ([DOWN], "Your hotel is booked.", 0.0, 1),
+        # a retry of the same call that worked: recovered, 1 − 0.5 / 2
+        ([DOWN, OK], "Booked.", 0.75, 0),
+        # the same failing call twice, then silence: both unrecovered? the first was
+        # followed only by the same failure, so neither recovered: 1 − (2 + 2) / 4
+        ([DOWN, DOWN], "Booked.", 0.0, 2),
+        # a different call after the failure recovers it: 1 − 0.5 / 2
+        ([DOWN, ToolCall(name="book", arguments={"city": "Roma"}, result="ok")], "ok", 0.75, 0),
+        # a result that reads as an error is a failure (as the judges' heuristic has it)
+        ([ToolCall(name="book", result={"error": "no rooms"})], "Booked.", 0.0, 1),
+    ],
+)
+def test_scores_by_hand(calls: list[ToolCall], answer: str, score: float, unrecovered: int) -> None:
+    result = ToolFailures().measure(run_of(calls, answer))
+    assert result.score == pytest.approx(score)
+    assert result.metadata["unrecovered"] == unrecovered
+    assert result.metadata["failed"] == sum(c.failed for c in calls)
+    assert result.success is (score >= 0.7)
+
+
+def test_the_failed_calls_are_in_the_metadata() -> None:
+    result = ToolFailures().measure(run_of([OK, DOWN], "Sorry, I could not book it."))
+    assert result.metadata["failures"] == [
+        {
+            "index": 1,
+            "name": "book",
+            "arguments": {"city": "Rome"},
+            "error": "503 Service Unavailable",
+            "recovered": True,
+        }
+    ]
+    assert result.reason == "1 of 2 tool calls failed (book), 0 not recovered"
+
+
+def test_no_vacuous_pass_for_a_run_that_did_not_complete() -> None:
+    assert ToolFailures().measure(run_of([], "hi")).score == 1.0
+    stopped = ToolFailures().measure(run_of([], None, status=RunStatus.ERROR, error="boom"))
+    assert stopped.skipped and "did not complete (error)" in stopped.reason
+    # an apology in a run that did not complete recovers nothing
+    errored = ToolFailures().measure(
+        run_of([DOWN], "Sorry, unavailable.", status=RunStatus.ERROR, error="boom")
+    )
+    assert errored.score == 0.0
+
+
+def test_it_is_a_default_metric_and_a_session_signal() -> None:
+    assert "tool_failures" in default_metric_names()
+    # risks: coherence 1 − 0.6 = 0.4, tool failures 1 − 0.5 = 0.5 (weight 1.0) → step risk
+    # 0.5; one trace: raw risk 0.9·0.5 + 0.1·0.5 = 0.5, score 0.5
+    result = agent_reliability([{"coherence": 0.6, "tool_failures": 0.5}])
+    assert result.score == pytest.approx(0.5)
+    assert result.metadata["per_trace_signals"]["trace-0"] == {
+        "coherence_risk": 0.4,
+        "tool_failure_risk": 0.5,
+        "step_risk": 0.5,
+    }
+    # with only PandaProbe's signals, nothing changes
+    assert agent_reliability([{"coherence": 0.6}]).score == pytest.approx(0.6)
+
+
+NO_JUDGE = ["coherence", "tool_call_loops", "tool_failures", "agent_reliability"]
+"""Default metrics without a judge, less loop_detection: five answers that differ only in the
+city read as a loop across turns, in both sessions alike, and would hide what is compared."""
+
+
+def _session_reliability(tmp_path: Path, booking_fails: bool) -> MetricResult:
+    """Five turns of a real LangGraph agent in one session, replayed without a judge."""
+    capture = tmp_path / f"fails-{booking_fails}.jsonl"
+    evaluator = OnlineEvaluator(capture=capture, log=False)
+    handler = AgentEvalCallbackHandler(evaluator, session_id="s")
+    for city in ("Rome", "Paris", "Oslo", "Lisbon", "Vienna"):
+        hotel_agent.run(f"Book a hotel in {city}", handler, booking_fails=booking_fails)
+    evaluator.close()
+    sessions: list[list[MetricResult]] = []
+    sink = CallbackSink(on_session=lambda _, results: sessions.append(results))
+    replay(capture, NO_JUDGE, sinks=[sink])
+    [results] = sessions
+    return next(r for r in results if r.name == "agent_reliability")
+
+
+def test_a_session_whose_tools_failed_scores_below_a_healthy_one(tmp_path: Path) -> None:
+    healthy = _session_reliability(tmp_path, booking_fails=False)
+    failing = _session_reliability(tmp_path, booking_fails=True)
+    assert healthy.score is not None and failing.score is not None
+    # every 503 turn: one failed call owned up to, risk 0.5, above each turn's coherence risk
+    signals = failing.metadata["per_trace_signals"]
+    assert {entry["tool_failure_risk"] for entry in signals.values()} == {0.5}
+    assert all(entry["step_risk"] == 0.5 for entry in signals.values())
+    # the failure signal is what lowered it: every turn's coherence risk is below 0.5
+    assert all(entry["coherence_risk"] < 0.5 for entry in signals.values())
+    assert failing.score == pytest.approx(0.5)
+    assert healthy.score > failing.score
+    assert {e["tool_failure_risk"] for e in healthy.metadata["per_trace_signals"].values()} == {0.0}
