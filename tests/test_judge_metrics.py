@@ -486,3 +486,20 @@ def test_an_hourly_budget_for_online_scoring(judge_server: JudgeServer) -> None:
     assert seen[2].error == (
         "budget exhausted for this hour: the judge spent $0.000054 of its $0.000050 per hour"
     )
+
+
+def test_trajectory_judge_compares_with_the_reference(judge_server: JudgeServer) -> None:
+    case = case_with_calls(1, expected_tool_calls=[{"name": "search", "arguments": {"q": "x"}}])
+    judge_server.reply({"score": 0.8, "reason": "same search, other words"})
+    result = run_metric("trajectory_judge", judge_server, case)
+    assert (result.score, result.reason, result.success) == (0.8, "same search, other words", True)
+    # the judge saw the request, the reference and the calls made, between delimiters
+    sent = json.dumps(judge_server.requests[-1]["messages"])
+    assert "reference_trajectory" in sent and '\\"q\\": \\"query 0\\"' in sent
+    assert result.metadata == {
+        "reference": [{"name": "search", "parameters": {"q": "x"}}],
+        "called": [{"name": "search", "parameters": {"q": "query 0"}}],
+        "judge_calls": 1,
+        "cached_calls": 0,
+    }
+    assert run_metric("trajectory_judge", judge_server, case_with_calls(1)).skipped

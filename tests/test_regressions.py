@@ -4,6 +4,11 @@ known failures, `agenteval suite` against a fixed and a broken agent, baselines.
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from fractions import Fraction
 from math import comb, factorial
@@ -279,3 +284,67 @@ def test_a_real_drop_regresses_and_a_flaky_one_does_not(tmp_path: Path) -> None:
     assert by_case["flaky"].drop_probability == pytest.approx(94 / 133)
     assert [case.case_id for case in comparison.regressions] == ["fell"]
     assert (by_case["fell"].baseline_passes, by_case["fell"].passes) == (9, 3)
+
+
+def _console_blocks(page: Path) -> list[list[str]]:
+    blocks = re.findall(r"```console\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
+    return [[line for line in block.splitlines() if line.strip()] for block in blocks]
+
+
+def _run_as_written(line: str, directory: Path) -> subprocess.CompletedProcess[str]:
+    """One documented command: `python` is this interpreter, `agenteval` its console
+    script, leading NAME=value words are environment variables."""
+    words = shlex.split(line)
+    env = {**os.environ, "COLUMNS": "200"}
+    while "=" in words[0]:
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    program = {
+        "python": [sys.executable],
+        "agenteval": [sys.executable, "-m", "agenteval_core.cli"],
+    }
+    command = program[words[0]] + words[1:]
+    return subprocess.run(
+        command, cwd=directory, capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    walkthrough, broken = _console_blocks(HERE.parent / "docs" / "regressions.md")
+    (tmp_path / "examples").symlink_to(HERE.parent / "examples")
+    for line in walkthrough:
+        done = _run_as_written(line, tmp_path)
+        assert done.returncode == 0, (line, done.stdout[-2000:], done.stderr[-2000:])
+    cases = [json.loads(line) for line in (tmp_path / "cases.jsonl").read_text().splitlines()]
+    assert [(c["input"], c["count"], c["metrics"]) for c in cases] == [
+        ("Book a hotel in Rome", 2, ["tool_failures", "tool_constraints"]),
+        ("Find a free room in Paris", 1, ["tool_failures", "tool_call_loops", "tool_constraints"]),
+    ]
+    assert cases[0]["conversation"][0]["input"] == "Book a hotel in Lisbon"
+    # the agent as it was when the failures were captured: the gate closes
+    [line] = broken
+    done = _run_as_written(line, tmp_path)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "agenteval: error: 2 case(s) regressed" in done.stderr
+    assert "recurring:" in done.stdout and "the run did not complete (stopped)" in done.stdout
+
+
+def test_the_pytest_recipe_parametrizes_one_test_per_case(tmp_path: Path, cases_file: Path) -> None:
+    page = (HERE.parent / "docs" / "regressions.md").read_text(encoding="utf-8")
+    [recipe] = [b for b in re.findall(r"```python\n(.*?)```", page, re.DOTALL) if "def test_" in b]
+    recipe = recipe.replace(
+        "from my_agent import run_agent", "from hotel_agent import fixed_agent as run_agent"
+    )
+    recipe = recipe.replace('"cases.jsonl"', repr(str(cases_file)))
+    (tmp_path / "test_recipe.py").write_text(recipe, encoding="utf-8")
+    (tmp_path / "hotel_agent.py").write_text((HERE / "hotel_agent.py").read_text(encoding="utf-8"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_recipe.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "3 passed" in done.stdout
+    assert "test_regression[book-a-hotel-in-rome-" in done.stdout

@@ -235,3 +235,14 @@ def test_cases_are_labelled_by_id_or_input() -> None:
         "Refund #2",
         "vip",
     ]
+
+
+def test_an_agent_that_raises_stop_iteration_fails_its_attempt_and_the_suite_goes_on() -> None:
+    # a StopIteration crossing into asyncio's future would leave the suite waiting forever
+    def agent(question: str) -> Trace:
+        return next(iter([]))
+
+    case = EvalCase(id="c", input="q", expected_tool_calls=["lookup"])
+    report = EvalSuite("s").add_cases(case).add_evaluators("tool_call_accuracy").run(agent, k=2)
+    assert [run.outcome for run in report.cases[0].runs] == ["agent_error", "agent_error"]
+    assert report.cases[0].runs[0].error == "RuntimeError: the agent raised StopIteration"

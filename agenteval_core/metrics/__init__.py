@@ -31,6 +31,7 @@ from ._judge_metrics import (
     ToolCallNecessity,
     ToolCorrectness,
     TrajectoryEfficiency,
+    TrajectoryJudge,
 )
 from ._loops import ToolCallLoops
 from ._session import (
@@ -76,6 +77,7 @@ __all__ = [
     "ToolRoutingAccuracy",
     "ToolSelectionF1",
     "TrajectoryEfficiency",
+    "TrajectoryJudge",
     "TrajectoryMatch",
     "agent_consistency",
     "agent_reliability",

@@ -32,6 +32,7 @@ __all__ = [
     "ToolCallNecessity",
     "ToolCorrectness",
     "TrajectoryEfficiency",
+    "TrajectoryJudge",
 ]
 
 MAX_JUDGED = 8
@@ -577,3 +578,46 @@ class AnswerCorrectness(JudgeMetric):
             expected_answer=case.expected_output,
         )
         return Score(judged.score, judged.reason, {})
+
+
+# --- reference trajectories (regression cases) ------------------------------------------------
+
+
+@register_metric
+class TrajectoryJudge(JudgeMetric):
+    """Whether the run's tool calls do what a reference trajectory does, by an LLM judge: the
+    counterpart of the deterministic ``trajectory_match`` for runs that may reach the same end
+    by other calls or other wording of the arguments."""
+
+    name = "trajectory_judge"
+    default_threshold: ClassVar[float] = 0.7
+    needs_expectations: ClassVar[bool] = True
+    prompts = (
+        Prompt(
+            "score",
+            "Compare the agent's tool calls with a reference trajectory that is known to solve "
+            "the user's request. Judge whether the agent's calls accomplish what the reference "
+            "accomplishes: equivalent calls, arguments with the same meaning, and order where "
+            "one call depends on another. Extra harmless calls cost little; a missing or wrong "
+            f'essential call costs much. {SCORE_GUIDE} Reply as {{"score": <0-1>, "reason": "..."}}.',
+        ),
+    )
+
+    async def evaluate(self, case: EvalCase, accounting: _Accounting) -> Score:
+        if case.expected_tool_calls is None:
+            return Score.skip("no expectation: the case gives no expected_tool_calls")
+        reference = [
+            {"name": e.name, "parameters": case.reference_for(e)} for e in case.expected_tool_calls
+        ]
+        made = _calls_for_judge(case.tool_calls)
+        if not reference and not made:
+            return Score(1.0, "no calls expected and none made", {})
+        judged = await self.ask(
+            accounting,
+            self.prompts[0],
+            ScoreReason,
+            request=case.input,
+            reference_trajectory=reference,
+            agent_trajectory=made,
+        )
+        return Score(judged.score, judged.reason, {"reference": reference, "called": made})

@@ -277,6 +277,18 @@ def _labels(cases: Sequence[EvalCase]) -> list[str]:
     return numbered
 
 
+def _call(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
+    """A sync agent on a worker thread. A StopIteration it raises (a ``next()`` that found
+    nothing) cannot cross into asyncio's future, which would wait forever: it comes back as
+    the agent's error."""
+    try:
+        return agent_fn(value, **arguments)
+    except StopIteration as exc:
+        raise RuntimeError(
+            f"the agent raised StopIteration{f': {exc}' if str(exc) else ''}"
+        ) from exc
+
+
 def _takes_conversation(agent_fn: AgentFn) -> bool:
     try:
         return "conversation" in inspect.signature(agent_fn).parameters
@@ -441,7 +453,7 @@ class EvalSuite:
                 produced = (
                     await agent_fn(case.input, **arguments)
                     if inspect.iscoroutinefunction(agent_fn)
-                    else await asyncio.to_thread(agent_fn, case.input, **arguments)
+                    else await asyncio.to_thread(_call, agent_fn, case.input, arguments)
                 )
                 if inspect.isawaitable(produced):
                     produced = await produced
