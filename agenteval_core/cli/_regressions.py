@@ -148,7 +148,7 @@ def load_agent(spec: str) -> Callable[..., Any]:
     agent = getattr(module, name, None)
     if not callable(agent):
         raise UserError(f"--agent {spec!r}: {module_name} has no function {name!r}")
-    return agent  # type: ignore[no-any-return]
+    return agent
 
 
 def _recurring(console: Console, report: SuiteReport) -> None:

@@ -39,7 +39,7 @@ def _arguments_agree(
         return dict(reference) == dict(actual)
     if how == "subset":
         return all(actual.get(key, _ABSENT) == value for key, value in reference.items())
-    return bool(how(reference, actual))  # type: ignore[operator]
+    return bool(how(reference, actual))
 
 
 def _show(name: str, arguments: Mapping[str, Any] | None) -> str:
