@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from ..schema._trace import EvalCase, ToolCall, Trace, text_of
@@ -25,7 +25,7 @@ def states_failure(answer: Any) -> bool:
     return bool(_FAILURE_WORDS.search(text_of(answer)))
 
 
-def _recovered(index: int, calls: Sequence[ToolCall], said_so: bool) -> bool:
+def _recovered(index: int, calls: Sequence[ToolCall], said_so: Callable[[], bool]) -> bool:
     """A failed call is recovered when a later call differs from it (another tool, or other
     arguments), when the same call later succeeded (a retry that worked), or when the run's
     final answer says the task failed."""
@@ -33,7 +33,7 @@ def _recovered(index: int, calls: Sequence[ToolCall], said_so: bool) -> bool:
     for later in calls[index + 1 :]:
         if canonical_call(later) != failed or not later.failed:
             return True
-    return said_so
+    return said_so()
 
 
 @register_metric
@@ -64,7 +64,10 @@ class ToolFailures(Metric):
             if trace.incomplete:  # no vacuous pass for a run that did not complete
                 return Score.skip(f"no tool calls in a run that did not complete ({trace.status})")
             return Score(1.0, "no tool calls", {"tool_calls": 0, "failed": 0, "unrecovered": 0})
-        said_so = not trace.incomplete and states_failure(case.actual_output)
+        # the answer is read only when a failure is followed by nothing else: most runs have none
+        def said_so() -> bool:
+            return not trace.incomplete and states_failure(case.actual_output)
+
         failures: list[dict[str, Any]] = []
         for index, call in enumerate(calls):
             if call.failed:
