@@ -18,7 +18,10 @@ above with ``raise ... from exc`` so the cause stays visible.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "AgentEvalError",
@@ -32,6 +35,7 @@ __all__ = [
     "MetricInputError",
     "SchemaVersionError",
     "UnknownMetricError",
+    "describe_validation",
 ]
 
 
@@ -123,3 +127,11 @@ class JudgeParseError(JudgeError):
     def __init__(self, message: str, raw_reply: str) -> None:
         self.raw_reply = raw_reply
         super().__init__(message)
+
+
+def describe_validation(exc: ValidationError) -> str:
+    """The first problem pydantic found, as ``field.path: message`` for a one-line error (the
+    field path and message cut short: a key can be a megabyte long)."""
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"])[:120] or "value"
+    return f"{where}: {str(error['msg']).removeprefix('Value error, ')[:200]}"

@@ -227,7 +227,7 @@ def test_suite_refuses_bad_input_in_one_line(cases_file: Path, tmp_path: Path) -
     assert result.exit_code == 2 and f"{broken_line}:1: tool_call_limits.0.name" in result.output
     newer = tmp_path / "newer.jsonl"
     newer.write_text('{"agenteval_case": 9, "id": "x"}\n')
-    with pytest.raises(CaptureError, match="newer agenteval"):
+    with pytest.raises(CaptureError, match="cases format 9 is newer than this agenteval"):
         read_cases(newer)
 
 
@@ -348,3 +348,16 @@ def test_the_pytest_recipe_parametrizes_one_test_per_case(tmp_path: Path, cases_
     assert done.returncode == 0, done.stdout[-3000:]
     assert "3 passed" in done.stdout
     assert "test_regression[book-a-hotel-in-rome-" in done.stdout
+
+
+def test_a_saved_report_from_a_newer_agenteval_is_refused(tmp_path: Path) -> None:
+    report = _report({"a": 1}, attempts=1)
+    path = tmp_path / "base.json"
+    report.save(path)
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "format_version": 2}))
+    with pytest.raises(CaptureError, match="suite report format 2 is newer than this agenteval"):
+        type(report).load(path)
+    path.write_text('{"cases": 3}')
+    with pytest.raises(CaptureError, match="not a suite report"):
+        type(report).load(path)

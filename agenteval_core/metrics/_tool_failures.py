@@ -64,6 +64,7 @@ class ToolFailures(Metric):
             if trace.incomplete:  # no vacuous pass for a run that did not complete
                 return Score.skip(f"no tool calls in a run that did not complete ({trace.status})")
             return Score(1.0, "no tool calls", {"tool_calls": 0, "failed": 0, "unrecovered": 0})
+
         # the answer is read only when a failure is followed by nothing else: most runs have none
         def said_so() -> bool:
             return not trace.incomplete and states_failure(case.actual_output)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .._errors import CaptureError
+from .._errors import CaptureError, describe_validation
 from .._redact import Redactor
 from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
@@ -87,11 +87,8 @@ def load_results(
         try:
             line = _ResultsLine.model_validate(record)
         except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in error["loc"])[:120]
             raise CaptureError(
-                f"{path}:{number}: not a results line: {where}: "
-                f"{str(error['msg']).removeprefix('Value error, ')[:200]}"
+                f"{path}:{number}: not a results line: {describe_validation(exc)}"
             ) from None
         if line.trace_id is not None and line.results is not None:
             data.traces[line.trace_id] = (line.session_id, line.results)

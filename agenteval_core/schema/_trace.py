@@ -35,6 +35,7 @@ __all__ = [
     "ToolCallLimit",
     "ToolSpec",
     "Trace",
+    "known_version",
     "new_id",
     "text_of",
 ]
@@ -54,6 +55,19 @@ HANDOFF_TARGET = "agenteval.handoff.goto"
 
 AGENT_NAME = "gen_ai.agent.name"
 """Span attribute (OpenTelemetry GenAI): the agent a span ran for, in multi-agent runs."""
+
+
+def known_version(value: int, newest: int, what: str) -> int:
+    """A file format's version as a validator checks it: one this agenteval reads, or an
+    error that says to upgrade."""
+    if value > newest:
+        raise ValueError(
+            f"{what} {value} is newer than this agenteval understands ({newest}); "
+            "upgrade agenteval to read it"
+        )
+    if value < 1:
+        raise ValueError(f"{what} must be >= 1, got {value}")
+    return value
 
 
 def new_id() -> str:
@@ -308,14 +322,7 @@ class Trace(_Model):
     @field_validator("schema_version")
     @classmethod
     def _known_version(cls, value: int) -> int:
-        if value > SCHEMA_VERSION:
-            raise ValueError(
-                f"schema_version {value} is newer than this agenteval understands "
-                f"({SCHEMA_VERSION}); upgrade agenteval to read it"
-            )
-        if value < 1:
-            raise ValueError(f"schema_version must be >= 1, got {value}")
-        return value
+        return known_version(value, SCHEMA_VERSION, "schema_version")
 
     # --- derived views -------------------------------------------------------------------
 

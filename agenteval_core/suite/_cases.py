@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .._errors import CaptureError, MetricInputError, UnknownMetricError
+from .._errors import CaptureError, MetricInputError, UnknownMetricError, describe_validation
 from ..engine._sinks import CallbackSink
 from ..metrics._loops import canonical_call
 from ..metrics._protocol import Metric, SessionMetric, metric_class
@@ -34,6 +34,7 @@ from ..schema._trace import (
     ExpectedToolCall,
     ToolCallLimit,
     Trace,
+    known_version,
     text_of,
 )
 
@@ -131,14 +132,7 @@ class RegressionCase(BaseModel):
     @field_validator("agenteval_case")
     @classmethod
     def _known_version(cls, value: int) -> int:
-        if value > CASES_VERSION:
-            raise ValueError(
-                f"written by a newer agenteval (cases format {value}, this one reads up to "
-                f"{CASES_VERSION}); upgrade agenteval to read it"
-            )
-        if value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
-        return value
+        return known_version(value, CASES_VERSION, "cases format")
 
     def to_eval_case(self) -> EvalCase:
         """The case a suite runs: its checks as ``metrics``, its provenance and count in
@@ -185,10 +179,7 @@ def read_cases(path: str | os.PathLike[str]) -> list[EvalCase]:
             try:
                 case = RegressionCase.model_validate_json(line)
             except ValidationError as exc:
-                error = exc.errors(include_url=False)[0]
-                where = ".".join(str(part) for part in error["loc"]) or "line"
-                message = str(error["msg"]).removeprefix("Value error, ")
-                raise CaptureError(f"{path}:{number}: {where}: {message[:200]}") from None
+                raise CaptureError(f"{path}:{number}: {describe_validation(exc)}") from None
             if case.id in seen:
                 raise CaptureError(
                     f"{path}:{number}: case id {case.id!r} is also on line {seen[case.id]}; "

@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from .._errors import CaptureError, MetricInputError
+from .._errors import CaptureError, MetricInputError, describe_validation
 from ..engine._engine import Engine, resolve_metrics
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric
@@ -30,7 +30,7 @@ from ..metrics._statistics import (
     mean_pass_k,
 )
 from ..schema._results import MetricResult, failing
-from ..schema._trace import EvalCase, Trace, text_of
+from ..schema._trace import EvalCase, Trace, known_version, text_of
 
 __all__ = [
     "AgentFn",
@@ -109,6 +109,12 @@ class SuiteReport(BaseModel):
 
     format_version: int = SUITE_REPORT_VERSION
     """Version of this report's JSON form (a saved report is a suite's baseline)."""
+
+    @field_validator("format_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        return known_version(value, SUITE_REPORT_VERSION, "suite report format")
+
     name: str
     k: int
     estimator: Estimator
@@ -191,16 +197,9 @@ class SuiteReport(BaseModel):
         try:
             report = cls.model_validate_json(source.read_bytes())
         except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in error["loc"]) or "file"
             raise CaptureError(
-                f"{path}: not a suite report (--save output): {where}: {error['msg'][:200]}"
+                f"{path}: not a suite report (--save output): {describe_validation(exc)}"
             ) from None
-        if report.format_version > SUITE_REPORT_VERSION:
-            raise CaptureError(
-                f"{path}: written by a newer agenteval (report format {report.format_version}); "
-                "upgrade agenteval to read it"
-            )
         return report
 
 
