@@ -31,6 +31,10 @@ class Reply:
     usage: tuple[int, int] = (100, 20)
 
 
+PROBE = 'Reply with the JSON object {"ok": true}.'
+"""The judges' preflight request for an output mode."""
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default backlog of 5 drops connection attempts of a concurrent burst,
@@ -47,6 +51,12 @@ class JudgeServer:
         self.arrivals: list[float] = []
         self.completions: list[float] = []
         self.unsupported_formats: set[str] = set()
+        self.format_refusal: Callable[[str], Reply] = lambda kind: Reply(
+            status=400, content=f"response_format type {kind} is not supported"
+        )
+        """How an unsupported ``response_format`` is refused (default: 400 naming it)."""
+        self.probes: list[dict[str, Any]] = []
+        """The judges' preflight requests for an output mode (answered, not scripted)."""
         self.latency = 0.0
         self.models_status = 200
         self.in_flight = 0
@@ -79,13 +89,15 @@ class JudgeServer:
                     self._embeddings(request)
                     return
                 reply = server._next(request)
-                with server._lock:
-                    server.in_flight += 1
-                    server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
-                time.sleep(reply.delay or server.latency)
-                with server._lock:
-                    server.in_flight -= 1
-                    server.completions.append(time.monotonic())
+                probe = request.get("messages", [{}])[0].get("content") == PROBE
+                if not probe:  # the figures tests read are the scoring requests'
+                    with server._lock:
+                        server.in_flight += 1
+                        server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
+                    time.sleep(reply.delay or server.latency)
+                    with server._lock:
+                        server.in_flight -= 1
+                        server.completions.append(time.monotonic())
                 if reply.body is not None:
                     body = reply.body
                 elif reply.status >= 400:
@@ -143,11 +155,16 @@ class JudgeServer:
 
     def _next(self, request: dict[str, Any]) -> Reply:
         with self._lock:
+            kind = (request.get("response_format") or {}).get("type")
+            if request.get("messages", [{}])[0].get("content") == PROBE:
+                self.probes.append(request)
+                if kind in self.unsupported_formats:
+                    return self.format_refusal(kind)
+                return Reply(json.dumps({"ok": True}), usage=(12, 4))
             self.requests.append(request)
             self.arrivals.append(time.monotonic())
-            kind = (request.get("response_format") or {}).get("type")
             if kind in self.unsupported_formats:
-                return Reply(status=400, content=f"response_format type {kind} is not supported")
+                return self.format_refusal(kind)
             if self.script:
                 return self.script.popleft()
         if self.responder is not None:

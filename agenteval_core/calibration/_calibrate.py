@@ -66,6 +66,8 @@ class MetricCalibration:
     """Graded labels only: mean |score − label|."""
     unscored: list[str] = field(default_factory=list)
     """Trace ids the metric gave no score (an error or a skip), left out of the figures."""
+    unscored_reasons: dict[str, str] = field(default_factory=dict)
+    """Why each trace in ``unscored`` has no score (the result's error or skip reason)."""
 
     @property
     def best_summary(self) -> str | None:
@@ -217,7 +219,12 @@ def _measure(
     pairs = [
         (label, r.score) for label, r in zip(labels, results, strict=True) if r.score is not None
     ]
-    unscored = [label.trace.id for label, r in zip(labels, results, strict=True) if r.score is None]
+    reasons = {
+        label.trace.id: r.error or r.reason
+        for label, r in zip(labels, results, strict=True)
+        if r.score is None
+    }
+    unscored = list(reasons)
     truth = [
         passes(float(label.label), threshold) if graded else bool(label.label) for label, _ in pairs
     ]
@@ -235,6 +242,7 @@ def _measure(
         best_threshold=None,
         best_agreement=None,
         unscored=unscored,
+        unscored_reasons=reasons,
     )
     if not pairs:
         return calibration

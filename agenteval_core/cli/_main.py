@@ -262,6 +262,30 @@ def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[.
             help="Make no judge call once the estimated spend reaches this many US dollars; "
             "what is left says 'budget exhausted' (also $AGENTEVAL_JUDGE_BUDGET_USD).",
         ),
+        click.option(
+            "--judge-output-mode",
+            type=click.Choice(["auto", "json_schema", "json_object", "text"]),
+            envvar="AGENTEVAL_JUDGE_OUTPUT_MODE",
+            help="How the judge is asked for JSON: auto (default: the first mode the server "
+            "accepts, found before scoring), json_schema, json_object (JSON mode) or text "
+            "(also $AGENTEVAL_JUDGE_OUTPUT_MODE).",
+        ),
+        click.option(
+            "--judge-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=20.0,
+            show_default=True,
+            envvar="AGENTEVAL_JUDGE_TIMEOUT",
+            help="Seconds one judge call may take (also $AGENTEVAL_JUDGE_TIMEOUT); a local "
+            "model on a CPU may need more.",
+        ),
+        click.option(
+            "--judge-max-tokens",
+            type=click.IntRange(min=1),
+            envvar="AGENTEVAL_JUDGE_MAX_TOKENS",
+            help="The most tokens a judge reply may take (default: 512, or 2,048 for replies "
+            "that hold a list).",
+        ),
         click.option("--no-cache", is_flag=True, help="Do not read or write the judge cache."),
         click.option("--clear-cache", is_flag=True, help="Empty the judge cache first."),
     ]
@@ -276,6 +300,9 @@ def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[.
                 kwargs.pop("judge_concurrency"),
                 kwargs.pop("judge_rps"),
                 budget_usd=kwargs.pop("judge_budget_usd"),
+                output_mode=kwargs.pop("judge_output_mode"),
+                timeout=kwargs.pop("judge_timeout"),
+                max_tokens=kwargs.pop("judge_max_tokens"),
                 no_cache=kwargs.pop("no_cache"),
                 clear_cache=kwargs.pop("clear_cache"),
             )
@@ -288,6 +315,15 @@ def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[.
     return apply
 
 
+def _preflight(judge: OpenAIJudge | None) -> None:
+    """The judge's preflight check, before anything is scored: a misconfigured or dead judge
+    ends the command with one line (exit 2), and ``auto`` finds the output mode."""
+    if judge is not None:
+        import asyncio
+
+        asyncio.run(judge.preflight())
+
+
 def _make_judge(
     model: str | None,
     base_url: str | None,
@@ -296,13 +332,17 @@ def _make_judge(
     requests_per_second: float,
     *,
     budget_usd: float | None,
+    output_mode: str | None,
+    timeout: float,
+    max_tokens: int | None,
     no_cache: bool,
     clear_cache: bool,
 ) -> OpenAIJudge | None:
     if not model:
-        if base_url or api_key or budget_usd:
+        if base_url or api_key or budget_usd or max_tokens:
             raise UserError(
-                "--judge-base-url, --judge-api-key and --judge-budget-usd need --judge-model"
+                "--judge-base-url, --judge-api-key, --judge-budget-usd and --judge-max-tokens "
+                "need --judge-model"
             )
         return None
     from ..judges import judge_from_options
@@ -315,6 +355,9 @@ def _make_judge(
         concurrency=concurrency,
         requests_per_second=requests_per_second,
         budget_usd=budget_usd,
+        output_mode=output_mode,  # type: ignore[arg-type]
+        timeout=timeout,
+        max_tokens=max_tokens,
     )
     if clear_cache and judge.cache is not None:
         judge.cache.clear()
@@ -621,7 +664,9 @@ def calibrate_command(
     that matches the labels best."""
     from ..calibration._calibrate import calibrate, read_labels
 
-    report = calibrate(read_labels(labels, capture=capture), judge=judge)
+    read = read_labels(labels, capture=capture)
+    _preflight(judge)  # a dead or misconfigured judge is said now, as in replay (exit 2)
+    report = calibrate(read, judge=judge)
     console = Console()
     table = Table(title=f"agreement with {labels}")
     for column in ("metric", "labels", "scored", "agreement", "kappa", "threshold", "best"):
@@ -639,19 +684,31 @@ def calibrate_command(
     console.print(table)
     for item in report.metrics.values():
         columns = list(next(iter(item.confusion.values()), {}))
-        if not columns:
-            continue
-        click.echo(f"\n{item.metric}: rows are the labels, columns the metric")
-        click.echo("  " + "label".ljust(8) + "".join(c.rjust(7) for c in columns))
-        for row, cells in item.confusion.items():
-            click.echo("  " + row.ljust(8) + "".join(str(cells[c]).rjust(7) for c in columns))
-        if item.unscored:
-            click.echo(f"  not scored (left out): {', '.join(item.unscored)}")
+        if columns:
+            click.echo(f"\n{item.metric}: rows are the labels, columns the metric")
+            click.echo("  " + "label".ljust(8) + "".join(c.rjust(7) for c in columns))
+            for row, cells in item.confusion.items():
+                click.echo("  " + row.ljust(8) + "".join(str(cells[c]).rjust(7) for c in columns))
+        elif item.unscored:
+            click.echo(f"\n{item.metric}: nothing scored")
+        for trace_id in item.unscored:
+            reason = item.unscored_reasons.get(trace_id, "")
+            click.echo(f"  not scored (left out): {trace_id}: {reason[:300]}")
     if json_out:
         report.save(json_out)
         click.echo(
             f"\ncalibration written to {json_out}; show it in the HTML report with "
             f"agenteval report RESULTS --calibration {json_out}"
+        )
+    unanswered = sum(
+        reason.startswith("judge unavailable")
+        for item in report.metrics.values()
+        for reason in item.unscored_reasons.values()
+    )
+    if unanswered:  # figures over what the judge did answer are no calibration of it
+        raise RunProblem(
+            f"the judge did not answer for {unanswered} labelled trace(s) (listed above); "
+            "these are left out of the figures"
         )
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ._base import DEFAULT_CACHE, BaseJudge, Completion, JudgeStats
     from ._cache import JudgeCache, default_cache_path
     from ._langchain import LangChainJudge
-    from ._openai import OpenAIJudge
+    from ._openai import OUTPUT_MODES, OpenAIJudge, OutputMode, default_max_tokens
     from ._parse import ReplyError, parse_reply
     from ._pricing import DEFAULT_PRICES
     from ._protocol import Judge, JudgeReply, JudgeRequest
@@ -31,6 +31,9 @@ _EXPORTS = {
     "default_cache_path": "._cache",
     "LangChainJudge": "._langchain",
     "OpenAIJudge": "._openai",
+    "OutputMode": "._openai",
+    "OUTPUT_MODES": "._openai",
+    "default_max_tokens": "._openai",
     "ReplyError": "._parse",
     "parse_reply": "._parse",
     "DEFAULT_PRICES": "._pricing",
@@ -62,12 +65,16 @@ def judge_from_options(
     concurrency: int = 8,
     requests_per_second: float = 10.0,
     budget_usd: float | None = None,
+    output_mode: OutputMode | None = None,
+    timeout: float = 20.0,
+    max_tokens: int | None = None,
 ) -> OpenAIJudge:
     """The judge the CLI's ``--judge-*`` options describe: at most ``concurrency`` requests
-    in flight, ``requests_per_second`` started per second, and no new call once the
-    estimated spend reaches ``budget_usd``."""
+    in flight, ``requests_per_second`` started per second, no new call once the estimated
+    spend reaches ``budget_usd``, the output mode, the seconds per call and the most tokens
+    a reply may take."""
     from ._cache import JudgeCache
-    from ._openai import OpenAIJudge
+    from ._openai import OUTPUT_MODES, OpenAIJudge, OutputMode, default_max_tokens
 
     cache = JudgeCache(cache_path) if use_cache else None
     if requests_per_second >= 1:
@@ -83,4 +90,7 @@ def judge_from_options(
         requests_per_period=per_period,
         period=period,
         budget_usd=budget_usd,
+        output_mode=output_mode,
+        timeout=timeout,
+        max_tokens=max_tokens,
     )

@@ -64,6 +64,8 @@ class JudgeStats:
     """Estimated spend of the calls made (from token counts and prices)."""
     over_budget: int = 0
     """Requests refused because the budget was used up."""
+    probes: int = 0
+    """Requests the preflight check sent to find the output mode the server accepts."""
 
 
 _SHARED_ANSWERS = 4096

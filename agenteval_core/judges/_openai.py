@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import weakref
 from typing import Any, Literal
@@ -20,18 +21,54 @@ from ._base import DEFAULT_CACHE, BaseJudge, Completion, json_schema
 from ._cache import JudgeCache
 from ._traffic import Traffic
 
-__all__ = ["OpenAIJudge"]
+logger = logging.getLogger("agenteval")
+
+__all__ = ["OUTPUT_MODES", "OpenAIJudge", "OutputMode"]
 
 Mode = Literal["json_schema", "json_object", "text"]
+OutputMode = Literal["auto", "json_schema", "json_object", "text"]
+"""How a judge asks for structured output: ``json_schema`` (``response_format`` with the
+reply's JSON schema), ``json_object`` (JSON mode), ``text`` (no ``response_format``; the
+prompt asks for JSON), or ``auto``: the first of those the server accepts, found out by the
+preflight check."""
+OUTPUT_MODES: tuple[OutputMode, ...] = ("auto", "json_schema", "json_object", "text")
 _FALLBACK: dict[Mode, Mode] = {"json_schema": "json_object", "json_object": "text"}
+_ACCEPTED: dict[tuple[str, str], Mode] = {}
+"""The output mode each endpoint and model accepted, found once per process."""
+
+
+def _refuses_format(response: httpx.Response) -> bool:
+    """A refusal of the requested output format rather than an outage: a 4xx or 5xx (429
+    aside: that is a rate limit) whose body names it. llama-cpp-python answers 500 with its
+    validation error ("Input should be 'text' or 'json_object'"), others 400 or 422."""
+    if response.status_code < 400 or response.status_code == 429:
+        return False
+    body = response.text[:4000].lower()
+    return any(word in body for word in ("response_format", "json_schema", "json_object"))
+
+
+def default_max_tokens(schema: type[BaseModel]) -> int:
+    """The most tokens a reply to ``schema`` may take: 512 for a fixed set of fields, 2,048
+    when it holds a list (one verdict per call or step, a plan): generous for any honest
+    answer, and a bound on a runaway reply."""
+    properties = json_schema(schema).get("properties", {})
+    has_list = any(field.get("type") == "array" for field in properties.values())
+    return 2048 if has_list else 512
+
+
+class _Probe(BaseModel):
+    ok: bool
 
 
 class OpenAIJudge(BaseJudge):
     """An LLM judge over the OpenAI chat-completions API.
 
-    Asks for structured output with ``response_format`` (a JSON schema); a server that
-    rejects that (HTTP 400 naming ``response_format``) is asked in JSON mode, then with plain
-    text, and the reply is parsed tolerantly either way. The mode that worked is remembered.
+    Asks for structured output as ``output_mode`` says (see :data:`OutputMode`). With
+    ``auto`` (the default), the preflight check sends one small request per mode, from a JSON
+    schema down to plain text, and keeps the first the server accepts (once per endpoint and
+    model in a process); a server that refuses a format during scoring (an HTTP error whose
+    body names ``response_format``, be it 400 or llama-cpp-python's 500) is asked in the next
+    mode, never retried as an outage. The reply is parsed tolerantly in every mode.
 
     Args:
         model: the judge model's name.
@@ -43,6 +80,10 @@ class OpenAIJudge(BaseJudge):
         max_retries: retries on 429, 5xx, timeouts and connection errors (honouring Retry-After).
         backoff_base: first backoff in seconds (doubles per retry, full jitter, capped at 20 s).
         timeout: seconds per HTTP call (default 20); each retry is logged at INFO.
+        output_mode: ``auto``, ``json_schema``, ``json_object`` or ``text``
+            (``$AGENTEVAL_JUDGE_OUTPUT_MODE``, else ``auto``).
+        max_tokens: the most tokens a reply may take (default: by the reply's schema, see
+            :func:`default_max_tokens`), so a runaway reply cannot run forever.
         max_parse_retries: re-asks after a reply that does not parse.
         cache: a :class:`JudgeCache`; default the on-disk cache; ``None`` disables it.
         prices: USD per million (input, output) tokens, merged over the defaults.
@@ -73,7 +114,17 @@ class OpenAIJudge(BaseJudge):
         share_stages: bool = True,
         budget_usd: float | None = None,
         budget_usd_per_hour: float | None = None,
+        output_mode: OutputMode | None = None,
+        max_tokens: int | None = None,
     ) -> None:
+        chosen = output_mode or os.environ.get("AGENTEVAL_JUDGE_OUTPUT_MODE") or "auto"
+        if chosen not in OUTPUT_MODES:
+            raise JudgeConfigError(
+                f"judge output mode {chosen!r} is not one of {', '.join(OUTPUT_MODES)} "
+                "(--judge-output-mode, $AGENTEVAL_JUDGE_OUTPUT_MODE)"
+            )
+        if max_tokens is not None and max_tokens < 1:
+            raise JudgeConfigError(f"max_tokens must be >= 1, got {max_tokens}")
         super().__init__(
             cache=cache,
             max_parse_retries=max_parse_retries,
@@ -100,7 +151,9 @@ class OpenAIJudge(BaseJudge):
             max_retries=max_retries,
             backoff_base=backoff_base,
         )
-        self.mode: Mode = "json_schema"
+        self.output_mode: OutputMode = chosen
+        self.mode: Mode = "json_schema" if chosen == "auto" else chosen
+        self.max_tokens = max_tokens
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
@@ -165,12 +218,56 @@ class OpenAIJudge(BaseJudge):
                 f"the judge at {self.base_url} rejected the API key (HTTP "
                 f"{response.status_code}); set OPENAI_API_KEY or pass --judge-api-key"
             )
+        await self._find_output_mode()
 
-    def _payload(self, messages: list[dict[str, str]], schema: type[BaseModel]) -> dict[str, Any]:
+    async def _find_output_mode(self) -> None:
+        """Ask once per mode, from the richest, until the server accepts one (``auto``), or
+        check that it accepts the mode asked for. A server that is slow or errs for another
+        reason gets the benefit of the doubt: scoring will say what is wrong."""
+        known = _ACCEPTED.get((self.base_url, self._model))
+        if self.output_mode == "auto" and known is not None:
+            self.mode = known
+            return
+        refusals: list[str] = []
+        async with httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client:
+            while True:
+                payload = self._payload(
+                    [{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}],
+                    _Probe,
+                    max_tokens=16,
+                )
+                try:
+                    response = await client.post(f"{self.base_url}/chat/completions", json=payload)
+                except httpx.HTTPError:
+                    return
+                self.stats.probes += 1
+                if not _refuses_format(response):
+                    if response.status_code < 400:
+                        _ACCEPTED[(self.base_url, self._model)] = self.mode
+                    return
+                refusals.append(f"{self.mode}: HTTP {response.status_code} {response.text[:160]!r}")
+                if self.output_mode != "auto" or self.mode == "text":
+                    raise JudgeConfigError(
+                        self._scrub(
+                            f"the judge at {self.base_url} refuses the output mode "
+                            f"{self.mode} ({'; '.join(refusals)}); pass --judge-output-mode "
+                            "auto (or json_object, or text)"
+                        )
+                    )
+                self.mode = _FALLBACK[self.mode]
+
+    def _payload(
+        self,
+        messages: list[dict[str, str]],
+        schema: type[BaseModel],
+        *,
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": self._model,
             "messages": messages,
             "temperature": self.temperature,
+            "max_tokens": max_tokens or self.max_tokens or default_max_tokens(schema),
         }
         if self.mode == "json_schema":
             payload["response_format"] = {
@@ -190,17 +287,29 @@ class OpenAIJudge(BaseJudge):
             payload = self._payload(messages, schema)
             try:
                 response = await self.traffic.send(
-                    functools.partial(client.post, url, json=payload)
+                    functools.partial(client.post, url, json=payload), final=_refuses_format
                 )
             except JudgeUnavailableError as exc:
                 raise JudgeUnavailableError(self._scrub(str(exc))) from None
-            if (
-                response.status_code == 400
-                and "response_format" in response.text
-                and self.mode != "text"
-            ):
+            if _refuses_format(response) and self.output_mode == "auto" and self.mode != "text":
+                logger.info(
+                    "agenteval: the judge at %s refuses output mode %s (HTTP %d); asking in %s",
+                    self.base_url,
+                    self.mode,
+                    response.status_code,
+                    _FALLBACK[self.mode],
+                )
                 self.mode = _FALLBACK[self.mode]
+                _ACCEPTED[(self.base_url, self._model)] = self.mode
                 continue
+            if _refuses_format(response):
+                raise JudgeUnavailableError(
+                    self._scrub(
+                        f"the server refuses output mode {self.mode} (HTTP "
+                        f"{response.status_code}: {response.text[:200]}); replaying will not "
+                        "help: pass --judge-output-mode auto, json_object or text"
+                    )
+                )
             if response.status_code >= 400:
                 raise JudgeUnavailableError(
                     self._scrub(f"HTTP {response.status_code} from {url}: {response.text[:300]}")

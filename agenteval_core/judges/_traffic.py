@@ -106,10 +106,15 @@ class Traffic:
     def _note(self, reason: str) -> None:
         self.stats.failures[reason] = self.stats.failures.get(reason, 0) + 1
 
-    async def send(self, request: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+    async def send(
+        self,
+        request: Callable[[], Awaitable[httpx.Response]],
+        *,
+        final: Callable[[httpx.Response], bool] | None = None,
+    ) -> httpx.Response:
         """Send with throttling and retries. Returns the first response that is not worth
-        retrying (a success, or e.g. a 400); raises ``JudgeUnavailableError`` when retries
-        run out."""
+        retrying (a success, or e.g. a 400, or one ``final`` says retrying cannot fix);
+        raises ``JudgeUnavailableError`` when retries run out."""
         throttler, semaphore = self._limits()
         last_problem = "no attempt made"
         for attempt in range(self.max_retries + 1):
@@ -123,7 +128,9 @@ class Traffic:
                 except httpx.TransportError as exc:
                     last_problem = f"connection error ({type(exc).__name__})"
                 else:
-                    if response.status_code not in RETRY_STATUSES:
+                    if response.status_code not in RETRY_STATUSES or (
+                        final is not None and final(response)
+                    ):
                         return response  # success, or an error retrying cannot fix
                     last_problem = f"HTTP {response.status_code}: {response.text[:200]}"
                     wait = retry_after_seconds(response)
