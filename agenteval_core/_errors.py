@@ -6,11 +6,20 @@
     ├── CaptureError                a capture file cannot be read
     │   └── CaptureFormatError      a line is not a valid trace (carries file, line number and field)
     │       └── SchemaVersionError  a line was written by a newer schema version
-    └── JudgeError                  a judge could not produce a usable reply
+    └── JudgeError                  a judge could not produce a usable reply (``kind`` says
+        │                           which way, ``usage`` what the attempt cost)
         ├── JudgeConfigError        found before scoring: no API key, a bad URL, a refused
-        │                           connection, a rejected key (401/403)
+        │                           connection, a rejected key (401/403), a refused output mode
         ├── JudgeUnavailableError   connection refused, timeouts, 5xx and 429 after all retries
+        │                           (replaying may help)
+        ├── JudgeBudgetError        the spending budget is used up
+        ├── JudgeContextOverflowError  the prompt is longer than the model's context (replaying
+        │                           will not help: shorten the input or use a longer context)
+        ├── JudgeUnsupportedRequestError  the server refused the request itself (a 4xx, an
+        │                           output mode it does not take): change the request
         └── JudgeParseError         the reply did not parse after the allowed re-asks
+            └── JudgeInvalidAnswerError  a well-formed reply that breaks the metric's rules
+                                    (e.g. a wrong number of verdicts), after one re-ask
 
 Errors from the layer below (pydantic, httpx, json) are re-raised as the most specific class
 above with ``raise ... from exc`` so the cause stays visible.
@@ -18,7 +27,8 @@ above with ``raise ... from exc`` so the cause stays visible.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -29,9 +39,13 @@ __all__ = [
     "CaptureFormatError",
     "JudgeBudgetError",
     "JudgeConfigError",
+    "JudgeContextOverflowError",
     "JudgeError",
+    "JudgeInvalidAnswerError",
     "JudgeParseError",
     "JudgeUnavailableError",
+    "JudgeUnsupportedRequestError",
+    "JudgeUsage",
     "MetricInputError",
     "SchemaVersionError",
     "UnknownMetricError",
@@ -103,30 +117,97 @@ class SchemaVersionError(CaptureFormatError):
     """A trace was written by a newer schema version than this agenteval understands."""
 
 
+@dataclass
+class JudgeUsage:
+    """What asking a judge cost, kept whatever came of it."""
+
+    calls: int = 0
+    """HTTP requests (or model calls) made: re-asks and retries included."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    abandoned: int = 0
+    """Calls given up at their timeout: the server may have gone on generating."""
+    estimated_input_tokens: int = 0
+    """The abandoned calls' prompt tokens, estimated (characters / 4): their real count is
+    never known, and a budget counts this estimate."""
+
+    def add(self, other: JudgeUsage) -> None:
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.abandoned += other.abandoned
+        self.estimated_input_tokens += other.estimated_input_tokens
+
+
 class JudgeError(AgentEvalError):
-    """A judge could not produce a usable reply."""
+    """A judge could not produce a usable reply. ``kind`` names the way it failed (what the
+    result's ``error`` begins with and what a command's advice follows); ``usage`` holds the
+    calls and tokens spent before it did."""
+
+    kind: ClassVar[str] = "error"
+    label: ClassVar[str] = "judge error"
+    """How a result's ``error`` begins for this kind."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.usage = JudgeUsage()
 
 
 class JudgeConfigError(JudgeError):
     """The judge is misconfigured, found by its preflight check before anything is scored;
     the message names the option or variable to fix."""
 
+    kind = "config"
+    label = "judge misconfigured"
+
 
 class JudgeUnavailableError(JudgeError):
-    """The judge could not be reached or kept failing after all retries."""
+    """The judge could not be reached or kept failing after all retries: replaying may help."""
+
+    kind = "unavailable"
+    label = "judge unavailable"
 
 
 class JudgeBudgetError(JudgeError):
     """The judge's spending budget is used up: no more calls are made (answers already in the
     cache still count)."""
 
+    kind = "budget"
+    label = "budget exhausted"
+
+
+class JudgeContextOverflowError(JudgeError):
+    """The prompt is longer than the judge model's context: replaying gives the same error."""
+
+    kind = "context_overflow"
+    label = "context overflow"
+
+
+class JudgeUnsupportedRequestError(JudgeError):
+    """The server refused the request itself (an HTTP 4xx, an output mode it does not take):
+    replaying gives the same error; the request or the options must change."""
+
+    kind = "unsupported_request"
+    label = "unsupported request"
+
 
 class JudgeParseError(JudgeError):
     """The judge's reply did not parse into the expected schema after the allowed re-asks."""
 
+    kind = "unparsable"
+    label = "unparsable"
+
     def __init__(self, message: str, raw_reply: str) -> None:
-        self.raw_reply = raw_reply
         super().__init__(message)
+        self.raw_reply = raw_reply
+
+
+class JudgeInvalidAnswerError(JudgeParseError):
+    """A well-formed reply that breaks the metric's rules (a wrong number of verdicts), after
+    one re-ask that stated the rule; such a reply is never cached."""
+
+    kind = "invalid_answer"
+    label = "invalid answer"
 
 
 def describe_validation(exc: ValidationError) -> str:

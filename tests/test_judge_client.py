@@ -74,12 +74,24 @@ def test_429_with_retry_after_then_500_then_success(judge_server: JudgeServer) -
     assert judge_server.arrivals[1] - judge_server.arrivals[0] >= 0.3
 
 
-def test_timeout_is_retried(judge_server: JudgeServer) -> None:
+def test_a_timeout_is_abandoned_not_sent_again(judge_server: JudgeServer) -> None:
     judge_server.reply(
         Reply(json.dumps({"score": 0, "reason": "late"}), delay=1.5), {"score": 0.5, "reason": "ok"}
     )
-    reply = ask(judge(judge_server, timeout=0.5))
-    assert reply.parsed.score == 0.5  # type: ignore[attr-defined]
+    with pytest.raises(JudgeUnavailableError, match="timed out; not sent again") as raised:
+        ask(judge(judge_server, timeout=0.5))
+    usage = raised.value.usage
+    # one call, abandoned; its prompt (the request's messages as JSON) estimated at chars / 4
+    prompt = len(json.dumps(request().messages)) // 4
+    assert (usage.calls, usage.abandoned, usage.estimated_input_tokens) == (1, 1, prompt)
+    assert len(judge_server.requests) == 1
+    # asked to, a timeout is sent again
+    judge_server.script.clear()  # the first judge's unused reply
+    judge_server.reply(
+        Reply(json.dumps({"score": 0, "reason": "late"}), delay=1.5), {"score": 0.5, "reason": "ok"}
+    )
+    reply = ask(judge(judge_server, timeout=0.5, retry_timeouts=True))
+    assert reply.parsed.score == 0.5 and reply.calls == 2  # type: ignore[attr-defined]
 
 
 def test_judge_down_raises_unavailable_with_the_cause(judge_server: JudgeServer) -> None:
@@ -167,8 +179,16 @@ def test_langchain_chat_model_judge() -> None:
 
 def test_parser_rejects_what_it_cannot_read() -> None:
     assert parse_reply('{"score": 1, "reason": "x"}', Verdict).score == 1
-    with pytest.raises(ReplyError, match="no complete JSON object"):
+    with pytest.raises(ReplyError, match="truncated: its JSON object never closes"):
         parse_reply('{"score": 1, "reason": "x"', Verdict)
+    with pytest.raises(ReplyError, match="not JSON: it holds no"):
+        parse_reply("Yes, the agent did well.", Verdict)
+    with pytest.raises(ReplyError, match="Expecting ',' delimiter at line 1, column 13"):
+        parse_reply('{"score": 1 "reason": "x"}', Verdict)
+    # a raw newline inside a string: the complete object the model meant, not "truncated"
+    assert parse_reply('{"score": 1, "reason": "line one\nline two"}', Verdict).reason == (
+        "line one\nline two"
+    )
     with pytest.raises(ReplyError, match="not an object"):
         parse_reply("[1, 2]", Verdict)
     with pytest.raises(ReplyError, match="score"):
@@ -338,8 +358,9 @@ def test_a_judge_that_stops_answering_mid_run_ends_replay_non_zero(
     done = CliRunner().invoke(cli, command)
     assert done.exit_code == 1
     assert done.output.strip().endswith(
-        f"agenteval: error: the judge did not answer for 2 result(s) (see the table); "
-        f"the rest is in {results}; replay again to score them"
+        f"agenteval: error: judge unavailable: 2 result(s) not scored (see the table); "
+        f"the rest is in {results}; replay again to score them (raise --judge-timeout for a "
+        "slow server)"
     )
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     scores = [line["results"][0]["score"] for line in lines]

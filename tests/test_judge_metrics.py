@@ -105,14 +105,39 @@ def test_argument_correctness_counts_verdicts(judge_server: JudgeServer) -> None
     )  # no call for a trace without tools
 
 
-def test_wrong_number_of_verdicts_is_an_unparsable_reply(judge_server: JudgeServer) -> None:
-    judge_server.reply({"verdicts": [{"verdict": "yes"}]})
-    result = run_metric("argument_correctness", judge_server, case_with_calls(2))
-    assert (
-        result.score is None
-        and result.error is not None
-        and result.error.startswith("unparsable: expected 2 verdicts")
+def test_a_wrong_number_of_verdicts_is_asked_again_once_and_never_cached(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    from agenteval_core.judges import JudgeCache
+
+    cache = JudgeCache(tmp_path / "cache.sqlite")
+    one = {"verdicts": [{"verdict": "yes"}]}
+    judge_server.reply(one, one)
+    metric = create_metric(
+        "argument_correctness",
+        judge=OpenAIJudge("judge-model", base_url=judge_server.base_url, cache=cache),
     )
+    result = metric.measure(case_with_calls(2))
+    assert result.score is None and result.metadata["error_kind"] == "invalid_answer"
+    assert result.error == (
+        "invalid answer: give exactly 2 verdicts, one per tool call in order (got 1), also "
+        "after a re-ask that stated the rule"
+    )
+    # the re-ask stated the rule; both calls' tokens are on the result
+    assert "That answer breaks a rule: give exactly 2 verdicts" in json.dumps(
+        judge_server.requests[1]
+    )
+    assert (result.metadata["judge_calls"], result.input_tokens, result.output_tokens) == (
+        2,
+        200,
+        40,
+    )
+    # nothing was cached: the next run asks again, and a right answer scores
+    judge_server.reply(
+        {"verdicts": [{"verdict": "yes"}, {"verdict": "no", "reason": "r"}]}, {"reason": "half"}
+    )
+    again = metric.measure(case_with_calls(2))
+    assert again.score == 0.5 and len(judge_server.requests) == 4
 
 
 def test_tool_correctness_reads_calls_and_tools_from_the_trace(judge_server: JudgeServer) -> None:
@@ -484,7 +509,7 @@ def test_an_hourly_budget_for_online_scoring(judge_server: JudgeServer) -> None:
     assert len(judge_server.completions) == 2
     assert [r.score for r in seen] == [0.8, 0.8, None, None]
     assert seen[2].error == (
-        "budget exhausted for this hour: the judge spent $0.000054 of its $0.000050 per hour"
+        "budget exhausted: this hour the judge spent $0.000054 of its $0.000050 per hour"
     )
 
 

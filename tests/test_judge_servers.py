@@ -5,6 +5,8 @@ llama-cpp-python (refuses json_schema with HTTP 500), Ollama (refuses it with 40
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +197,85 @@ def test_calibrate_with_a_judge_failing_every_call_exits_1_with_the_reasons(
         "judge unavailable: gave up after 5 attempts; last: HTTP 503" in line for line in left_out
     )
     assert "agenteval: error: the judge did not answer for 3 labelled trace(s)" in done.output
+
+
+def test_a_context_overflow_says_replaying_will_not_help(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    # llama-cpp-python's words when a prompt is longer than n_ctx
+    overflow = Reply(
+        status=400,
+        content="This model's maximum context length is 2048 tokens. However, you requested "
+        "2770 tokens (2258 in the messages, 512 in the completion). Please reduce the length "
+        "of the messages or completion.",
+    )
+    judge_server.responder = lambda request: overflow
+    results = tmp_path / "r.jsonl"
+    done = replay_with(judge_server, capture_of(tmp_path / "c.jsonl", 2), "--json", str(results))
+    assert done.exit_code == 1
+    assert done.output.strip().splitlines()[-1] == (
+        f"agenteval: error: context overflow: 2 result(s) not scored (see the table); the rest "
+        f"is in {results}; the prompts were longer than the judge model's context; replaying "
+        "gives the same: judge with a longer-context model"
+    )
+    assert len(judge_server.requests) == 2  # a 400 is not retried
+    result = json.loads(results.read_text().splitlines()[0])["results"][0]
+    assert result["metadata"]["error_kind"] == "context_overflow"
+    assert result["error"].startswith(
+        "context overflow: the prompt is longer than judge-model's context (HTTP 400"
+    )
+
+
+def test_every_call_counts_whatever_happens_after_it(judge_server: JudgeServer) -> None:
+    # an unparsable reply (paid for), then the server goes away on the re-ask
+    judge_server.reply(Reply("I think it is fine", usage=(300, 50)))
+    for _ in range(3):
+        judge_server.reply(Reply(status=503, content="overloaded"))
+    judge = OpenAIJudge(
+        "judge-model", base_url=judge_server.base_url, cache=None, max_retries=2, backoff_base=0.01,
+        prices={"judge-model": (1.0, 2.0)},
+    )  # fmt: skip
+    result = create_metric("confidence", judge=judge).measure(Trace(input="q", output="a"))
+    assert result.metadata["error_kind"] == "unavailable"
+    # the first reply's tokens stay on the result: 300 × $1/M + 50 × $2/M
+    assert (result.input_tokens, result.output_tokens) == (300, 50)
+    assert result.cost_usd == pytest.approx(0.0004)
+    # every request the server saw: the first, and the re-ask sent three times
+    assert result.metadata["judge_calls"] == len(judge_server.requests) == 4
+
+
+def test_a_slow_one_at_a_time_server_gets_no_pile_up(tmp_path: Path) -> None:
+    """A server that handles one request at a time and goes on generating after the client
+    leaves (a local model): timed-out calls are not sent again, and after 3 in a row the
+    judge stops calling, so abandoned requests cannot queue up at the server."""
+    server = JudgeServer()
+    lock = threading.Lock()
+
+    def one_at_a_time(request: dict[str, Any]) -> Reply:
+        with lock:  # one generation at a time, 0.4 s of work done whether or not anyone waits
+            time.sleep(0.4)
+        return Reply(json.dumps({"score": 0.5, "reason": "late"}))
+
+    server.responder = one_at_a_time
+    try:
+        done = replay_with(
+            server, capture_of(tmp_path / "c.jsonl", 12), "--judge-timeout", "0.2",
+            "--judge-concurrency", "1", "--json", str(tmp_path / "r.jsonl"),
+        )  # fmt: skip
+        lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+        results = [line["results"][0] for line in lines]
+        # three calls abandoned, each once; then no more calls for the other nine traces
+        assert len(server.requests) == 3
+        assert [r["metadata"].get("abandoned_calls", 0) for r in results] == [1, 1, 1] + [0] * 9
+        assert all(
+            r["error"].startswith("judge unavailable: timed out; not sent again")
+            for r in results[:3]
+        )
+        assert all(
+            "not called: 3 calls in a row timed out after 0.2 s" in r["error"] for r in results[3:]
+        )
+        assert done.exit_code == 1 and "raise --judge-timeout" in done.output
+        # each abandoned call's prompt is estimated (characters / 4) and counted
+        assert all(r["metadata"]["estimated_input_tokens_abandoned"] > 0 for r in results[:3])
+    finally:
+        server.close()

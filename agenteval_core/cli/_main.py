@@ -508,18 +508,30 @@ def replay_command(
         raise RunProblem(f"{capture}: {len(report_errors)} bad line(s) skipped{more}; {scored}")
     if report.traces == 0:
         raise RunProblem(f"{capture}: no traces in the file")
-    unanswered = sum(
-        count
-        for summary in report.summary.metrics.values()
-        for reason, count in summary.reasons.items()
-        if reason.startswith("judge unavailable")
-    )
-    if unanswered:  # the judge stopped answering mid-run: what was scored is kept
-        saved = f"; the rest is in {json_out}" if json_out else ""
-        raise RunProblem(
-            f"the judge did not answer for {unanswered} result(s) (see the table){saved}; "
-            f"replay again to score them"
+
+    def failed(label: str) -> int:
+        return sum(
+            count
+            for summary in report.summary.metrics.values()
+            for reason, count in summary.reasons.items()
+            if reason.startswith(f"{label}:")
         )
+
+    saved = f"; the rest is in {json_out}" if json_out else ""
+    # what will help depends on how the judge failed: say it per kind, worst first
+    for label, advice in (
+        ("unsupported request", "the server refused the requests themselves; replaying "
+         "gives the same: change --judge-output-mode or --judge-model"),
+        ("context overflow", "the prompts were longer than the judge model's context; "
+         "replaying gives the same: judge with a longer-context model"),
+        ("judge unavailable", "replay again to score them (raise --judge-timeout for a slow "
+         "server)"),
+    ):  # fmt: skip
+        count = failed(label)
+        if count:
+            raise RunProblem(
+                f"{label}: {count} result(s) not scored (see the table){saved}; {advice}"
+            )
 
 
 def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -> Any:

@@ -13,7 +13,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import JudgeBudgetError, JudgeConfigError, JudgeParseError
+from .._errors import (
+    JudgeBudgetError,
+    JudgeConfigError,
+    JudgeError,
+    JudgeInvalidAnswerError,
+    JudgeParseError,
+    JudgeUsage,
+)
 from .._redact import redact_text
 from ._cache import JudgeCache, cache_key
 from ._parse import ReplyError, parse_reply
@@ -47,6 +54,8 @@ class Completion:
     text: str
     input_tokens: int = 0
     output_tokens: int = 0
+    calls: int = 1
+    """Requests the transport made for it (retries included)."""
 
 
 @dataclass
@@ -181,7 +190,7 @@ class BaseJudge(ABC):
             if lately >= self.budget_usd_per_hour:
                 self.stats.over_budget += 1
                 raise JudgeBudgetError(
-                    f"budget exhausted for this hour: the judge spent ${lately:.6f} of its "
+                    f"budget exhausted: this hour the judge spent ${lately:.6f} of its "
                     f"${self.budget_usd_per_hour:.6f} per hour"
                 )
 
@@ -196,67 +205,115 @@ class BaseJudge(ABC):
     @staticmethod
     def _handed_on(reply: JudgeReply[Any]) -> JudgeReply[Any]:
         return dataclasses.replace(
-            reply, input_tokens=0, output_tokens=0, cost_usd=0.0, latency_ms=0.0, shared=True
+            reply,
+            input_tokens=0,
+            output_tokens=0,
+            cost_usd=0.0,
+            latency_ms=0.0,
+            shared=True,
+            calls=0,
+            abandoned=0,
+            estimated_input_tokens=0,
         )
+
+    def _charge(self, usage: JudgeUsage) -> None:
+        """Count calls given up at their timeout against the budget: their prompts were sent
+        (an estimate; the server may have gone on generating, uncounted)."""
+        self._spend(usage.estimated_input_tokens, 0)
 
     async def _ask(self, request: JudgeRequest[T], key: str) -> JudgeReply[T]:
         started = time.perf_counter()
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                self.stats.cache_hits += 1
-                return JudgeReply(
-                    parsed=request.schema.model_validate(hit["parsed"]),
-                    raw=hit["raw"],
-                    model=self.model,
-                    cost_usd=0.0,
-                    latency_ms=(time.perf_counter() - started) * 1000,
-                    cached=True,
-                )
+                parsed = request.schema.model_validate(hit["parsed"])
+                if request.check is None or request.check(parsed) is None:
+                    self.stats.cache_hits += 1
+                    return JudgeReply(
+                        parsed=parsed,
+                        raw=hit["raw"],
+                        model=self.model,
+                        cost_usd=0.0,
+                        latency_ms=(time.perf_counter() - started) * 1000,
+                        cached=True,
+                        calls=0,
+                    )
         self._check_budget()
         messages = list(request.messages)
-        input_tokens = output_tokens = 0
-        problem = ReplyError("no reply")
+        usage = JudgeUsage()  # every call's cost, whatever comes of the answer
+        problem: ReplyError | None = None
+        broken_rule: str | None = None
         text = ""
-        for attempt in range(self.max_parse_retries + 1):
-            completion = await self._complete(messages, request.schema)
+        attempt = rule_reasks = 0
+        while True:
+            try:
+                completion = await self._complete(messages, request.schema)
+            except JudgeError as exc:  # the calls made before it still count, on the error
+                self._charge(exc.usage)
+                usage.add(exc.usage)
+                exc.usage = usage
+                raise
             self.stats.completions += 1
-            input_tokens += completion.input_tokens
-            output_tokens += completion.output_tokens
+            usage.calls += completion.calls
+            usage.input_tokens += completion.input_tokens
+            usage.output_tokens += completion.output_tokens
             self._spend(completion.input_tokens, completion.output_tokens)
             text = completion.text
             try:
                 parsed = parse_reply(text, request.schema)
             except ReplyError as exc:
                 problem = exc
-                if attempt < self.max_parse_retries:
-                    self.stats.reasks += 1
-                    messages += [
-                        {"role": "assistant", "content": text},
-                        {
-                            "role": "user",
-                            "content": f"That reply could not be used: {exc}. Answer again "
-                            "with only one JSON object that matches the requested schema.",
-                        },
-                    ]
+                if attempt >= self.max_parse_retries:
+                    break
+                attempt += 1
+                self.stats.reasks += 1
+                messages += _reask(text, f"That reply could not be used: {exc}.")
+                continue
+            broken_rule = request.check(parsed) if request.check is not None else None
+            if broken_rule is not None:
+                if rule_reasks >= 1:
+                    break
+                rule_reasks += 1
+                self.stats.reasks += 1
+                messages += _reask(text, f"That answer breaks a rule: {broken_rule}.")
                 continue
             reply = JudgeReply(
                 parsed=parsed,
                 raw=text,
                 model=self.model,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                cost_usd=cost_usd(self.model, input_tokens, output_tokens, self.prices),
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cost_usd=cost_usd(self.model, usage.input_tokens, usage.output_tokens, self.prices),
                 latency_ms=(time.perf_counter() - started) * 1000,
-                attempts=attempt + 1,
+                attempts=attempt + rule_reasks + 1,
+                calls=usage.calls,
             )
             if self.cache is not None:
                 self.cache.put(key, {"parsed": parsed.model_dump(mode="json"), "raw": text})
             return reply
         self.stats.unparsable += 1
-        error = JudgeParseError(  # a reply may echo the prompt's secrets
-            redact_text(f"unparsable after {self.max_parse_retries + 1} replies: {problem}"),
-            raw_reply=redact_text(text),
-        )
-        error.input_tokens, error.output_tokens = input_tokens, output_tokens  # type: ignore[attr-defined]
+        error: JudgeParseError
+        if broken_rule is not None:  # never cached: the next replay asks again
+            error = JudgeInvalidAnswerError(
+                redact_text(f"{broken_rule}, also after a re-ask that stated the rule"),
+                raw_reply=redact_text(text),
+            )
+        else:
+            error = JudgeParseError(  # a reply may echo the prompt's secrets
+                redact_text(f"unparsable after {self.max_parse_retries + 1} replies: {problem}"),
+                raw_reply=redact_text(text),
+            )
+        error.usage = usage
         raise error
+
+
+def _reask(reply: str, why: str) -> list[dict[str, str]]:
+    """The messages that show the judge its reply and ask again."""
+    return [
+        {"role": "assistant", "content": reply},
+        {
+            "role": "user",
+            "content": f"{why} Answer again with only one JSON object that matches the "
+            "requested schema.",
+        },
+    ]

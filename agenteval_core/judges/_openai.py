@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
+import re
 import weakref
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel
 
-from .._errors import JudgeConfigError, JudgeUnavailableError
+from .._errors import (
+    JudgeConfigError,
+    JudgeContextOverflowError,
+    JudgeError,
+    JudgeUnavailableError,
+    JudgeUnsupportedRequestError,
+)
 from .._redact import redact_text
 from ._base import DEFAULT_CACHE, BaseJudge, Completion, json_schema
 from ._cache import JudgeCache
@@ -45,6 +51,16 @@ def _refuses_format(response: httpx.Response) -> bool:
         return False
     body = response.text[:4000].lower()
     return any(word in body for word in ("response_format", "json_schema", "json_object"))
+
+
+_CONTEXT_WORDS = re.compile(
+    r"context[ _]length|maximum context|context window|too many tokens|exceeds? the context",
+    re.IGNORECASE,
+)
+
+MAX_TIMEOUTS_IN_A_ROW = 3
+"""Calls that time out one after another before the judge stops calling: each left the
+server generating for nobody, and more would queue behind them."""
 
 
 def default_max_tokens(schema: type[BaseModel]) -> int:
@@ -84,6 +100,10 @@ class OpenAIJudge(BaseJudge):
             (``$AGENTEVAL_JUDGE_OUTPUT_MODE``, else ``auto``).
         max_tokens: the most tokens a reply may take (default: by the reply's schema, see
             :func:`default_max_tokens`), so a runaway reply cannot run forever.
+        retry_timeouts: send a call that timed out again. Off by default: the server is
+            usually still generating for the client that left, and a retry queues behind it;
+            such a call counts as abandoned, its prompt tokens estimated. After 3 timeouts in
+            a row the judge stops calling (every later result says why).
         max_parse_retries: re-asks after a reply that does not parse.
         cache: a :class:`JudgeCache`; default the on-disk cache; ``None`` disables it.
         prices: USD per million (input, output) tokens, merged over the defaults.
@@ -116,6 +136,7 @@ class OpenAIJudge(BaseJudge):
         budget_usd_per_hour: float | None = None,
         output_mode: OutputMode | None = None,
         max_tokens: int | None = None,
+        retry_timeouts: bool = False,
     ) -> None:
         chosen = output_mode or os.environ.get("AGENTEVAL_JUDGE_OUTPUT_MODE") or "auto"
         if chosen not in OUTPUT_MODES:
@@ -150,10 +171,12 @@ class OpenAIJudge(BaseJudge):
             max_concurrency=max_concurrency,
             max_retries=max_retries,
             backoff_base=backoff_base,
+            retry_timeouts=retry_timeouts,
         )
         self.output_mode: OutputMode = chosen
         self.mode: Mode = "json_schema" if chosen == "auto" else chosen
         self.max_tokens = max_tokens
+        self._timeouts_in_a_row = 0
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
@@ -281,16 +304,33 @@ class OpenAIJudge(BaseJudge):
     async def _complete(
         self, messages: list[dict[str, str]], schema: type[BaseModel]
     ) -> Completion:
+        if self._timeouts_in_a_row >= MAX_TIMEOUTS_IN_A_ROW:
+            raise JudgeUnavailableError(
+                f"not called: {self._timeouts_in_a_row} calls in a row timed out after "
+                f"{self.timeout:g} s, so the server is slower than --judge-timeout or stuck; "
+                "raise --judge-timeout (or lower --judge-concurrency) and replay"
+            )
         client = self._client()
         url = f"{self.base_url}/chat/completions"
+        calls = 0
+
+        async def post() -> httpx.Response:
+            nonlocal calls
+            calls += 1
+            return await client.post(url, json=payload)
+
         while True:
             payload = self._payload(messages, schema)
             try:
-                response = await self.traffic.send(
-                    functools.partial(client.post, url, json=payload), final=_refuses_format
-                )
-            except JudgeUnavailableError as exc:
-                raise JudgeUnavailableError(self._scrub(str(exc))) from None
+                response = await self.traffic.send(post, final=_refuses_format)
+            except JudgeError as exc:
+                exc.args = (self._scrub(str(exc)),)
+                exc.usage.calls += calls
+                if exc.usage.abandoned:  # its prompt was sent: estimate what it cost
+                    self._timeouts_in_a_row += 1
+                    exc.usage.estimated_input_tokens += len(json.dumps(messages)) // 4
+                raise
+            self._timeouts_in_a_row = 0
             if _refuses_format(response) and self.output_mode == "auto" and self.mode != "text":
                 logger.info(
                     "agenteval: the judge at %s refuses output mode %s (HTTP %d); asking in %s",
@@ -302,19 +342,37 @@ class OpenAIJudge(BaseJudge):
                 self.mode = _FALLBACK[self.mode]
                 _ACCEPTED[(self.base_url, self._model)] = self.mode
                 continue
-            if _refuses_format(response):
-                raise JudgeUnavailableError(
-                    self._scrub(
-                        f"the server refuses output mode {self.mode} (HTTP "
-                        f"{response.status_code}: {response.text[:200]}); replaying will not "
-                        "help: pass --judge-output-mode auto, json_object or text"
-                    )
-                )
             if response.status_code >= 400:
-                raise JudgeUnavailableError(
-                    self._scrub(f"HTTP {response.status_code} from {url}: {response.text[:300]}")
-                )
-            return _completion(response)
+                raise self._refusal(response, url, calls)
+            completion = _completion(response)
+            completion.calls = calls
+            return completion
+
+    def _refusal(self, response: httpx.Response, url: str, calls: int) -> JudgeError:
+        """The error an HTTP error status is, by what replaying could do about it."""
+        body = response.text[:300]
+        error: JudgeError
+        if _refuses_format(response):
+            error = JudgeUnsupportedRequestError(
+                f"the server refuses output mode {self.mode} (HTTP {response.status_code}: "
+                f"{body}); pass --judge-output-mode auto, json_object or text"
+            )
+        elif response.status_code < 500 and _CONTEXT_WORDS.search(response.text[:4000]):
+            error = JudgeContextOverflowError(
+                f"the prompt is longer than {self._model}'s context (HTTP "
+                f"{response.status_code}: {body}); replaying gives the same: judge with a "
+                "longer-context model, or shorten the trace's inputs and outputs"
+            )
+        elif response.status_code < 500:
+            error = JudgeUnsupportedRequestError(
+                f"HTTP {response.status_code} from {url}: {body}; replaying gives the same: "
+                "check --judge-model and the judge options"
+            )
+        else:
+            error = JudgeUnavailableError(f"HTTP {response.status_code} from {url}: {body}")
+        error.args = (self._scrub(str(error)),)
+        error.usage.calls = calls
+        return error
 
     def _scrub(self, text: str) -> str:
         """An error text without this judge's API key (a server may echo it back) or other

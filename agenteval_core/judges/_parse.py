@@ -26,12 +26,23 @@ def _json_object(text: str) -> Any:
     start, end = stripped.find("{"), stripped.rfind("}")
     if 0 <= start < end:
         candidates.append(stripped[start : end + 1])  # prose around one object
+    first_error: json.JSONDecodeError | None = None
     for candidate in candidates:
         try:
-            return json.loads(candidate)
-        except ValueError:
-            continue
-    raise ReplyError("the reply holds no complete JSON object (truncated or not JSON)")
+            # strict=False: a raw newline or tab inside a string (small local models write
+            # them) is still the complete object the model meant; nothing is repaired
+            return json.loads(candidate, strict=False)
+        except json.JSONDecodeError as exc:
+            first_error = first_error or exc
+    if start < 0:
+        raise ReplyError("the reply is not JSON: it holds no '{'")
+    if end <= start or (first_error is not None and first_error.pos >= len(stripped) - 1):
+        raise ReplyError("the reply is truncated: its JSON object never closes")
+    assert first_error is not None
+    raise ReplyError(
+        f"the reply's JSON does not parse: {first_error.msg} at line {first_error.lineno}, "
+        f"column {first_error.colno}"
+    )
 
 
 def parse_reply(text: str, schema: type[T]) -> T:

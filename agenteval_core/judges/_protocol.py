@@ -7,6 +7,7 @@ composition live once, outside the transports.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -36,6 +37,10 @@ class JudgeRequest(Generic[T]):
     shared: bool = False
     """The same question for several metrics of one trace (task or plan extraction): a judge
     asks it once and hands the one answer to every metric that asks."""
+    check: Callable[[Any], str | None] | None = None
+    """The metric's rule for a parsed answer (e.g. one verdict per tool call): the problem
+    with it, or None. An answer that breaks it is asked again once, with the rule stated,
+    and is never cached."""
 
 
 @dataclass
@@ -55,6 +60,13 @@ class JudgeReply(Generic[T]):
     """The answer to a shared stage that another metric's request already paid for: its
     tokens and cost are counted there, and are zero here."""
     extra: dict[str, Any] = field(default_factory=dict)
+    calls: int = 1
+    """Requests the transport made for this answer (re-asks and retries included; 0 when it
+    came from the cache or another metric's shared answer)."""
+    abandoned: int = 0
+    """Of those, requests given up at their timeout."""
+    estimated_input_tokens: int = 0
+    """The abandoned requests' prompt tokens, estimated."""
 
 
 @runtime_checkable

@@ -77,6 +77,7 @@ class Traffic:
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
         retry_after_max: float = RETRY_AFTER_MAX,
+        retry_timeouts: bool = False,
     ) -> None:
         self.requests_per_period = requests_per_period
         self.period = period
@@ -85,6 +86,10 @@ class Traffic:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.retry_after_max = retry_after_max
+        self.retry_timeouts = retry_timeouts
+        """Whether a request that timed out is sent again. Off by default: a server that
+        took too long is usually still generating for the client that left (a local model
+        serves one request at a time), and a retry queues behind it."""
         self.stats = TrafficStats()
         self.sleep = asyncio.sleep  # the wait between attempts (a test can replace it)
         # keyed by the loop object itself: a finished loop's id can be reused by a new loop
@@ -125,6 +130,14 @@ class Traffic:
                     response = await request()
                 except httpx.TimeoutException:
                     last_problem = "timed out"
+                    if not self.retry_timeouts:
+                        self._note(last_problem)
+                        error = JudgeUnavailableError(
+                            "timed out; not sent again, since the server may still be "
+                            "working on it (raise --judge-timeout for a slow server)"
+                        )
+                        error.usage.abandoned = 1
+                        raise error from None
                 except httpx.TransportError as exc:
                     last_problem = f"connection error ({type(exc).__name__})"
                 else:

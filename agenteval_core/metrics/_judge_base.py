@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import JudgeBudgetError, JudgeParseError, JudgeUnavailableError
+from .._errors import JudgeError, JudgeParseError, JudgeUsage
 from .._redact import redact_text
+from ..judges._pricing import cost_usd
 from ..judges._protocol import Judge, JudgeRequest
 from ..schema._trace import EvalCase, ToolCall, Trace, text_of
 from ._protocol import Metric, MetricKind, Score
@@ -98,7 +99,10 @@ class _Accounting:
     output_tokens: int = 0
     cost_usd: float | None = None
     calls: int = 0
+    """Requests the judge made for this result: re-asks and retries included."""
     cached: int = 0
+    abandoned: int = 0
+    estimated_input_tokens: int = 0
     shared: list[str] = field(default_factory=list)
     stages: list[str] = field(default_factory=list)
 
@@ -110,9 +114,23 @@ class _Accounting:
         self.output_tokens += reply.output_tokens
         if reply.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + reply.cost_usd
-        self.calls += 1
+        self.calls += getattr(reply, "calls", 1)
         self.cached += bool(reply.cached)
         self.stages.append(stage)
+
+    def add_failed(self, usage: JudgeUsage, judge: Any) -> None:
+        """What a stage that ended in an error cost: its calls and tokens stay counted."""
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.calls += usage.calls
+        self.abandoned += usage.abandoned
+        self.estimated_input_tokens += usage.estimated_input_tokens
+        prices = getattr(judge, "prices", None)
+        model = getattr(judge, "model", None)
+        if prices is not None and model is not None:
+            usd = cost_usd(model, usage.input_tokens, usage.output_tokens, prices)
+            if usd is not None:
+                self.cost_usd = (self.cost_usd or 0.0) + usd
 
 
 class JudgeMetric(Metric):
@@ -138,8 +156,17 @@ class JudgeMetric(Metric):
         super().__init__(threshold=threshold)
         self.judge = judge
 
-    async def ask(self, accounting: _Accounting, prompt: Prompt, schema: type[T], **data: Any) -> T:
-        """Run one stage through the judge."""
+    async def ask(
+        self,
+        accounting: _Accounting,
+        prompt: Prompt,
+        schema: type[T],
+        *,
+        check: Callable[[T], str | None] | None = None,
+        **data: Any,
+    ) -> T:
+        """Run one stage through the judge; ``check`` is the metric's rule for the answer
+        (see :attr:`JudgeRequest.check`)."""
         assert self.judge is not None
         request = JudgeRequest(
             metric=f"shared:{prompt.stage}" if prompt.shared else self.name,
@@ -148,6 +175,7 @@ class JudgeMetric(Metric):
             schema=schema,
             stage=prompt.stage,
             shared=prompt.shared,
+            check=check,
         )
         reply = await self.judge.judge(request)
         accounting.add(reply, prompt.stage)
@@ -165,14 +193,13 @@ class JudgeMetric(Metric):
         accounting = _Accounting()
         try:
             score = await self.evaluate(case, accounting)
-        except JudgeParseError as exc:
-            score = Score.failure(f"unparsable: {exc}", raw_reply=exc.raw_reply)
-            accounting.input_tokens += getattr(exc, "input_tokens", 0)
-            accounting.output_tokens += getattr(exc, "output_tokens", 0)
-        except JudgeUnavailableError as exc:
-            score = Score.failure(f"judge unavailable: {exc}")
-        except JudgeBudgetError as exc:  # never a silent skip: the result says why
-            score = Score.failure(str(exc))
+        except JudgeError as exc:  # never a silent skip: the result says why, by its kind
+            message = str(exc)  # a budget's own message begins with its label
+            error = message if message.startswith(f"{exc.label}:") else f"{exc.label}: {message}"
+            score = Score.failure(error, error_kind=exc.kind)
+            if isinstance(exc, JudgeParseError):
+                score.metadata["raw_reply"] = exc.raw_reply
+            accounting.add_failed(exc.usage, self.judge)
         score.judge_model = accounting.model or getattr(self.judge, "model", None)
         score.prompt_version = self.prompt_version
         score.input_tokens = accounting.input_tokens
@@ -180,6 +207,11 @@ class JudgeMetric(Metric):
         score.cost_usd = accounting.cost_usd
         score.metadata.setdefault("judge_calls", accounting.calls)
         score.metadata.setdefault("cached_calls", accounting.cached)
+        if accounting.abandoned:  # sent, given up at the timeout: tokens estimated
+            score.metadata.setdefault("abandoned_calls", accounting.abandoned)
+            score.metadata.setdefault(
+                "estimated_input_tokens_abandoned", accounting.estimated_input_tokens
+            )
         if accounting.shared:  # answered once for several metrics; paid for where first asked
             score.metadata.setdefault("shared_stages", accounting.shared)
         return score

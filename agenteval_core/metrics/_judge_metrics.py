@@ -13,7 +13,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from .._errors import JudgeParseError
 from ..schema._trace import EvalCase, ToolCall, text_of
 from ._judge_base import JudgeMetric, Prompt, _Accounting, describe_trace
 from ._protocol import Score, register_metric
@@ -174,7 +173,7 @@ class ToolCorrectness(JudgeMetric):
 
     async def evaluate(self, case: EvalCase, accounting: _Accounting) -> Score:
         trace_tools = case.trace.tools if case.trace is not None else []
-        metadata = {
+        metadata: dict[str, Any] = {
             "user_input": text_of(case.input),
             "tools_called": _calls_for_judge(case.tool_calls),
             "available_tools": [
@@ -212,10 +211,20 @@ class ArgumentCorrectness(JudgeMetric):
                 "no tool calls: nothing to evaluate",
                 {"user_input": text_of(case.input), "verdicts": []},
             )
+
+        def one_per_call(answer: Verdicts) -> str | None:
+            if len(answer.verdicts) == len(calls):
+                return None
+            return (
+                f"give exactly {len(calls)} verdicts, one per tool call in order "
+                f"(got {len(answer.verdicts)})"
+            )
+
         judged = await self.ask(
             accounting,
             self.prompts[0],
             Verdicts,
+            check=one_per_call,
             user_input=case.input,
             tool_calls=[
                 {**c, "reasoning": s.thought}
@@ -223,11 +232,6 @@ class ArgumentCorrectness(JudgeMetric):
                 for c in _calls_for_judge(s.tool_calls)
             ],
         )
-        if len(judged.verdicts) != len(calls):
-            raise JudgeParseError(
-                f"expected {len(calls)} verdicts, one per tool call, got {len(judged.verdicts)}",
-                raw_reply=judged.model_dump_json(),
-            )
         value = _fraction_yes(judged.verdicts)
         wrong = [v.reason for v in judged.verdicts if v.verdict == "no"]
         explained = await self.ask(
