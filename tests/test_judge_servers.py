@@ -5,6 +5,8 @@ llama-cpp-python (refuses json_schema with HTTP 500), Ollama (refuses it with 40
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -279,3 +281,66 @@ def test_a_slow_one_at_a_time_server_gets_no_pile_up(tmp_path: Path) -> None:
         assert all(r["metadata"]["estimated_input_tokens_abandoned"] > 0 for r in results[:3])
     finally:
         server.close()
+
+
+def test_the_local_server_recipe_runs_as_written(judge_server: JudgeServer, tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "judges.md").read_text(encoding="utf-8")
+    section = page.split("## A local model server", 1)[1].split("\n## ", 1)[0]
+    [line] = re.findall(r"```console\n(agenteval replay .*?)\n```", section)
+    words = shlex.split(line.replace("http://127.0.0.1:8000/v1", judge_server.base_url))
+    llama_cpp(judge_server)
+    judge_server.responder = answer
+    capture_of(tmp_path / "capture.jsonl")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        done = CliRunner().invoke(cli, words[1:], env={"COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
+    assert [r["response_format"]["type"] for r in judge_server.requests] == ["json_object"] * 3
+
+
+def test_tokens_and_calls_per_result_add_up_to_what_the_server_saw(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    """Three judge metrics (task extraction shared), first replies unparsable (a re-ask each),
+    one trace's score stage answered by an outage after its re-ask."""
+    totals = {"input": 0, "output": 0}
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def responder(request: dict[str, Any]) -> Reply:
+        name = request["response_format"]["json_schema"]["name"]
+        text = request["messages"][1]["content"]
+        key = f"{name}:{text}"
+        with lock:
+            seen[key] = seen.get(key, 0) + 1
+            usage = (100 + seen[key] * 10, 7 * seen[key])
+            if "question 2" in text and name == "ScoreReason" and seen[key] > 1:
+                return Reply(status=400, content="bad request")  # after its paid re-ask
+            totals["input"] += usage[0]
+            totals["output"] += usage[1]
+        if seen[key] == 1:
+            return Reply("let me think...", usage=usage)  # unparsable: paid, then re-asked
+        answers = {
+            "TaskAndOutcome": {"task": "t", "outcome": "o"},
+            "VerdictScore": {"verdict": 0.7, "reason": "r"},
+            "ScoreReason": {"score": 0.6, "reason": "r"},
+        }
+        return Reply(json.dumps(answers[name]), usage=usage)
+
+    judge_server.responder = responder
+    results_path = tmp_path / "r.jsonl"
+    done = CliRunner().invoke(
+        cli,
+        ["replay", str(capture_of(tmp_path / "c.jsonl")), "--metrics",
+         "task_completion,step_efficiency,confidence", "--no-cache", "--json", str(results_path),
+         "--judge-model", "judge-model", "--judge-base-url", judge_server.base_url],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    results = [r for line in results_path.open() for r in json.loads(line)["results"]]
+    assert done.exit_code == 1  # one result: an unsupported request
+    failed = [r for r in results if r["score"] is None]
+    # trace 2: the score stages of step_efficiency and confidence (both ScoreReason)
+    assert [r["metadata"]["error_kind"] for r in failed] == ["unsupported_request"] * 2
+    assert sum(r["input_tokens"] for r in results) == totals["input"]
+    assert sum(r["output_tokens"] for r in results) == totals["output"]
+    assert sum(r["metadata"]["judge_calls"] for r in results) == len(judge_server.requests)
