@@ -344,3 +344,40 @@ def test_tokens_and_calls_per_result_add_up_to_what_the_server_saw(
     assert sum(r["input_tokens"] for r in results) == totals["input"]
     assert sum(r["output_tokens"] for r in results) == totals["output"]
     assert sum(r["metadata"]["judge_calls"] for r in results) == len(judge_server.requests)
+
+
+def test_a_context_overflow_names_the_long_fields_and_max_input_tokens_cuts_them(
+    judge_server: JudgeServer,
+) -> None:
+    def small_context(request: dict[str, Any]) -> Reply:
+        if len(request["messages"][1]["content"]) > 3000:
+            return Reply(status=400, content="maximum context length is 1024 tokens")
+        return Reply(json.dumps({"score": 0.7, "reason": "ok"}))
+
+    judge_server.responder = small_context
+    trace = Trace(input="q", output="x" * 9000)
+    wide = OpenAIJudge("judge-model", base_url=judge_server.base_url, cache=None)
+    result = create_metric("confidence", judge=wide).measure(trace)
+    assert result.metadata["error_kind"] == "context_overflow"
+    assert "the longest inputs: run 9," in (result.error or "")
+    assert "--judge-max-input-tokens N cuts each" in (result.error or "")
+    # 500 tokens for one block: 2,000 characters of the 9,000-character answer, marked
+    narrow = OpenAIJudge(
+        "judge-model", base_url=judge_server.base_url, cache=None, max_input_tokens=500
+    )
+    assert create_metric("confidence", judge=narrow).measure(trace).score == 0.7
+    assert "…[truncated 7" in judge_server.requests[-1]["messages"][1]["content"]
+
+
+def test_a_result_deadline_ends_the_work(judge_server: JudgeServer) -> None:
+    judge_server.responder = lambda request: Reply(
+        json.dumps({"score": 0.7, "reason": "r"}), delay=2.0
+    )
+    judge = OpenAIJudge(
+        "judge-model", base_url=judge_server.base_url, cache=None, result_deadline=0.3
+    )
+    result = create_metric("confidence", judge=judge).measure(Trace(input="q", output="a"))
+    assert result.error == (
+        "judge unavailable: no answer within the result's deadline of 0.3 s (--judge-deadline)"
+    )
+    assert result.metadata["abandoned_calls"] == 1 and result.latency_ms < 1500

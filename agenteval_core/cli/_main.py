@@ -286,6 +286,19 @@ def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[.
             help="The most tokens a judge reply may take (default: 512, or 2,048 for replies "
             "that hold a list).",
         ),
+        click.option(
+            "--judge-max-input-tokens",
+            type=click.IntRange(min=1),
+            envvar="AGENTEVAL_JUDGE_MAX_INPUT_TOKENS",
+            help="Cut each piece of a run sent to the judge to an equal share of this many "
+            "tokens, for a model whose context the prompts overflow.",
+        ),
+        click.option(
+            "--judge-deadline",
+            type=click.FloatRange(min=0, min_open=True),
+            envvar="AGENTEVAL_JUDGE_DEADLINE",
+            help="Seconds one result may take in all (stages, re-asks, retries).",
+        ),
         click.option("--no-cache", is_flag=True, help="Do not read or write the judge cache."),
         click.option("--clear-cache", is_flag=True, help="Empty the judge cache first."),
     ]
@@ -303,6 +316,8 @@ def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[.
                 output_mode=kwargs.pop("judge_output_mode"),
                 timeout=kwargs.pop("judge_timeout"),
                 max_tokens=kwargs.pop("judge_max_tokens"),
+                max_input_tokens=kwargs.pop("judge_max_input_tokens"),
+                result_deadline=kwargs.pop("judge_deadline"),
                 no_cache=kwargs.pop("no_cache"),
                 clear_cache=kwargs.pop("clear_cache"),
             )
@@ -335,6 +350,8 @@ def _make_judge(
     output_mode: str | None,
     timeout: float,
     max_tokens: int | None,
+    max_input_tokens: int | None,
+    result_deadline: float | None,
     no_cache: bool,
     clear_cache: bool,
 ) -> OpenAIJudge | None:
@@ -358,6 +375,8 @@ def _make_judge(
         output_mode=output_mode,  # type: ignore[arg-type]
         timeout=timeout,
         max_tokens=max_tokens,
+        max_input_tokens=max_input_tokens,
+        result_deadline=result_deadline,
     )
     if clear_cache and judge.cache is not None:
         judge.cache.clear()

@@ -68,6 +68,8 @@ def judge_from_options(
     output_mode: OutputMode | None = None,
     timeout: float = 20.0,
     max_tokens: int | None = None,
+    max_input_tokens: int | None = None,
+    result_deadline: float | None = None,
 ) -> OpenAIJudge:
     """The judge the CLI's ``--judge-*`` options describe: at most ``concurrency`` requests
     in flight, ``requests_per_second`` started per second, no new call once the estimated
@@ -93,4 +95,6 @@ def judge_from_options(
         output_mode=output_mode,
         timeout=timeout,
         max_tokens=max_tokens,
+        max_input_tokens=max_input_tokens,
+        result_deadline=result_deadline,
     )

@@ -104,6 +104,11 @@ class OpenAIJudge(BaseJudge):
             usually still generating for the client that left, and a retry queues behind it;
             such a call counts as abandoned, its prompt tokens estimated. After 3 timeouts in
             a row the judge stops calling (every later result says why).
+        max_input_tokens: cut each piece of the run a stage sends (the request, the calls,
+            the answer, ...) to an equal share of this many tokens (4 characters a token),
+            for a model whose context the prompts overflow.
+        result_deadline: seconds one metric's result may take in all (its stages, re-asks
+            and retries); past it the result is "judge unavailable" and says so.
         max_parse_retries: re-asks after a reply that does not parse.
         cache: a :class:`JudgeCache`; default the on-disk cache; ``None`` disables it.
         prices: USD per million (input, output) tokens, merged over the defaults.
@@ -137,6 +142,8 @@ class OpenAIJudge(BaseJudge):
         output_mode: OutputMode | None = None,
         max_tokens: int | None = None,
         retry_timeouts: bool = False,
+        max_input_tokens: int | None = None,
+        result_deadline: float | None = None,
     ) -> None:
         chosen = output_mode or os.environ.get("AGENTEVAL_JUDGE_OUTPUT_MODE") or "auto"
         if chosen not in OUTPUT_MODES:
@@ -176,6 +183,8 @@ class OpenAIJudge(BaseJudge):
         self.output_mode: OutputMode = chosen
         self.mode: Mode = "json_schema" if chosen == "auto" else chosen
         self.max_tokens = max_tokens
+        self.max_input_tokens = max_input_tokens
+        self.result_deadline = result_deadline
         self._timeouts_in_a_row = 0
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()

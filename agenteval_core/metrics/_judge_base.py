@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -9,14 +10,14 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import JudgeError, JudgeParseError, JudgeUsage
+from .._errors import JudgeContextOverflowError, JudgeError, JudgeParseError, JudgeUsage
 from .._redact import redact_text
 from ..judges._pricing import cost_usd
 from ..judges._protocol import Judge, JudgeRequest
 from ..schema._trace import EvalCase, ToolCall, Trace, text_of
 from ._protocol import Metric, MetricKind, Score
 
-__all__ = ["JudgeMetric", "Prompt", "data_block", "describe_trace"]
+__all__ = ["JudgeMetric", "Prompt", "data_block", "describe_trace", "field_limit"]
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -36,14 +37,23 @@ def _neutralise(text: str) -> str:
     return text.replace("<<<", "‹‹‹").replace(">>>", "›››")
 
 
-def data_block(label: str, value: Any) -> str:
+def data_block(label: str, value: Any, limit: int = MAX_FIELD_CHARS) -> str:
     """``value`` as text inside clear delimiters, secrets redacted, markers neutralised,
-    length bounded."""
+    length bounded (``limit`` characters, then a visible marker)."""
     # captures made by agenteval are redacted already; this covers traces from elsewhere
     text = _neutralise(redact_text(text_of(value)))
-    if len(text) > MAX_FIELD_CHARS:
-        text = f"{text[:MAX_FIELD_CHARS]} …[truncated {len(text) - MAX_FIELD_CHARS} characters]"
+    if len(text) > limit:
+        text = f"{text[:limit]} …[truncated {len(text) - limit} characters]"
     return f"<<<DATA {label}\n{text}\nDATA>>>"
+
+
+def field_limit(blocks: int, max_input_tokens: int | None) -> int:
+    """Characters each of a stage's ``blocks`` data blocks may hold: 4,000, or, with a judge's
+    ``max_input_tokens``, an equal share of that many tokens at 4 characters a token (at
+    least 200, so every block keeps its start)."""
+    if max_input_tokens is None:
+        return MAX_FIELD_CHARS
+    return max(200, min(MAX_FIELD_CHARS, max_input_tokens * 4 // max(1, blocks)))
 
 
 def _call_line(call: ToolCall) -> str:
@@ -84,8 +94,9 @@ class Prompt:
         """The hash of this stage's instructions (a shared stage's own prompt version)."""
         return hashlib.sha256(f"{self.stage}:{self.instructions}".encode()).hexdigest()[:12]
 
-    def messages(self, **data: Any) -> list[dict[str, str]]:
-        blocks = "\n\n".join(data_block(label, value) for label, value in data.items())
+    def messages(self, *, max_input_tokens: int | None = None, **data: Any) -> list[dict[str, str]]:
+        limit = field_limit(len(data), max_input_tokens)
+        blocks = "\n\n".join(data_block(label, value, limit) for label, value in data.items())
         return [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"{self.instructions}\n\n{blocks}"},
@@ -168,16 +179,26 @@ class JudgeMetric(Metric):
         """Run one stage through the judge; ``check`` is the metric's rule for the answer
         (see :attr:`JudgeRequest.check`)."""
         assert self.judge is not None
+        max_input_tokens = getattr(self.judge, "max_input_tokens", None)
         request = JudgeRequest(
             metric=f"shared:{prompt.stage}" if prompt.shared else self.name,
             prompt_version=prompt.version if prompt.shared else self.prompt_version,
-            messages=prompt.messages(**data),
+            messages=prompt.messages(max_input_tokens=max_input_tokens, **data),
             schema=schema,
             stage=prompt.stage,
             shared=prompt.shared,
             check=check,
         )
-        reply = await self.judge.judge(request)
+        try:
+            reply = await self.judge.judge(request)
+        except JudgeContextOverflowError as exc:  # say which of the run's fields were long
+            sizes = sorted(((len(text_of(v)), k) for k, v in data.items()), reverse=True)
+            longest = ", ".join(f"{label} {size:,} characters" for size, label in sizes[:3])
+            exc.args = (
+                f"{exc}; the longest inputs: {longest}; --judge-max-input-tokens N cuts each "
+                "to an equal share of N tokens",
+            )
+            raise
         accounting.add(reply, prompt.stage)
         return reply.parsed
 
@@ -191,8 +212,17 @@ class JudgeMetric(Metric):
                 "no judge configured: pass judge=... or --judge-model/--judge-base-url"
             )
         accounting = _Accounting()
+        deadline = getattr(self.judge, "result_deadline", None)
         try:
-            score = await self.evaluate(case, accounting)
+            async with asyncio.timeout(deadline):
+                score = await self.evaluate(case, accounting)
+        except TimeoutError:  # the call in flight was given up: the server saw it
+            accounting.abandoned += 1
+            score = Score.failure(
+                f"judge unavailable: no answer within the result's deadline of {deadline:g} s "
+                "(--judge-deadline)",
+                error_kind="unavailable",
+            )
         except JudgeError as exc:  # never a silent skip: the result says why, by its kind
             message = str(exc)  # a budget's own message begins with its label
             error = message if message.startswith(f"{exc.label}:") else f"{exc.label}: {message}"
