@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -457,6 +459,53 @@ def test_close_accounts_for_every_captured_trace(tmp_path: Path) -> None:
     assert marks == [
         {"trace_id": t.id, "unscored": "not scored before the evaluator closed"} for t in submitted
     ]
+
+
+class LoopHoggingMetric(Metric):
+    """A slow metric not marked ``blocking``: it holds the scoring loop while it runs, so
+    closing the sessions and stopping the loop wait behind it too."""
+
+    name = "loop_hog"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    gate = threading.Event()
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        self.gate.wait(3)
+        return Score(1.0)
+
+
+@pytest.mark.parametrize("captured", [True, False])
+def test_close_keeps_one_deadline_for_all_its_stages(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, captured: bool
+) -> None:
+    hog = LoopHoggingMetric()
+    hog.gate.clear()
+    capture = tmp_path / "c.jsonl" if captured else None
+    evaluator = OnlineEvaluator(capture=capture, metrics=[hog], session_metrics=[], log=False)
+    evaluator.submit(trace("answer", session="s"))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="agenteval"):
+        evaluator.close(timeout=0.5)
+    elapsed = time.monotonic() - started
+    hog.gate.set()
+    # flushing, closing the sessions and stopping the loop each waited the whole timeout in
+    # turn (1.5 s here); one deadline is shared by all of them
+    assert elapsed < 0.5 + 0.3, elapsed
+    assert evaluator.stats.dropped_from_scoring == 1
+    messages = [record.getMessage() for record in caplog.records]
+    assert (
+        "agenteval: the open sessions were not closed within close(timeout=0.5); their final "
+        "session results were not delivered"
+    ) in messages
+    replay = (
+        f"`agenteval replay {capture}` scores them"
+        if captured
+        else "nothing was captured to replay them from (capture=None)"
+    )
+    assert (
+        "agenteval: 1 trace(s) were not scored before close; their ids are in "
+        f"stats.unscored_trace_ids, and {replay}"
+    ) in messages
 
 
 def test_sigterm_captures_and_scores_every_finished_trace(tmp_path: Path) -> None:

@@ -360,27 +360,46 @@ class OnlineEvaluator:
         """
         if self._closed:
             return
-        self.flush(timeout)
-        self.recorder.close(timeout)
+        # one deadline for the whole close: each stage gets what the earlier ones left
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        self.flush(remaining())
+        self.recorder.close(remaining())
         with self._idle:
             self._closed = True
         sessions_closed = asyncio.run_coroutine_threadsafe(_close_sessions(self.engine), self._loop)
         try:
-            sessions_closed.result(timeout)
+            sessions_closed.result(remaining())
+        except TimeoutError:
+            logger.warning(
+                "agenteval: the open sessions were not closed within close(timeout=%s); "
+                "their final session results were not delivered",
+                timeout,
+            )
         except Exception as exc:
-            logger.warning("agenteval could not close the sessions: %s", exc)
+            logger.warning(
+                "agenteval could not close the sessions: %s: %s", type(exc).__name__, exc
+            )
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout)
+        self._thread.join(remaining())
         with self._idle:
             leftover, self._in_scoring = list(self._in_scoring), {}
         for trace_id in leftover:  # captured, not scored in time: counted, never silent
             self._unscored(trace_id, "not scored before the evaluator closed")
         if leftover:
+            replay = (
+                f"`agenteval replay {self.capture_path}` scores them"
+                if self.capture_path is not None
+                else "nothing was captured to replay them from (capture=None)"
+            )
             logger.warning(
-                "agenteval: %d captured trace(s) were not scored before close; "
-                "their ids are in stats.unscored_trace_ids, and `agenteval replay %s` scores them",
+                "agenteval: %d trace(s) were not scored before close; their ids are in "
+                "stats.unscored_trace_ids, and %s",
                 len(leftover),
-                self.capture_path,
+                replay,
             )
         if self._capture is not None:
             self._capture.close()
