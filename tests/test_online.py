@@ -32,6 +32,7 @@ from agenteval_core import (
     RunRoots,
     RunStatus,
     Score,
+    Sink,
     SpanKind,
     ToolCall,
     Trace,
@@ -568,4 +569,46 @@ def test_the_console_sink_prints_a_line_per_trace_and_a_closing_summary(tmp_path
         "0 loop alert(s)",
         f"agenteval: capture {capture}, results {results}; open the report with: "
         f"agenteval report {results} --capture {capture}",
+    ]
+
+
+def test_failures_of_our_own_are_counted_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A guard that raises (stop_on_loop is then off for that call), a submit that fails, a
+    sink that fails: each counted in stats.problems and logged at WARNING once per kind."""
+    import hotel_agent
+    from agenteval_langchain import AgentEvalCallbackHandler
+
+    def refuse_everything(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("guard bug")
+
+    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", log=False, queue_size=0)
+    evaluator.recorder.guard.observe = refuse_everything  # type: ignore[method-assign]
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+    with caplog.at_level(logging.WARNING, logger="agenteval"):
+        for _ in range(2):  # two runs, one tool call each: the agent is never stopped
+            answer = hotel_agent.run("Book a hotel in Rome", handler)
+            assert answer is not None and answer.startswith("I booked a hotel in Rome")
+        assert evaluator.recorder.flush(10)  # both traces handed over before the sink joins
+
+        class Broken(Sink):
+            def trace_unscored(self, trace_id: str, reason: str) -> None:
+                raise OSError("disk gone")
+
+        evaluator.engine.sinks.append(Broken())
+        evaluator.redactor = None
+        evaluator.submit(trace("x"))  # the hand-off is full (queue_size=0): an unscored mark
+        evaluator.submit("not a trace")  # type: ignore[arg-type]
+        evaluator.close(10)
+    assert evaluator.stats.problems == {"loop guard": 2, "sink": 1, "submit": 1}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [w for w in warnings if "counted in stats.problems" in w]
+    assert said == [
+        "agenteval: loop guard failed (RuntimeError: guard bug): this tool call was not "
+        "checked for a loop; counted in stats.problems['loop guard'], logged once",
+        f"agenteval: sink failed (OSError: disk gone): {evaluator.engine.sinks[-1]!r} did not "
+        "take an unscored mark; counted in stats.problems['sink'], logged once",
+        "agenteval: submit failed (AttributeError: 'str' object has no attribute 'id'): a "
+        "trace was neither captured nor scored; counted in stats.problems['submit'], logged once",
     ]

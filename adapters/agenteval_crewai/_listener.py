@@ -7,7 +7,6 @@ supported way to refuse a tool call: handler exceptions are swallowed by the bus
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -24,8 +23,6 @@ from agenteval_core import OnlineEvaluator, ToolCall, current_session, default_e
 from ._translate import EVENT_NAMES, Translator
 
 __all__ = ["AgentEvalListener"]
-
-logger = logging.getLogger("agenteval")
 
 
 class AgentEvalListener(BaseEventListener):
@@ -90,7 +87,7 @@ class AgentEvalListener(BaseEventListener):
                 run, call, refuse=self.translator.refuser(run, task_id, call)
             )
         except Exception as exc:  # a bug of ours must never reach the crew
-            logger.debug("agenteval loop guard failed: %s", exc)
+            self.recorder.guard_failed(exc)
             return None
         return False if alert is not None else None
 

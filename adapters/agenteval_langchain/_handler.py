@@ -6,7 +6,6 @@ pump's thread (see ``_translate.py``) and the evaluator's loop, never on the age
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 from uuid import UUID
@@ -27,7 +26,6 @@ from ._translate import SESSION_KWARG, Translator
 
 __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
 
-logger = logging.getLogger("agenteval")
 
 HOOKS = (
     "on_chain_start",
@@ -93,7 +91,7 @@ class _Guard:
             refuse = self.translator.refuser(run_id)
             alert = self.recorder.check_tool_call(root, call, refuse=refuse)
         except Exception as exc:  # a bug of ours must never reach the agent
-            logger.debug("agenteval loop guard failed: %s", exc)
+            self.recorder.guard_failed(exc)
             return
         if alert is not None:
             raise AgentLoopError(alert)

@@ -198,7 +198,7 @@ class LlamaIndexInstrumentation:
             if alert is not None:
                 self._refuse(arguments["ev"], alert, (tags or {}).get(RUN_TAG))
         except Exception as exc:  # a bug of ours must never reach the agent
-            logger.debug("agenteval loop guard failed: %s", exc)
+            self.recorder.guard_failed(exc)
 
     def _refuse(self, request: Any, alert: LoopAlert, run_id: str | None) -> None:
         # LlamaIndex swallows handler exceptions, so the call is refused through the request

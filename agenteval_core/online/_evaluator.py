@@ -58,6 +58,11 @@ class EvaluatorStats:
     alerts: int = 0
     callback_errors: int = 0
     metric_errors: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+    """Failures of agenteval's own that it kept from the agent, by kind: ``loop guard`` (a
+    guard that failed cannot stop a loop), ``submit`` (a trace neither captured nor
+    scored), ``sink`` (a sink that failed to take an unscored mark). Each kind is logged
+    at WARNING the first time."""
     unscored_trace_ids: list[str] = field(default_factory=list)
 
 
@@ -171,9 +176,11 @@ class OnlineEvaluator:
         for sink in all_sinks:
             sink.attached(self.capture_path, self.results_path)
         self._capture = CaptureWriter(self.capture_path) if self.capture_path else None
+        self._problems_lock = threading.Lock()
         self.recorder = Recorder(
             on_trace=self.submit,
             on_alert=self._deliver_alert,
+            on_problem=self.problem,
             guard=LoopGuard(repeat_threshold=loop_repeat_threshold),
         )
         self.exit_timeout = exit_timeout
@@ -242,7 +249,23 @@ class OnlineEvaluator:
                 return
             self._loop.call_soon_threadsafe(self._enqueue, trace)
         except Exception as exc:  # e.g. the loop is already closed at interpreter exit
-            logger.debug("agenteval could not queue trace: %s", exc)
+            self.problem("submit", exc, "a trace was neither captured nor scored")
+
+    def problem(self, kind: str, exc: BaseException, consequence: str) -> None:
+        """Count a failure of agenteval's own that was kept from the agent, and say it at
+        WARNING the first time of its kind (never on every event of a busy agent)."""
+        with self._problems_lock:
+            count = self.stats.problems.get(kind, 0) + 1
+            self.stats.problems[kind] = count
+        if count == 1:
+            logger.warning(
+                "agenteval: %s failed (%s: %s): %s; counted in stats.problems[%r], logged once",
+                kind,
+                type(exc).__name__,
+                exc,
+                consequence,
+                kind,
+            )
 
     def _unscored(self, trace_id: str, reason: str) -> None:
         self.stats.dropped_from_scoring += 1
@@ -253,7 +276,7 @@ class OnlineEvaluator:
                 sink.trace_unscored(trace_id, reason)
             except Exception as exc:
                 sink.errors += 1
-                logger.debug("agenteval sink %r failed: %s", sink, exc)
+                self.problem("sink", exc, f"{sink!r} did not take an unscored mark")
 
     def _deliver_alert(self, alert: LoopAlert) -> None:
         """Runs on the recorder's thread: every alert reaches the sinks from there."""

@@ -146,12 +146,14 @@ class Recorder:
         *,
         on_trace: Callable[[Trace], None],
         on_alert: Callable[[LoopAlert], None],
+        on_problem: Callable[[str, BaseException, str], None] | None = None,
         guard: LoopGuard | None = None,
     ) -> None:
         self.pump = EventPump(name="agenteval-recorder")
         self.guard = guard if guard is not None else LoopGuard()
         self._on_trace = on_trace
         self._on_alert = on_alert
+        self._on_problem = on_problem
 
     @property
     def put(self) -> Callable[[tuple[Any, ...]], None]:
@@ -185,6 +187,15 @@ class Recorder:
         self.put((refuse, alert))
         self.put((self._alert_event, alert))
         return alert
+
+    def guard_failed(self, exc: BaseException) -> None:
+        """An adapter's guard check raised (a bug of ours, kept from the agent): counted in
+        the evaluator's ``stats.problems``, and said at WARNING once, since a guard that
+        fails cannot stop a loop even with ``stop_on_loop=True``."""
+        if self._on_problem is not None:
+            self._on_problem("loop guard", exc, "this tool call was not checked for a loop")
+        else:
+            logger.warning("agenteval: the loop guard failed: %s: %s", type(exc).__name__, exc)
 
     def _alert_event(self, event: tuple[Any, ...]) -> None:
         self._on_alert(event[1])
