@@ -408,6 +408,8 @@ class EvalSuite:
             raise MetricInputError(f"attempts must be >= k ({k}), got {attempts}")
         limit = asyncio.Semaphore(max(1, concurrency))
         engines = self._engines()
+        # the agent's signature is read once, not on every attempt
+        conversation = agent_fn is not None and _takes_conversation(agent_fn)
         show = sys.stderr.isatty() if progress is None else progress
         with Progress(console=Console(stderr=True), disable=not show) as bar:
             task = bar.add_task(self.name, total=len(self.cases) * attempts)
@@ -415,7 +417,7 @@ class EvalSuite:
             async def attempt(case: EvalCase, index: int) -> RunResult:
                 async with limit:
                     engine = engines[tuple(case.metrics or ())]
-                    result = await self._attempt(engine, agent_fn, case, index)
+                    result = await self._attempt(engine, agent_fn, case, index, conversation)
                 bar.advance(task)
                 return result
 
@@ -439,14 +441,17 @@ class EvalSuite:
         return engines
 
     async def _attempt(
-        self, engine: Engine, agent_fn: AgentFn | None, case: EvalCase, index: int
+        self,
+        engine: Engine,
+        agent_fn: AgentFn | None,
+        case: EvalCase,
+        index: int,
+        conversation: bool,
     ) -> RunResult:
         scored = case
         if agent_fn is not None:
             arguments: dict[str, Any] = (
-                {"conversation": list(case.conversation or [])}
-                if _takes_conversation(agent_fn)
-                else {}
+                {"conversation": list(case.conversation or [])} if conversation else {}
             )
             try:
                 produced = (
