@@ -113,6 +113,7 @@ if TYPE_CHECKING:
         Trace,
         text_of,
     )
+    from .schema._values import plain
     from .suite._baseline import (
         BaselineComparison,
         CaseComparison,
@@ -135,6 +136,7 @@ _EXPORTS: dict[str, str] = {
     "CaptureWriter": ".schema._capture",
     "read_capture": ".schema._capture",
     "line_shard": ".schema._capture",
+    "plain": ".schema._values",
     "Embedder": ".embedders._hashing",
     "HashingEmbedder": ".embedders._hashing",
     "StaticEmbedder": ".embedders._static",

@@ -8,7 +8,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import PydanticSerializationError
+
 from .schema._trace import Trace
+from .schema._values import plain, safe_int, safe_text
 
 __all__ = ["DEFAULT_SECRET_FIELDS", "DEFAULT_SECRET_PATTERNS", "Redactor", "configure_redaction"]
 
@@ -156,6 +159,7 @@ class Redactor:
         straddles the cut is still seen whole), and a pattern runs only on text that holds
         its telltale prefix: the cost stays linear in ``max_chars`` however large the
         payload."""
+        value = safe_text(value)
         size, limit = len(value), self.max_chars
         oversized = limit is not None and size > limit
         value = (
@@ -216,12 +220,17 @@ class Redactor:
             }
         if isinstance(value, list | tuple):
             return [self._value(item, seen) for item in value]
+        if type(value) is int:
+            return safe_int(value)
         return value
 
     def trace(self, trace: Trace) -> Trace:
         """A redacted copy of a trace: every field, span, tool call and attribute, except the
         tools' JSON schemas (a parameter named ``password`` is not a secret)."""
-        data = trace.model_dump(mode="json")
+        try:
+            data = trace.model_dump(mode="json")
+        except (PydanticSerializationError, ValueError, RecursionError):
+            data = plain(trace)  # a cycle or a value of no JSON type, in a trace built by hand
         tools = data.pop("tools")
         redacted = self.value(data)
         redacted["tools"] = tools

@@ -13,6 +13,7 @@ from agenteval_core import (
     ToolCall,
     ToolSpec,
     json_arguments,
+    plain,
     react_actions,
 )
 
@@ -223,7 +224,7 @@ class Translator:
                 None,
                 kind,
                 event.crew_name or "crew",
-                input=event.inputs or None,
+                input=plain(event.inputs) or None,
                 start_time=at,
                 session_id=session,
             )
@@ -255,7 +256,7 @@ class Translator:
                 parent,
                 kind,
                 str(event.model or "llm"),
-                input=event.messages,
+                input=plain(event.messages),
                 start_time=at,
                 attributes=attributes,
             )
@@ -322,4 +323,4 @@ class Translator:
             return
         # a result CrewAI's tool cache answered: the tool itself did not run
         cached = {FROM_CACHE: True} if getattr(event, "from_cache", False) else None
-        self.assembler.end_span(key, output=output, end_time=at, attributes=cached)
+        self.assembler.end_span(key, output=plain(output), end_time=at, attributes=cached)

@@ -20,6 +20,7 @@ from agenteval_core import (
     SpanKind,
     ToolCall,
     ToolSpec,
+    plain,
     text_of,
 )
 
@@ -31,31 +32,22 @@ SESSION_KWARG = "agenteval_session"
 """Where a root run's event carries the session of ``agenteval_core.session(...)``."""
 
 
-def jsonable(value: Any, depth: int = 0) -> Any:
-    """A JSON-friendly copy of LangChain inputs and outputs (messages become role/content)."""
-    if depth > 20:
-        return repr(value)
-    if value is None or isinstance(value, str | int | float | bool):
+def _message(value: Any) -> Any:
+    """A LangChain message as role and content (with its tool calls); other objects as they
+    are, for :func:`~agenteval_core.plain` to convert."""
+    if not isinstance(value, BaseMessage):
         return value
-    if isinstance(value, BaseMessage):
-        message: dict[str, Any] = {
-            "role": value.type,
-            "content": jsonable(value.content, depth + 1),
-        }
-        tool_calls = getattr(value, "tool_calls", None)
-        if tool_calls:
-            message["tool_calls"] = jsonable(tool_calls, depth + 1)
-        return message
-    if isinstance(value, dict):
-        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [jsonable(v, depth + 1) for v in value]
-    if hasattr(value, "model_dump"):
-        try:
-            return jsonable(value.model_dump(), depth + 1)
-        except Exception:
-            return repr(value)
-    return repr(value)
+    message: dict[str, Any] = {"role": value.type, "content": value.content}
+    tool_calls = getattr(value, "tool_calls", None)
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-friendly copy of LangChain inputs and outputs (messages become role/content),
+    made with bounded work whatever the value holds (see :func:`~agenteval_core.plain`)."""
+    return plain(value, _message)
 
 
 def _text(content: Any) -> str:

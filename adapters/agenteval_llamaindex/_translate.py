@@ -17,6 +17,7 @@ from agenteval_core import (
     SpanKind,
     ToolCall,
     ToolSpec,
+    plain,
     react_actions,
 )
 
@@ -88,7 +89,7 @@ def requested_call(name: str, arguments: dict[str, Any]) -> ToolCall | None:
     return ToolCall(
         id=getattr(request, "tool_id", None),
         name=getattr(request, "tool_name", "tool"),
-        arguments=dict(getattr(request, "tool_kwargs", {}) or {}),
+        arguments=plain(dict(getattr(request, "tool_kwargs", {}) or {})),
     )
 
 
@@ -188,7 +189,7 @@ class Translator:
                 None,
                 SpanKind.AGENT,
                 name,
-                input=_user_message(arguments),
+                input=plain(_user_message(arguments)),
                 start_time=at,
                 session_id=session,
                 # the agent's own tools (a ReAct agent never binds them to its LLM)
@@ -245,7 +246,7 @@ class Translator:
             error = self._tool_errors.pop(span_id, None)
             if output is not None and getattr(output, "is_error", False):
                 error = error or content or "tool error"
-            self.assembler.end_span(span_id, output=content, error=error, end_time=at)
+            self.assembler.end_span(span_id, output=plain(content), error=error, end_time=at)
         elif self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ..schema._trace import ToolCall
+from ..schema._values import plain
 
 __all__ = ["json_arguments", "react_actions"]
 
@@ -17,15 +18,15 @@ _ACTION = re.compile(
 
 
 def json_arguments(value: Any) -> dict[str, Any]:
-    """Tool arguments as a dict: a dict as it is, a JSON object's text parsed, anything else
-    as ``{"input": value}``."""
+    """Tool arguments as a JSON-safe dict (see :func:`~agenteval_core.plain`): a dict as it
+    is, a JSON object's text parsed, anything else as ``{"input": value}``."""
     if isinstance(value, dict):
-        return value
+        return plain(value)
     try:
         parsed = json.loads(value) if isinstance(value, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = None
-    return parsed if isinstance(parsed, dict) else {"input": value}
+    return plain(parsed if isinstance(parsed, dict) else {"input": value})
 
 
 def react_actions(text: str, *, call_ids: str | None = None) -> tuple[str | None, list[ToolCall]]:

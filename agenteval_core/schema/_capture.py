@@ -14,9 +14,11 @@ from types import TracebackType
 from typing import IO
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from ._trace import Trace
+from ._values import plain
 
 __all__ = ["MAX_LINE_BYTES", "CaptureWriter", "line_shard", "read_capture"]
 
@@ -53,7 +55,7 @@ class CaptureWriter:
 
     def write(self, trace: Trace) -> None:
         """Append one trace as a line and flush it to the operating system."""
-        line = memoryview(trace.model_dump_json().encode() + b"\n")
+        line = memoryview(encode_trace(trace) + b"\n")
         with self._lock:
             _lock_file(self._file)
             try:
@@ -84,6 +86,16 @@ class CaptureWriter:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def encode_trace(trace: Trace) -> bytes:
+    """A trace's JSON line (without the newline). A trace holding what JSON cannot (a lone
+    surrogate, an object of no JSON type, a cycle: possible in a trace built by hand) is
+    converted with :func:`~agenteval_core.plain` first, so it is written, not lost."""
+    try:
+        return trace.model_dump_json().encode()
+    except (PydanticSerializationError, ValueError, RecursionError):
+        return Trace.model_validate(plain(trace)).model_dump_json().encode()
 
 
 if sys.platform != "win32":
