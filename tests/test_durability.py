@@ -11,6 +11,7 @@ The default run kills a few times; ``nox -s tests_long`` sets ``AGENTEVAL_KILLS`
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -198,3 +199,15 @@ def test_two_workers_one_killed_mid_write_20_times_lose_no_healthy_trace(tmp_pat
     ]
     assert len(errors) >= 10  # most kills did land mid-line (18 of 20 here, every run)
     assert [str(e) for e in errors if not e.truncated] == []  # only the doomed fragments
+    # each fragment was closed off on a line of its own, so after every kill the file is valid
+    # JSON Lines again: the standard json module reads every line but the fragments
+    assert not any("recovered" in str(e) for e in errors)  # nothing glued to a fragment
+    unreadable, read = 0, []
+    with open(capture, encoding="utf-8", errors="replace") as file:
+        for line in file:
+            try:
+                read.append(json.loads(line)["input"])
+            except ValueError:
+                unreadable += 1
+    assert unreadable == len(errors)
+    assert [i for i in read if i.startswith("healthy")] == [f"healthy {i}" for i in range(written)]

@@ -434,9 +434,11 @@ def test_error_messages_quote_an_excerpt_of_a_huge_key(tmp_path: Path) -> None:
     assert str(error).startswith(f"{capture}:1 field '{'k' * 120}… (1,000,000 characters)'")
 
 
-def test_a_line_glued_to_a_killed_writers_fragment_is_recovered(tmp_path: Path) -> None:
+def test_a_killed_writers_fragment_is_closed_off_and_a_glued_line_is_recovered(
+    tmp_path: Path,
+) -> None:
     # Two workers share a capture. Worker A dies mid-line; worker B, whose file was already
-    # open, appends its next trace right after A's fragment, on the same line.
+    # open, ends A's fragment with a newline before its own next line.
     capture = tmp_path / "c.jsonl"
     healthy = CaptureWriter(capture)  # worker B
     healthy.write(Trace(id="b1", input="q", output="a"))
@@ -451,4 +453,16 @@ def test_a_line_glued_to_a_killed_writers_fragment_is_recovered(tmp_path: Path) 
     assert [t.id for t in traces] == ["b1", "b2", "b3"]  # no healthy trace lost
     [fragment] = errors
     assert (fragment.line, fragment.truncated) == (2, True)
+    assert str(fragment).endswith("truncated line (its writer stopped mid-line)")
+    assert capture.read_text().splitlines()[1] == torn[:200]  # on a line of its own
+
+    # a file written by a writer that appended straight after a fragment (an older
+    # agenteval, another tool): the whole trace glued to the fragment is still recovered
+    glued = tmp_path / "glued.jsonl"
+    b2 = Trace(id="b2", input="q", output="a").model_dump_json()
+    glued.write_text(f"{torn[:200]}{b2}\n")
+    errors.clear()
+    assert [t.id for t in read_capture(glued, on_error=errors.append)] == ["b2"]
+    [fragment] = errors
+    assert (fragment.line, fragment.truncated) == (1, True)
     assert "the trace written after it on the same line was recovered" in str(fragment)

@@ -3,19 +3,34 @@ rotated captures, crashed writers, read-only directories."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
-from agenteval_core import OnlineEvaluator, Span, SpanKind, Trace, plain, read_capture
+from agenteval_core import (
+    CaptureError,
+    OnlineEvaluator,
+    ResultsFileSink,
+    Span,
+    SpanKind,
+    Trace,
+    plain,
+    read_capture,
+)
 
 # --- hostile values ------------------------------------------------------------------------
 
@@ -146,3 +161,214 @@ def test_a_trace_built_by_hand_with_odd_values_is_captured_with_or_without_redac
         assert trace.input == "a\ufffdb"
         assert isinstance(trace.output, str) and trace.output.startswith("<object object at")
         assert trace.spans[0].output == ["[cycle: a value that contains itself]"] * 3
+
+
+# --- faults that pass ----------------------------------------------------------------------
+
+
+class FullDisk:
+    """A file whose disk fills while ``full`` is set: a write stores what fits (``room``
+    bytes, then nothing) and raises ENOSPC, as a real full disk does."""
+
+    def __init__(self, file: Any, room: int = 100) -> None:
+        self.file, self.room, self.full = file, room, False
+
+    def write(self, data: Any) -> int:
+        if self.full:
+            stored = self.file.write(bytes(data[: self.room]))
+            self.room = max(0, self.room - stored)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return int(self.file.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+
+def _finished(index: int) -> Trace:
+    return Trace(input=f"request {index}", output=f"answer {index}", session_id="s")
+
+
+def test_a_full_results_disk_never_wedges_scoring_and_both_files_recover(
+    tmp_path: Path,
+) -> None:
+    capture, results = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
+    ev = OnlineEvaluator(
+        capture=capture,
+        results_path=results,
+        metrics=["tool_failures"],
+        session_metrics=[],
+        queue_size=5,  # the old wedge: 5 unfinished ids stopped all later scoring
+        log=False,
+    )
+    [results_sink] = [s for s in ev.sinks if isinstance(s, ResultsFileSink)]
+    results_file = results_sink._file = FullDisk(results_sink._file)
+    capture_file = ev._capture._file = FullDisk(ev._capture._file)  # type: ignore[union-attr]
+
+    def run(indices: range) -> None:
+        for index in indices:  # one at a time: the hand-off of 5 never fills by pace
+            ev.submit(_finished(index))
+            # was False forever once 5 results writes had failed: their ids stayed "in
+            # scoring", and every later trace was dropped from scoring
+            assert ev.flush(10)
+
+    run(range(3))
+    results_file.full = capture_file.full = True  # one disk for both: full
+    run(range(3, 23))
+    results_file.full = capture_file.full = False  # space returns
+    run(range(23, 26))
+    ev.close()
+    stats = ev.stats
+    assert stats.submitted == 26 and stats.scored == 26 and stats.dropped_from_scoring == 0
+    assert stats.captured == 6 and stats.capture_errors == 20
+    assert stats.submitted == stats.captured + stats.capture_errors
+    assert len(stats.uncaptured_trace_ids) == 20
+    assert stats.callback_errors == 20  # the results sink's 20 failed writes, counted
+    # both files are JSON Lines again after the fault: one torn fragment each, on its own line
+    errors: list[Any] = []
+    assert [t.input for t in read_capture(capture, on_error=errors.append)] == [
+        f"request {i}" for i in (0, 1, 2, 23, 24, 25)
+    ]
+    assert [e.truncated for e in errors] == [True]
+    lines = results.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3 + 1 + 3  # before, the fragment, after
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            parsed.append(None)
+    assert parsed[3] is None
+    assert [r["trace_id"] for r in parsed if r is not None] == [
+        t.id for t in read_capture(capture, on_error=lambda e: None)
+    ]
+
+
+FORK_WHILE_WRITING = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    from agenteval_core import OnlineEvaluator, Trace, read_capture
+    from agenteval_core.schema._capture import _lock_file, _unlock_file
+
+    capture = sys.argv[1]
+    ev = OnlineEvaluator(capture=capture, metrics=["tool_failures"], session_metrics=[], log=False)
+    writer = ev._capture
+    holding, release = threading.Event(), threading.Event()
+
+    def parent_thread_mid_write():
+        # what a parent thread holds while it appends a line: the writer's lock and the flock
+        with writer._lock:
+            _lock_file(writer._file)
+            holding.set()
+            release.wait()
+            _unlock_file(writer._file)
+
+    threading.Thread(target=parent_thread_mid_write, daemon=True).start()
+    holding.wait()
+    pid = os.fork()
+    if pid == 0:  # the child: its own lock and file, so it captures, scores and exits
+        ev.submit(Trace(input="from the child", output="ok"))
+        ok = ev.flush(20)
+        ev.close(20)
+        os._exit(0 if ok and ev.stats.captured == ev.stats.scored == 1 else 3)
+    time.sleep(0.5)  # the parent's write goes on a while after the fork, then ends
+    release.set()
+    ev.submit(Trace(input="from the parent", output="ok"))
+    _, status = os.waitpid(pid, 0)
+    ev.close(20)
+    print(os.waitstatus_to_exitcode(status), sorted(t.input for t in read_capture(capture)))
+    """
+)
+
+
+def test_a_fork_while_the_writer_holds_its_lock_leaves_the_child_working(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_WRITING, str(tmp_path / "c.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,  # a deadlocked child hung here for ever
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0 ['from the child', 'from the parent']"
+
+
+def test_a_deleted_or_renamed_capture_is_reopened_at_its_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    capture = tmp_path / "c.jsonl"
+    with OnlineEvaluator(capture=capture, metrics=[], session_metrics=[], log=False) as ev:
+        ev.submit(_finished(1))
+        capture.unlink()  # logrotate without copytruncate, or a cleanup script
+        ev.submit(_finished(2))
+        assert [t.input for t in ev.captured()] == ["request 2"]
+        capture.rename(tmp_path / "c.jsonl.1")
+        ev.submit(_finished(3))
+        ev.submit(_finished(4))
+        assert [t.input for t in ev.captured()] == ["request 3", "request 4"]
+        stats = ev.stats
+    assert [t.input for t in read_capture(tmp_path / "c.jsonl.1")] == ["request 2"]
+    assert stats.captured == 4 and ev._capture is not None and ev._capture.reopened == 2
+    reopened = [r.getMessage() for r in caplog.records if "deleted or renamed" in r.getMessage()]
+    assert (
+        reopened
+        == [
+            f"agenteval: the capture file {capture} was deleted or renamed; reopened it at that "
+            "path (later traces go to the new file)"
+        ]
+        * 2
+    )
+
+
+READ_ONLY_CWD = textwrap.dedent(
+    """
+    import logging
+    from agenteval_langchain import AgentEvalCallbackHandler
+    from agenteval_langchain._scripted import ScriptedChatModel
+    from langchain.agents import create_agent
+    from agenteval_core import read_capture
+    from agenteval_core.online._evaluator import default_evaluator
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from langchain_core.messages import AIMessage
+    agent = create_agent(ScriptedChatModel(replies=[AIMessage(content="hello")]), tools=[])
+    result = agent.invoke(
+        {"messages": [("user", "hi")]}, config={"callbacks": [AgentEvalCallbackHandler()]}
+    )
+    ev = default_evaluator()
+    ev.flush(20)
+    print(result["messages"][-1].content, ev.capture_path,
+          [t.output for t in read_capture(ev.capture_path)])
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs Linux's read-only /sys")
+def test_a_read_only_working_directory_falls_back_to_the_temporary_directory(
+    tmp_path: Path,
+) -> None:
+    fallback = tmp_path / "agenteval" / "agenteval-capture.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", READ_ONLY_CWD],
+        cwd="/sys",  # not writable, even by root, as a container's read-only root
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"hello {fallback} ['hello']"
+    assert (
+        "agenteval: cannot write /sys/agenteval-capture.jsonl (Permission denied); capturing "
+        f"to {fallback} instead. Pass OnlineEvaluator(capture=PATH) to choose"
+    ) in done.stderr
+
+
+def test_a_capture_path_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(CaptureError) as raised:
+        OnlineEvaluator(capture=tmp_path / "a-file" / "c.jsonl")
+    assert str(raised.value) == (
+        f"{tmp_path / 'a-file' / 'c.jsonl'}: cannot write the capture file (File exists); "
+        "pass capture= a path in a writable directory, or capture=None to capture nothing"
+    )

@@ -485,9 +485,17 @@ def _deliver(method: Any, *args: Any) -> None:
         method(*args)
     except Exception as exc:  # a sink never stops scoring or the other sinks
         owner = getattr(method, "__self__", None)
+        errors = 1
         if owner is not None:
-            owner.errors += 1
-        logger.warning("agenteval sink %r failed: %s", owner, exc)
+            owner.errors = errors = owner.errors + 1
+        if errors == 1:  # a full disk fails every write: say it once, count the rest
+            logger.warning(
+                "agenteval sink %r failed: %s: %s (its later failures are counted in its "
+                "errors, not logged)",
+                owner,
+                type(exc).__name__,
+                exc,
+            )
 
 
 async def _aiter(batches: Any) -> Any:

@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import pydantic_core
 
+from ..schema._capture import append_line, renew_after_fork
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import LoopAlert, Trace
 
@@ -121,10 +122,16 @@ class ResultsFileSink(Sink):
 
     def __init__(self, path: str | os.PathLike[str], *, append: bool = False) -> None:
         self.path = Path(path)
+        # unbuffered, one write per line: a write that fails (a full disk) loses that line
+        # only, and the next line starts on a line of its own once space returns
         self._file: IO[bytes] | None = open(  # noqa: SIM115  (closed by close())
-            self.path, "ab" if append else "wb"
+            self.path, "a+b" if append else "w+b", buffering=0
         )
         self._lock = threading.Lock()
+        renew_after_fork(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a parent thread may hold it at the fork
 
     def _line(self, record: dict[str, Any]) -> bytes:
         # pydantic-core writes the models straight to UTF-8 JSON, ~10x faster than dumping
@@ -136,7 +143,7 @@ class ResultsFileSink(Sink):
         line = self._line(record)
         with self._lock:
             if self._file is not None:
-                self._file.write(line)
+                append_line(self._file, line)
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         self._write(trace_record(trace, results))
@@ -148,9 +155,7 @@ class ResultsFileSink(Sink):
         self._write({"trace_id": trace_id, "unscored": reason})
 
     def flush(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.flush()
+        """Nothing to do: every line is written to the system when it is made."""
 
     def close(self) -> None:
         with self._lock:

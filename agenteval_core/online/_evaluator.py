@@ -14,6 +14,7 @@ import atexit
 import logging
 import os
 import signal
+import tempfile
 import threading
 import time
 import weakref
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import CaptureError
 from .._redact import Redactor
 from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metric_names
 from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink
@@ -32,7 +34,14 @@ from ..schema._results import TraceResults
 from ..schema._trace import LoopAlert, Trace
 from ._recorder import Recorder
 
-__all__ = ["DEFAULT_REDACTOR", "EvaluatorStats", "OnlineEvaluator", "default_evaluator"]
+__all__ = [
+    "DEFAULT_CAPTURE",
+    "DEFAULT_REDACTOR",
+    "MAX_LISTED_IDS",
+    "EvaluatorStats",
+    "OnlineEvaluator",
+    "default_evaluator",
+]
 
 logger = logging.getLogger("agenteval")
 DEFAULT_REDACTOR = Redactor()
@@ -41,12 +50,25 @@ characters; pass ``redactor=Redactor(patterns=..., fields=..., max_chars=...)`` 
 or ``redactor=None`` to keep traces as they are."""
 
 
+DEFAULT_CAPTURE = "agenteval-capture.jsonl"
+"""The capture file of an evaluator given none, in the working directory (or, where that
+cannot be written, in the system's temporary directory)."""
+
+MAX_LISTED_IDS = 10_000
+"""How many ids ``stats.unscored_trace_ids`` and ``stats.uncaptured_trace_ids`` list at most
+(their counts are exact; the results file marks every unscored trace)."""
+
+
 @dataclass
 class EvaluatorStats:
     """Counts of what the evaluator did; nothing is dropped silently.
 
-    ``captured`` traces are either ``scored``, ``dropped_from_scoring`` (listed in
-    ``unscored_trace_ids``; replay the capture to score them) or still queued.
+    Every ``submitted`` trace is either ``captured`` or counted in ``capture_errors`` (a
+    failed write, e.g. a full disk; the first 10,000 ids in ``uncaptured_trace_ids``), and
+    either ``scored``, ``dropped_from_scoring`` (the first 10,000 ids in
+    ``unscored_trace_ids``; replay the capture to score them) or still queued. After
+    ``close``: ``submitted == captured + capture_errors == scored + dropped_from_scoring``
+    (with ``capture=None``, ``captured`` stays 0).
     """
 
     submitted: int = 0
@@ -64,6 +86,7 @@ class EvaluatorStats:
     scored), ``sink`` (a sink that failed to take an unscored mark). Each kind is logged
     at WARNING the first time."""
     unscored_trace_ids: list[str] = field(default_factory=list)
+    uncaptured_trace_ids: list[str] = field(default_factory=list)
 
 
 class _Bookkeeping(Sink):
@@ -126,7 +149,7 @@ class OnlineEvaluator:
     def __init__(
         self,
         *,
-        capture: str | os.PathLike[str] | None = "agenteval-capture.jsonl",
+        capture: str | os.PathLike[str] | None = DEFAULT_CAPTURE,
         metrics: Sequence[str | Metric] | None = None,
         session_metrics: Sequence[str | SessionMetric] | None = None,
         judge: Any = None,
@@ -171,11 +194,10 @@ class OnlineEvaluator:
             judge_sample_rate=judge_sample_rate,
             seed=seed,
         )
-        self.capture_path = Path(capture) if capture is not None else None
+        self.capture_path, self._capture = _open_capture(capture)
         self.results_path = Path(results_path) if results_path is not None else None
         for sink in all_sinks:
             sink.attached(self.capture_path, self.results_path)
-        self._capture = CaptureWriter(self.capture_path) if self.capture_path else None
         self._problems_lock = threading.Lock()
         self.recorder = Recorder(
             on_trace=self.submit,
@@ -189,6 +211,7 @@ class OnlineEvaluator:
         self.batch_size = batch_size
         self.batch_delay = batch_delay
         self._in_scoring: dict[str, None] = {}  # ids handed to scoring and not yet scored
+        self._failing_writes = 0  # capture writes failed in a row (logged at the first)
         self._idle = threading.Condition()
         self._closed = False
         self._hurry = threading.Event()
@@ -234,12 +257,7 @@ class OnlineEvaluator:
             if self.redactor is not None:
                 trace = self.redactor.trace(trace)  # before it is written, scored or sent
             if self._capture is not None and not self._capture.closed:
-                try:
-                    self._capture.write(trace)
-                    self.stats.captured += 1
-                except Exception as exc:
-                    self.stats.capture_errors += 1
-                    logger.error("agenteval could not capture trace %s: %s", trace.id, exc)
+                self._write_capture(trace)
             with self._idle:
                 full = self._closed or len(self._in_scoring) >= self.queue_size
                 if not full:
@@ -250,6 +268,35 @@ class OnlineEvaluator:
             self._loop.call_soon_threadsafe(self._enqueue, trace)
         except Exception as exc:  # e.g. the loop is already closed at interpreter exit
             self.problem("submit", exc, "a trace was neither captured nor scored")
+
+    def _write_capture(self, trace: Trace) -> None:
+        """Append a trace to the capture; a failure (a full disk) is counted, said once per
+        run of failures, and never keeps the trace from scoring."""
+        assert self._capture is not None
+        try:
+            self._capture.write(trace)
+        except Exception as exc:
+            self.stats.capture_errors += 1
+            self._failing_writes += 1
+            if len(self.stats.uncaptured_trace_ids) < MAX_LISTED_IDS:
+                self.stats.uncaptured_trace_ids.append(trace.id)
+            if self._failing_writes == 1:
+                logger.error(
+                    "agenteval could not capture trace %s: %s: %s; it is still scored, and "
+                    "later failures are counted in stats.capture_errors until a write succeeds",
+                    trace.id,
+                    type(exc).__name__,
+                    exc,
+                )
+            return
+        self.stats.captured += 1
+        if self._failing_writes:
+            logger.warning(
+                "agenteval: capture to %s works again after %d failed write(s)",
+                self.capture_path,
+                self._failing_writes,
+            )
+            self._failing_writes = 0
 
     def problem(self, kind: str, exc: BaseException, consequence: str) -> None:
         """Count a failure of agenteval's own that was kept from the agent, and say it at
@@ -269,7 +316,7 @@ class OnlineEvaluator:
 
     def _unscored(self, trace_id: str, reason: str) -> None:
         self.stats.dropped_from_scoring += 1
-        if len(self.stats.unscored_trace_ids) < 10_000:
+        if len(self.stats.unscored_trace_ids) < MAX_LISTED_IDS:
             self.stats.unscored_trace_ids.append(trace_id)
         for sink in self.engine.sinks:  # the results file marks it, for a later replay
             try:
@@ -378,7 +425,7 @@ class OnlineEvaluator:
 
         Safe to call twice. Traces not scored by then are counted in
         ``stats.dropped_from_scoring`` and listed in ``stats.unscored_trace_ids`` (so
-        ``captured == scored + dropped_from_scoring`` after close), and a warning says so;
+        ``submitted == scored + dropped_from_scoring`` after close), and a warning says so;
         traces finished after close are still captured if the capture is open, and counted.
         """
         if self._closed:
@@ -425,7 +472,7 @@ class OnlineEvaluator:
                 replay,
             )
         if self._capture is not None:
-            self._capture.close()
+            self._capture.close(5.0 if deadline is None else max(0.0, deadline - time.monotonic()))
         for sink in self.engine.sinks:
             try:
                 sink.close()
@@ -441,6 +488,48 @@ class OnlineEvaluator:
         self.close()
 
 
+def _open_capture(
+    capture: str | os.PathLike[str] | None,
+) -> tuple[Path | None, CaptureWriter | None]:
+    """The capture's path and writer. The default location falls back to the temporary
+    directory when the working directory cannot be written (a read-only container root),
+    and to no capture, with one WARNING, when neither can: an evaluator made on the agent's
+    behalf never raises into it. A path the user chose that cannot be written is an error."""
+    if capture is None:
+        return None, None
+    path = Path(capture)
+    try:
+        return path, CaptureWriter(path)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if os.fspath(capture) != DEFAULT_CAPTURE:
+            raise CaptureError(
+                f"{path}: cannot write the capture file ({reason}); pass capture= a path "
+                "in a writable directory, or capture=None to capture nothing"
+            ) from None
+    fallback = Path(tempfile.gettempdir()) / "agenteval" / DEFAULT_CAPTURE
+    try:
+        writer = CaptureWriter(fallback)
+    except OSError as exc:
+        logger.warning(
+            "agenteval: cannot write %s (%s) nor %s (%s); capturing nothing (runs are still "
+            "scored). Pass OnlineEvaluator(capture=PATH) a writable path",
+            path.absolute(),
+            reason,
+            fallback,
+            exc.strerror or exc,
+        )
+        return None, None
+    logger.warning(
+        "agenteval: cannot write %s (%s); capturing to %s instead. Pass "
+        "OnlineEvaluator(capture=PATH) to choose",
+        path.absolute(),
+        reason,
+        fallback,
+    )
+    return fallback, writer
+
+
 class _Done(Sink):
     def __init__(self, evaluator: OnlineEvaluator) -> None:
         self.evaluator = evaluator
@@ -448,9 +537,6 @@ class _Done(Sink):
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         self.evaluator.stats.judge_not_sampled = self.evaluator.engine.judge_not_sampled
         self.evaluator.stats.callback_errors = sum(s.errors for s in self.evaluator.engine.sinks)
-        for sink in self.evaluator.engine.sinks:
-            if isinstance(sink, ResultsFileSink):
-                sink.flush()
         self.evaluator._done(trace.id)
 
 
@@ -478,6 +564,7 @@ def _restart_in_child() -> None:
     for evaluator in list(_live_evaluators):
         evaluator._in_scoring = {}
         evaluator._idle = threading.Condition()
+        evaluator._problems_lock = threading.Lock()
         evaluator._start_loop()
 
 

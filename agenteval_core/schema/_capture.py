@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Protocol
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -20,7 +22,16 @@ from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from ._trace import Trace
 from ._values import plain
 
-__all__ = ["MAX_LINE_BYTES", "CaptureWriter", "line_shard", "read_capture"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "CaptureWriter",
+    "append_line",
+    "line_shard",
+    "read_capture",
+    "renew_after_fork",
+]
+
+logger = logging.getLogger("agenteval")
 
 
 class CaptureWriter:
@@ -30,51 +41,85 @@ class CaptureWriter:
     system takes only part of a large line), so a crash loses at most the line being
     written. Several writers, threads or processes, can share one file: on POSIX each line is
     appended under an exclusive ``flock`` of the file, so lines of different processes never
-    interleave even when the system splits a large write; a writer killed mid-line releases
-    the lock with its fragment left unterminated, and the reader recovers the next writer's
-    line glued to it. A torn last line left by an earlier crash is closed off with a newline
-    first, so the next trace stays readable. Thread-safe.
+    interleave even when the system splits a large write. Before each line the writer checks
+    that the file ends with a newline: a fragment left by a writer that was killed mid-line
+    (or by a write that failed, e.g. on a full disk) is closed off on a line of its own, so
+    the file is valid JSON Lines again from the next line on and any JSON Lines reader can
+    read it (agenteval's reader reports the fragment as truncated).
+
+    The file is reopened when its path no longer leads to it (deleted, or renamed by a log
+    rotation without ``copytruncate``), so later traces go to a new file at ``path``; this is
+    logged once per reopening. After ``fork()`` the child reopens the file and renews its
+    lock, so a lock held by a parent thread at the fork never blocks the child. Thread-safe.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
-        self._lock = threading.Lock()
-        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115  (closed by close())
         self.written = 0
-        _lock_file(self._file)  # a writer of another process may be mid-line: let it finish
-        try:
-            if os.fstat(self._file.fileno()).st_size > 0:
-                with open(self.path, "rb") as existing:
-                    existing.seek(-1, os.SEEK_END)
-                    if existing.read(1) != b"\n":
-                        self._file.write(b"\n")
-        finally:
-            _unlock_file(self._file)
+        self.reopened = 0
+        """How many times the file was reopened because its path had moved on."""
+        self._lock = threading.Lock()
+        self._file = self._open()
+        renew_after_fork(self)
+
+    def _open(self) -> IO[bytes]:
+        return open(self.path, "a+b", buffering=0)  # readable: see append_line
 
     def write(self, trace: Trace) -> None:
         """Append one trace as a line and flush it to the operating system."""
         line = memoryview(encode_trace(trace) + b"\n")
         with self._lock:
+            self._follow_path()
             _lock_file(self._file)
             try:
-                while line:  # an unbuffered write may take part of a large line: write the rest
-                    line = line[self._file.write(line) or 0 :]
+                append_line(self._file, line)
             finally:
                 _unlock_file(self._file)
             if self.fsync:
                 os.fsync(self._file.fileno())
             self.written += 1
 
-    def close(self) -> None:
-        """Close the file; later writes raise ``ValueError``."""
-        with self._lock:
+    def _follow_path(self) -> None:
+        """Reopen the file when ``path`` no longer names the open file (deleted or renamed)."""
+        try:
+            opened = os.fstat(self._file.fileno())
+            current = os.stat(self.path)
+            same = (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino)
+        except FileNotFoundError:
+            same = False
+        if same:
+            return
+        self._file.close()
+        self._file = self._open()
+        self.reopened += 1
+        logger.warning(
+            "agenteval: the capture file %s was deleted or renamed; reopened it at that path "
+            "(later traces go to the new file)",
+            self.path,
+        )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the file; later writes raise ``ValueError``. Waits at most ``timeout``
+        seconds for a write in progress."""
+        acquired = self._lock.acquire(timeout=timeout)
+        try:
             self._file.close()
+        finally:
+            if acquired:
+                self._lock.release()
 
     @property
     def closed(self) -> bool:
         return self._file.closed
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        if not self._file.closed:
+            # the child's own open file: a flock is held per open file, and the parent's
+            # may be held at the fork
+            self._file = self._open()
 
     def __enter__(self) -> CaptureWriter:
         return self
@@ -86,6 +131,49 @@ class CaptureWriter:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def append_line(file: IO[bytes], line: bytes | memoryview) -> None:
+    """Write one whole line (ending in a newline) to an unbuffered file opened for reading
+    too, on a line of its own: a torn last line (a killed writer's, or a write that failed
+    on a full disk) is first ended with a newline, so the file stays valid JSON Lines from
+    the next line on."""
+    fd = file.fileno()
+    size = os.fstat(fd).st_size
+    if size > 0 and _last_byte(file, fd, size) != b"\n":
+        file.write(b"\n")
+    line = memoryview(line)
+    while line:  # an unbuffered write may take part of a large line: write the rest
+        line = line[file.write(line) or 0 :]
+
+
+def _last_byte(file: IO[bytes], fd: int, size: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, 1, size - 1)
+    with open(file.name, "rb") as reader:  # no pread on Windows
+        reader.seek(size - 1)
+        return reader.read(1)
+
+
+class _ForkAware(Protocol):
+    def _after_fork(self) -> None: ...
+
+
+_renewed_after_fork: weakref.WeakSet[_ForkAware] = weakref.WeakSet()
+
+
+def renew_after_fork(owner: _ForkAware) -> None:
+    """Call ``owner._after_fork()`` in the child after each ``fork()`` while ``owner`` lives
+    (a file writer renews its lock there: a parent thread may hold it at the fork)."""
+    _renewed_after_fork.add(owner)
+
+
+def _renew_in_child() -> None:
+    for owner in list(_renewed_after_fork):
+        owner._after_fork()
+
+
+os.register_at_fork(after_in_child=_renew_in_child)
 
 
 def encode_trace(trace: Trace) -> bytes:
