@@ -276,8 +276,8 @@ def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[.
             default=20.0,
             show_default=True,
             envvar="AGENTEVAL_JUDGE_TIMEOUT",
-            help="Seconds one judge call may take (also $AGENTEVAL_JUDGE_TIMEOUT); a local "
-            "model on a CPU may need more.",
+            help="Seconds one judge call may take in all, to the last byte of its answer "
+            "(also $AGENTEVAL_JUDGE_TIMEOUT); a local model on a CPU may need more.",
         ),
         click.option(
             "--judge-max-tokens",

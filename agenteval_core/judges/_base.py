@@ -56,6 +56,9 @@ class Completion:
     output_tokens: int = 0
     calls: int = 1
     """Requests the transport made for it (retries included)."""
+    usage_estimated: bool = False
+    """The server's token counts were not usable (malformed or negative): the counts are
+    estimated from characters (/ 4)."""
 
 
 @dataclass
@@ -75,6 +78,9 @@ class JudgeStats:
     """Requests refused because the budget was used up."""
     probes: int = 0
     """Requests the preflight check sent to find the output mode the server accepts."""
+    estimated_usage: int = 0
+    """Completions whose reported usage was malformed or negative (``"lots"``, ``1e309``,
+    ``-5``): the verdict was kept and its tokens estimated from characters (/ 4)."""
 
 
 _SHARED_ANSWERS = 4096
@@ -254,6 +260,7 @@ class BaseJudge(ABC):
                 exc.usage = usage
                 raise
             self.stats.completions += 1
+            self.stats.estimated_usage += completion.usage_estimated
             usage.calls += completion.calls
             usage.input_tokens += completion.input_tokens
             usage.output_tokens += completion.output_tokens

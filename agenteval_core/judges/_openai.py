@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import weakref
+import zlib
 from typing import Any, Literal
 
 import httpx
@@ -58,6 +60,10 @@ _CONTEXT_WORDS = re.compile(
     re.IGNORECASE,
 )
 
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+"""The largest judge response body read by default (after decompression): a verdict takes a
+few kilobytes, and a server or proxy gone wrong can send gigabytes."""
+
 MAX_TIMEOUTS_IN_A_ROW = 3
 """Calls that time out one after another before the judge stops calling: each left the
 server generating for nobody, and more would queue behind them."""
@@ -95,7 +101,12 @@ class OpenAIJudge(BaseJudge):
         max_concurrency: requests in flight at once.
         max_retries: retries on 429, 5xx, timeouts and connection errors (honouring Retry-After).
         backoff_base: first backoff in seconds (doubles per retry, full jitter, capped at 20 s).
-        timeout: seconds per HTTP call (default 20); each retry is logged at INFO.
+        timeout: seconds one HTTP call may take in all, from connecting to the last byte of
+            the response (default 20), so a server that trickles its answer cannot hold a
+            call open; each retry is logged at INFO.
+        max_response_bytes: the largest response body read (default 4 MiB, counted after
+            decompression while it is read): a larger one is refused as an invalid answer
+            before it can take the process's memory (the result says "judge unavailable").
         output_mode: ``auto``, ``json_schema``, ``json_object`` or ``text``
             (``$AGENTEVAL_JUDGE_OUTPUT_MODE``, else ``auto``).
         max_tokens: the most tokens a reply may take (default: by the reply's schema, see
@@ -144,6 +155,7 @@ class OpenAIJudge(BaseJudge):
         retry_timeouts: bool = False,
         max_input_tokens: int | None = None,
         result_deadline: float | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         chosen = output_mode or os.environ.get("AGENTEVAL_JUDGE_OUTPUT_MODE") or "auto"
         if chosen not in OUTPUT_MODES:
@@ -170,7 +182,10 @@ class OpenAIJudge(BaseJudge):
         self.headers = {"Content-Type": "application/json", **(headers or {})}
         if key:
             self.headers["Authorization"] = f"Bearer {key}"
+        # the encodings whose inflation _read_bounded bounds
+        self.headers.setdefault("Accept-Encoding", "gzip, deflate")
         self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         self.temperature = temperature
         self.traffic = Traffic(
             requests_per_period=requests_per_period,
@@ -326,7 +341,9 @@ class OpenAIJudge(BaseJudge):
         async def post() -> httpx.Response:
             nonlocal calls
             calls += 1
-            return await client.post(url, json=payload)
+            return await _bounded_post(
+                client, url, payload, timeout=self.timeout, max_bytes=self.max_response_bytes
+            )
 
         while True:
             payload = self._payload(messages, schema)
@@ -353,7 +370,7 @@ class OpenAIJudge(BaseJudge):
                 continue
             if response.status_code >= 400:
                 raise self._refusal(response, url, calls)
-            completion = _completion(response)
+            completion = _completion(response, messages)
             completion.calls = calls
             return completion
 
@@ -402,17 +419,96 @@ class OpenAIJudge(BaseJudge):
         await self.aclose()
 
 
-def _completion(response: httpx.Response) -> Completion:
+async def _bounded_post(
+    client: httpx.AsyncClient,
+    url: str,
+    payload: dict[str, Any],
+    *,
+    timeout: float,
+    max_bytes: int,
+) -> httpx.Response:
+    """POST and read the response within ``timeout`` seconds in all (httpx's own timeout is
+    per read: a byte every few seconds would keep a call open for ever) and at most
+    ``max_bytes`` of body, counted as it is decompressed (a small gzip body can inflate to
+    gigabytes)."""
+    try:
+        async with asyncio.timeout(timeout), client.stream("POST", url, json=payload) as response:
+            body = await _read_bounded(response, max_bytes)
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"no whole response within {timeout:g} s") from None
+    headers = [
+        (name, value)
+        for name, value in response.headers.multi_items()
+        if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(
+        response.status_code, headers=headers, content=bytes(body), request=response.request
+    )
+
+
+async def _read_bounded(response: httpx.Response, max_bytes: int) -> bytes:
+    """The decoded body, refused as soon as it is over ``max_bytes``. gzip and deflate are
+    inflated here with an output bound per step, so one small compressed chunk cannot expand
+    to more than the limit in memory."""
+    body = bytearray()
+
+    def take(data: bytes) -> None:
+        body.extend(data)
+        if len(body) > max_bytes:
+            raise JudgeUnavailableError(
+                f"the response body is over {max_bytes:,} bytes (read so far: {len(body):,}); "
+                "refused unread, since a verdict takes a few kilobytes (raise "
+                "OpenAIJudge(max_response_bytes=...) if yours is really this long)"
+            )
+
+    if response.headers.get("content-encoding", "").strip().lower() not in ("gzip", "deflate"):
+        async for chunk in response.aiter_bytes():
+            take(chunk)
+        return bytes(body)
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or zlib header, detected
+    async for raw in response.aiter_raw():
+        pending = raw
+        while pending:
+            take(inflater.decompress(pending, max_bytes + 1 - len(body)))
+            pending = inflater.unconsumed_tail
+    take(inflater.flush())
+    return bytes(body)
+
+
+def _token_count(value: Any) -> int | None:
+    """A token count as a server reports it, or None when it is not one (``"lots"``, a
+    negative number, ``1e309``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
+        return int(value)
+    return None
+
+
+def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Completion:
     """The text and usage of a chat-completions response; a malformed body reads as its text,
-    so it goes through the same parse-and-re-ask path as a malformed reply."""
+    so it goes through the same parse-and-re-ask path as a malformed reply. Usage the server
+    reports in a form that is not a token count is estimated (characters / 4) and marked, so
+    the verdict is kept and a budget still counts the call."""
     try:
         body = response.json()
         text = body["choices"][0]["message"]["content"] or ""
     except (ValueError, KeyError, IndexError, TypeError):
         return Completion(text=response.text[:2000])
-    usage = body.get("usage") or {}
+    text = text if isinstance(text, str) else json.dumps(text)
+    usage = body.get("usage")
+    if not usage:  # not reported (many local servers): nothing to count
+        return Completion(text=text)
+    reported = usage if isinstance(usage, dict) else {}
+    input_tokens = _token_count(reported.get("prompt_tokens", 0)) if reported else None
+    output_tokens = _token_count(reported.get("completion_tokens", 0)) if reported else None
+    if input_tokens is not None and output_tokens is not None:
+        return Completion(text=text, input_tokens=input_tokens, output_tokens=output_tokens)
     return Completion(
-        text=text if isinstance(text, str) else json.dumps(text),
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
+        text=text,
+        input_tokens=len(json.dumps(messages)) // 4 if input_tokens is None else input_tokens,
+        output_tokens=len(text) // 4 if output_tokens is None else output_tokens,
+        usage_estimated=True,
     )
