@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import math
 import re
-from collections.abc import Iterable, Mapping
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,16 +20,31 @@ from .schema._values import plain, safe_int, safe_text
 
 __all__ = ["DEFAULT_SECRET_FIELDS", "DEFAULT_SECRET_PATTERNS", "Redactor", "configure_redaction"]
 
+# a key's left edge: not inside a longer identifier ("ask-human-...", "task-42-...")
+_EDGE = r"(?<![A-Za-z0-9_\-])"
+
 DEFAULT_SECRET_PATTERNS: dict[str, str] = {
-    "anthropic-key": r"sk-ant-[A-Za-z0-9_\-]{20,}",
-    "openai-key": r"sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}",
-    "aws-access-key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    "anthropic-key": _EDGE + r"sk-ant-[A-Za-z0-9_\-]{20,}",
+    # a key holds a digit: hyphenated words ("sk-human-for-approval-...") do not
+    "openai-key": _EDGE + r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]{0,200}\d)"
+    r"[A-Za-z0-9_\-]{20,}",
+    "aws-access-key": r"\b(?:AKIA|ASIA)[A-Z2-7]{16}\b",
     "aws-secret-key": r"(?i)\baws_secret_access_key[\"'\s:=]+[A-Za-z0-9/+=]{40}",
+    "aws-secret-key-bare": r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
     "bearer-token": r"(?i)\bBearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
+    "basic-auth": r"(?i)\bBasic\s+[A-Za-z0-9+/]{12,}={0,2}",
     "github-token": r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",
     "github-fine-grained-token": r"\bgithub_pat_[A-Za-z0-9_]{22,}",
+    "jwt": r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+    "private-key": r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?"
+    r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+    "slack-token": r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+    "google-api-key": r"\bAIza[0-9A-Za-z_\-]{35}",
+    "stripe-key": r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}",
+    "url-password": r"(?<=://)[^\s:/@\[\]]+:[^\s/@]+(?=@)",
 }
-"""Shapes of common credentials; each match becomes ``[REDACTED:<name>]``."""
+"""Shapes of common credentials; each match becomes ``[REDACTED:<name>]`` (in a URL, the
+user name is kept: ``postgres://app:[REDACTED:url-password]@db``)."""
 
 _HINTS: dict[str, tuple[str, ...]] = {
     "anthropic-key": ("sk-",),
@@ -32,16 +52,46 @@ _HINTS: dict[str, tuple[str, ...]] = {
     "aws-access-key": ("akia", "asia"),
     "aws-secret-key": ("aws_secret_access_key",),
     "bearer-token": ("bearer",),
+    "basic-auth": ("basic",),
     "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
     "github-fine-grained-token": ("github_pat_",),
+    "jwt": ("eyj",),
+    "private-key": ("private key-----",),
+    "slack-token": ("xox",),
+    "google-api-key": ("aiza",),
+    "stripe-key": ("_live_", "_test_"),
+    "url-password": ("://",),
 }
 """Lower-cased text that each default pattern's match must contain: a cheap test that lets
-most strings skip the regular expressions. Patterns of the user's are always run."""
+most strings skip the regular expressions. Patterns of the user's, and the bare AWS secret
+key (no prefix), are always run on strings long enough to hold them."""
 
 _HINT_SEARCH = re.compile("|".join(sorted({re.escape(h) for hs in _HINTS.values() for h in hs})))
-"""All hints in one pass. Its matches do not overlap, which loses nothing: no two hints start
-at the same position, and a hint can only begin inside another where it follows a letter
-('asiakia'), where the patterns that start with it need a word boundary."""
+"""All hints in one pass. Its matches do not overlap, which loses nothing: no hint starts
+inside another at a place the patterns could use."""
+
+
+def _entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts = Counter(text)
+    size = len(text)
+    return -sum(n / size * math.log2(n / size) for n in counts.values())
+
+
+_CHECKS: dict[str, Callable[[str], bool]] = {
+    # a random id has ~3.7 bits per character; "ASIAPACIFICSUMMITXX2" has 3.28. Ids under
+    # 3.3 (about 1 in 70 random ones) are missed; the id alone is not the secret
+    "aws-access-key": lambda found: _entropy(found) >= 3.3,
+    # 40 base64 characters with upper, lower and digits, and random-looking (a secret key
+    # has ~4.9 bits per character; words and hex hashes far less)
+    "aws-secret-key-bare": lambda found: (
+        any(c.isupper() for c in found)
+        and any(c.islower() for c in found)
+        and any(c.isdigit() for c in found)
+        and _entropy(found) >= 4.3
+    ),
+}
+"""Further tests a default pattern's match must pass to count as a secret."""
 
 _SHORTEST_SECRET = 20
 """No default pattern matches fewer characters (an AWS access key is 20): shorter strings,
@@ -57,19 +107,54 @@ DEFAULT_SECRET_FIELDS: frozenset[str] = frozenset(
     {
         "api_key",
         "apikey",
-        "api-key",
         "authorization",
+        "proxy_authorization",
         "password",
         "passwd",
-        "secret",
+        "pwd",
         "client_secret",
+        "secret_key",
+        "private_key",
         "access_token",
         "refresh_token",
-        "token",
-        "x-api-key",
+        "id_token",
+        "auth_token",
+        "session_token",
+        "x_api_key",
+        "x_auth_token",
+        "cookie",
+        "set_cookie",
     }
 )
-"""Keys whose values are secrets whatever they look like (compared case-insensitively)."""
+"""Keys whose values are secrets whatever they look like (compared case-insensitively, with
+``-`` read as ``_``; also any key ending in ``_password``, ``_passwd``, ``_secret``,
+``_api_key``, ``_private_key`` or ``_access_token``, like ``db_password``)."""
+
+SECRET_SUFFIXES = ("_password", "_passwd", "_secret", "_api_key", "_private_key", "_access_token")
+
+LOOKS_CHECKED_FIELDS: frozenset[str] = frozenset({"token", "secret", "key"})
+"""Keys whose values are redacted only when they look like a secret (8 or more characters
+without spaces, with letters and digits or symbols): ``{"token": "the"}`` in logprobs or a
+tokenizer's output keeps its word; ``{"token": "a8Fj2kLq9x"}`` is redacted. Keys ending in
+``_token`` are checked the same way."""
+
+_LOOKS_SECRET = re.compile(r"^(?=.*[A-Za-z])(?=.*[0-9_\-+/=.~])\S{8,}$")
+
+
+def _encoded_forms(value: str) -> list[str]:
+    """The text a string may hide a secret in: URL-decoded, with JSON ``\\uXXXX`` escapes
+    undone."""
+    forms = []
+    if "%" in value and _PERCENT.search(value):
+        forms.append(urllib.parse.unquote(value))
+    if "\\u" in value or "\\/" in value:
+        forms.append(_JSON_ESCAPE.sub(lambda m: chr(int(m[1], 16)), value).replace("\\/", "/"))
+    return forms
+
+
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+_JSON_ESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})")
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{28,}={0,2}")
 
 
 @dataclass(frozen=True)
@@ -111,6 +196,60 @@ def configure_redaction(
     )
 
 
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    pattern: re.Pattern[str]
+    hints: tuple[str, ...]
+    check: Callable[[str], bool] | None
+    default: bool = True
+
+    def replace(self, found: re.Match[str]) -> str:
+        if self.check is not None and not self.check(found[0]):
+            return found[0]
+        if self.name == "url-password":  # keep the user name: only the password is secret
+            return f"{found[0].split(':', 1)[0]}:[REDACTED:url-password]"
+        return f"[REDACTED:{self.name}]"
+
+
+def _field_name(key: str) -> str:
+    return key.lower().replace("-", "_")
+
+
+def _is_secret_field(key: str, item: Any, always: frozenset[str]) -> bool:
+    """Whether a key's value is redacted whole: always for a secret name (``password``,
+    ``db_password``, ``Cookie``), and for an ambiguous one (``token``) when it looks like a
+    secret."""
+    if item in (None, ""):
+        return False
+    name = _field_name(key)
+    if name in always or name.endswith(SECRET_SUFFIXES):
+        return True
+    if name in LOOKS_CHECKED_FIELDS or name.endswith("_token"):
+        return isinstance(item, str) and _LOOKS_SECRET.match(item) is not None
+    return False
+
+
+def _piece_text(item: Any) -> str | None:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+        return str(item["text"])
+    return None
+
+
+def _with_text(item: Any, text: str) -> Any:
+    return text if isinstance(item, str) else {**item, "text": text}
+
+
+_JSON_OBJECT_START = re.compile(r'\{\s*"')
+_JSON_TRIES = 20
+"""JSON objects looked for after prose in one string at most (each try parses from there)."""
+_DECODER = json.JSONDecoder()
+_JOIN_LIMIT = 1_000_000
+"""Streamed pieces are joined and searched up to this many characters in all."""
+
+
 @dataclass
 class Redactor:
     """Replaces secrets in every string of a trace, and cuts strings over ``max_chars``.
@@ -125,39 +264,42 @@ class Redactor:
     patterns: dict[str, str] = field(default_factory=dict)
     fields: Iterable[str] = ()
     max_chars: int | None = 100_000
-    _rules: tuple[int, list[tuple[str, re.Pattern[str], tuple[str, ...]]], frozenset[str]] = field(
-        init=False, repr=False
-    )
+    _rules: tuple[int, list[_Rule], frozenset[str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._rules = self._compile()
 
-    def _compile(
-        self,
-    ) -> tuple[int, list[tuple[str, re.Pattern[str], tuple[str, ...]]], frozenset[str]]:
+    def _compile(self) -> tuple[int, list[_Rule], frozenset[str]]:
         process = _process_rules
         custom = process.patterns | dict(self.patterns)
         compiled = [
-            (name, re.compile(pattern), () if name in custom else _HINTS.get(name, ()))
+            _Rule(name, re.compile(pattern), _HINTS.get(name, ()), _CHECKS.get(name))
+            if name not in custom
+            else _Rule(name, re.compile(pattern), (), None, default=False)
             for name, pattern in (DEFAULT_SECRET_PATTERNS | custom).items()
         ]
-        fields = DEFAULT_SECRET_FIELDS | process.fields | {name.lower() for name in self.fields}
+        fields = (
+            DEFAULT_SECRET_FIELDS
+            | {_field_name(name) for name in process.fields}
+            | {_field_name(name) for name in self.fields}
+        )
         return process.generation, compiled, fields
 
-    def _current(
-        self,
-    ) -> tuple[int, list[tuple[str, re.Pattern[str], tuple[str, ...]]], frozenset[str]]:
+    def _current(self) -> tuple[int, list[_Rule], frozenset[str]]:
         if self._rules[0] != _process_rules.generation:  # configure_redaction was called
             self._rules = self._compile()
         return self._rules
 
     def text(self, value: str) -> str:
         """One string with its secrets replaced and its length bounded. A string that holds
-        a JSON object or array (a tool result, say) has its secret-named fields redacted too.
+        JSON objects (a tool result, or JSON after prose) has their secret-named fields
+        redacted too; a secret hidden by URL-encoding, JSON ``\\u`` escapes or base64 is
+        found in the decoded text (the string is then kept decoded, with the secret
+        replaced; a base64 segment is replaced whole).
 
         An oversized string is cut before it is searched (keeping a margin, so a secret that
-        straddles the cut is still seen whole), and a pattern runs only on text that holds
-        its telltale prefix: the cost stays linear in ``max_chars`` however large the
+        straddles the cut is still seen whole), and a default pattern runs only on text that
+        holds its telltale prefix: the cost stays linear in ``max_chars`` however large the
         payload."""
         value = safe_text(value)
         size, limit = len(value), self.max_chars
@@ -167,16 +309,53 @@ class Redactor:
             if limit is not None and oversized
             else self._json_text(value)
         )
-        present = self._hints_in(value)
-        for name, pattern, hints in self._current()[1]:
-            if hints and present.isdisjoint(hints):
-                continue  # no telltale prefix: the pattern cannot match
-            redacted = pattern.sub(f"[REDACTED:{name}]", value)
-            if redacted != value:
-                value, present = redacted, self._hints_in(redacted)
+        value = self._patterns(value)
+        for form in _encoded_forms(value):
+            redacted = self._patterns(form)
+            if redacted != form:
+                value = redacted
+                break
+        if len(value) >= 28:
+            value = _BASE64.sub(self._base64_segment, value)
         if limit is not None and oversized:
             value = f"{value[:limit]}…[truncated: {size} characters in all]"
         return value
+
+    def _patterns(self, value: str) -> str:
+        """``value`` with every pattern's matches replaced."""
+        present = self._hints_in(value)
+        short = len(value) < _SHORTEST_SECRET
+        for rule in self._current()[1]:
+            if rule.default and (short or (rule.hints and present.isdisjoint(rule.hints))):
+                continue  # no telltale prefix: the pattern cannot match
+            redacted = rule.pattern.sub(rule.replace, value)
+            if redacted != value:
+                value, present = redacted, self._hints_in(redacted)
+        return value
+
+    def _spans(self, value: str) -> list[tuple[int, int, str]]:
+        """Where secrets lie in ``value``: (start, end, pattern name)."""
+        present = self._hints_in(value)
+        return [
+            (found.start(), found.end(), rule.name)
+            for rule in self._current()[1]
+            if not (rule.default and rule.hints and present.isdisjoint(rule.hints))
+            for found in rule.pattern.finditer(value)
+            if rule.check is None or rule.check(found[0])
+        ]
+
+    def _base64_segment(self, found: re.Match[str]) -> str:
+        segment = found[0]
+        try:
+            raw = base64.b64decode(
+                segment.rstrip("=") + "=" * (-len(segment.rstrip("=")) % 4),
+                altchars=b"-_" if "-" in segment or "_" in segment else None,
+            )
+            decoded = raw.decode("utf-8")
+        except (binascii.Error, ValueError):
+            return segment  # not base64 of text: most such runs are identifiers or data
+        names = sorted({name for _, _, name in self._spans(decoded)})
+        return f"[REDACTED:base64:{','.join(names)}]" if names else segment
 
     @staticmethod
     def _hints_in(value: str) -> frozenset[str]:
@@ -186,14 +365,35 @@ class Redactor:
         return frozenset(_HINT_SEARCH.findall(value.lower()))
 
     def _json_text(self, value: str) -> str:
-        if not value.lstrip().startswith(("{", "[")):
+        """Secret-named fields redacted in the JSON a text holds: the whole text, or objects
+        that follow prose ("Response: {...}"); JSON text with nothing secret is kept as is."""
+        if value.lstrip().startswith(("{", "[")):
+            try:
+                parsed = json.loads(value)
+            except (ValueError, RecursionError):
+                pass
+            else:
+                redacted = self.value(parsed)
+                return value if redacted == parsed else json.dumps(redacted, ensure_ascii=False)
+        if '"' not in value:
             return value
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value
-        redacted = self.value(parsed)
-        return value if redacted == parsed else json.dumps(redacted, ensure_ascii=False)
+        pieces, position, tries = [], 0, 0
+        for start in _JSON_OBJECT_START.finditer(value):
+            if start.start() < position or tries >= _JSON_TRIES:
+                continue
+            tries += 1
+            try:
+                parsed, end = _DECODER.raw_decode(value, start.start())
+            except (ValueError, RecursionError):
+                continue
+            redacted = self.value(parsed)
+            if redacted != parsed:
+                pieces += [
+                    value[position : start.start()],
+                    json.dumps(redacted, ensure_ascii=False),
+                ]
+                position = end
+        return "".join([*pieces, value[position:]]) if pieces else value
 
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets replaced: the values of secret-named keys,
@@ -214,15 +414,44 @@ class Redactor:
             fields = self._current()[2]
             return {
                 (self.text(key) if isinstance(key, str) else key): "[REDACTED]"
-                if isinstance(key, str) and key.lower() in fields and value[key] not in (None, "")
+                if isinstance(key, str) and _is_secret_field(key, item, fields)
                 else self._value(item, seen)
                 for key, item in value.items()
             }
         if isinstance(value, list | tuple):
-            return [self._value(item, seen) for item in value]
+            return [self._value(item, seen) for item in self._joined_pieces(list(value))]
         if type(value) is int:
             return safe_int(value)
         return value
+
+    def _joined_pieces(self, items: list[Any]) -> list[Any]:
+        """Streamed chunks (a list of strings or text blocks) with a secret split across two
+        of them replaced where the pieces join: the piece it starts in ends with the marker,
+        the pieces it runs on into lose its rest."""
+        found = [_piece_text(item) for item in items]
+        texts = [text for text in found if text is not None]
+        if len(items) < 2 or len(texts) < len(items):
+            return items
+        joined = "".join(texts)
+        if len(joined) < _SHORTEST_SECRET or len(joined) > _JOIN_LIMIT:
+            return items
+        bounds, position = [], 0
+        for text in texts:
+            bounds.append((position, position + len(text)))
+            position += len(text)
+        pieces = list(texts)
+        for start, end, name in self._spans(joined):
+            touched = [i for i, (low, high) in enumerate(bounds) if low < end and start < high]
+            if len(touched) < 2:
+                continue  # inside one piece: that piece's own redaction replaces it
+            first, last = touched[0], touched[-1]
+            pieces[first] = joined[bounds[first][0] : start] + f"[REDACTED:{name}]"
+            for middle in touched[1:-1]:
+                pieces[middle] = ""
+            pieces[last] = joined[end : bounds[last][1]]
+        if pieces == texts:
+            return items
+        return [_with_text(item, piece) for item, piece in zip(items, pieces, strict=True)]
 
     def trace(self, trace: Trace) -> Trace:
         """A redacted copy of a trace: every field, span, tool call and attribute, except the

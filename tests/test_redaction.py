@@ -3,6 +3,7 @@ the results or a judge; oversized strings are cut with a visible marker and thei
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -276,3 +277,125 @@ def test_process_wide_patterns_reach_every_exit(
 def test_an_invalid_process_wide_pattern_is_named() -> None:
     with pytest.raises(ValueError, match="redaction pattern 'broken' is not a valid regex"):
         configure_redaction(patterns={"broken": "(unclosed"})
+
+
+# --- both directions: every shape found, nothing that only looks like one damaged ------------
+
+OPENAI_URL = OPENAI.replace("-", "%2D")
+OPENAI_JSON_ESCAPED = OPENAI.replace("-", "\\u002d", 1)
+OPENAI_IN_BASE64 = base64.b64encode(f"key={OPENAI}".encode()).decode()
+JWT = (
+    "eyJhbGciOiJIUzI1NiJ9."
+    + "eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+)
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("aws wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws [REDACTED:aws-secret-key-bare]"),
+        (f"url https://x/?key={OPENAI_URL}", "url https://x/?key=[REDACTED:openai-key]"),
+        (f"escaped {OPENAI_JSON_ESCAPED}", "escaped [REDACTED:openai-key]"),
+        (f"blob {OPENAI_IN_BASE64} end", "blob [REDACTED:base64:openai-key] end"),
+        (
+            'Response: {"password": "hunter2", "user": "ann"} done',
+            'Response: {"password": "[REDACTED]", "user": "ann"} done',
+        ),
+        (f"jwt {JWT}", "jwt [REDACTED:jwt]"),
+        (f"key:\n{PEM}\nend", "key:\n[REDACTED:private-key]\nend"),
+        ("slack xoxb-" + "1234567890-abcdefghij", "slack [REDACTED:slack-token]"),
+        ("google AIza" + "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q", "google [REDACTED:google-api-key]"),
+        ("stripe sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "stripe [REDACTED:stripe-key]"),
+        (
+            "db postgres://app:s3cr3t-pw@db.internal:5432/orders",
+            "db postgres://app:[REDACTED:url-password]@db.internal:5432/orders",
+        ),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: [REDACTED:basic-auth]"),
+    ],
+    ids=[
+        "bare-aws-secret",
+        "url-encoded",
+        "json-escaped",
+        "base64",
+        "json-after-prose",
+        "jwt",
+        "pem",
+        "slack",
+        "google",
+        "stripe",
+        "database-url",
+        "basic-auth",
+    ],
+)
+def test_secrets_hidden_or_unclaimed_before_are_found(text: str, expected: str) -> None:
+    assert Redactor().text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ask-human-for-approval-before-refund",
+        "risk-assessment-for-quarterly-review-2",
+        "disk-usage-monitor-node-2-primary-east",
+        "task-8f2c1e4a-9b7d-4c3e-a1f0-2b9c",
+        "ASIAPACIFICSUMMITXX2 registration",
+        "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+        "agenteval_core_online_evaluator_thread_pool_worker",
+        "https://example.com/docs/getting-started?page=2",
+    ],
+)
+def test_text_that_only_looks_like_a_secret_is_kept(text: str) -> None:
+    assert Redactor().text(text) == text
+
+
+def test_secret_named_fields_by_name_and_by_look() -> None:
+    value = {
+        "private_key": "k",
+        "client-secret": "c",
+        "db_password": "correct horse battery staple",
+        "X-Auth-Token": "t",
+        "Cookie": "session=1",
+        "token": "the",  # a logprob's or tokenizer's token: a word, kept
+        "logprobs": [{"token": " world", "logprob": -0.1}, {"token": "Hello", "id": 15496}],
+        "refresh": {"token": "a8Fj2kLq9x0Z"},  # looks like a secret: redacted
+        "next_page_token": "CAUQAA",  # short: kept
+        "tokens": ["sk", "-", "proj"],
+    }
+    assert Redactor().value(value) == {
+        "private_key": "[REDACTED]",
+        "client-secret": "[REDACTED]",
+        "db_password": "[REDACTED]",
+        "X-Auth-Token": "[REDACTED]",
+        "Cookie": "[REDACTED]",
+        "token": "the",
+        "logprobs": [{"token": " world", "logprob": -0.1}, {"token": "Hello", "id": 15496}],
+        "refresh": {"token": "[REDACTED]"},
+        "next_page_token": "CAUQAA",
+        "tokens": ["sk", "-", "proj"],
+    }
+
+
+def test_a_secret_split_across_streamed_chunks_is_found_where_they_join() -> None:
+    head, tail = OPENAI[:14], OPENAI[14:]
+    chunks = [f"your key is {head}", f"{tail} keep it safe"]
+    assert Redactor().value(chunks) == ["your key is [REDACTED:openai-key]", " keep it safe"]
+    blocks = [{"type": "text", "text": f"key {head}"}, {"type": "text", "text": f"{tail}."}]
+    assert Redactor().value(blocks) == [
+        {"type": "text", "text": "key [REDACTED:openai-key]"},
+        {"type": "text", "text": "."},
+    ]
+    # three pieces: the middle one is dropped, the ends keep what is not the key
+    three = [f"a {OPENAI[:10]}", OPENAI[10:20], f"{OPENAI[20:]} b"]
+    assert Redactor().value(three) == ["a [REDACTED:openai-key]", "", " b"]
+
+
+def test_tool_and_node_names_reach_the_metrics_unredacted(tmp_path: Path) -> None:
+    name = "ask-human-for-approval-before-refund"
+    trace = Trace.from_steps(
+        "refund order 42",
+        [AgentStep(tool_calls=[ToolCall(name=name, arguments={"task": "task-42-refund-review"})])],
+    )
+    [call] = Redactor().trace(trace).tool_calls()
+    assert (call.name, call.arguments) == (name, {"task": "task-42-refund-review"})
