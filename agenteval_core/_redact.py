@@ -71,6 +71,9 @@ _HINT_SEARCH = re.compile("|".join(sorted({re.escape(h) for hs in _HINTS.values(
 inside another at a place the patterns could use."""
 
 
+_DIGIT = re.compile(r"\d")
+
+
 def _entropy(text: str) -> float:
     """Shannon entropy in bits per character."""
     counts = Counter(text)
@@ -85,9 +88,9 @@ _CHECKS: dict[str, Callable[[str], bool]] = {
     # 40 base64 characters with upper, lower and digits, and random-looking (a secret key
     # has ~4.9 bits per character; words and hex hashes far less)
     "aws-secret-key-bare": lambda found: (
-        any(c.isupper() for c in found)
-        and any(c.islower() for c in found)
-        and any(c.isdigit() for c in found)
+        found.lower() != found  # upper case, lower case and a digit, tested in C
+        and found.upper() != found
+        and _DIGIT.search(found) is not None
         and _entropy(found) >= 4.3
     ),
 }
@@ -346,6 +349,8 @@ class Redactor:
 
     def _base64_segment(self, found: re.Match[str]) -> str:
         segment = found[0]
+        if segment.lower() == segment or segment.upper() == segment:
+            return segment  # base64 of text mixes cases; identifiers and padding do not
         try:
             raw = base64.b64decode(
                 segment.rstrip("=") + "=" * (-len(segment.rstrip("=")) % 4),
@@ -400,15 +405,16 @@ class Redactor:
         secret shapes in strings, and in keys too (a token can be a dictionary key)."""
         return self._value(value, {})
 
-    def _value(self, value: Any, seen: dict[int, str]) -> Any:
-        # ``seen`` holds the redacted form of each large string by identity: a tool result
-        # reappears in the span output and in every later LLM input, and is searched once
+    def _value(self, value: Any, seen: dict[str, str]) -> Any:
+        # ``seen`` holds the redacted form of each large string: a tool result reappears in
+        # the span output, the tool call and every later LLM input, often as equal copies
+        # (not the same object), and is searched once
         if isinstance(value, str):
             if len(value) < _SHARED_TEXT:
                 return self.text(value)
-            redacted = seen.get(id(value))
+            redacted = seen.get(value)
             if redacted is None:
-                redacted = seen[id(value)] = self.text(value)
+                redacted = seen[value] = self.text(value)
             return redacted
         if isinstance(value, dict):
             fields = self._current()[2]

@@ -294,8 +294,10 @@ def test_a_fork_while_the_writer_holds_its_lock_leaves_the_child_working(
 
 
 def test_a_deleted_or_renamed_capture_is_reopened_at_its_path(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the path is looked at every half second; here at every write, so no test waits
+    monkeypatch.setattr("agenteval_core.schema._capture.PATH_CHECK_INTERVAL", 0.0)
     capture = tmp_path / "c.jsonl"
     with OnlineEvaluator(capture=capture, metrics=[], session_metrics=[], log=False) as ev:
         ev.submit(_finished(1))

@@ -128,6 +128,7 @@ class ResultsFileSink(Sink):
             self.path, "a+b" if append else "w+b", buffering=0
         )
         self._lock = threading.Lock()
+        self._end = -1  # where the last line ended
         renew_after_fork(self)
 
     def _after_fork(self) -> None:
@@ -143,7 +144,7 @@ class ResultsFileSink(Sink):
         line = self._line(record)
         with self._lock:
             if self._file is not None:
-                append_line(self._file, line)
+                self._end = append_line(self._file, line, self._end)
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         self._write(trace_record(trace, results))

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import threading
+import time
 import weakref
 import zlib
 from collections.abc import Callable, Iterator
@@ -62,6 +63,8 @@ class CaptureWriter:
         """How many times the file was reopened because its path had moved on."""
         self._lock = threading.Lock()
         self._file = self._open()
+        self._path_checked = time.monotonic()
+        self._end = -1  # where this writer's last line ended
         renew_after_fork(self)
 
     def _open(self) -> IO[bytes]:
@@ -74,7 +77,7 @@ class CaptureWriter:
             self._follow_path()
             _lock_file(self._file)
             try:
-                append_line(self._file, line)
+                self._end = append_line(self._file, line, self._end)
             finally:
                 _unlock_file(self._file)
             if self.fsync:
@@ -82,7 +85,13 @@ class CaptureWriter:
             self.written += 1
 
     def _follow_path(self) -> None:
-        """Reopen the file when ``path`` no longer names the open file (deleted or renamed)."""
+        """Reopen the file when ``path`` no longer names the open file (deleted or renamed).
+        Looked at most every ``PATH_CHECK_INTERVAL`` seconds: under load each system call
+        lets the agent's threads take the interpreter for a while."""
+        now = time.monotonic()
+        if now - self._path_checked < PATH_CHECK_INTERVAL:
+            return
+        self._path_checked = now
         try:
             opened = os.fstat(self._file.fileno())
             current = os.stat(self.path)
@@ -93,6 +102,7 @@ class CaptureWriter:
             return
         self._file.close()
         self._file = self._open()
+        self._end = -1
         self.reopened += 1
         logger.warning(
             "agenteval: the capture file %s was deleted or renamed; reopened it at that path "
@@ -120,6 +130,7 @@ class CaptureWriter:
             # the child's own open file: a flock is held per open file, and the parent's
             # may be held at the fork
             self._file = self._open()
+            self._end = -1
 
     def __enter__(self) -> CaptureWriter:
         return self
@@ -133,18 +144,26 @@ class CaptureWriter:
         self.close()
 
 
-def append_line(file: IO[bytes], line: bytes | memoryview) -> None:
+PATH_CHECK_INTERVAL = 0.5
+"""Seconds between checks that the capture's path still leads to the open file."""
+
+
+def append_line(file: IO[bytes], line: bytes | memoryview, known_end: int = -1) -> int:
     """Write one whole line (ending in a newline) to an unbuffered file opened for reading
     too, on a line of its own: a torn last line (a killed writer's, or a write that failed
     on a full disk) is first ended with a newline, so the file stays valid JSON Lines from
-    the next line on."""
+    the next line on. ``known_end`` is where the caller's own last line ended (the file then
+    needs no look at its last byte); returns where this line ends."""
     fd = file.fileno()
     size = os.fstat(fd).st_size
-    if size > 0 and _last_byte(file, fd, size) != b"\n":
-        file.write(b"\n")
+    if 0 < size != known_end and _last_byte(file, fd, size) != b"\n":
+        size += file.write(b"\n") or 0
     line = memoryview(line)
     while line:  # an unbuffered write may take part of a large line: write the rest
-        line = line[file.write(line) or 0 :]
+        written = file.write(line) or 0
+        size += written
+        line = line[written:]
+    return size
 
 
 def _last_byte(file: IO[bytes], fd: int, size: int) -> bytes:
