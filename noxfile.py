@@ -95,8 +95,9 @@ def embeddings(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests_long(session: nox.Session) -> None:
-    """The long variants: 10,000 fuzzed callback sequences per adapter, 30 SIGKILLs of a live
-    agent with 2 MB tool results, and the hardening tests."""
+    """The long variants: 10,000 fuzzed callback sequences per adapter, 30 SIGKILLs of four
+    live agent threads with 2 MB tool results, and the hardening, fault, hostile-judge and
+    redaction tests."""
     _install_chromium(session)
     session.install("-e", ".[dev,all]")
     session.env["AGENTEVAL_FUZZ_EXAMPLES"] = "10000"
@@ -106,6 +107,9 @@ def tests_long(session: nox.Session) -> None:
         "tests/test_hardening.py",
         "tests/test_online.py",
         "tests/test_durability.py",
+        "tests/test_load_and_faults.py",
+        "tests/test_judge_hostile.py",
+        "tests/test_redaction.py",
         *session.posargs,
     )
 

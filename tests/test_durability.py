@@ -102,7 +102,9 @@ def _finished_runs(lines: list[str]) -> list[tuple[str, float]]:
 
 
 @pytest.mark.parametrize("kill", range(KILLS))
-def test_sigkill_under_load_loses_no_run_that_ended_200_ms_before_it(kill: int, tmp_path: Path) -> None:
+def test_sigkill_under_load_loses_no_run_that_ended_200_ms_before_it(
+    kill: int, tmp_path: Path
+) -> None:
     capture = tmp_path / "c.jsonl"
     agent = subprocess.Popen(
         [sys.executable, "-c", AGENT, str(capture)], stdout=subprocess.PIPE, text=True

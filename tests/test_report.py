@@ -12,7 +12,16 @@ import pytest
 from browser import CHROMIUM, chromium
 from judge_server import JudgeServer, Reply
 
-from agenteval_core import LoopAlert, RunStatus, Span, SpanKind, ToolCall, Trace, replay
+from agenteval_core import (
+    LoopAlert,
+    RunStatus,
+    Span,
+    SpanKind,
+    ToolCall,
+    Trace,
+    read_capture,
+    replay,
+)
 from agenteval_core.judges import OpenAIJudge
 from agenteval_core.report._report import load_results, render_html, write_report
 
@@ -340,3 +349,66 @@ def test_report_shows_how_each_run_ended_in_chromium(
         == 0
     )
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"per_trace_signals": {"t0": {"step_risk": "high"}}, "flagged_traces": ["t0"]},
+        {"per_trace_signals": [["t0", 0.5]], "flagged_traces": ["t0"]},
+        {"per_trace_signals": {"t0": {"step_risk": 0.5}}, "flagged_traces": 3},
+        {"per_trace_signals": {"t0": "risky"}, "flagged_traces": "t0"},
+    ],
+    ids=["step-risk-text", "signals-list", "flagged-int", "signals-text"],
+)
+def test_report_reads_session_metadata_of_the_wrong_type(
+    metadata: dict[str, object], tmp_path: Path
+) -> None:
+    results = tmp_path / "r.jsonl"
+    trace = {"trace_id": "t0", "session_id": "s", "results": [_RESULT]}
+    session = {"session_id": "s", "session_results": [_RESULT | {"name": "agent_reliability"}]}
+    session["session_results"][0]["metadata"] = metadata  # type: ignore[index]
+    results.write_text(json.dumps(trace) + "\n" + json.dumps(session) + "\n")
+    done = report(results, "--html", tmp_path / "r.html")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "s" in (tmp_path / "r.html").read_text()
+
+
+def test_a_capture_line_with_a_byte_order_mark_is_read_as_a_trace(tmp_path: Path) -> None:
+    capture = tmp_path / "c.jsonl"
+    line = Trace(id="t1", input="q", output="a").model_dump_json()
+    capture.write_bytes(b"\xef\xbb\xbf" + line.encode() + b"\n")
+    errors: list[object] = []
+    assert [t.id for t in read_capture(capture, on_error=errors.append)] == ["t1"]
+    assert errors == []  # read, not reported as bad (it was both before)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (nox -s tests installs it)")
+def test_long_unbroken_strings_do_not_widen_the_report(tmp_path: Path) -> None:
+    word = "x" * 5_000
+    capture = tmp_path / "c.jsonl"
+    trace = Trace(
+        id="t1",
+        input=word,
+        output=word,
+        spans=[Span(kind=SpanKind.TOOL, name=word[:300], output=word, error=word)],
+    )
+    capture.write_text(trace.model_dump_json() + "\n")
+    results = tmp_path / "r.jsonl"
+    replay(capture, output=results)
+    page = write_report(results, tmp_path / "report.html", capture=capture).read_text()
+    # measure the laid-out width: the same page with a script that writes it into the DOM
+    # (the report itself runs none: its policy forbids scripts)
+    page = re.sub(r"<meta http-equiv=.Content-Security-Policy[^>]*>", "", page)
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        page.replace(
+            "</body>",
+            "<script>for (const d of document.querySelectorAll('details')) d.open = true;"
+            "document.body.dataset.width = document.documentElement.scrollWidth;</script></body>",
+        )
+    )
+    dom = chromium(tmp_path, "--window-size=1024,800", "--dump-dom", probe.as_uri())
+    width = re.search(r'data-width="(\d+)"', dom.stdout)
+    assert width is not None, dom.stderr[-2000:]
+    assert int(width.group(1)) <= 1024  # no sideways scrolling

@@ -260,9 +260,20 @@ def _session_risks(results: list[MetricResult]) -> tuple[dict[str, float], set[s
     reliability = next((r for r in results if r.name == "agent_reliability"), None)
     if reliability is None:
         return {}, set()
-    per_trace = reliability.metadata.get("per_trace_signals", {})
-    risks = {tid: float(v.get("step_risk", 0.0)) for tid, v in per_trace.items()}
-    return risks, set(reliability.metadata.get("flagged_traces", []))
+    # written by agenteval, but the file may come from elsewhere: a value of the wrong type
+    # leaves the session's timeline without it rather than failing the report
+    per_trace = reliability.metadata.get("per_trace_signals")
+    risks = {
+        str(tid): float(signals["step_risk"])
+        for tid, signals in (per_trace.items() if isinstance(per_trace, dict) else ())
+        if isinstance(signals, dict) and _is_number(signals.get("step_risk"))
+    }
+    flagged = reliability.metadata.get("flagged_traces")
+    return risks, {str(t) for t in flagged} if isinstance(flagged, list) else set()
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def render_html(data: ReportData) -> str:
@@ -395,7 +406,9 @@ def render_html(data: ReportData) -> str:
 body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #1d2430; }}
 h1 {{ font-size: 1.5em; }} h2 {{ margin-top: 1.8em; border-bottom: 1px solid #dde; }}
 table {{ border-collapse: collapse; width: 100%; margin: .5em 0; }}
-th, td {{ border-bottom: 1px solid #eef; padding: .25em .5em; text-align: left; vertical-align: top; }}
+th, td {{ border-bottom: 1px solid #eef; padding: .25em .5em; text-align: left; vertical-align: top;
+          overflow-wrap: anywhere; }}
+summary, li, p, pre {{ overflow-wrap: anywhere; }} pre {{ white-space: pre-wrap; }}
 td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 .hist {{ width: 170px; height: 60px; }} .hist rect {{ fill: #4a7fd4; }}
 svg text {{ font-size: 9px; fill: #556; }}

@@ -255,6 +255,7 @@ hostile or broken file cannot take the reader's memory (adapters cut oversized s
 before a trace gets near this)."""
 
 _CHUNK = 1024 * 1024
+_BOM = b"\xef\xbb\xbf"
 
 
 def _excerpt(text: str, limit: int = 120) -> str:
@@ -332,6 +333,8 @@ def read_numbered(
             elif not line.strip():
                 continue
             else:
+                if line.startswith(_BOM):  # an editor or a Windows tool wrote one: not data
+                    line = line[len(_BOM) :]
                 try:
                     # without the newline, a fragment closed off by a later writer reads as
                     # cut short, like a torn last line
