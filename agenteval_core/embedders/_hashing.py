@@ -18,8 +18,9 @@ __all__ = ["Embedder", "HashingEmbedder"]
 class Embedder(Protocol):
     """Maps texts to vectors.
 
-    ``embed`` returns a float32 array of shape ``(len(texts), dim)`` whose non-zero rows are
-    L2-normalised; an empty text may map to a zero row (metrics treat it as distance 1).
+    ``embed`` returns a float array of shape ``(len(texts), dim)``; an empty text may map to a
+    zero row (metrics treat it as distance 1). Rows need not be L2-normalised: the embedding
+    metrics normalise them before taking a cosine.
     """
 
     @property

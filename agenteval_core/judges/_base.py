@@ -109,6 +109,9 @@ class BaseJudge(ABC):
         self.budget_usd_per_hour = budget_usd_per_hour
         self.stats = JudgeStats()
         self._spent_lately: deque[tuple[float, float]] = deque()  # (when, USD) in the last hour
+        # answers to shared stages: asked once, handed to every metric that asks the same
+        self._shared: OrderedDict[str, JudgeReply[Any]] = OrderedDict()
+        self._shared_pending: dict[tuple[int, str], asyncio.Future[JudgeReply[Any]]] = {}
 
     def _require_price(self) -> None:
         """A budget needs a price: without one, spend cannot be estimated."""
@@ -120,9 +123,6 @@ class BaseJudge(ABC):
                 "know; pass prices={model: (USD per million input tokens, per million output "
                 "tokens)}"
             )
-        # answers to shared stages: asked once, handed to every metric that asks the same
-        self._shared: OrderedDict[str, JudgeReply[Any]] = OrderedDict()
-        self._shared_pending: dict[tuple[int, str], asyncio.Future[JudgeReply[Any]]] = {}
 
     @property
     @abstractmethod

@@ -176,12 +176,15 @@ def _similarities(
     plans: Sequence[Sequence[str]], texts: Sequence[str], vectors: npt.NDArray[np.floating]
 ) -> list[list[float]]:
     """For each plan, the cosine of its first text with each of the others: one product for
-    the whole batch. ``vectors`` holds the embeddings of ``texts``, L2-normalised (zero rows
-    for empty text), so a cosine is a dot product and a zero vector gives 0 (distance 1)."""
+    the whole batch. ``vectors`` holds the embeddings of ``texts``; each row is L2-normalised
+    here (an embedder of the user's may not normalise), so a cosine is a dot product, and a
+    zero row (empty text) gives 0 (distance 1)."""
     row = {text: index for index, text in enumerate(texts)}
     anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
     others = [row[text] for plan in plans for text in plan[1:]]
     matrix = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
     dots = np.einsum("ij,ij->i", matrix[anchors], matrix[others])
     # rounding can take a normalised pair a hair past ±1
     flat: list[float] = np.minimum(np.maximum(dots, -1.0, out=dots), 1.0, out=dots).tolist()
