@@ -245,7 +245,7 @@ def test_a_full_results_disk_never_wedges_scoring_and_both_files_recover(
 
 FORK_WHILE_WRITING = textwrap.dedent(
     """
-    import os, sys, threading, time
+    import os, sys, threading
     from agenteval_core import OnlineEvaluator, Trace, read_capture
     from agenteval_core.schema._capture import _lock_file, _unlock_file
 
@@ -264,13 +264,15 @@ FORK_WHILE_WRITING = textwrap.dedent(
 
     threading.Thread(target=parent_thread_mid_write, daemon=True).start()
     holding.wait()
+    ready, told = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its own lock and file, so it captures, scores and exits
-        ev.submit(Trace(input="from the child", output="ok"))
+        os.write(told, b"x")
+        ev.submit(Trace(input="from the child", output="ok"))  # waits for the parent's flock
         ok = ev.flush(20)
         ev.close(20)
         os._exit(0 if ok and ev.stats.captured == ev.stats.scored == 1 else 3)
-    time.sleep(0.5)  # the parent's write goes on a while after the fork, then ends
+    os.read(ready, 1)  # the child is about to write while the parent's write goes on
     release.set()
     ev.submit(Trace(input="from the parent", output="ok"))
     _, status = os.waitpid(pid, 0)
