@@ -89,7 +89,7 @@ def requested_call(name: str, arguments: dict[str, Any]) -> ToolCall | None:
     return ToolCall(
         id=getattr(request, "tool_id", None),
         name=getattr(request, "tool_name", "tool"),
-        arguments=plain(dict(getattr(request, "tool_kwargs", {}) or {})),
+        arguments=dict(getattr(request, "tool_kwargs", {}) or {}),
     )
 
 
@@ -172,6 +172,9 @@ class Translator:
             return
         call = requested_call(name, arguments)
         if call is not None:
+            # made JSON-safe here, off the agent's thread (the guard's check there reads the
+            # arguments as they are)
+            call.arguments = plain(call.arguments)
             self.assembler.start_span(
                 span_id,
                 parent,

@@ -19,7 +19,8 @@ from typing import IO, Any
 
 import pydantic_core
 
-from ..schema._capture import append_line, renew_after_fork
+from .._fork import renew_after_fork
+from ..schema._capture import append_line
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import LoopAlert, Trace
 
@@ -154,9 +155,6 @@ class ResultsFileSink(Sink):
 
     def trace_unscored(self, trace_id: str, reason: str) -> None:
         self._write({"trace_id": trace_id, "unscored": reason})
-
-    def flush(self) -> None:
-        """Nothing to do: every line is written to the system when it is made."""
 
     def close(self) -> None:
         with self._lock:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import CaptureError
+from .._fork import renew_after_fork
 from .._redact import Redactor
 from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metric_names
 from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink
@@ -217,7 +218,18 @@ class OnlineEvaluator:
         self._hurry = threading.Event()
         self._start_loop()
         _live_evaluators.add(self)
+        renew_after_fork(self)
         _flush_on_sigterm()
+
+    def _after_fork(self) -> None:
+        """The child has none of the parent's threads: a fresh scoring loop and locks, with
+        nothing pending (the parent scores its own)."""
+        if self._closed:
+            return
+        self._in_scoring = {}
+        self._idle = threading.Condition()
+        self._problems_lock = threading.Lock()
+        self._start_loop()
 
     def _start_loop(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -556,19 +568,6 @@ def default_evaluator() -> OnlineEvaluator:
         if _default is None or _default._closed:
             _default = OnlineEvaluator()
         return _default
-
-
-def _restart_in_child() -> None:
-    """After ``fork()`` the child has none of the parent's threads: give each live
-    evaluator a fresh scoring loop, with nothing pending (the parent scores its own)."""
-    for evaluator in list(_live_evaluators):
-        evaluator._in_scoring = {}
-        evaluator._idle = threading.Condition()
-        evaluator._problems_lock = threading.Lock()
-        evaluator._start_loop()
-
-
-os.register_at_fork(after_in_child=_restart_in_child)
 
 
 def _close_then_terminate(signum: int, frame: Any) -> None:

@@ -10,15 +10,14 @@ one :class:`~agenteval_core.LoopGuard` before they run.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._fork import renew_after_fork
 from ..metrics._loops import LoopGuard
 from ..schema._trace import (
     GUARD_REFUSED,
@@ -54,7 +53,6 @@ class _Marker:
 
 
 _STOP = object()
-_pumps: weakref.WeakSet[EventPump] = weakref.WeakSet()
 
 
 class EventPump:
@@ -73,7 +71,7 @@ class EventPump:
         self.errors = 0
         self._logged: set[str] = set()
         self._start()
-        _pumps.add(self)
+        renew_after_fork(self)
 
     def _start(self) -> None:
         self.closed = False
@@ -111,21 +109,16 @@ class EventPump:
         self._queue.put(marker)
         return marker.done.wait(timeout)
 
+    def _after_fork(self) -> None:
+        if not self.closed:  # a fresh queue: what the parent queued is the parent's
+            self._start()
+
     def close(self, timeout: float | None = None) -> None:
         """Handle what is queued, then stop the thread."""
         self.closed = True
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(timeout)
-
-
-def _restart_pumps_in_child() -> None:
-    for pump in list(_pumps):
-        if not pump.closed:
-            pump._start()
-
-
-os.register_at_fork(after_in_child=_restart_pumps_in_child)
 
 
 class Recorder:

@@ -9,17 +9,17 @@ import re
 import sys
 import threading
 import time
-import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Protocol
+from typing import IO
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
+from .._fork import renew_after_fork
 from ._trace import Trace
 from ._values import plain
 
@@ -29,7 +29,6 @@ __all__ = [
     "append_line",
     "line_shard",
     "read_capture",
-    "renew_after_fork",
 ]
 
 logger = logging.getLogger("agenteval")
@@ -172,27 +171,6 @@ def _last_byte(file: IO[bytes], fd: int, size: int) -> bytes:
     with open(file.name, "rb") as reader:  # no pread on Windows
         reader.seek(size - 1)
         return reader.read(1)
-
-
-class _ForkAware(Protocol):
-    def _after_fork(self) -> None: ...
-
-
-_renewed_after_fork: weakref.WeakSet[_ForkAware] = weakref.WeakSet()
-
-
-def renew_after_fork(owner: _ForkAware) -> None:
-    """Call ``owner._after_fork()`` in the child after each ``fork()`` while ``owner`` lives
-    (a file writer renews its lock there: a parent thread may hold it at the fork)."""
-    _renewed_after_fork.add(owner)
-
-
-def _renew_in_child() -> None:
-    for owner in list(_renewed_after_fork):
-        owner._after_fork()
-
-
-os.register_at_fork(after_in_child=_renew_in_child)
 
 
 def encode_trace(trace: Trace) -> bytes:

@@ -83,14 +83,11 @@ class _Converter:
 
     def value(self, value: Any) -> tuple[Any, int, int]:
         """The converted value, and how many values and characters it holds."""
-        if value is None or value is True or value is False or type(value) is float:
-            return (value, 0, 0) if not self.over(1, 0) else (_CUT, 1, 0)
         if isinstance(value, str):
             return (safe_text(value), 1, len(value)) if not self.over(1, len(value)) else _cut()
-        if isinstance(value, int) and not isinstance(value, bool):
-            return (safe_int(value), 1, 0) if not self.over(1, 0) else _cut()
-        if isinstance(value, float):
-            return (float(value), 1, 0) if not self.over(1, 0) else _cut()
+        if value is None or isinstance(value, bool | int | float):
+            scalar = value if value is None or isinstance(value, bool) else _number(value)
+            return (scalar, 1, 0) if not self.over(1, 0) else _cut()
         key = id(value)
         if key in self.open:
             return ("[cycle: a value that contains itself]", 1, 0)
@@ -159,6 +156,11 @@ _CUT = "[cut: over agenteval's budget for one value; see MAX_VALUE_NODES]"
 
 def _cut() -> tuple[Any, int, int]:
     return _CUT, 1, 0
+
+
+def _number(value: int | float) -> int | float | str:
+    """A number as JSON holds it (a subclass, a NumPy float, as the plain type)."""
+    return float(value) if isinstance(value, float) else safe_int(int(value))
 
 
 def _key(key: Any) -> str:
