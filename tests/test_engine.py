@@ -183,52 +183,101 @@ def test_an_http_embedder_works_online_and_in_replay(
     assert judge_server.embedding_requests  # the vectors came over HTTP
 
 
+@pytest.mark.parametrize("sessions", [1, 12])
 def test_replay_keeps_the_judges_concurrency_in_flight(
-    tmp_path: Path, judge_server: JudgeServer
+    tmp_path: Path, judge_server: JudgeServer, sessions: int
 ) -> None:
+    # one long conversation keeps the judge as busy as many short ones
     judge_server.latency = 0.05
     judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
     capture = tmp_path / "c.jsonl"
     with CaptureWriter(capture) as writer:
         for index in range(48):
-            writer.write(Trace(input=f"q{index}", output=f"a{index}", session_id=f"s{index % 12}"))
+            writer.write(
+                Trace(input=f"q{index}", output=f"a{index}", session_id=f"s{index % sessions}")
+            )
     j = judge(judge_server, max_concurrency=6, requests_per_period=1000)
-    report = replay(capture, ["confidence"], judge=j)
+    report = replay(capture, ["confidence", "agent_reliability"], judge=j)
     assert report.summary.metrics["confidence"].scored == 48
+    assert report.session_summary.metrics["agent_reliability"].scored == sessions
     assert judge_server.peak_in_flight == 6  # the judge's bound, reached and never passed
 
 
 class Ordered(Metric):
-    """Records the order traces are scored in; later traces of a session finish sooner."""
+    """Records the order traces finish in; later traces of a session finish sooner. It
+    reads history, and its score is a session signal (coherence) that fails on turn 2."""
 
-    name = "ordered"
+    name = "coherence"
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    uses_history: ClassVar[bool] = True
+    blocking = False
     seen: ClassVar[list[str]] = []
+    in_flight: ClassVar[dict[str, int]] = {}
+    peak: ClassVar[dict[str, int]] = {}
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
-        assert case.trace is not None
-        await asyncio.sleep(0.02 / (1 + int(case.trace.id.split("-")[1])))
+        assert case.trace is not None and case.trace.session_id is not None
+        session, turn = case.trace.session_id, int(case.trace.id.split("-")[1])
+        self.in_flight[session] = self.in_flight.get(session, 0) + 1
+        self.peak[session] = max(self.peak.get(session, 0), self.in_flight[session])
+        await asyncio.sleep(0.02 / (1 + turn))
+        self.in_flight[session] -= 1
         self.seen.append(case.trace.id)
-        return Score(1.0, metadata={"history": len(history)})
+        return Score(0.0 if turn == 2 else 1.0, metadata={"history": [t.id for t in history]})
 
 
-def test_each_session_in_order_and_sessions_concurrently() -> None:
-    Ordered.seen.clear()
-    traces = [
-        Trace(id=f"{session}-{index}", input="q", output="a", session_id=session)
-        for index in range(4)
+def ordered_traces() -> list[Trace]:
+    return [
+        Trace(
+            id=f"{session}-{index}",
+            input="q",
+            output=f"a{index}",
+            session_id=session,
+            status=RunStatus.ERROR if (session, index) == ("y", 3) else RunStatus.OK,
+        )
+        for index in range(6)
         for session in ("x", "y")
     ]
-    engine = Engine([Ordered()], concurrency=4)
-    outcomes = engine.score_sync(traces)
-    assert [o.trace_id for o in outcomes] == [t.id for t in traces]  # results in input order
-    for session in ("x", "y"):
-        own = [trace_id for trace_id in Ordered.seen if trace_id.startswith(session)]
-        assert own == [f"{session}-{index}" for index in range(4)]
-    # each trace saw its session's earlier traces as history
-    assert [o.results[0].metadata["history"] for o in outcomes[::2]] == [0, 1, 2, 3]
-    # the two sessions ran side by side: y-0 finished before x-1 started
-    assert Ordered.seen.index("y-0") < Ordered.seen.index("x-1")
+
+
+def scored_with(concurrency: int) -> list[dict[str, Any]]:
+    Ordered.seen.clear()
+    Ordered.peak.clear()
+    engine = Engine([Ordered(), "agent_reliability"], concurrency=concurrency, history_window=6)
+    outcomes = [o.model_dump() for o in engine.score_sync(ordered_traces())]
+    for outcome in outcomes:  # timings are the only thing allowed to differ
+        for result in outcome["results"] + outcome["session_results"]:
+            result.pop("latency_ms", None)
+    return outcomes
+
+
+def test_a_sessions_traces_are_measured_together_and_folded_in_order() -> None:
+    one_at_a_time = scored_with(concurrency=1)
+    assert Ordered.peak == {"x": 1, "y": 1}
+    together = scored_with(concurrency=12)
+    # a long conversation no longer waits trace by trace: all six turns were in flight, and
+    # the later turns (which are quicker) finished first
+    assert Ordered.peak == {"x": 6, "y": 6}
+    own = [trace_id for trace_id in Ordered.seen if trace_id.startswith("x")]
+    assert own == [f"x-{index}" for index in reversed(range(6))]
+    # yet the results are the sequential ones: input order, the history each trace was read
+    # with, and the session metric's snapshot after each trace, folded in input order
+    assert together == one_at_a_time
+    assert [o["trace_id"] for o in together] == [t.id for t in ordered_traces()]
+    assert [o["results"][0]["metadata"]["history"] for o in together[1::2]] == [
+        [f"y-{earlier}" for earlier in range(index)] for index in range(6)
+    ]
+    # y's snapshots, one per turn, folded in input order: turn 2's signal (coherence 0.0)
+    # and turn 3's failed run each carry risk 1, which the max-composed tail risk takes
+    snapshots = [o["session_results"][0] for o in together[1::2]]
+    assert [(r["score"], r["reason"], r["metadata"].get("flagged_traces")) for r in snapshots] == [
+        (1.0, "tail risk 0.0000 over 1 traces; 0 flagged", []),
+        (1.0, "tail risk 0.0000 over 2 traces; 0 flagged", []),
+        (0.0, "tail risk 1.0000 over 3 traces; 1 flagged", ["y-2"]),
+        (0.0, "tail risk 1.0000 over 4 traces; 2 flagged", ["y-2", "y-3"]),
+        (0.0, "tail risk 1.0000 over 5 traces; 2 flagged", ["y-2", "y-3"]),
+        (0.0, "tail risk 1.0000 over 6 traces; 2 flagged", ["y-2", "y-3"]),
+    ]
 
 
 class Peek(Metric):

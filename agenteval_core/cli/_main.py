@@ -440,7 +440,7 @@ def replay_command(
     """Score every trace of a capture file (JSONL) and print a summary.
 
     Judge metrics run when --judge-model is given; otherwise they are skipped with a reason.
-    Traces are scored --judge-concurrency at a time (each session in order). With
+    Traces are scored --judge-concurrency at a time (a session's too, folded in order). With
     --workers N, N processes score the capture, each the sessions of one share of it.
     """
     path = Path(capture)

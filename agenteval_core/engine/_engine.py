@@ -1,9 +1,13 @@
 """The one scoring engine: online scoring, replay, EvalSuite and the pytest helpers use it.
 
 It resolves metrics and their options once (a judge and an embedder go only to the metrics
-that take them), always awaits, runs blocking metrics on worker threads, keeps trace order
-within a session while different sessions are scored concurrently, keeps each session's
+that take them), always awaits, runs blocking metrics on worker threads, keeps each session's
 history and session metrics, and hands every result to its sinks.
+
+Order is kept only where it is needed. A trace's history (the earlier traces of its session)
+is fixed when the trace is read, so the traces of one session, a long conversation included,
+are measured concurrently like those of different sessions; their results are folded into
+the session metrics, and delivered, in input order.
 """
 
 from __future__ import annotations
@@ -117,6 +121,19 @@ def resolve_metrics(
 class _SessionState:
     history: SessionHistory
     accumulators: dict[str, SessionAccumulator]
+    unfolded: int = 0
+    """Traces read whose results are not folded in yet: such a session is never evicted."""
+
+
+@dataclass
+class _Admitted:
+    """A trace as it was read: its session, the history it sees, its place in the judge
+    sample. Fixed in input order, so the results do not depend on which trace finishes first."""
+
+    case: EvalCase
+    state: _SessionState | None
+    history: Sequence[Trace]
+    sampled: bool
 
 
 class Engine:
@@ -128,10 +145,12 @@ class Engine:
         judge: given to the metrics built by name that take a judge, and only those.
         embedder: given to the metrics built by name that take an embedder.
         sinks: receive every trace's results and every closed session's results.
-        concurrency: traces scored at once (default: the judge's ``max_concurrency``, or 8).
-            Traces of one session are always scored in order, one after the other.
-        judge_sample_rate: the share of traces the judge metrics score; on the others each
-            judge metric gives a skipped result that says the trace was not in the sample.
+        concurrency: traces measured at once (default: the judge's ``max_concurrency``, or 8),
+            traces of one session included: each sees the history known when it was read,
+            and results are folded into the session metrics and delivered in input order.
+        judge_sample_rate: the share of traces the judge metrics score, drawn in input order
+            (with ``seed``); on the others each judge metric gives a skipped result that says
+            the trace was not in the sample.
         max_open_sessions: sessions kept open; past that the least recently active ones are
             closed when the batch that opened more is scored (their results go to the
             sinks), so memory stays flat.
@@ -198,8 +217,8 @@ class Engine:
     # --- scoring ---------------------------------------------------------------------------
 
     async def score(self, items: Sequence[EvalCase | Trace]) -> list[TraceResults]:
-        """Score a batch (sessions concurrently, each session in order); results in input
-        order. Every result also goes to the sinks. Never raises for a metric's failure."""
+        """Score a batch (traces measured concurrently, folded into their sessions in input
+        order); results in input order. Every result also goes to the sinks. Never raises for a metric's failure."""
         await self.prepare(items)
         outcomes = []
         for task in self.schedule(items):
@@ -267,13 +286,15 @@ class Engine:
     def schedule(
         self, items: Sequence[EvalCase | Trace]
     ) -> list[asyncio.Task[tuple[EvalCase, TraceResults]]]:
-        """Start scoring each item; a trace waits for the previous trace of its session."""
+        """Start scoring each item. Every item is measured as soon as a slot is free; a
+        trace's results are folded into its session after those of the session's previous
+        trace."""
         tasks = []
-        for item in items:
-            case = _as_case(item)
-            session_id = case.trace.session_id if case.trace is not None else None
+        for admitted in self._admit([_as_case(item) for item in items]):
+            trace = admitted.case.trace
+            session_id = trace.session_id if trace is not None else None
             previous = self._tails.get(session_id) if session_id else None
-            task = asyncio.ensure_future(self._score_after(previous, case))
+            task = asyncio.ensure_future(self._score_one(admitted, previous))
             if session_id:
                 self._tails[session_id] = task
                 task.add_done_callback(functools.partial(self._release, session_id))
@@ -284,88 +305,103 @@ class Engine:
         if self._tails.get(session_id) is task:
             del self._tails[session_id]
 
-    async def _score_after(
-        self, previous: asyncio.Task[tuple[EvalCase, TraceResults]] | None, case: EvalCase
+    async def _score_one(
+        self, admitted: _Admitted, previous: asyncio.Task[tuple[EvalCase, TraceResults]] | None
     ) -> tuple[EvalCase, TraceResults]:
-        if previous is not None:
-            await asyncio.wait([previous])
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.concurrency)
-        async with self._slots:
-            (scored,) = await self._score_guarded([case])
-            return scored
+        try:
+            async with self._slots:
+                (results,) = await self._measure_rows([admitted])
+        except Exception as exc:  # metrics never raise; this is a bug of ours
+            results = self._unscored(1, exc)[0]
+        if previous is not None:  # the slot is free again while this waits its turn
+            await asyncio.wait([previous])
+        scored = self._fold(admitted, results)
+        self._evict()
+        return scored
 
     async def _score_guarded(
         self, cases: Sequence[EvalCase]
     ) -> list[tuple[EvalCase, TraceResults]]:
-        try:
-            return await self._score_cases(cases)
-        except Exception as exc:  # metrics never raise; this is a bug of ours
-            logger.error("agenteval could not score %d traces: %s", len(cases), exc, exc_info=exc)
-            return [
-                (
-                    case,
-                    TraceResults(
-                        trace_id=case.trace.id if case.trace is not None else None,
-                        case_id=case.id,
-                        session_id=case.trace.session_id if case.trace is not None else None,
-                        results=[],
-                    ),
-                )
-                for case in cases
-            ]
-
-    async def _score_cases(self, cases: Sequence[EvalCase]) -> list[tuple[EvalCase, TraceResults]]:
         """Score cases in input order. Each case sees the earlier traces of its session,
         those earlier in ``cases`` included; every metric scores all the cases in one call."""
-        states: list[_SessionState | None] = []
-        histories: list[Sequence[Trace]] = []
+        admitted = self._admit(cases)
+        try:
+            rows = await self._measure_rows(admitted)
+        except Exception as exc:  # metrics never raise; this is a bug of ours
+            rows = self._unscored(len(cases), exc)
+        scored = [self._fold(one, results) for one, results in zip(admitted, rows, strict=True)]
+        self._evict()
+        return scored
+
+    @staticmethod
+    def _unscored(count: int, exc: Exception) -> list[list[MetricResult]]:
+        logger.error("agenteval could not score %d traces: %s", count, exc, exc_info=exc)
+        return [[] for _ in range(count)]
+
+    def _admit(self, cases: Sequence[EvalCase]) -> list[_Admitted]:
+        """Read cases in input order: each joins its session's history (seeing the traces
+        before it) and draws its place in the judge sample."""
+        draw = bool(self._judged) and self.judge_sample_rate < 1.0
+        admitted = []
         for case in cases:
             trace = case.trace
-            state = (
-                self._state(trace.session_id) if trace is not None and trace.session_id else None
-            )
-            states.append(state)
-            if state is None or trace is None:
-                histories.append(())
-            else:
-                histories.append(state.history.frozen())
+            state = None
+            history: Sequence[Trace] = ()
+            if trace is not None and trace.session_id:
+                state = self._state(trace.session_id)
+                history = state.history.frozen()
                 state.history.append(trace)
-        columns = await self._measure_columns(cases, histories)
-        outcomes = []
-        for index, (case, state) in enumerate(zip(cases, states, strict=True)):
-            trace = case.trace
-            results = [column[index] for column in columns]
-            session_results: list[MetricResult] = []
-            if state is not None and trace is not None:
-                self._add_signals(state, trace, results)
-                if self._snapshots:
-                    session_results = [
-                        acc.snapshot(trace.session_id) for acc in state.accumulators.values()
-                    ]
-            outcome = TraceResults(
-                trace_id=trace.id if trace is not None else None,
-                case_id=case.id,
-                session_id=trace.session_id if trace is not None else None,
-                results=results,
-                session_results=session_results,
-            )
-            outcomes.append((case, outcome))
-        # only now: a session closed earlier would have missed this batch's signals
-        while len(self._sessions) > self.max_open_sessions:
-            self.close_session(next(iter(self._sessions)))
-        return outcomes
+                state.unfolded += 1
+            sampled = not draw or self._sampler.random() < self.judge_sample_rate
+            if not sampled:
+                self.judge_not_sampled += 1
+            admitted.append(_Admitted(case, state, history, sampled))
+        return admitted
 
-    async def _measure_columns(
-        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
-    ) -> list[list[MetricResult]]:
-        """Every metric's results for ``cases``, one column per metric. A case the judge
+    def _fold(
+        self, admitted: _Admitted, results: list[MetricResult]
+    ) -> tuple[EvalCase, TraceResults]:
+        """A trace's results, folded into its session's metrics (in input order)."""
+        case, state, trace = admitted.case, admitted.state, admitted.case.trace
+        session_results: list[MetricResult] = []
+        if state is not None and trace is not None:
+            state.unfolded -= 1
+            self._add_signals(state, trace, results)
+            if self._snapshots:
+                session_results = [
+                    acc.snapshot(trace.session_id) for acc in state.accumulators.values()
+                ]
+        return case, TraceResults(
+            trace_id=trace.id if trace is not None else None,
+            case_id=case.id,
+            session_id=trace.session_id if trace is not None else None,
+            results=results,
+            session_results=session_results,
+        )
+
+    def _evict(self) -> None:
+        """Close the least recently active sessions past ``max_open_sessions``; a session
+        with traces still being measured stays open (closing it would lose their signals)."""
+        excess = len(self._sessions) - self.max_open_sessions
+        if excess <= 0:
+            return
+        closing: list[str] = []
+        for session_id, state in self._sessions.items():
+            if len(closing) == excess:
+                break
+            if not state.unfolded:
+                closing.append(session_id)
+        for session_id in closing:
+            self.close_session(session_id)
+
+    async def _measure_rows(self, admitted: Sequence[_Admitted]) -> list[list[MetricResult]]:
+        """Every metric's results for each admitted case, one row per case. A case the judge
         sample leaves out gets a skipped result from each judge metric that says so."""
-        sampled = [True] * len(cases)
-        if self._judged and self.judge_sample_rate < 1.0:
-            sampled = [self._sampler.random() < self.judge_sample_rate for _ in cases]
-            self.judge_not_sampled += sampled.count(False)
-        chosen = [index for index, keep in enumerate(sampled) if keep]
+        cases = [one.case for one in admitted]
+        histories = [one.history for one in admitted]
+        chosen = [index for index, one in enumerate(admitted) if one.sampled]
         left_out = Score.skip(
             f"not in the judge sample (judge_sample_rate={self.judge_sample_rate:g})",
             judge_sample_rate=self.judge_sample_rate,
@@ -382,8 +418,8 @@ class Engine:
                 else []
             )
             return [
-                next(measured) if keep else metric._case_result(left_out, 0.0, case)
-                for keep, case in zip(sampled, cases, strict=True)
+                next(measured) if one.sampled else metric._case_result(left_out, 0.0, one.case)
+                for one in admitted
             ]
 
         overlapping = [m for m in self.metrics if m in self._overlapping]
@@ -399,7 +435,8 @@ class Engine:
             else {}
         )
         # the others finish without waiting on anything: awaited in turn, no task each
-        return [measured[m] if m in measured else await column(m) for m in self.metrics]
+        columns = [measured[m] if m in measured else await column(m) for m in self.metrics]
+        return [[column[index] for column in columns] for index in range(len(cases))]
 
     # --- sessions --------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ def replay(
     agent_consistency, and the judge metrics when ``judge`` is given); ``judge`` and
     ``embedder`` go to the metrics that take them. Traces are scored by the same
     :class:`~agenteval_core.Engine` as online: up to ``concurrency`` at once (default: the
-    judge's bound), each session in order. Bad lines go to ``on_bad_line`` and are skipped,
+    judge's bound), a session's traces too, folded into the session in order. Bad lines go to ``on_bad_line`` and are skipped,
     so every good line is scored. With ``output``, the results file is written (see
     :class:`~agenteval_core.ResultsFileSink`); ``sinks`` receive every result too. A judge's
     preflight check runs first: a missing key, a bad URL, an unreachable server or a
