@@ -28,7 +28,9 @@ __all__ = [
     "CaptureWriter",
     "append_line",
     "line_shard",
+    "parse_line",
     "read_capture",
+    "split_lines",
 ]
 
 logger = logging.getLogger("agenteval")
@@ -290,79 +292,93 @@ def read_numbered(
     except IsADirectoryError:
         raise CaptureError(f"{name}: is a directory, not a capture file") from None
     try:
-        number = 0
-        while line := handle.readline(max_line_bytes + 1):
-            number += 1
-            if on_progress is not None:
-                on_progress(len(line))
-            oversized = len(line) > max_line_bytes and not line.endswith(b"\n")
+        for number, line, oversize in split_lines(handle, max_line_bytes, on_progress):
             if shard is not None and line_shard(line, number, shard[1]) != shard[0]:
-                if oversized:
-                    _skip_rest_of_line(handle, on_progress)
                 continue
-            if oversized:
-                size = len(line) + _skip_rest_of_line(handle, on_progress)
-                problem = CaptureFormatError(
-                    name,
-                    number,
-                    None,
-                    f"line of {size:,} bytes is over the {max_line_bytes:,}-byte limit; skipped",
-                )
-            elif not line.strip():
-                continue
-            else:
-                if line.startswith(_BOM):  # an editor or a Windows tool wrote one: not data
-                    line = line[len(_BOM) :]
-                try:
-                    # without the newline, a fragment closed off by a later writer reads as
-                    # cut short, like a torn last line
-                    text = line.rstrip(b"\r\n").decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    problem = (
-                        CaptureFormatError(
-                            name,
-                            number,
-                            None,
-                            "truncated line (its writer stopped mid-line)",
-                            truncated=True,
-                        )
-                        if exc.reason == "unexpected end of data"  # cut inside a character
-                        else CaptureFormatError(
-                            name, number, None, "not UTF-8 text (is this a capture file?)"
-                        )
-                    )
-                else:
-                    try:
-                        yield number, Trace.model_validate_json(text)
-                        continue
-                    except ValidationError as exc:
-                        problem = _line_error(name, number, line, exc)
-                        glued = (
-                            _glued_trace(text)
-                            if exc.errors()[0]["type"] == "json_invalid"
-                            else None
-                        )
-                        if glued is not None:
-                            # another writer's whole line glued to a torn fragment: the
-                            # fragment is lost, the line after it is recovered
-                            fragment = CaptureFormatError(
-                                name,
-                                number,
-                                None,
-                                "a fragment torn by a writer that stopped mid-line; the trace "
-                                "written after it on the same line was recovered",
-                                truncated=True,
-                            )
-                            if on_error is None:
-                                raise fragment from None
-                            on_error(fragment)
-                            yield number, glued
-                            continue
-            if on_error is None:
-                raise problem
-            on_error(problem)
+            problems, trace = parse_line(name, number, line, oversize, max_line_bytes)
+            for problem in problems:
+                if on_error is None:
+                    raise problem
+                on_error(problem)
+            if trace is not None:
+                yield number, trace
     finally:
         handle.close()
+
+
+def split_lines(
+    handle: IO[bytes],
+    max_line_bytes: int = MAX_LINE_BYTES,
+    on_progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, bytes, int]]:
+    """A capture's lines as ``(number, line, oversize)``, numbered from 1. A line over
+    ``max_line_bytes`` is read past a chunk at a time, never held whole: its first bytes come
+    with ``oversize``, its full size (0 for every other line)."""
+    number = 0
+    while line := handle.readline(max_line_bytes + 1):
+        number += 1
+        if on_progress is not None:
+            on_progress(len(line))
+        oversize = 0
+        if len(line) > max_line_bytes and not line.endswith(b"\n"):
+            oversize = len(line) + _skip_rest_of_line(handle, on_progress)
+        yield number, line, oversize
+
+
+def parse_line(
+    name: str,
+    number: int,
+    line: bytes,
+    oversize: int = 0,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> tuple[list[CaptureFormatError], Trace | None]:
+    """One capture line read tolerantly: what is wrong with it (in the order it is found)
+    and the trace it holds, if any. Every reader of captures (one process, workers, Ray)
+    parses lines here, so bad, torn and glued lines are reported and recovered alike."""
+    if oversize:
+        return [
+            CaptureFormatError(
+                name,
+                number,
+                None,
+                f"line of {oversize:,} bytes is over the {max_line_bytes:,}-byte limit; skipped",
+            )
+        ], None
+    if not line.strip():
+        return [], None
+    if line.startswith(_BOM):  # an editor or a Windows tool wrote one: not data
+        line = line[len(_BOM) :]
+    try:
+        # without the newline, a fragment closed off by a later writer reads as cut short,
+        # like a torn last line
+        text = line.rstrip(b"\r\n").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data":  # cut inside a character
+            problem = CaptureFormatError(
+                name, number, None, "truncated line (its writer stopped mid-line)", truncated=True
+            )
+        else:
+            problem = CaptureFormatError(
+                name, number, None, "not UTF-8 text (is this a capture file?)"
+            )
+        return [problem], None
+    try:
+        return [], Trace.model_validate_json(text)
+    except ValidationError as exc:
+        glued = _glued_trace(text) if exc.errors()[0]["type"] == "json_invalid" else None
+        if glued is None:
+            return [_line_error(name, number, line, exc)], None
+    # another writer's whole line glued to a torn fragment: the fragment is lost, the line
+    # after it is recovered
+    fragment = CaptureFormatError(
+        name,
+        number,
+        None,
+        "a fragment torn by a writer that stopped mid-line; the trace written after it on "
+        "the same line was recovered",
+        truncated=True,
+    )
+    return [fragment], glued
 
 
 # agenteval's writer puts a trace's keys in field order, so its session is read from the
@@ -385,8 +401,10 @@ def line_shard(line: bytes, number: int, count: int) -> int:
 
 
 def _session_key(line: bytes) -> bytes | None:
-    """The UTF-8 of a capture line's session id, or None."""
-    match = _SESSION_KEY.match(line)
+    """The UTF-8 of a capture line's session id, or None. A whole trace glued after a torn
+    fragment is what the line yields (see :func:`parse_line`), so its session counts."""
+    glued = line.rfind(_TRACE_START_BYTES, 1)
+    match = _SESSION_KEY.match(line, glued if glued > 0 else 0)
     try:
         if match is not None:
             raw = match.group(1)
@@ -402,6 +420,7 @@ def _session_key(line: bytes) -> bytes | None:
 
 
 _TRACE_START = '{"schema_version":'
+_TRACE_START_BYTES = _TRACE_START.encode()
 
 
 def _glued_trace(text: str) -> Trace | None:
