@@ -113,6 +113,19 @@ class BaseJudge(ABC):
         self._shared: OrderedDict[str, JudgeReply[Any]] = OrderedDict()
         self._shared_pending: dict[tuple[int, str], asyncio.Future[JudgeReply[Any]]] = {}
 
+    # A judge goes to other processes (replay workers, Ray actors) as its settings: answers
+    # being shared, counts and spend start afresh there (a budget holds per process)
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["stats"] = JudgeStats()
+        state["_spent_lately"] = deque()
+        state["_shared"] = OrderedDict()
+        state["_shared_pending"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     def _require_price(self) -> None:
         """A budget needs a price: without one, spend cannot be estimated."""
         if (self.budget_usd is not None or self.budget_usd_per_hour is not None) and (

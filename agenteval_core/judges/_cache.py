@@ -76,3 +76,11 @@ class JudgeCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    # sent to another process (a replay worker, a Ray actor) as its path: each process opens
+    # its own connection to the same file
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]

@@ -208,6 +208,16 @@ class OpenAIJudge(BaseJudge):
     def __repr__(self) -> str:
         return f"OpenAIJudge(model={self._model!r}, base_url={self.base_url!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_clients"] = None  # connections belong to this process's event loops
+        state["_timeouts_in_a_row"] = 0
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._clients = weakref.WeakKeyDictionary()
+
     @property
     def model(self) -> str:
         return self._model
@@ -340,6 +350,10 @@ class OpenAIJudge(BaseJudge):
 
         async def post() -> httpx.Response:
             nonlocal calls
+            if not calls:
+                # checked again once the request has its slot: calls queued behind the
+                # concurrency bound were admitted while the spend was still below the budget
+                self._check_budget()
             calls += 1
             return await _bounded_post(
                 client, url, payload, timeout=self.timeout, max_bytes=self.max_response_bytes

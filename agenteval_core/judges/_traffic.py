@@ -92,10 +92,25 @@ class Traffic:
         serves one request at a time), and a retry queues behind it."""
         self.stats = TrafficStats()
         self.sleep = asyncio.sleep  # the wait between attempts (a test can replace it)
+        self.pace: Callable[[], Awaitable[None]] | None = None
+        """Awaited before each request on top of this process's own limit: a limiter that
+        several processes share (Ray replay's one limiter per judge endpoint)."""
         # keyed by the loop object itself: a finished loop's id can be reused by a new loop
         self._per_loop: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[Throttler, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()
+
+    # limits belong to one process's event loops: another process (a replay worker, a Ray
+    # actor) gets the settings and makes its own
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state["_per_loop"] = None
+        state["stats"] = TrafficStats()
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._per_loop = weakref.WeakKeyDictionary()
 
     def _limits(self) -> tuple[Throttler, asyncio.Semaphore]:
         key = asyncio.get_running_loop()
@@ -125,6 +140,8 @@ class Traffic:
         for attempt in range(self.max_retries + 1):
             wait: float | None = None
             async with semaphore, throttler:
+                if self.pace is not None:
+                    await self.pace()
                 self.stats.calls += 1
                 try:
                     response = await request()
