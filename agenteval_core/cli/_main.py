@@ -384,7 +384,7 @@ def _make_judge(
 
 
 @cli.command("replay")
-@click.argument("capture")
+@click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
 @click.option(
     "--metrics",
     "metric_names",
@@ -425,9 +425,24 @@ def _make_judge(
     "core speeds up a large capture (without a judge or an export; also "
     "$AGENTEVAL_REPLAY_WORKERS).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="ray: score on Ray Data, on a cluster or in a local Ray (pip install "
+    "'agenteval[ray]'); CAPTURE... may then be files, globs, directories and s3:// or "
+    "gs:// URLs.",
+)
+@click.option(
+    "--ray-address",
+    envvar="RAY_ADDRESS",
+    help="The Ray cluster to score on, e.g. ray://head:10001 (default: $RAY_ADDRESS, or a "
+    "local Ray started for this replay).",
+)
 @_judge_options(model_help="Judge model name; enables the LLM-judge metrics.")
 def replay_command(
-    capture: str,
+    captures: tuple[str, ...],
     metric_names: str | None,
     json_out: str | None,
     quiet: bool,
@@ -435,14 +450,26 @@ def replay_command(
     phoenix_url: str | None,
     project: str | None,
     workers: int,
+    engine: str,
+    ray_address: str | None,
     judge: OpenAIJudge | None,
 ) -> None:
     """Score every trace of a capture file (JSONL) and print a summary.
 
     Judge metrics run when --judge-model is given; otherwise they are skipped with a reason.
     Traces are scored --judge-concurrency at a time (a session's too, folded in order). With
-    --workers N, N processes score the capture, each the sessions of one share of it.
+    --workers N, N processes score the capture, each the sessions of one share of it. With
+    --engine ray, Ray Data scores one or more captures on a cluster (or a local Ray).
     """
+    capture = ", ".join(captures)
+    if engine == "ray":
+        _replay_on_ray(captures, metric_names, json_out, quiet, workers, ray_address, judge)
+        return
+    if len(captures) > 1:
+        raise UserError(
+            f"{len(captures)} captures given; one process replays one capture file: pass "
+            "one, or --engine ray for several files, globs, directories or URLs"
+        )
     path = Path(capture)
     if not path.exists():
         raise UserError(f"{capture}: no such file; pass the path of a capture (.jsonl) file")
@@ -551,6 +578,53 @@ def replay_command(
             raise RunProblem(
                 f"{label}: {count} result(s) not scored (see the table){saved}; {advice}"
             )
+
+
+def _replay_on_ray(
+    captures: tuple[str, ...],
+    metric_names: str | None,
+    json_out: str | None,
+    quiet: bool,
+    workers: int,
+    address: str | None,
+    judge: OpenAIJudge | None,
+) -> None:
+    """``agenteval replay --engine ray``: the same report, scored by Ray's workers."""
+    if workers > 1:
+        raise UserError(
+            "--engine ray takes no --workers: Ray's workers score the traces on their machines"
+        )
+    err = Console(stderr=True)
+    bad: list[CaptureFormatError] = []
+    progress = Progress(
+        TextColumn("replaying on Ray: {task.completed} traces scored"),
+        console=err,
+        disable=quiet or not err.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("replay", total=None)
+        try:
+            report = replay(
+                list(captures),
+                _split_names(metric_names),
+                judge=judge,
+                output=json_out,
+                on_bad_line=bad.append,
+                on_progress=lambda scored: progress.update(task, completed=scored),
+                engine="ray",
+                ray_address=address,
+            )
+        except ImportError as exc:
+            raise UserError(str(exc)) from None
+    for error in bad[:MAX_BAD_LINES_SHOWN]:
+        err.print(f"agenteval: error: {error}", markup=False, highlight=False, soft_wrap=True)
+    _print_report(Console(), report)
+    if json_out:
+        click.echo(f"per-trace results written to {json_out}")
+    if bad:
+        raise RunProblem(f"{len(bad)} bad line(s) skipped; the other {report.traces} were scored")
+    if report.traces == 0:
+        raise RunProblem(f"{', '.join(captures)}: no traces in the captures")
 
 
 def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -> Any:

@@ -12,20 +12,21 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import CaptureFormatError
 from ..engine._sinks import Sink
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._results import MetricResult
 from ..schema._trace import Trace
+from ._ray import replay_on_ray
 from ._replay import ReplayReport, areplay, fewer_collections, replay_lines
 
 __all__ = ["replay", "replay_in_workers"]
 
 
 def replay(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
     *,
     judge: Any = None,
@@ -37,6 +38,8 @@ def replay(
     on_bad_line: Callable[[CaptureFormatError], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
     workers: int = 1,
+    engine: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
 ) -> ReplayReport:
     """Stream a capture file through metrics and return the report.
 
@@ -56,7 +59,40 @@ def replay(
     are those of one process, apart from timings. Workers take no judge, ``sinks`` or
     ``on_trace`` (``ValueError``); metrics and the embedder are sent to them pickled, and
     they import the calling script, so call this under ``if __name__ == "__main__":``.
+
+    ``engine="ray"`` scores on Ray Data (``pip install 'agenteval[ray]'``): on the cluster at
+    ``ray_address`` (or ``$RAY_ADDRESS``), or in a local Ray started for the replay. ``path``
+    may then be several files, globs, directories or object-store URLs (``s3://``, ``gs://``);
+    a judge is sent to every worker, and one limiter keeps the whole cluster within its
+    rate; ``on_progress`` then receives the number of traces scored so far. The results file holds the lines of a one-process replay, session by session
+    (see :func:`~agenteval_core.offline.replay_on_ray`); ``sinks`` and ``on_trace`` run in
+    this process and are refused, as with workers.
     """
+    if engine not in ("local", "ray"):
+        raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
+    if engine == "ray":
+        if workers != 1 or sinks or on_trace is not None:
+            raise ValueError(
+                "replay with engine='ray' takes no workers, sinks or on_trace: Ray's workers "
+                "score the traces on their machines; write the results file (output=...) "
+                "and read it"
+            )
+        return replay_on_ray(
+            [path] if isinstance(path, (str, os.PathLike)) else list(path),
+            metrics,
+            judge=judge,
+            embedder=embedder,
+            concurrency=concurrency,
+            output=output,
+            on_bad_line=on_bad_line,
+            on_progress=on_progress,
+            address=ray_address,
+        )
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            "replay takes one capture file; several files, globs, directories and URLs are "
+            "read with engine='ray'"
+        )
     _check_workers(workers, judge=judge, sinks=sinks, on_trace=on_trace)
     if workers > 1:
         return replay_in_workers(

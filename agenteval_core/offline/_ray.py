@@ -1,0 +1,376 @@
+"""Replay on Ray Data: captures larger than one machine can score in time.
+
+The shape (see docs/replay-at-scale.md): one read task per capture file splits it into lines
+and finds each line's session from its first bytes (no full parse); a groupby on the session
+brings each session's lines together; one long-lived scorer per worker (metrics, embedder
+and judge client built once) parses them with agenteval's own tolerant reader, sorts them
+into capture order and scores them with the same :class:`~agenteval_core.Engine` as one
+process. Judge requests from every worker go through one limiter per judge endpoint (a
+zero-CPU actor). A scorer's output is the data of its task, never a side effect, so a task
+that Ray retries after a failure neither loses nor doubles a result. The driver writes the
+results file and builds the report as the results stream back.
+
+Ray is imported only here, and only when a replay asks for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import io
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict
+
+from .._errors import CaptureError, CaptureFormatError
+from ..engine._engine import Engine
+from ..engine._sinks import Sink, encode_record, session_record, trace_record
+from ..metrics._protocol import Metric, SessionMetric
+from ..schema._capture import MAX_LINE_BYTES, _session_key, parse_line, split_lines
+from ..schema._results import MetricResult, TraceResults
+from ..schema._trace import Trace
+from ._replay import ReplayReport, _batch_size
+
+__all__ = ["capture_files", "replay_on_ray"]
+
+RAY_MISSING = (
+    "replay with engine='ray' needs Ray Data, which is not installed: pip install 'agenteval[ray]'"
+)
+READ_ROWS = 4096
+"""Lines a read task hands on at a time: a huge capture file streams through in blocks."""
+SCORER_CPUS = 0.5
+"""CPUs reserved per scorer: whole CPUs for every scorer would starve the read and shuffle
+tasks (a replay on two cores then never finishes)."""
+
+
+def capture_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The capture files that ``paths`` name, in order: files, globs and directories on this
+    machine (every ``*.jsonl`` below a directory, sorted), and object-store URLs
+    (``s3://``, ``gs://``, … through pyarrow's filesystems: a file, or every ``*.jsonl``
+    below a prefix). Raises :class:`~agenteval_core.CaptureError` for a name that matches
+    nothing."""
+    found: list[str] = []
+    for given in paths:
+        name = os.fspath(given)
+        if "://" in name and not name.startswith("file://"):
+            found += _remote_files(name)
+        elif glob.has_magic(name):
+            matched = sorted(glob.glob(name, recursive=True))
+            if not matched:
+                raise CaptureError(f"{name}: no capture file matches this pattern")
+            found += [str(Path(m).resolve()) for m in matched if os.path.isfile(m)]
+        elif os.path.isdir(name):
+            inside = sorted(str(p.resolve()) for p in Path(name).rglob("*.jsonl") if p.is_file())
+            if not inside:
+                raise CaptureError(f"{name}: a directory with no *.jsonl capture file in it")
+            found += inside
+        elif os.path.isfile(name.removeprefix("file://")):
+            found.append(str(Path(name.removeprefix("file://")).resolve()))
+        else:
+            raise CaptureError(f"{name}: no such capture file")
+    return found
+
+
+def _remote_files(url: str) -> list[str]:
+    from pyarrow import fs
+
+    filesystem, where = fs.FileSystem.from_uri(url)
+    info = filesystem.get_file_info(where)
+    scheme = url.split("://", 1)[0]
+    if info.type == fs.FileType.File:
+        return [url]
+    if info.type != fs.FileType.Directory:
+        raise CaptureError(f"{url}: no such capture file or prefix")
+    inside = sorted(
+        f"{scheme}://{entry.path}"
+        for entry in filesystem.get_file_info(fs.FileSelector(where, recursive=True))
+        if entry.type == fs.FileType.File and entry.path.endswith(".jsonl")
+    )
+    if not inside:
+        raise CaptureError(f"{url}: a prefix with no *.jsonl capture file below it")
+    return inside
+
+
+def _open(uri: str) -> io.BufferedReader:
+    if "://" not in uri:
+        return open(uri, "rb")  # closed by the caller
+    from pyarrow import fs
+
+    filesystem, where = fs.FileSystem.from_uri(uri)
+    return io.BufferedReader(filesystem.open_input_stream(where), 1 << 20)
+
+
+def _read_files(batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:
+    """A read task: the lines of its capture files, each with the group it is scored in (its
+    session, or a group of its own) and its place in capture order. Blank lines are left out;
+    an oversized line is passed on as its first bytes and its size."""
+    for index, uri in zip(batch["file"], batch["uri"], strict=True):
+        rows: dict[str, list[Any]] = {k: [] for k in ("group", "file", "number", "line", "size")}
+        with _open(str(uri)) as handle:
+            for number, line, oversize in split_lines(handle, MAX_LINE_BYTES):
+                if not oversize and not line.strip():
+                    continue
+                session = None if oversize else _session_key(line)
+                rows["group"].append(
+                    b"s" + session if session else b"l%d:%d" % (int(index), number)
+                )
+                rows["file"].append(int(index))
+                rows["number"].append(number)
+                rows["line"].append(line[:1024] if oversize else line)
+                rows["size"].append(oversize)
+                if len(rows["number"]) == READ_ROWS:
+                    yield rows
+                    rows = {k: [] for k in rows}
+        if rows["number"]:
+            yield rows
+
+
+class _SharedPace:
+    """Waits for this request's turn at the limiter every worker shares."""
+
+    def __init__(self, limiter: Any) -> None:
+        self.limiter = limiter
+
+    async def __call__(self) -> None:
+        delay = await self.limiter.reserve.remote()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+class _RateLimiter:
+    """One judge endpoint's rate limit for the whole cluster: each request is given the
+    next free slot, ``period / requests`` apart, and told how long to wait for it."""
+
+    def __init__(self, requests: int, period: float) -> None:
+        self.interval = period / requests
+        self.next_free = 0.0
+        self.granted: list[float] = []
+
+    def reserve(self) -> float:
+        now = time.monotonic()
+        slot = max(now, self.next_free)
+        self.next_free = slot + self.interval
+        self.granted.append(slot)
+        return slot - now
+
+    def slots(self) -> list[float]:
+        """When each request granted so far was let through (for tests and benchmarks)."""
+        return list(self.granted)
+
+
+class _Collect(Sink):
+    wants_session_snapshots = True  # the results file keeps each trace's session scores
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, bytes]] = []
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        self.lines.append(("trace", encode_record(trace_record(trace, results))))
+
+    def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+        self.lines.append(("session", encode_record(session_record(session_id, results))))
+
+
+class _SessionScorer:
+    """A long-lived scorer on one worker: its metrics, embedder and judge client are built
+    once; each call scores one group (a session, or a line without one) in capture order."""
+
+    def __init__(
+        self,
+        names: list[str],
+        metrics: Sequence[str | Metric | SessionMetric] | None,
+        judge: Any,
+        embedder: Any,
+        concurrency: int | None,
+        limiter: Any,
+    ) -> None:
+        if judge is not None and limiter is not None:
+            judge.traffic.pace = _SharedPace(limiter)
+        self.names = names
+        self.collect = _Collect()
+        self.engine = Engine(
+            metrics, judge=judge, embedder=embedder, sinks=[self.collect], concurrency=concurrency
+        )
+        self.batch = _batch_size(self.engine)
+        self.loop = asyncio.new_event_loop()
+
+    def __call__(self, group: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {"kind": [], "file": [], "number": [], "payload": []}
+        traces: list[Trace] = []
+        places: list[tuple[int, int]] = []
+        for row in np.lexsort((group["number"], group["file"])):
+            file, number = int(group["file"][row]), int(group["number"][row])
+            problems, trace = parse_line(
+                self.names[file], number, bytes(group["line"][row]), int(group["size"][row])
+            )
+            for problem in problems:
+                out["kind"].append("bad")
+                out["file"].append(file)
+                out["number"].append(number)
+                out["payload"].append(_bad_line_json(problem))
+            if trace is not None:
+                traces.append(trace)
+                places.append((file, number))
+        batches = [traces[i : i + self.batch] for i in range(0, len(traces), self.batch)]
+        self.loop.run_until_complete(self.engine.stream(batches))
+        self.engine.close_all()
+        placed = iter(places)
+        last = places[-1] if places else (0, 0)
+        for kind, line in self.collect.lines:
+            file, number = next(placed) if kind == "trace" else last
+            out["kind"].append(kind)
+            out["file"].append(file)
+            out["number"].append(number)
+            out["payload"].append(line)
+        self.collect.lines.clear()
+        return out
+
+
+def _bad_line_json(problem: CaptureFormatError) -> bytes:
+    return json.dumps(
+        [problem.path, problem.line, problem.field, problem.problem, problem.truncated]
+    ).encode()
+
+
+class _Scores(TypedDict, total=False):
+    results: list[MetricResult]
+    session_id: str | None
+    session_results: list[MetricResult]
+
+
+_SCORES: TypeAdapter[_Scores] = TypeAdapter(_Scores)
+
+
+def replay_on_ray(
+    paths: Sequence[str | os.PathLike[str]],
+    metrics: Sequence[str | Metric | SessionMetric] | None = None,
+    *,
+    judge: Any = None,
+    embedder: Any = None,
+    concurrency: int | None = None,
+    output: str | os.PathLike[str] | None = None,
+    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    address: str | None = None,
+    scorers: int | None = None,
+) -> ReplayReport:
+    """Score captures on a Ray cluster (or Ray's local mode); see :func:`replay`.
+
+    ``paths`` are capture files, globs, directories or object-store URLs (see
+    :func:`capture_files`). ``address`` is the cluster's (default: ``$RAY_ADDRESS``, or a
+    local Ray started for this replay and stopped after it); a Ray already initialised in
+    this process is used as it is. ``scorers`` long-lived scorers run at once (default: one
+    per CPU of the cluster, each reserving half a CPU). ``on_progress`` receives the number
+    of traces scored so far as their results arrive.
+
+    The results file holds the same lines as a one-process replay's, ordered session by
+    session: each session's traces in capture order, then the session's line.
+    """
+    try:
+        import ray
+        import ray.data
+        from ray.data import ActorPoolStrategy, DataContext
+    except ImportError:
+        raise ImportError(RAY_MISSING) from None
+    files = capture_files(paths)
+    preflight = getattr(judge, "preflight", None)
+    if preflight is not None:  # a misconfigured judge fails now, not on every worker
+        asyncio.run(preflight())
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(
+            address=address or os.environ.get("RAY_ADDRESS"),
+            include_dashboard=False,
+            logging_level=logging.ERROR,
+            configure_logging=False,
+        )
+    context = DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    report = ReplayReport(path=", ".join(files))
+    try:
+        traffic = getattr(judge, "traffic", None)
+        limiter = (
+            ray.remote(num_cpus=0)(_RateLimiter).remote(traffic.requests_per_period, traffic.period)
+            if traffic is not None
+            else None
+        )
+        size = scorers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        listed = ray.data.from_items(
+            [{"file": index, "uri": uri} for index, uri in enumerate(files)],
+            override_num_blocks=len(files),
+        )
+        scored = (
+            listed.map_batches(_read_files, batch_size=1, batch_format="numpy")
+            .groupby("group")
+            .map_groups(
+                _SessionScorer,
+                compute=ActorPoolStrategy(size=size),
+                fn_constructor_kwargs={
+                    "names": files,
+                    "metrics": metrics,
+                    "judge": judge,
+                    "embedder": embedder,
+                    "concurrency": concurrency,
+                    "limiter": limiter,
+                },
+                num_cpus=SCORER_CPUS,
+                batch_format="numpy",
+            )
+        )
+        _gather(scored, report, output, on_progress)
+    finally:
+        if started_here:
+            ray.shutdown()
+    report.bad_lines.sort(key=lambda error: (files.index(error.path), error.line))
+    if on_bad_line is not None:
+        for error in report.bad_lines:
+            on_bad_line(error)
+    return report
+
+
+def _gather(
+    scored: Any,
+    report: ReplayReport,
+    output: str | os.PathLike[str] | None,
+    on_progress: Callable[[int], None] | None,
+) -> None:
+    """Write the results file and fill the report as the scorers' results stream back."""
+    with open(output, "wb") if output is not None else _nowhere() as results_file:
+        for batch in scored.iter_batches(batch_format="numpy", batch_size=None):
+            for kind, payload in zip(batch["kind"], batch["payload"], strict=True):
+                line = bytes(payload)
+                if kind == "bad":
+                    path, number, field, problem, truncated = json.loads(line)
+                    report.bad_lines.append(
+                        CaptureFormatError(path, number, field, problem, truncated=truncated)
+                    )
+                    continue
+                results_file.write(line)
+                scores = _SCORES.validate_json(line)
+                if kind == "trace":
+                    report.traces += 1
+                    report.summary.add(scores["results"])
+                else:
+                    report.sessions += 1
+                    session = scores["session_results"]
+                    report.session_summary.add(session)
+                    if len(report.session_results) < report.keep_sessions:
+                        report.session_results[scores["session_id"]] = session
+            if on_progress is not None:
+                on_progress(report.traces)
+
+
+class _nowhere(io.BytesIO):
+    """A results file that keeps nothing (no ``output``)."""
+
+    def write(self, data: Any) -> int:
+        return len(data)

@@ -1,0 +1,57 @@
+"""Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency),
+the results file's overhead, and Ray Data's local mode against one process, on one capture.
+
+    python -m bench replay_scale [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from agenteval_core import read_capture, replay
+
+from ._synthetic import write_capture
+
+
+def _seconds(run: object) -> float:
+    started = time.perf_counter()
+    run()  # type: ignore[operator]
+    return time.perf_counter() - started
+
+
+def main(quick: bool = False) -> None:
+    count = 20_000 if quick else 200_000
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory() as name:
+        path = write_capture(Path(name) / "scale.jsonl", count)
+        parse = _seconds(lambda: sum(1 for _ in read_capture(path)))
+        one = _seconds(lambda: replay(path))
+        written = _seconds(lambda: replay(path, output=Path(name) / "results.jsonl"))
+        print(f"{count:,} traces, default metrics, {cores} cores")
+        print(f"one process: {count / one:,.0f} traces/s; ratio to parse-only {parse / one:.3f}")
+        print(f"writing the results file adds {100 * (written / one - 1):.0f}% (goal <= 25%)")
+        counts = sorted({1, 2, 4, 8, 12, 16, cores} & set(range(1, cores + 1)))
+        for workers in counts:
+            seconds = one if workers == 1 else _seconds(lambda w=workers: replay(path, workers=w))
+            speedup = one / seconds
+            print(
+                f"{workers:>3} workers: {count / seconds:,.0f} traces/s, speedup {speedup:.2f}, "
+                f"efficiency {speedup / workers:.2f} (goal >= 0.8)"
+            )
+        try:
+            import ray
+        except ImportError:
+            print("Ray local mode: skipped (pip install 'agenteval[ray]')")
+            return
+        ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR")
+        try:
+            on_ray = _seconds(lambda: replay(path, engine="ray"))
+        finally:
+            ray.shutdown()
+        print(
+            f"Ray local mode ({cores} CPUs, start-up excluded): {count / on_ray:,.0f} traces/s, "
+            f"{one / on_ray:.2f}x one process"
+        )

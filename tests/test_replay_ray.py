@@ -1,0 +1,242 @@
+"""Replay on Ray Data, in Ray's local mode (the same code runs on a cluster): results equal
+one process's trace by trace and metric by metric, with and without a judge; history is
+exactly the session's earlier traces; a worker lost mid-task loses and doubles nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from judge_server import JudgeServer, Reply
+
+from agenteval_core import CaptureWriter, RunStatus, Span, SpanKind, ToolCall, Trace, replay
+from agenteval_core.cli import cli
+from agenteval_core.judges import OpenAIJudge
+
+ray = pytest.importorskip(
+    "ray", reason="Ray Data is not installed (pip install 'agenteval[ray]'): Ray tests skipped"
+)
+from ray_helpers import CrashOnce, HistoryIds  # noqa: E402  (after the skip)
+
+TESTS = str(Path(__file__).parent)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    # the workers import the helper metrics from this directory, as the driver does
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": TESTS}},
+    )
+    yield
+    ray.shutdown()
+
+
+def a_trace(session: str | None, turn: int, *, failed: bool = False) -> Trace:
+    name = f"{session or 'alone'}-{turn}"
+    return Trace(
+        id=name,
+        session_id=session,
+        input=f"where is order {turn} of {session}?",
+        output=f"order {turn} ships on day {turn % 3}",
+        status=RunStatus.ERROR if failed else RunStatus.OK,
+        spans=[
+            Span(
+                id=f"{name}-tool",
+                kind=SpanKind.TOOL,
+                name="lookup",
+                tool_call=ToolCall(name="lookup", arguments={"order": turn}, result=turn),
+            )
+        ],
+    )
+
+
+def write_capture(path: Path, traces: list[Trace]) -> None:
+    with CaptureWriter(path) as writer:
+        for trace in traces:
+            writer.write(trace)
+
+
+def timeless(results_file: Path) -> list[dict[str, Any]]:
+    """The results file's lines without timings (the one thing allowed to differ), sorted."""
+    lines = []
+    for line in results_file.read_text().splitlines():
+        record = json.loads(line)
+        for result in record.get("results", []) + record.get("session_results", []):
+            result.pop("latency_ms", None)
+        lines.append(record)
+    return sorted(lines, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def bad_lines_of(report: Any) -> list[tuple[str, int, str, bool]]:
+    return [(e.path, e.line, e.problem, e.truncated) for e in report.bad_lines]
+
+
+@pytest.fixture
+def captures(tmp_path: Path) -> list[Path]:
+    """Two capture files: sessions spread through each, a trace with no session, a failed
+    run; the first also holds a blank line, a line that is not JSON, a torn fragment with a
+    whole trace glued to it, and a truncated last line."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_capture(
+        first,
+        [a_trace(f"s{turn % 3}", turn, failed=turn == 4) for turn in range(9)] + [a_trace(None, 0)],
+    )
+    glued = a_trace("s1", 9).model_dump_json()
+    with first.open("ab") as handle:
+        handle.write(b"\n")
+        handle.write(b"this is not json\n")
+        handle.write(b'{"schema_version":1,"id":"torn","session_id":"s2","inp' + glued.encode())
+        handle.write(b"\n")
+        handle.write(a_trace("s0", 10).model_dump_json().encode()[:-7])
+    write_capture(second, [a_trace(f"t{turn % 2}", turn) for turn in range(6)])
+    return [first, second]
+
+
+def test_ray_equals_one_process_trace_by_trace(tmp_path: Path, captures: list[Path]) -> None:
+    names = ["loop_detection", "tool_call_loops", "coherence", HistoryIds(), "agent_reliability"]
+    on_ray = replay(
+        [str(tmp_path / "*.jsonl")], names, engine="ray", output=tmp_path / "ray.results"
+    )
+    expected: list[dict[str, Any]] = []
+    bad: list[tuple[str, int, str, bool]] = []
+    traces = sessions = 0
+    for index, capture in enumerate(captures):
+        one = replay(capture, names, output=tmp_path / f"one-{index}.results")
+        expected += timeless(tmp_path / f"one-{index}.results")
+        bad += bad_lines_of(one)
+        traces, sessions = traces + one.traces, sessions + one.sessions
+    # 10 + the glued one in a.jsonl, 6 in b.jsonl; sessions s0-s2 and t0-t1
+    assert (on_ray.traces, on_ray.sessions) == (traces, sessions) == (17, 5)
+    assert timeless(tmp_path / "ray.results") == sorted(
+        expected, key=lambda r: json.dumps(r, sort_keys=True)
+    )
+    # bad, torn and glued lines reported as one process reports them, in file and line order
+    assert (
+        bad_lines_of(on_ray)
+        == bad
+        == [
+            (str(captures[0]), 12, bad[0][2], False),
+            (str(captures[0]), 13, bad[1][2], True),
+            (str(captures[0]), 14, "truncated last line (the writer stopped mid-line)", True),
+        ]
+    )
+    assert bad[0][2].startswith("not valid JSON")
+    assert bad[1][2].startswith("a fragment torn by a writer")
+    # the summaries add up to the same figures
+    for name, summary in on_ray.summary.metrics.items():
+        assert summary.scored == sum(
+            1
+            for r in expected
+            for m in r.get("results", [])
+            if m["name"] == name and m["score"] is not None
+        )
+
+
+def test_history_is_the_sessions_earlier_traces_across_files(tmp_path: Path) -> None:
+    write_capture(tmp_path / "1.jsonl", [a_trace("s", turn) for turn in range(3)])
+    write_capture(tmp_path / "2.jsonl", [a_trace("s", turn) for turn in range(3, 5)])
+    output = tmp_path / "ray.results"
+    report = replay([tmp_path], [HistoryIds(), "agent_reliability"], engine="ray", output=output)
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    seen = {line["trace_id"]: line["results"][0]["metadata"]["history"] for line in lines[:-1]}
+    assert seen == {f"s-{turn}": [f"s-{earlier}" for earlier in range(turn)] for turn in range(5)}
+    # the session's traces in capture order (file order, then line order), then its line
+    assert [line.get("trace_id") for line in lines] == [f"s-{t}" for t in range(5)] + [None]
+    assert report.traces == 5 and report.sessions == 1
+
+
+def test_a_worker_lost_mid_task_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 4}", turn) for turn in range(24)])
+    marker = tmp_path / "crashed"
+    output = tmp_path / "ray.results"
+    report = replay(
+        capture,
+        [CrashOnce(victim="s2-10", marker=str(marker)), "coherence", "agent_reliability"],
+        engine="ray",
+        output=output,
+    )
+    assert marker.read_text() == "crashed"  # the worker really died mid-session
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    traced = sorted(line["trace_id"] for line in lines if "trace_id" in line)
+    assert traced == sorted(f"s{turn % 4}-{turn}" for turn in range(24))  # each exactly once
+    assert sorted(line["session_id"] for line in lines if "trace_id" not in line) == [
+        "s0",
+        "s1",
+        "s2",
+        "s3",
+    ]
+    assert report.traces == 24 and report.summary.metrics["crash_once"].scored == 24
+
+
+def test_a_judge_on_every_worker_shares_one_rate_limit(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 6}", turn) for turn in range(24)])
+    judge = OpenAIJudge(
+        "judge-model",
+        base_url=judge_server.base_url,
+        cache=None,
+        requests_per_period=8,
+        period=1.0,
+        max_concurrency=4,
+    )
+    output = tmp_path / "ray.results"
+    report = replay(
+        capture, ["confidence", "agent_reliability"], judge=judge, engine="ray", output=output
+    )
+    replay(capture, ["confidence", "agent_reliability"], judge=judge, output=tmp_path / "one")
+    assert report.summary.metrics["confidence"].scored == 24
+    assert timeless(output) == timeless(tmp_path / "one")
+    # 24 scoring requests through one limiter at 8 per second, from two workers: never
+    # more than 8 in any second, so the first and the last are at least 23/8 s apart
+    ray_arrivals = sorted(judge_server.arrivals)[: len(judge_server.arrivals) - 24]
+    assert len(ray_arrivals) == 24
+    assert ray_arrivals[-1] - ray_arrivals[0] >= 23 / 8 - 0.05
+    for index in range(len(ray_arrivals) - 8):
+        assert ray_arrivals[index + 8] - ray_arrivals[index] >= 1.0 - 0.05
+
+
+def test_the_cli_replays_a_directory_on_ray(tmp_path: Path, captures: list[Path]) -> None:
+    output = tmp_path / "cli.results"
+    done = CliRunner().invoke(
+        cli,
+        [
+            "replay",
+            str(tmp_path),
+            "--engine",
+            "ray",
+            "--metrics",
+            "coherence",
+            "--json",
+            str(output),
+        ],
+    )
+    # the bad lines are said and make the exit code 1, as for one process
+    assert done.exit_code == 1, done.output
+    assert "3 bad line(s) skipped; the other 17 were scored" in done.output
+    assert "coherence" in done.output
+    assert len(output.read_text().splitlines()) == 17
+    assert CliRunner().invoke(cli, ["replay", *map(str, captures)]).exit_code == 2
+
+
+def test_replay_on_ray_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    write_capture(tmp_path / "c.jsonl", [a_trace("s", 0)])
+    with pytest.raises(ValueError, match="engine='ray' takes no workers"):
+        replay(tmp_path / "c.jsonl", engine="ray", workers=2)
+    with pytest.raises(ValueError, match="engine must be 'local' or 'ray'"):
+        replay(tmp_path / "c.jsonl", engine="spark")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="several files"):
+        replay([tmp_path / "c.jsonl"])
+    from agenteval_core import CaptureError
+
+    with pytest.raises(CaptureError, match="no capture file matches"):
+        replay([str(tmp_path / "*.nothing")], engine="ray")
