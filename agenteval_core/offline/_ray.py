@@ -363,8 +363,9 @@ def _gather(
                     report.sessions += 1
                     session = scores["session_results"]
                     report.session_summary.add(session)
-                    if len(report.session_results) < report.keep_sessions:
-                        report.session_results[scores["session_id"]] = session
+                    session_id = scores["session_id"]
+                    if session_id and len(report.session_results) < report.keep_sessions:
+                        report.session_results[session_id] = session
             if on_progress is not None:
                 on_progress(report.traces)
 
