@@ -218,7 +218,8 @@ class Engine:
 
     async def score(self, items: Sequence[EvalCase | Trace]) -> list[TraceResults]:
         """Score a batch (traces measured concurrently, folded into their sessions in input
-        order); results in input order. Every result also goes to the sinks. Never raises for a metric's failure."""
+        order); results in input order. Every result also goes to the sinks. Never raises
+        for a metric's failure."""
         await self.prepare(items)
         outcomes = []
         for task in self.schedule(items):
@@ -310,11 +311,8 @@ class Engine:
     ) -> tuple[EvalCase, TraceResults]:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.concurrency)
-        try:
-            async with self._slots:
-                (results,) = await self._measure_rows([admitted])
-        except Exception as exc:  # metrics never raise; this is a bug of ours
-            results = self._unscored(1, exc)[0]
+        async with self._slots:
+            (results,) = await self._measure_guarded([admitted])
         if previous is not None:  # the slot is free again while this waits its turn
             await asyncio.wait([previous])
         scored = self._fold(admitted, results)
@@ -327,18 +325,20 @@ class Engine:
         """Score cases in input order. Each case sees the earlier traces of its session,
         those earlier in ``cases`` included; every metric scores all the cases in one call."""
         admitted = self._admit(cases)
-        try:
-            rows = await self._measure_rows(admitted)
-        except Exception as exc:  # metrics never raise; this is a bug of ours
-            rows = self._unscored(len(cases), exc)
+        rows = await self._measure_guarded(admitted)
         scored = [self._fold(one, results) for one, results in zip(admitted, rows, strict=True)]
         self._evict()
         return scored
 
-    @staticmethod
-    def _unscored(count: int, exc: Exception) -> list[list[MetricResult]]:
-        logger.error("agenteval could not score %d traces: %s", count, exc, exc_info=exc)
-        return [[] for _ in range(count)]
+    async def _measure_guarded(self, admitted: Sequence[_Admitted]) -> list[list[MetricResult]]:
+        """:meth:`_measure_rows`, or no results for each case if scoring itself broke."""
+        try:
+            return await self._measure_rows(admitted)
+        except Exception as exc:  # metrics never raise; this is a bug of ours
+            logger.error(
+                "agenteval could not score %d traces: %s", len(admitted), exc, exc_info=exc
+            )
+            return [[] for _ in admitted]
 
     def _admit(self, cases: Sequence[EvalCase]) -> list[_Admitted]:
         """Read cases in input order: each joins its session's history (seeing the traces

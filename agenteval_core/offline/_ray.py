@@ -16,6 +16,7 @@ Ray is imported only here, and only when a replay asks for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import io
 import json
@@ -34,7 +35,7 @@ from .._errors import CaptureError, CaptureFormatError
 from ..engine._engine import Engine
 from ..engine._sinks import Sink, encode_record, session_record, trace_record
 from ..metrics._protocol import Metric, SessionMetric
-from ..schema._capture import MAX_LINE_BYTES, _session_key, parse_line, split_lines
+from ..schema._capture import MAX_LINE_BYTES, line_session, parse_line, split_lines
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import Trace
 from ._replay import ReplayReport, _batch_size
@@ -118,7 +119,7 @@ def _read_files(batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:
             for number, line, oversize in split_lines(handle, MAX_LINE_BYTES):
                 if not oversize and not line.strip():
                     continue
-                session = None if oversize else _session_key(line)
+                session = None if oversize else line_session(line)
                 rows["group"].append(
                     b"s" + session if session else b"l%d:%d" % (int(index), number)
                 )
@@ -152,18 +153,12 @@ class _RateLimiter:
     def __init__(self, requests: int, period: float) -> None:
         self.interval = period / requests
         self.next_free = 0.0
-        self.granted: list[float] = []
 
     def reserve(self) -> float:
         now = time.monotonic()
         slot = max(now, self.next_free)
         self.next_free = slot + self.interval
-        self.granted.append(slot)
         return slot - now
-
-    def slots(self) -> list[float]:
-        """When each request granted so far was let through (for tests and benchmarks)."""
-        return list(self.granted)
 
 
 class _Collect(Sink):
@@ -344,7 +339,8 @@ def _gather(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Write the results file and fill the report as the scorers' results stream back."""
-    with open(output, "wb") if output is not None else _nowhere() as results_file:
+    results_file = open(output, "wb") if output is not None else None  # noqa: SIM115
+    with results_file or contextlib.nullcontext():
         for batch in scored.iter_batches(batch_format="numpy", batch_size=None):
             for kind, payload in zip(batch["kind"], batch["payload"], strict=True):
                 line = bytes(payload)
@@ -354,7 +350,8 @@ def _gather(
                         CaptureFormatError(path, number, field, problem, truncated=truncated)
                     )
                     continue
-                results_file.write(line)
+                if results_file is not None:
+                    results_file.write(line)
                 scores = _SCORES.validate_json(line)
                 if kind == "trace":
                     report.traces += 1
@@ -368,10 +365,3 @@ def _gather(
                         report.session_results[session_id] = session
             if on_progress is not None:
                 on_progress(report.traces)
-
-
-class _nowhere(io.BytesIO):
-    """A results file that keeps nothing (no ``output``)."""
-
-    def write(self, data: Any) -> int:
-        return len(data)

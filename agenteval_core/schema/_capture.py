@@ -27,6 +27,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "CaptureWriter",
     "append_line",
+    "line_session",
     "line_shard",
     "parse_line",
     "read_capture",
@@ -396,11 +397,11 @@ def line_shard(line: bytes, number: int, count: int) -> int:
     placed from their first bytes; any other line is parsed as JSON for its session id. A
     line with no session, or that is not a JSON object, goes by its line number.
     """
-    session = _session_key(line)
+    session = line_session(line)
     return zlib.crc32(session) % count if session else number % count
 
 
-def _session_key(line: bytes) -> bytes | None:
+def line_session(line: bytes) -> bytes | None:
     """The UTF-8 of a capture line's session id, or None. A whole trace glued after a torn
     fragment is what the line yields (see :func:`parse_line`), so its session counts."""
     glued = line.rfind(_TRACE_START_BYTES, 1)
