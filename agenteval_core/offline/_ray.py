@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import glob
 import io
-import json
 import logging
 import os
+import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -199,6 +199,11 @@ class _SessionScorer:
 
     def __call__(self, group: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {"kind": [], "file": [], "number": [], "payload": []}
+
+        def emit(kind: str, file: int, number: int, payload: bytes) -> None:
+            for column, value in zip(out.values(), (kind, file, number, payload), strict=True):
+                column.append(value)
+
         traces: list[Trace] = []
         places: list[tuple[int, int]] = []
         for row in np.lexsort((group["number"], group["file"])):
@@ -206,11 +211,8 @@ class _SessionScorer:
             problems, trace = parse_line(
                 self.names[file], number, bytes(group["line"][row]), int(group["size"][row])
             )
-            for problem in problems:
-                out["kind"].append("bad")
-                out["file"].append(file)
-                out["number"].append(number)
-                out["payload"].append(_bad_line_json(problem))
+            for problem in problems:  # sent as it pickles (its fields) for the driver to report
+                emit("bad", file, number, pickle.dumps(problem))
             if trace is not None:
                 traces.append(trace)
                 places.append((file, number))
@@ -220,19 +222,9 @@ class _SessionScorer:
         placed = iter(places)
         last = places[-1] if places else (0, 0)
         for kind, line in self.collect.lines:
-            file, number = next(placed) if kind == "trace" else last
-            out["kind"].append(kind)
-            out["file"].append(file)
-            out["number"].append(number)
-            out["payload"].append(line)
+            emit(kind, *(next(placed) if kind == "trace" else last), line)
         self.collect.lines.clear()
         return out
-
-
-def _bad_line_json(problem: CaptureFormatError) -> bytes:
-    return json.dumps(
-        [problem.path, problem.line, problem.field, problem.problem, problem.truncated]
-    ).encode()
 
 
 class _Scores(TypedDict, total=False):
@@ -345,10 +337,7 @@ def _gather(
             for kind, payload in zip(batch["kind"], batch["payload"], strict=True):
                 line = bytes(payload)
                 if kind == "bad":
-                    path, number, field, problem, truncated = json.loads(line)
-                    report.bad_lines.append(
-                        CaptureFormatError(path, number, field, problem, truncated=truncated)
-                    )
+                    report.bad_lines.append(pickle.loads(line))
                     continue
                 if results_file is not None:
                     results_file.write(line)
