@@ -463,7 +463,7 @@ class Redactor:
         """A redacted copy of a trace: every field, span, tool call and attribute, except the
         tools' JSON schemas (a parameter named ``password`` is not a secret)."""
         try:
-            data = trace.model_dump(mode="json")
+            data = trace.to_jsonable()  # each tool call once: redacted once, shared again
         except (PydanticSerializationError, ValueError, RecursionError):
             data = plain(trace)  # a cycle or a value of no JSON type, in a trace built by hand
         tools = data.pop("tools")

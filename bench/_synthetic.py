@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
 from agenteval_core import AgentStep, ToolCall, ToolSpec, Trace
 
-__all__ = ["write_capture"]
+__all__ = ["version_1_line", "write_capture"]
 
 WORDS = (
     "order refund shipping invoice customer account password delivery status carrier parcel "
@@ -40,8 +41,24 @@ def _sentence(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
 
 
-def write_capture(path: Path, count: int, *, session_length: int = 10, seed: int = 0) -> Path:
-    """Write ``count`` traces of two tool calls each, ~200-character texts, 10 per session."""
+def version_1_line(trace: Trace) -> str:
+    """The line schema version 1 wrote for ``trace``: every tool call's arguments and result
+    also on its span, and the results on the model's requests too."""
+    data = trace.model_dump(mode="json")
+    data["schema_version"] = 1
+    done = {s["tool_call"]["id"]: s["tool_call"] for s in data["spans"] if s["tool_call"]}
+    for span in data["spans"]:
+        for asked in span["requested_tool_calls"]:
+            if asked["id"] in done:
+                asked["result"], asked["error"] = done[asked["id"]]["result"], None
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_capture(
+    path: Path, count: int, *, session_length: int = 10, seed: int = 0, version: int = 2
+) -> Path:
+    """Write ``count`` traces of two tool calls each, ~200-character texts, 10 per session,
+    as lines of schema ``version`` (1 or the current)."""
     rng = random.Random(seed)
     lines = []
     with open(path, "w", encoding="utf-8") as handle:
@@ -77,7 +94,7 @@ def write_capture(path: Path, count: int, *, session_length: int = 10, seed: int
                 session_id=f"s{index // session_length}",
                 id=f"t{index}",
             )
-            lines.append(trace.model_dump_json())
+            lines.append(version_1_line(trace) if version == 1 else trace.to_json())
             if len(lines) == 1000:
                 handle.write("\n".join(lines) + "\n")
                 lines.clear()

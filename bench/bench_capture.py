@@ -136,7 +136,7 @@ def _alone(quick: bool) -> None:
                 evaluator.submit(trace)
                 ours.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                baseline.write(trace.model_dump_json().encode() + b"\n")
+                baseline.write(trace.to_json().encode() + b"\n")
                 plain.append(time.perf_counter() - started)
         evaluator.close()
     ours_ms, plain_ms = statistics.median(ours) * 1000, statistics.median(plain) * 1000

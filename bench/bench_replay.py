@@ -1,4 +1,5 @@
-"""Replay throughput against parse-only, memory over 10x more traces, and session math at 1M.
+"""Replay throughput against parse-only, memory over 10x more traces, and session math at 1M;
+and what writing each tool call once (schema version 2) saves against version 1.
 
 python -m bench replay [--quick]
 """
@@ -130,6 +131,26 @@ def throughput(directory: Path, count: int) -> None:
     print(f"  ratio to parse-only: {rate / parse_rate:.3f}")
 
 
+def line_format(directory: Path, count: int) -> None:
+    """The same traces as version-1 lines (each tool call's arguments and result also on its
+    span and the results on the model's requests) and as version-2 lines (once)."""
+    old = write_capture(directory / "v1.jsonl", count, version=1)
+    new = write_capture(directory / "v2.jsonl", count)
+    best = {old: 0.0, new: 0.0}
+    for _ in range(ROUNDS):
+        for path in best:
+            best[path] = max(best[path], _rate(lambda p=path: sum(1 for _ in read_capture(p))))
+    for version, path in ((1, old), (2, new)):
+        print(
+            f"schema version {version}: {path.stat().st_size / count:,.0f} bytes per trace, "
+            f"parse {1e6 / best[path]:.0f} µs per trace"
+        )
+    print(
+        f"version 2 / version 1: bytes {new.stat().st_size / old.stat().st_size:.3f}, "
+        f"parse time {best[old] / best[new]:.3f}"
+    )
+
+
 def memory(directory: Path, count: int) -> None:
     """Peak memory of ``count`` and 10 × ``count`` traces. Memory grows until the engine's
     1024 open sessions are full (sessions of 10: ~10,000 traces), then stays flat, so
@@ -171,6 +192,7 @@ def session_math(count: int) -> None:
 def main(quick: bool = False) -> None:
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
+        line_format(directory, 10_000 if quick else 100_000)
         throughput(directory, 10_000 if quick else 100_000)
         memory(directory, 12_000 if quick else 20_000)
     session_math(100_000 if quick else 1_000_000)

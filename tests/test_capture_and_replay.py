@@ -29,6 +29,8 @@ from agenteval_core import (
     SchemaVersionError,
     Score,
     SessionHistory,
+    Span,
+    SpanKind,
     ToolCall,
     Trace,
     list_metrics,
@@ -151,6 +153,69 @@ def test_written_traces_read_back_equal(
         for trace in traces:
             writer.write(trace)
     assert list(read_capture(path)) == traces
+
+
+def test_each_tool_call_is_written_once_and_version_1_lines_read_as_before(
+    tmp_path: Path,
+) -> None:
+    old_lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
+    assert all(json.loads(line)["schema_version"] == 1 for line in old_lines), (
+        "the shipped example capture is how version-1 reading is tested: keep it version 1"
+    )
+    old = list(read_capture(EXAMPLE))
+    new_path = tmp_path / "v2.jsonl"
+    with CaptureWriter(new_path) as writer:
+        for trace in old:
+            writer.write(trace)
+    new_lines = new_path.read_text(encoding="utf-8").splitlines()
+    # session-1-t0 called lookup_order once; version 1 held its result three times (the
+    # model's request, the span's output, the call), version 2 once (the call)
+    result = '"status":"shipped","carrier":"DHL","eta":"2026-01-03"'
+    assert old_lines[0].count(result) == 3 and new_lines[0].count(result) == 1
+    assert old_lines[0].count('"order_id":"A-1042"') == 3  # request, span input, call
+    assert new_lines[0].count('"order_id":"A-1042"') == 2  # request, call
+    assert sum(map(len, new_lines)) < sum(map(len, old_lines))
+    assert [json.loads(line)["schema_version"] for line in new_lines] == [SCHEMA_VERSION] * 9
+    assert list(read_capture(new_path)) == old  # every field, tool spans' input/output included
+    tool_span = old[0].spans[2]
+    assert (tool_span.input, tool_span.output, tool_span.error) == (
+        {"order_id": "A-1042"},
+        {"status": "shipped", "carrier": "DHL", "eta": "2026-01-03"},
+        None,
+    )
+
+    def outcomes(path: Path) -> tuple[object, ...]:
+        scored: list[object] = []
+        report = replay(
+            path,
+            on_trace=lambda trace, results: scored.append(
+                (trace.id, [r.model_dump(exclude={"latency_ms"}) for r in results])
+            ),
+        )
+        sessions = {
+            key: [r.model_dump(exclude={"latency_ms"}) for r in results]
+            for key, results in report.session_results.items()
+        }
+        return scored, sessions, report.summary.as_dicts()
+
+    assert outcomes(new_path) == outcomes(EXAMPLE)
+
+
+def test_a_tool_span_that_differs_from_its_call_keeps_its_own_values(tmp_path: Path) -> None:
+    call = ToolCall(id="c1", name="lookup", arguments={"id": 1}, result="found", error=None)
+    span = Span(kind=SpanKind.TOOL, name="lookup", input=None, output="FOUND", tool_call=call)
+    trace = Trace(spans=[span])
+    line = json.loads(trace.to_json())
+    assert {k: line["spans"][0][k] for k in ("input", "output")} == {
+        "input": None,
+        "output": "FOUND",
+    }
+    assert "error" not in line["spans"][0]  # equal to the call's: written once
+    back = Trace.model_validate_json(trace.to_json())
+    assert (back.spans[0].input, back.spans[0].output, back.spans[0].error) == (None, "FOUND", None)
+    # a tool span built without them takes its call's
+    bare = Trace(spans=[Span(kind=SpanKind.TOOL, name="lookup", tool_call=call)])
+    assert (bare.spans[0].input, bare.spans[0].output) == ({"id": 1}, "found")
 
 
 # --- scoring engine and replay --------------------------------------------------------------

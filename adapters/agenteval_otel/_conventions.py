@@ -65,14 +65,15 @@ def from_ns(nanoseconds: int) -> float:
     return nanoseconds / 1_000_000_000  # int / int is correctly rounded
 
 
-def value_attributes(prefix: str, value: Any) -> dict[str, Any]:
+def value_attributes(prefix: str, value: Any, encoded: str | None = None) -> dict[str, Any]:
     """``input.value`` / ``output.value`` with their MIME type: text stays text, anything
-    else is JSON, so the importer restores the exact value."""
+    else is JSON (``encoded``, when the caller already made it), so the importer restores
+    the exact value."""
     if value is None:
         return {}
     if isinstance(value, str):
         return {f"{prefix}.value": value, f"{prefix}.mime_type": TEXT_MIME}
-    return {f"{prefix}.value": dumps(value), f"{prefix}.mime_type": JSON_MIME}
+    return {f"{prefix}.value": encoded or dumps(value), f"{prefix}.mime_type": JSON_MIME}
 
 
 def error_type(error: str) -> str:
@@ -284,8 +285,15 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
         attributes["gen_ai.workflow.name"] = span.name
     if span.parent_id:
         attributes["agenteval.span.parent_id"] = span.parent_id
-    attributes.update(value_attributes("input", span.input))
-    attributes.update(value_attributes("output", span.output))
+    # a tool span's input and output are its call's: each encoded once for both vocabularies
+    call = span.tool_call
+    tool = _tool_attributes(call, trace) if call is not None else {}
+    for prefix, value, recorded, name in (
+        ("input", span.input, call.arguments if call else None, "gen_ai.tool.call.arguments"),
+        ("output", span.output, call.result if call else None, "gen_ai.tool.call.result"),
+    ):
+        same = call is not None and (value is recorded or value == recorded)
+        attributes.update(value_attributes(prefix, value, tool.get(name) if same else None))
     if span.thought is not None:
         attributes["agenteval.thought"] = span.thought
     if span.requested_tool_calls:
@@ -301,8 +309,7 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
             attributes["gen_ai.provider.name"] = provider
     if span.kind is SpanKind.LLM:
         attributes.update(_llm_attributes(span, trace))
-    if span.tool_call is not None:
-        attributes.update(_tool_attributes(span.tool_call, trace))
+    attributes.update(tool)
     if span.error is not None:
         attributes["agenteval.error"] = span.error
         attributes["error.type"] = error_type(span.error)

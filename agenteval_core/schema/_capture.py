@@ -181,9 +181,9 @@ def encode_trace(trace: Trace) -> bytes:
     surrogate, an object of no JSON type, a cycle: possible in a trace built by hand) is
     converted with :func:`~agenteval_core.plain` first, so it is written, not lost."""
     try:
-        return trace.model_dump_json().encode()
+        return trace.to_json().encode()
     except (PydanticSerializationError, ValueError, RecursionError):
-        return Trace.model_validate(plain(trace)).model_dump_json().encode()
+        return Trace.model_validate(plain(trace)).to_json().encode()
 
 
 if sys.platform != "win32":

@@ -40,8 +40,13 @@ __all__ = [
     "text_of",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the JSON form; a reader refuses traces from a newer version."""
+SCHEMA_VERSION = 2
+"""Version of the JSON form; a reader refuses traces from a newer version.
+
+Version 2 writes each tool call once: a tool span's ``input``, ``output`` and ``error`` are
+left out of its line where they are its ``tool_call``'s arguments, result and error (as they
+are whenever agenteval records the call), and the LLM span's requests carry no results.
+Version 1 lines, which hold every copy, read as before."""
 
 GUARD_REFUSED = "agenteval.guard.refused"
 """Span attribute set to ``True`` on a tool call that the loop guard refused."""
@@ -253,9 +258,12 @@ class Span(_Model):
     thought: str | None = None
     """Reasoning text the model gave with this step (LLM spans that asked for tool calls)."""
     tool_call: ToolCall | None = None
-    """For tool spans: the call that was executed."""
+    """For tool spans: the call that was executed, the one record of it. A tool span built
+    without ``input``, ``output`` or ``error`` takes the call's arguments, result and error
+    (in a :class:`Trace`), and a capture line leaves out those that equal the call's."""
     requested_tool_calls: list[ToolCall] = Field(default_factory=list)
-    """For LLM spans: the tool calls the model asked for."""
+    """For LLM spans: the tool calls the model asked for (id, name and arguments: what
+    happened to each is on the tool span that ran it)."""
 
     @property
     def duration(self) -> float | None:
@@ -324,6 +332,59 @@ class Trace(_Model):
     def _known_version(cls, value: int) -> int:
         return known_version(value, SCHEMA_VERSION, "schema_version")
 
+    @model_validator(mode="after")
+    def _one_record_per_call(self) -> Trace:
+        # one loop per trace, not a validator per span: replay parses millions of spans
+        version_1 = self.schema_version == 1
+        for span in self.spans:
+            if version_1:  # its requests repeated the results, which are the calls'
+                for asked in span.requested_tool_calls:
+                    asked.result = asked.error = None
+            call = span.tool_call
+            if call is None:
+                continue
+            given = span.model_fields_set
+            if "input" not in given:
+                span.input = call.arguments
+            if "output" not in given:
+                span.output = call.result
+            if "error" not in given:
+                span.error = call.error
+        # what was read is held as this version (version 1 differs only in holding copies),
+        # so writing it again writes a line of this version
+        self.schema_version = SCHEMA_VERSION
+        return self
+
+    def to_json(self) -> str:
+        """The trace as one line of a capture: each tool call written once (a tool span's
+        input, output and error are left out where they equal its call's)."""
+        return self.model_dump_json(exclude=self._call_copies())
+
+    def to_jsonable(self) -> dict[str, Any]:
+        """The trace as JSON-ready data with each tool call once, as :meth:`to_json` writes
+        it; ``Trace.model_validate`` of it gives the trace back."""
+        return self.model_dump(mode="json", exclude=self._call_copies())
+
+    def _call_copies(self) -> dict[str, Any] | None:
+        """The ``exclude`` that leaves out each tool span's copies of its call's values."""
+        copies: dict[int, set[str]] = {}
+        for index, span in enumerate(self.spans):
+            call = span.tool_call
+            if call is None:
+                continue
+            same = {
+                name
+                for name, value, recorded in (
+                    ("input", span.input, call.arguments),
+                    ("output", span.output, call.result),
+                    ("error", span.error, call.error),
+                )
+                if value is recorded or value == recorded
+            }
+            if same:
+                copies[index] = same
+        return {"spans": copies} if copies else None
+
     # --- derived views -------------------------------------------------------------------
 
     def tool_calls(self) -> list[ToolCall]:
@@ -390,7 +451,10 @@ class Trace(_Model):
                 name="agent_step",
                 output=step.output,
                 thought=step.thought,
-                requested_tool_calls=[call.model_copy() for call in step.tool_calls],
+                requested_tool_calls=[
+                    ToolCall(id=call.id, name=call.name, arguments=call.arguments)
+                    for call in step.tool_calls
+                ],
             )
             spans.append(llm)
             for call_index, call in enumerate(step.tool_calls):
@@ -400,9 +464,6 @@ class Trace(_Model):
                         parent_id=root.id,
                         kind=SpanKind.TOOL,
                         name=call.name,
-                        input=call.arguments,
-                        output=call.result,
-                        error=call.error,
                         tool_call=call,
                     )
                 )
