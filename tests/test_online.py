@@ -512,30 +512,43 @@ def test_close_keeps_one_deadline_for_all_its_stages(
 def test_sigterm_captures_and_scores_every_finished_trace(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
-        import os, signal
+        import os, signal, threading
         from agenteval_core import OnlineEvaluator, Trace
         evaluator = OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r},
-                                    results_path={str(tmp_path / "r.jsonl")!r}, log=False)
+                                    results_path={str(tmp_path / "r.jsonl")!r}, log=False,
+                                    close_on_sigterm=True)
         for i in range(30):
             evaluator.submit(Trace(input="q", output=f"answer {{i}}", session_id="s"))
-        os.kill(os.getpid(), signal.SIGTERM)  # no flush, no close, no handler of our own
+        # the signal lands while the main thread holds a lock close() needs (the capture
+        # file's, as in the middle of a write): the handler takes none and returns
+        with evaluator._capture._lock:
+            os.kill(os.getpid(), signal.SIGTERM)
+            print("the main thread went on", flush=True)
+        threading.Event().wait(60)  # until SIGTERM ends the process
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], timeout=120)
-    assert done.returncode == -15  # it still ends the default way
+    done = subprocess.run(
+        [sys.executable, "-c", script], timeout=120, capture_output=True, text=True
+    )
+    assert done.returncode == -15, done.stderr  # it still ends the default way
+    assert done.stdout == "the main thread went on\n"
     assert len(list(read_capture(tmp_path / "c.jsonl"))) == 30
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     assert len(lines) == 31  # every trace scored, and the session closed
 
 
-def test_a_sigterm_handler_of_the_users_is_left_alone(tmp_path: Path) -> None:
+def test_sigterm_is_left_alone_unless_asked_and_a_handler_of_the_users_always(
+    tmp_path: Path,
+) -> None:
     script = textwrap.dedent(
         f"""
         import signal, sys
+        from agenteval_core import OnlineEvaluator
+        OnlineEvaluator(capture={str(tmp_path / "a.jsonl")!r}, log=False)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         mine = lambda signum, frame: sys.exit(7)
         signal.signal(signal.SIGTERM, mine)
-        from agenteval_core import OnlineEvaluator
-        OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r}, log=False)
+        OnlineEvaluator(capture={str(tmp_path / "b.jsonl")!r}, log=False, close_on_sigterm=True)
         assert signal.getsignal(signal.SIGTERM) is mine
         """
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -141,6 +142,11 @@ class OnlineEvaluator:
             to ``batch_size`` traces, so metrics can batch their work.
         concurrency: traces scored at once (default: the judge's bound, or 8).
         exit_timeout: seconds the exit hook waits for scoring at interpreter exit.
+        close_on_sigterm: on SIGTERM (which by default ends the process without exit
+            hooks), close every evaluator within its ``exit_timeout`` first, then end the
+            process the default way. Set on the main thread, and only where SIGTERM has no
+            handler of the program's. The handler itself takes no lock; the closing runs on
+            a thread of its own.
         redactor: applied before a trace is captured, scored or sent anywhere.
 
     Alerts are logged at WARNING on the ``agenteval`` logger, and scores at INFO on
@@ -166,6 +172,7 @@ class OnlineEvaluator:
         batch_delay: float = 0.2,
         concurrency: int | None = None,
         exit_timeout: float = 5.0,
+        close_on_sigterm: bool = False,
         seed: int | None = 0,
         redactor: Redactor | None = DEFAULT_REDACTOR,
         log: bool = True,
@@ -200,6 +207,7 @@ class OnlineEvaluator:
         for sink in all_sinks:
             sink.attached(self.capture_path, self.results_path)
         self._problems_lock = threading.Lock()
+        self._close_lock = threading.Lock()
         self.recorder = Recorder(
             on_trace=self.submit,
             on_alert=self._deliver_alert,
@@ -219,7 +227,8 @@ class OnlineEvaluator:
         self._start_loop()
         _live_evaluators.add(self)
         renew_after_fork(self)
-        _flush_on_sigterm()
+        if close_on_sigterm:
+            _close_on_sigterm()
 
     def _after_fork(self) -> None:
         """The child has none of the parent's threads: a fresh scoring loop and locks, with
@@ -229,6 +238,7 @@ class OnlineEvaluator:
         self._in_scoring = {}
         self._idle = threading.Condition()
         self._problems_lock = threading.Lock()
+        self._close_lock = threading.Lock()
         self._start_loop()
 
     def _start_loop(self) -> None:
@@ -439,9 +449,19 @@ class OnlineEvaluator:
         ``stats.dropped_from_scoring`` and listed in ``stats.unscored_trace_ids`` (so
         ``submitted == scored + dropped_from_scoring`` after close), and a warning says so;
         traces finished after close are still captured if the capture is open, and counted.
+        A close from another thread meanwhile (the exit hook, SIGTERM) waits for this one.
         """
         if self._closed:
             return
+        if not self._close_lock.acquire(timeout=-1 if timeout is None else timeout):
+            return  # another thread is closing it and took longer than ``timeout``
+        try:
+            if not self._closed:
+                self._close(timeout)
+        finally:
+            self._close_lock.release()
+
+    def _close(self, timeout: float | None) -> None:
         # one deadline for the whole close: each stage gets what the earlier ones left
         deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -570,25 +590,73 @@ def default_evaluator() -> OnlineEvaluator:
         return _default
 
 
-def _close_then_terminate(signum: int, frame: Any) -> None:
-    """SIGTERM with no handler of the user's: capture and score what can be within each
-    evaluator's ``exit_timeout``, then end the process the default way."""
-    _flush_at_exit()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+class _SigtermCloser:
+    """Closes every evaluator on SIGTERM, whose default action ends the process without
+    running exit hooks, then lets SIGTERM end it the default way.
+
+    The handler runs on the main thread between two of its instructions, maybe while that
+    thread holds a lock ``close()`` needs, so it takes none: it restores the default action
+    (a second SIGTERM ends the process at once) and writes a byte to a pipe. A daemon thread
+    waiting on the pipe does the closing, while the main thread goes on and releases what
+    it holds, then sends SIGTERM again.
+    """
+
+    def __init__(self) -> None:
+        self._start()
+        renew_after_fork(self)
+
+    def _start(self) -> None:
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+        thread = threading.Thread(target=self._close_all, name="agenteval-sigterm", daemon=True)
+        thread.start()
+
+    def handle(self, signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with contextlib.suppress(OSError):  # a full pipe: the thread is already woken
+            os.write(self._wake_write, b"\0")
+
+    def _close_all(self) -> None:
+        try:
+            os.read(self._wake_read, 1)
+        except OSError:
+            return
+        _flush_at_exit()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _after_fork(self) -> None:
+        # the child's handler must wake the child's own thread, not the parent's
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+        self._start()
 
 
-def _flush_on_sigterm() -> None:
-    """Install :func:`_close_then_terminate` when SIGTERM still has its default action (which
-    ends the process without running exit hooks); a handler of the user's is left alone.
+_sigterm_closer: _SigtermCloser | None = None
+
+
+def _close_on_sigterm() -> None:
+    """Install the :class:`_SigtermCloser` handler (``OnlineEvaluator(close_on_sigterm=True)``)
+    when SIGTERM still has its default action; a handler of the program's is left alone.
     SIGINT needs nothing: its KeyboardInterrupt runs the exit hook."""
+    global _sigterm_closer
     if threading.current_thread() is not threading.main_thread():
+        logger.warning(
+            "agenteval: close_on_sigterm=True was ignored: a SIGTERM handler can only be set "
+            "on the main thread; make the evaluator there, or close it from your own handler"
+        )
         return
     try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _close_then_terminate)
-    except (ValueError, OSError):  # not settable here (embedded interpreters)
-        pass
+        current = signal.getsignal(signal.SIGTERM)
+        if _sigterm_closer is not None and current == _sigterm_closer.handle:
+            return
+        if current is not signal.SIG_DFL:
+            logger.info("agenteval: SIGTERM has a handler of the program's; left in place")
+            return
+        if _sigterm_closer is None:
+            _sigterm_closer = _SigtermCloser()
+        signal.signal(signal.SIGTERM, _sigterm_closer.handle)
+    except (ValueError, OSError) as exc:  # not settable here (embedded interpreters)
+        logger.warning("agenteval: could not handle SIGTERM here: %s", exc)
 
 
 @atexit.register
