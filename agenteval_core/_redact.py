@@ -267,12 +267,12 @@ class Redactor:
     patterns: dict[str, str] = field(default_factory=dict)
     fields: Iterable[str] = ()
     max_chars: int | None = 100_000
-    _rules: tuple[int, list[_Rule], frozenset[str]] = field(init=False, repr=False)
+    _rules: tuple[int, list[_Rule], frozenset[str], bool] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._rules = self._compile()
 
-    def _compile(self) -> tuple[int, list[_Rule], frozenset[str]]:
+    def _compile(self) -> tuple[int, list[_Rule], frozenset[str], bool]:
         process = _process_rules
         custom = process.patterns | dict(self.patterns)
         compiled = [
@@ -286,9 +286,10 @@ class Redactor:
             | {_field_name(name) for name in process.fields}
             | {_field_name(name) for name in self.fields}
         )
-        return process.generation, compiled, fields
+        custom_rules = any(not rule.default for rule in compiled)
+        return process.generation, compiled, fields, custom_rules
 
-    def _current(self) -> tuple[int, list[_Rule], frozenset[str]]:
+    def _current(self) -> tuple[int, list[_Rule], frozenset[str], bool]:
         if self._rules[0] != _process_rules.generation:  # configure_redaction was called
             self._rules = self._compile()
         return self._rules
@@ -304,8 +305,20 @@ class Redactor:
         straddles the cut is still seen whole), and a default pattern runs only on text that
         holds its telltale prefix: the cost stays linear in ``max_chars`` however large the
         payload."""
-        value = safe_text(value)
         size, limit = len(value), self.max_chars
+        if (
+            size < _SHORTEST_SECRET
+            and (limit is None or size <= limit)
+            and value.isascii()
+            and "{" not in value  # no JSON that could hold a secret-named field
+            and "[" not in value
+            and "%" not in value  # nothing URL-encoded
+            and "\\" not in value  # nothing escaped
+            and not self._current()[3]  # only the defaults, none of which is this short
+        ):
+            return value  # most strings of a structured payload: nothing below can change it
+        value = safe_text(value)
+        size = len(value)
         oversized = limit is not None and size > limit
         value = (
             value[: limit + _CUT_MARGIN]

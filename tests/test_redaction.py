@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from agenteval_otel import OTelExporter, otlp_json
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from judge_server import JudgeServer, Reply
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -399,3 +401,17 @@ def test_tool_and_node_names_reach_the_metrics_unredacted(tmp_path: Path) -> Non
     )
     [call] = Redactor().trace(trace).tool_calls()
     assert (call.name, call.arguments) == (name, {"task": "task-42-refund-review"})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from('abcXYZ019 _-:/@"{}[]%\\u=+.\ud800é'), max_size=24),
+    max_chars=st.sampled_from([None, 5, 100_000]),
+)
+def test_short_strings_skip_no_redaction_they_need(text: str, max_chars: int | None) -> None:
+    # a pattern of the user's (one that never matches) sends every string down the full
+    # path; the defaults alone let short plain strings skip it: both must agree
+    full = Redactor(patterns={"never": "(?!x)x"}, max_chars=max_chars)
+    assert Redactor(max_chars=max_chars).text(text) == full.text(text)
+    record = {"note": text, "password": text, "items": [text, {"token": text}]}
+    assert Redactor(max_chars=max_chars).value(record) == full.value(record)
