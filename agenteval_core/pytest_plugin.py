@@ -10,6 +10,9 @@ Installed with agenteval (entry point ``pytest11``), so no ``conftest.py`` is ne
         assert_eval(trace, ["tool_call_accuracy", "coherence"])
 
 ``pytest --agenteval-report results.json`` writes every result asserted in the session.
+
+pytest loads this plugin in every run of a project where agenteval is installed, so it
+imports nothing of agenteval's until a helper or fixture is used.
 """
 
 from __future__ import annotations
@@ -17,19 +20,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ._errors import MetricInputError
-from .engine._engine import Engine
-from .metrics._protocol import Metric
-from .metrics._statistics import Estimator
-from .online._evaluator import OnlineEvaluator
-from .schema._results import MetricResult
-from .schema._trace import EvalCase, Trace
-from .suite._cases import read_cases
-from .suite._suite import AgentFn, EvalSuite, SuiteReport, case_label
+if TYPE_CHECKING:
+    from .metrics._protocol import Metric
+    from .metrics._statistics import Estimator
+    from .online._evaluator import OnlineEvaluator
+    from .schema._results import MetricResult
+    from .schema._trace import EvalCase, Trace
+    from .suite._suite import AgentFn, SuiteReport
 
 __all__ = ["assert_eval", "assert_pass_k", "regression_cases"]
 
@@ -55,6 +56,9 @@ def assert_eval(
     reason. ``judge`` and ``embedder`` go to the metrics that take them; ``options`` to
     every metric built by name. A metric that errors fails too; a skipped one does not.
     Returns the results."""
+    from ._errors import MetricInputError
+    from .engine._engine import Engine
+
     engine = Engine(metrics, judge=judge, embedder=embedder, **options)
     if engine.session_metrics:
         raise MetricInputError(
@@ -87,6 +91,8 @@ def assert_pass_k(
     and why its attempts failed. Attempts pass as in :meth:`EvalSuite.arun`: a run that did
     not complete, or that no metric scored, is a failure. Each case is scored by ``metrics``
     and by the checks it names itself (a regression case's ``metrics``)."""
+    from .suite._suite import EvalSuite
+
     suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
     report = suite.run(agent, k=k, attempts=attempts, estimator=estimator, progress=False)
     for case in report.cases:
@@ -114,6 +120,9 @@ def regression_cases(path: str | Path) -> list[Any]:
         def test_regression(case):
             assert_pass_k(my_agent, case, k=1, attempts=3, min_pass_pow_k=0.5)
     """
+    from .suite._cases import read_cases
+    from .suite._suite import case_label
+
     return [pytest.param(case, id=case_label(case)) for case in read_cases(path)]
 
 
@@ -122,6 +131,8 @@ def agenteval_evaluator(tmp_path: Path) -> Iterator[OnlineEvaluator]:
     """An evaluator that captures to the test's temporary directory; give it to the
     framework's handler, run the agent, and ``agenteval_evaluator.captured()`` returns the
     runs' traces for :func:`assert_eval`. Closed after the test."""
+    from .online._evaluator import OnlineEvaluator
+
     evaluator = OnlineEvaluator(capture=tmp_path / "agenteval-capture.jsonl", log=False)
     yield evaluator
     evaluator.close()

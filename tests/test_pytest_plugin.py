@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +84,57 @@ def test_k_runs_fixture_asserts_pass_k_bounds(pytester: pytest.Pytester) -> None
             "tool_call_accuracy 0.000 < 0.7: 0 of 1 expected calls matched (unordered)*"
         ]
     )
+
+
+def test_the_plugin_imports_nothing_heavy_until_a_helper_is_used(tmp_path: Path) -> None:
+    # pytest loads the plugin in every run of every project that has agenteval installed
+    (tmp_path / "test_light.py").write_text(
+        textwrap.dedent(
+            """
+            import sys
+
+            HEAVY = ("numpy", "httpx", "jsonschema", "rich", "pydantic",
+                     "agenteval_core.engine", "agenteval_core.metrics")
+
+            def loaded():
+                return sorted(name for name in HEAVY if name in sys.modules)
+
+            def test_a_project_test_pays_nothing():
+                assert loaded() == []
+
+            def test_a_helper_loads_what_it_needs():
+                from agenteval_core import AgentStep, EvalCase, ToolCall
+                from agenteval_core.pytest_plugin import assert_eval
+
+                case = EvalCase(
+                    input="q",
+                    agent_trace=[AgentStep(tool_calls=[ToolCall(name="search")], output="a")],
+                    expected_tool_calls=["search"],
+                )
+                assert assert_eval(case, ["tool_call_accuracy"])[0].score == 1.0
+                assert "agenteval_core.engine" in loaded()
+            """
+        )
+    )
+    # only this plugin, as its entry point loads it (no other plugin's imports)
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "agenteval_core.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "test_light.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
