@@ -28,6 +28,7 @@ above with ``raise ... from exc`` so the cause stays visible.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "AgentEvalError",
     "CaptureError",
     "CaptureFormatError",
+    "ErrorKind",
     "JudgeBudgetError",
     "JudgeConfigError",
     "JudgeContextOverflowError",
@@ -55,6 +57,33 @@ __all__ = [
 
 class AgentEvalError(Exception):
     """Base class of every error agenteval raises on purpose."""
+
+
+class ErrorKind(StrEnum):
+    """Why a metric result has no score, in a word: a result's ``metadata["error_kind"]``,
+    what summaries count and what the command line's advice and exit status follow (never
+    the error's text)."""
+
+    CONFIG = "config"
+    """The judge is misconfigured (found before scoring)."""
+    UNAVAILABLE = "unavailable"
+    """The judge could not be reached, or gave no answer in time: replaying may help."""
+    BUDGET = "budget"
+    """The judge's spending budget was used up."""
+    CONTEXT_OVERFLOW = "context_overflow"
+    """The prompt is longer than the judge model's context."""
+    UNSUPPORTED_REQUEST = "unsupported_request"
+    """The server refused the request itself."""
+    UNPARSABLE = "unparsable"
+    """The judge's reply did not parse after the allowed re-asks."""
+    INVALID_ANSWER = "invalid_answer"
+    """A well-formed reply that breaks the metric's rules."""
+    JUDGE_ERROR = "error"
+    """Another judge failure."""
+    INVALID_INPUT = "invalid_input"
+    """The metric was given input it cannot score (``MetricInputError``)."""
+    METRIC_ERROR = "metric_error"
+    """The metric raised: a bug in it, logged with its traceback."""
 
 
 class MetricInputError(AgentEvalError, ValueError):
@@ -144,7 +173,7 @@ class JudgeError(AgentEvalError):
     result's ``error`` begins with and what a command's advice follows); ``usage`` holds the
     calls and tokens spent before it did."""
 
-    kind: ClassVar[str] = "error"
+    kind: ClassVar[ErrorKind] = ErrorKind.JUDGE_ERROR
     label: ClassVar[str] = "judge error"
     """How a result's ``error`` begins for this kind."""
 
@@ -157,14 +186,14 @@ class JudgeConfigError(JudgeError):
     """The judge is misconfigured, found by its preflight check before anything is scored;
     the message names the option or variable to fix."""
 
-    kind = "config"
+    kind = ErrorKind.CONFIG
     label = "judge misconfigured"
 
 
 class JudgeUnavailableError(JudgeError):
     """The judge could not be reached or kept failing after all retries: replaying may help."""
 
-    kind = "unavailable"
+    kind = ErrorKind.UNAVAILABLE
     label = "judge unavailable"
 
 
@@ -172,14 +201,14 @@ class JudgeBudgetError(JudgeError):
     """The judge's spending budget is used up: no more calls are made (answers already in the
     cache still count)."""
 
-    kind = "budget"
+    kind = ErrorKind.BUDGET
     label = "budget exhausted"
 
 
 class JudgeContextOverflowError(JudgeError):
     """The prompt is longer than the judge model's context: replaying gives the same error."""
 
-    kind = "context_overflow"
+    kind = ErrorKind.CONTEXT_OVERFLOW
     label = "context overflow"
 
 
@@ -187,14 +216,14 @@ class JudgeUnsupportedRequestError(JudgeError):
     """The server refused the request itself (an HTTP 4xx, an output mode it does not take):
     replaying gives the same error; the request or the options must change."""
 
-    kind = "unsupported_request"
+    kind = ErrorKind.UNSUPPORTED_REQUEST
     label = "unsupported request"
 
 
 class JudgeParseError(JudgeError):
     """The judge's reply did not parse into the expected schema after the allowed re-asks."""
 
-    kind = "unparsable"
+    kind = ErrorKind.UNPARSABLE
     label = "unparsable"
 
     def __init__(self, message: str, raw_reply: str) -> None:
@@ -206,7 +235,7 @@ class JudgeInvalidAnswerError(JudgeParseError):
     """A well-formed reply that breaks the metric's rules (a wrong number of verdicts), after
     one re-ask that stated the rule; such a reply is never cached."""
 
-    kind = "invalid_answer"
+    kind = ErrorKind.INVALID_ANSWER
     label = "invalid answer"
 
 

@@ -18,13 +18,16 @@ from agenteval_core import (
     CallbackSink,
     CaptureWriter,
     Engine,
+    ErrorKind,
     EvalCase,
     EvalSuite,
     HTTPEmbedder,
     Metric,
     MetricKind,
     MetricResult,
+    MetricSummary,
     OnlineEvaluator,
+    ResultSummary,
     RunStatus,
     Score,
     Span,
@@ -641,3 +644,32 @@ def test_a_batch_scored_at_once_embeds_each_text_once(judge_server: JudgeServer)
         ["question 0", "answer 0", "question 1", "answer 1", "question 2", "answer 2"],
         ["answer 1", "answer 0", "answer 2"],
     ]
+
+
+def test_summaries_count_errors_by_kind_and_keep_a_bounded_set_of_reasons() -> None:
+    def failed(error: str, kind: ErrorKind | None) -> MetricResult:
+        metadata = {"error_kind": kind} if kind is not None else {}
+        return MetricResult(
+            name="m", version="1", score=None, threshold=0.5, success=None, error=error,
+            metadata=metadata,
+        )  # fmt: skip
+
+    first, second = ResultSummary(), ResultSummary()
+    # a long replay whose judge errors each name their own trace: 150 distinct texts
+    first.add([failed(f"judge unavailable: trace t{i} timed out", ErrorKind.UNAVAILABLE)
+               for i in range(150)])  # fmt: skip
+    first.add([failed("budget exhausted: $0.50 of $0.50", ErrorKind.BUDGET)] * 3)
+    second.add([failed("KeyError: 'x'", None)] * 2)  # a result written before kinds existed
+    second.add([failed("other text", ErrorKind.UNAVAILABLE)])
+    first.merge(second)
+    summary = first.metrics["m"]
+    assert summary.errors == 156
+    assert summary.error_kinds == {
+        ErrorKind.UNAVAILABLE: 151, ErrorKind.BUDGET: 3, ErrorKind.METRIC_ERROR: 2
+    }  # fmt: skip
+    assert len(summary.reasons) == MetricSummary.MAX_REASONS + 1
+    # the first 100 texts kept one each; the other 50, the budget's 3, the KeyError's 2 and
+    # the last 1 (all seen after the bound was reached) counted together
+    assert summary.reasons[MetricSummary.OTHER_REASONS] == 50 + 3 + 2 + 1
+    assert sum(summary.reasons.values()) == 156
+    assert summary.as_dict()["error_kinds"] == {"unavailable": 151, "budget": 3, "metric_error": 2}

@@ -218,7 +218,7 @@ def test_a_metric_result_equals_its_validated_form(
         "threshold": 0.5,
         "success": None if failure or clamped is None else clamped >= 0.5 - 1e-9,
         "reason": message if failure else given["reason"] or (given["error"] or ""),
-        "metadata": {} if failure else given["metadata"],
+        "metadata": {"error_kind": "metric_error"} if failure else given["metadata"],
         "error": message if failure else given["error"],
         "skipped": False if failure else given["skipped"],
         "trace_id": given["trace_id"],

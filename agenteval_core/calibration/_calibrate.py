@@ -68,6 +68,9 @@ class MetricCalibration:
     """Trace ids the metric gave no score (an error or a skip), left out of the figures."""
     unscored_reasons: dict[str, str] = field(default_factory=dict)
     """Why each trace in ``unscored`` has no score (the result's error or skip reason)."""
+    unscored_kinds: dict[str, str] = field(default_factory=dict)
+    """The :class:`~agenteval_core.ErrorKind` of each trace in ``unscored`` that ended in an
+    error (a skip has none)."""
 
     @property
     def best_summary(self) -> str | None:
@@ -225,6 +228,11 @@ def _measure(
         if r.score is None
     }
     unscored = list(reasons)
+    kinds = {
+        label.trace.id: str(r.metadata["error_kind"])
+        for label, r in zip(labels, results, strict=True)
+        if r.score is None and r.metadata.get("error_kind")
+    }
     truth = [
         passes(float(label.label), threshold) if graded else bool(label.label) for label, _ in pairs
     ]
@@ -243,6 +251,7 @@ def _measure(
         best_agreement=None,
         unscored=unscored,
         unscored_reasons=reasons,
+        unscored_kinds=kinds,
     )
     if not pairs:
         return calibration

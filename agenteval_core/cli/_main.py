@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .._errors import AgentEvalError, CaptureFormatError
+from .._errors import AgentEvalError, CaptureFormatError, ErrorKind
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind, list_metrics, metric_class
 from ..offline._processes import replay
@@ -530,12 +530,7 @@ def replay_command(
             f"judge {judge.model}: {tokens} tokens, ${cost:.4f}{budget}; "
             f"{judge.stats.cache_hits} cache hits"
         )
-        over = sum(
-            count
-            for summary in report.summary.metrics.values()
-            for reason, count in summary.reasons.items()
-            if reason.startswith("budget exhausted")
-        )
+        over = sum(s.error_kinds[ErrorKind.BUDGET] for s in report.summary.metrics.values())
         if over:
             click.echo(
                 f"budget exhausted: {over} result(s) not scored; replay with a larger "
@@ -555,25 +550,18 @@ def replay_command(
     if report.traces == 0:
         raise RunProblem(f"{capture}: no traces in the file")
 
-    def failed(label: str) -> int:
-        return sum(
-            count
-            for summary in report.summary.metrics.values()
-            for reason, count in summary.reasons.items()
-            if reason.startswith(f"{label}:")
-        )
-
     saved = f"; the rest is in {json_out}" if json_out else ""
     # what will help depends on how the judge failed: say it per kind, worst first
-    for label, advice in (
-        ("unsupported request", "the server refused the requests themselves; replaying "
-         "gives the same: change --judge-output-mode or --judge-model"),
-        ("context overflow", "the prompts were longer than the judge model's context; "
-         "replaying gives the same: judge with a longer-context model"),
-        ("judge unavailable", "replay again to score them (raise --judge-timeout for a slow "
-         "server)"),
+    for kind, label, advice in (
+        (ErrorKind.UNSUPPORTED_REQUEST, "unsupported request", "the server refused the "
+         "requests themselves; replaying gives the same: change --judge-output-mode or "
+         "--judge-model"),
+        (ErrorKind.CONTEXT_OVERFLOW, "context overflow", "the prompts were longer than the "
+         "judge model's context; replaying gives the same: judge with a longer-context model"),
+        (ErrorKind.UNAVAILABLE, "judge unavailable", "replay again to score them (raise "
+         "--judge-timeout for a slow server)"),
     ):  # fmt: skip
-        count = failed(label)
+        count = sum(s.error_kinds[kind] for s in report.summary.metrics.values())
         if count:
             raise RunProblem(
                 f"{label}: {count} result(s) not scored (see the table){saved}; {advice}"
@@ -806,9 +794,9 @@ def calibrate_command(
             f"agenteval report RESULTS --calibration {json_out}"
         )
     unanswered = sum(
-        reason.startswith("judge unavailable")
+        kind == ErrorKind.UNAVAILABLE
         for item in report.metrics.values()
-        for reason in item.unscored_reasons.values()
+        for kind in item.unscored_kinds.values()
     )
     if unanswered:  # figures over what the judge did answer are no calibration of it
         raise RunProblem(

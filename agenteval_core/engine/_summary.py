@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from .._errors import ErrorKind
 from ..schema._results import MetricResult
 
 __all__ = ["MetricSummary", "ResultSummary"]
@@ -27,6 +28,16 @@ class MetricSummary:
     output_tokens: int = 0
     cost_usd: float = 0.0
     reasons: Counter[str] = field(default_factory=Counter)
+    """How often each skip reason and error text occurred: at most ``MAX_REASONS`` distinct
+    texts, the rest counted under ``OTHER_REASONS`` (a long replay's errors can each
+    differ)."""
+    error_kinds: Counter[str] = field(default_factory=Counter)
+    """Errors by :class:`~agenteval_core.ErrorKind` (``metadata["error_kind"]``)."""
+
+    MAX_REASONS: ClassVar[int] = 100
+    """Distinct reasons kept per metric."""
+    OTHER_REASONS: ClassVar[str] = "(other reasons)"
+    """Where reasons past the first ``MAX_REASONS`` are counted."""
 
     @property
     def mean(self) -> float | None:
@@ -47,10 +58,17 @@ class MetricSummary:
             self.passed += bool(result.success)
         elif result.status == "skipped":
             self.skipped += 1
-            self.reasons[result.reason] += 1
+            self._count_reason(result.reason, 1)
         else:
             self.errors += 1
-            self.reasons[result.error or "error"] += 1
+            self._count_reason(result.error or "error", 1)
+            kind = result.metadata.get("error_kind")
+            self.error_kinds[str(kind) if kind else ErrorKind.METRIC_ERROR] += 1
+
+    def _count_reason(self, reason: str, count: int) -> None:
+        if reason not in self.reasons and len(self.reasons) >= self.MAX_REASONS:
+            reason = self.OTHER_REASONS
+        self.reasons[reason] += count
 
     def merge(self, other: MetricSummary) -> None:
         """Add another run's aggregate of the same metric to this one."""
@@ -63,7 +81,9 @@ class MetricSummary:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.cost_usd += other.cost_usd
-        self.reasons.update(other.reasons)
+        for reason, count in other.reasons.items():
+            self._count_reason(reason, count)
+        self.error_kinds.update(other.error_kinds)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +98,7 @@ class MetricSummary:
             "output_tokens": self.output_tokens,
             "cost_usd": self.cost_usd,
             "top_reasons": dict(self.reasons.most_common(3)),
+            "error_kinds": dict(self.error_kinds),
         }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .._errors import MetricInputError
+from .._errors import ErrorKind, MetricInputError
 from .._text import content_tokens
 from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace, text_of
 from ._matching import assign_by_name, lcs_length, multiset_overlap
@@ -76,7 +76,8 @@ class _ExpectationMetric(Metric):
             return Score.skip("no expectation: the case gives no expected_tool_calls")
         if case.trace is None:  # no run at all is not a run that called nothing
             return Score.failure(
-                "invalid input: the case has no trace (give trace=, agent_trace= or a Trace)"
+                "invalid input: the case has no trace (give trace=, agent_trace= or a Trace)",
+                error_kind=ErrorKind.INVALID_INPUT,
             )
         return self.compare(case, list(case.expected_tool_calls), case.tool_calls)
 

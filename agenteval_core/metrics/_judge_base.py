@@ -10,7 +10,13 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import JudgeContextOverflowError, JudgeError, JudgeParseError, JudgeUsage
+from .._errors import (
+    ErrorKind,
+    JudgeContextOverflowError,
+    JudgeError,
+    JudgeParseError,
+    JudgeUsage,
+)
 from .._redact import redact_text
 from ..judges._pricing import cost_usd
 from ..judges._protocol import Judge, JudgeRequest
@@ -221,7 +227,7 @@ class JudgeMetric(Metric):
             score = Score.failure(
                 f"judge unavailable: no answer within the result's deadline of {deadline:g} s "
                 "(--judge-deadline)",
-                error_kind="unavailable",
+                error_kind=ErrorKind.UNAVAILABLE,
             )
         except JudgeError as exc:  # never a silent skip: the result says why, by its kind
             message = str(exc)  # a budget's own message begins with its label

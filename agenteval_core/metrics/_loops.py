@@ -17,6 +17,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .._errors import ErrorKind
 from ..schema._trace import EvalCase, LoopAlert, ToolCall, Trace
 from ._protocol import Metric, MetricKind, Score, register_metric
 
@@ -180,7 +181,10 @@ class ToolCallLoops(Metric):
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if case.trace is None:
-            return Score.failure("invalid input: the case has no trace whose tool calls to check")
+            return Score.failure(
+                "invalid input: the case has no trace whose tool calls to check",
+                error_kind=ErrorKind.INVALID_INPUT,
+            )
         calls = case.trace.tool_calls()
         loops: list[LoopAlert] = []
         # every loop the guard knows repeats a call, so a tool name; most runs repeat neither,

@@ -21,7 +21,7 @@ from enum import StrEnum
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, TypeVar, overload
 
-from .._errors import MetricInputError, UnknownMetricError
+from .._errors import ErrorKind, MetricInputError, UnknownMetricError
 from .._sync import run_sync
 from ..schema._results import MetricResult, passes, unvalidated_result
 from ..schema._trace import EvalCase, Trace, text_of
@@ -77,9 +77,13 @@ class Score:
         return cls(value=None, reason=reason, skipped=True, metadata=metadata)
 
     @classmethod
-    def failure(cls, error: str, **metadata: Any) -> Score:
-        """A result for a metric that could not produce a score."""
-        return cls(value=None, error=error, metadata=metadata)
+    def failure(
+        cls, error: str, *, error_kind: ErrorKind = ErrorKind.METRIC_ERROR, **metadata: Any
+    ) -> Score:
+        """A result for a metric that could not produce a score; ``error_kind`` says why in a
+        word (``metadata["error_kind"]``: what summaries count and the command line's exit
+        status follows)."""
+        return cls(value=None, error=error, metadata={"error_kind": error_kind, **metadata})
 
 
 class _MetricBase(ABC):
@@ -174,9 +178,9 @@ def _kept_by_validation(values: dict[str, Any]) -> bool:
 
 def _failure_from(exc: BaseException) -> Score:
     if isinstance(exc, MetricInputError):
-        return Score.failure(f"invalid input: {exc}")
+        return Score.failure(f"invalid input: {exc}", error_kind=ErrorKind.INVALID_INPUT)
     logger.warning("metric raised %s: %s", type(exc).__name__, exc, exc_info=exc)
-    return Score.failure(f"{type(exc).__name__}: {exc}")
+    return Score.failure(f"{type(exc).__name__}: {exc}", error_kind=ErrorKind.METRIC_ERROR)
 
 
 def _as_case(case: EvalCase | Trace) -> EvalCase:
@@ -387,7 +391,12 @@ class SessionMetric(_MetricBase):
             message = (
                 f"{len(trace_ids)} trace ids but {len(signals)} signal rows; give one row per trace"
             )
-            return self._guarded(lambda: Score.failure(f"invalid input: {message}"), session_id)
+            return self._guarded(
+                lambda: Score.failure(
+                    f"invalid input: {message}", error_kind=ErrorKind.INVALID_INPUT
+                ),
+                session_id,
+            )
         return self._guarded(lambda: self.compute_session(trace_ids, signals), session_id)
 
     def incremental(self) -> SessionAccumulator:

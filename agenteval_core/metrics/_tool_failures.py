@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from .._errors import ErrorKind
 from ..schema._trace import EvalCase, ToolCall, Trace, text_of
 from ._loops import canonical_call
 from ._protocol import Metric, MetricKind, Score, register_metric
@@ -58,7 +59,10 @@ class ToolFailures(Metric):
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         trace = case.trace
         if trace is None:
-            return Score.failure("invalid input: the case has no trace whose tool calls to check")
+            return Score.failure(
+                "invalid input: the case has no trace whose tool calls to check",
+                error_kind=ErrorKind.INVALID_INPUT,
+            )
         calls = trace.tool_calls()
         if not calls:
             if trace.incomplete:  # no vacuous pass for a run that did not complete

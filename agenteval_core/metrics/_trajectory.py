@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from .._errors import MetricInputError
+from .._errors import ErrorKind, MetricInputError
 from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace
 from ._deterministic import _ExpectationMetric
 from ._protocol import Metric, MetricKind, Score, register_metric
@@ -139,7 +139,10 @@ class TrajectoryMatch(_ExpectationMetric):
         if case.expected_tool_calls is None:
             return Score.skip("no expectation: the case gives no expected_tool_calls")
         if case.trace is None:
-            return Score.failure("invalid input: the case has no trace (give trace= or a Trace)")
+            return Score.failure(
+                "invalid input: the case has no trace (give trace= or a Trace)",
+                error_kind=ErrorKind.INVALID_INPUT,
+            )
         groups = [step.tool_calls for step in case.trace.steps() if step.tool_calls]
         return self.match(case, list(case.expected_tool_calls), groups)
 
@@ -246,7 +249,10 @@ class ToolConstraints(Metric):
                 "no expectation: the case gives no tools_must_succeed or tool_call_limits"
             )
         if case.trace is None:
-            return Score.failure("invalid input: the case has no trace whose tool calls to check")
+            return Score.failure(
+                "invalid input: the case has no trace whose tool calls to check",
+                error_kind=ErrorKind.INVALID_INPUT,
+            )
         calls = case.trace.tool_calls()
         broken: list[str] = []
         checks: list[dict[str, Any]] = []

@@ -20,7 +20,7 @@ from pydantic_core import PydanticSerializationError
 
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from .._fork import renew_after_fork
-from ._trace import Trace
+from ._trace import NewerVersionError, Trace
 from ._values import plain
 
 __all__ = [
@@ -223,7 +223,7 @@ def _line_error(path: str, number: int, line: bytes, exc: ValidationError) -> Ca
         )
     if error["type"] == "json_invalid":
         return CaptureFormatError(path, number, None, f"not valid JSON ({message})")
-    if location == "schema_version" and "newer" in message:
+    if isinstance((error.get("ctx") or {}).get("error"), NewerVersionError):
         return SchemaVersionError(path, number, location, message.removeprefix("Value error, "))
     if error["type"] == "model_type":
         return CaptureFormatError(path, number, None, "a line must be one JSON object (a trace)")

@@ -27,6 +27,7 @@ __all__ = [
     "EvalCase",
     "ExpectedToolCall",
     "LoopAlert",
+    "NewerVersionError",
     "RunStatus",
     "Session",
     "Span",
@@ -62,11 +63,16 @@ AGENT_NAME = "gen_ai.agent.name"
 """Span attribute (OpenTelemetry GenAI): the agent a span ran for, in multi-agent runs."""
 
 
+class NewerVersionError(ValueError):
+    """Raised inside validation by :func:`known_version`: a file format's version is newer
+    than this agenteval reads (readers tell it from other errors by this type)."""
+
+
 def known_version(value: int, newest: int, what: str) -> int:
     """A file format's version as a validator checks it: one this agenteval reads, or an
     error that says to upgrade."""
     if value > newest:
-        raise ValueError(
+        raise NewerVersionError(
             f"{what} {value} is newer than this agenteval understands ({newest}); "
             "upgrade agenteval to read it"
         )
