@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     )
     from .online._react import json_arguments, react_actions
     from .online._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
+    from .report._report import write_report
     from .schema._capture import CaptureWriter, line_shard, read_capture
     from .schema._results import MetricResult, TraceResults
     from .schema._trace import (
@@ -200,6 +201,7 @@ _EXPORTS: dict[str, str] = {
     "ReplayReport": ".offline._replay",
     "areplay": ".offline._replay",
     "replay": ".offline._processes",
+    "write_report": ".report._report",
     "MetricResult": ".schema._results",
     "AgentStep": ".schema._trace",
     "COMPLETED_STATUSES": ".schema._trace",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agenteval_otel import OTelExporter, otlp_json
+from agenteval_otel import OTelExporter, OTelSink, otlp_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from judge_server import JudgeServer, Reply
@@ -415,3 +415,58 @@ def test_short_strings_skip_no_redaction_they_need(text: str, max_chars: int | N
     assert Redactor(max_chars=max_chars).text(text) == full.text(text)
     record = {"note": text, "password": text, "items": [text, {"token": text}]}
     assert Redactor(max_chars=max_chars).value(record) == full.value(record)
+
+
+class _CountingRedactor(Redactor):
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.calls = 0
+
+    def trace(self, trace: Trace) -> Trace:
+        self.calls += 1
+        return super().trace(trace)
+
+
+def test_a_live_trace_is_redacted_once_export_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    traces = [
+        Trace.from_steps(f"use {OPENAI} please", [AgentStep(output=f"done {i}")], id=f"t{i}")
+        for i in range(3)
+    ]
+
+    def run(evaluator_redactor: Redactor, exporter_redactor: Redactor) -> str:
+        memory = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        sink = OTelSink(exporter=OTelExporter(provider, redactor=exporter_redactor))
+        with OnlineEvaluator(
+            capture=None, metrics=[], session_metrics=[], sinks=[sink], redactor=evaluator_redactor
+        ) as evaluator:
+            for trace in traces:
+                evaluator.submit(trace)
+            assert evaluator.flush(20)
+        return json.dumps(otlp_json(memory.get_finished_spans()))
+
+    shared = _CountingRedactor()
+    exported = run(shared, shared)
+    assert shared.calls == 3  # once per trace: the exporter's is the evaluator's
+    assert OPENAI not in exported and exported.count("[REDACTED:openai-key]") >= 3
+    mine, theirs = _CountingRedactor(), _CountingRedactor(patterns={"done": r"done \d"})
+    exported = run(mine, theirs)
+    assert (mine.calls, theirs.calls) == (3, 3)  # other rules: the exporter's apply too
+    assert "[REDACTED:done]" in exported and "done 1" not in exported
+
+
+def test_the_report_uses_the_redactor_it_is_given(tmp_path: Path) -> None:
+    ticket = "TCK-" + "654321"
+    trace = Trace.from_steps(f"close {ticket}", [AgentStep(output="closed")], id="t0")
+    capture = tmp_path / "c.jsonl"
+    capture.write_text(trace.to_json() + "\n")
+    replay(capture, ["coherence"], output=tmp_path / "r.jsonl")
+    default = render_html(load_results(tmp_path / "r.jsonl", capture))
+    mine = Redactor(patterns={"ticket": r"TCK-\d{6}"})
+    page = render_html(load_results(tmp_path / "r.jsonl", capture, redactor=mine))
+    assert ticket in default  # no default rule knows a ticket number
+    assert ticket not in page and "[REDACTED:ticket]" in page

@@ -189,11 +189,13 @@ class OTelExporter:
         trace: Trace,
         results: Sequence[MetricResult] = (),
         session_results: Sequence[MetricResult] = (),
+        *,
+        redacted: bool = False,
     ) -> ExportedTrace:
-        """Write one trace (redacted first, unless ``redactor=None``) with its results, and
-        the session's results as they stand after it (events marked
-        ``agenteval.evaluation.scope=session``)."""
-        if self.redactor is not None:
+        """Write one trace (redacted first, unless ``redactor=None`` or ``redacted``: it
+        already went through this exporter's redactor) with its results, and the session's
+        results as they stand after it (events marked ``agenteval.evaluation.scope=session``)."""
+        if self.redactor is not None and not redacted:
             trace = self.redactor.trace(trace)
         spanless = not trace.spans
         if spanless:  # a trace built by hand: one span stands for the run, so it is seen
@@ -313,9 +315,16 @@ class OTelSink(Sink):
         self.exporter = exporter if exporter is not None else OTelExporter(**options)
         self.problem: str | None = None
         """What could not be delivered, once the sink is closed (None: everything was)."""
+        self._upstream: Redactor | None = None
+
+    def redacted_by(self, redactor: Redactor | None) -> None:
+        self._upstream = redactor
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
-        self.exporter.export(trace, results.results, results.session_results)
+        # an online evaluator's traces come redacted: by this exporter's redactor (the
+        # default for both), once is enough
+        once = self._upstream is not None and self._upstream is self.exporter.redactor
+        self.exporter.export(trace, results.results, results.session_results, redacted=once)
 
     def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
         self.exporter.export_session(session_id, results)

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pydantic_core
 
@@ -23,6 +23,9 @@ from .._fork import renew_after_fork
 from ..schema._capture import append_line
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import LoopAlert, Trace
+
+if TYPE_CHECKING:
+    from .._redact import Redactor
 
 __all__ = ["CallbackSink", "ConsoleSink", "LoggingSink", "ResultsFileSink", "Sink"]
 
@@ -60,6 +63,10 @@ class Sink:
     def attached(self, capture: Path | None, results: Path | None) -> None:
         """The sink was given to an online evaluator that captures to ``capture`` and writes
         results to ``results`` (either may be None)."""
+
+    def redacted_by(self, redactor: Redactor | None) -> None:
+        """The traces this sink will get went through ``redactor`` first (an online
+        evaluator's; None: not redacted): a sink that redacts need not do it again."""
 
     def close(self) -> None:
         """Release what the sink holds (files); called once, when scoring ends."""

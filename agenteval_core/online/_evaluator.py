@@ -204,8 +204,10 @@ class OnlineEvaluator:
         )
         self.capture_path, self._capture = _open_capture(capture)
         self.results_path = Path(results_path) if results_path is not None else None
+        self.redactor = redactor
         for sink in all_sinks:
             sink.attached(self.capture_path, self.results_path)
+            sink.redacted_by(redactor)
         self._problems_lock = threading.Lock()
         self._close_lock = threading.Lock()
         self.recorder = Recorder(
@@ -215,7 +217,6 @@ class OnlineEvaluator:
             guard=LoopGuard(repeat_threshold=loop_repeat_threshold),
         )
         self.exit_timeout = exit_timeout
-        self.redactor = redactor
         self.queue_size = queue_size
         self.batch_size = batch_size
         self.batch_delay = batch_delay
@@ -264,6 +265,7 @@ class OnlineEvaluator:
     def add_sink(self, sink: Sink) -> None:
         """Send results and alerts to one more sink from now on."""
         sink.attached(self.capture_path, self.results_path)
+        sink.redacted_by(self.redactor)
         self.engine.sinks.insert(len(self.engine.sinks) - 1, sink)
 
     # --- the agent's side: never blocks, never raises ------------------------------------

@@ -70,10 +70,15 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def load_results(
-    path: str | os.PathLike[str], capture: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    capture: str | os.PathLike[str] | None = None,
+    *,
+    redactor: Redactor | None = None,
 ) -> ReportData:
     """Read per-trace and per-session results, and optionally the captured traces (for the
-    drill-down into spans and tool calls)."""
+    drill-down into spans and tool calls), redacted with ``redactor`` (default: the default
+    rules and those of ``configure_redaction``): pass the one your evaluator used, so the
+    report hides what it hid."""
     source = Path(path)
     if not source.is_file():
         raise CaptureError(f"{path}: no such results file; pass the --json output of a replay")
@@ -106,8 +111,8 @@ def load_results(
     if capture is not None:
         wanted = set(data.traces)
         # a capture from elsewhere may hold secrets; a report never shows them
-        redactor = Redactor()
-        data.captured = {t.id: redactor.trace(t) for t in read_capture(capture) if t.id in wanted}
+        redact = (redactor or Redactor()).trace
+        data.captured = {t.id: redact(t) for t in read_capture(capture) if t.id in wanted}
         for trace_id, trace in data.captured.items():
             if trace.status is not None:
                 data.statuses.setdefault(trace_id, str(trace.status))
@@ -453,11 +458,13 @@ def write_report(
     *,
     capture: str | os.PathLike[str] | None = None,
     calibration: CalibrationReport | str | os.PathLike[str] | None = None,
+    redactor: Redactor | None = None,
 ) -> Path:
-    """Read ``results`` (and ``capture``) and write the HTML report to ``output``; with a
-    ``calibration`` (a report, or a file ``agenteval calibrate --json`` wrote) it shows how
-    far each judged metric agrees with human labels."""
-    data = load_results(results, capture)
+    """Read ``results`` (and ``capture``, redacted with ``redactor``: see
+    :func:`load_results`) and write the HTML report to ``output``; with a ``calibration``
+    (a report, or a file ``agenteval calibrate --json`` wrote) it shows how far each judged
+    metric agrees with human labels."""
+    data = load_results(results, capture, redactor=redactor)
     if calibration is not None and not isinstance(calibration, CalibrationReport):
         calibration = CalibrationReport.load(calibration)
     data.calibration = calibration
