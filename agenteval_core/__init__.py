@@ -1,6 +1,7 @@
 """agenteval: evaluate AI agents live and offline.
 
 The public API is re-exported here; modules whose names start with an underscore are private.
+Adapter authors find what a framework adapter records with in :mod:`agenteval_core.recording`.
 Names load on first use, so ``import agenteval_core`` takes milliseconds and each name brings
 in only what it needs (the trace schema needs pydantic, not NumPy, httpx or the metrics).
 """
@@ -87,8 +88,6 @@ if TYPE_CHECKING:
         OnlineEvaluator,
         default_evaluator,
     )
-    from .online._react import json_arguments, react_actions
-    from .online._recorder import UNSET, EventPump, Recorder, RunRoots, TraceAssembler
     from .report._report import write_report
     from .schema._capture import CaptureWriter, line_shard, read_capture
     from .schema._results import MetricResult, TraceResults
@@ -106,7 +105,6 @@ if TYPE_CHECKING:
         ExpectedToolCall,
         LoopAlert,
         RunStatus,
-        Session,
         Span,
         SpanKind,
         ToolCall,
@@ -182,15 +180,8 @@ _EXPORTS: dict[str, str] = {
     "EvaluatorStats": ".online._evaluator",
     "OnlineEvaluator": ".online._evaluator",
     "default_evaluator": ".online._evaluator",
-    "EventPump": ".online._recorder",
     "current_session": ".online._context",
     "session": ".online._context",
-    "Recorder": ".online._recorder",
-    "json_arguments": ".online._react",
-    "react_actions": ".online._react",
-    "RunRoots": ".online._recorder",
-    "TraceAssembler": ".online._recorder",
-    "UNSET": ".online._recorder",
     "Redactor": "._redact",
     "CalibrationLabel": ".calibration._calibrate",
     "CalibrationReport": ".calibration._calibrate",
@@ -216,7 +207,6 @@ _EXPORTS: dict[str, str] = {
     "OTEL_OPERATION_NAMES": ".schema._trace",
     "RunStatus": ".schema._trace",
     "SCHEMA_VERSION": ".schema._trace",
-    "Session": ".schema._trace",
     "Span": ".schema._trace",
     "SpanKind": ".schema._trace",
     "ToolCall": ".schema._trace",

@@ -310,3 +310,36 @@ def test_a_tool_artifact_is_kept_in_brief(evaluator: OnlineEvaluator) -> None:
     rows = '[{"order": "A-0", "status": "shipped"}, {"order": "A-1", "status": "shipped"}, {"order": "A-2", "status": "shipped"}]'
     assert span.output == "3 orders"
     assert span.attributes["agenteval.tool.artifact"] == f"list, {len(rows)} characters: {rows}"
+
+
+def test_an_odd_field_costs_that_field_never_the_span(
+    evaluator: OnlineEvaluator, caplog: Any
+) -> None:
+    # a provider (or a new release) reporting token details in a shape no one expected
+    odd = AIMessage(
+        content="Looking.", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]
+    )
+    odd.usage_metadata = {"input_tokens": 7, "output_tokens": 2, "input_token_details": "cached"}  # type: ignore[typeddict-item]
+    script = [odd, AIMessage(content="A-1 has shipped.")]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[lookup_order])
+    with caplog.at_level("WARNING", logger="agenteval"):
+        for _ in range(2):
+            agent.invoke(
+                {"messages": [("user", "Where is A-1?")]},
+                config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+            )
+        assert evaluator.flush(30)
+    for trace in evaluator.captured():
+        first, last = trace.spans_of(SpanKind.LLM)
+        # the reply, its requested call and its end are all there; only the usage is not
+        assert (first.output, first.error, first.end_time is not None) == ("Looking.", None, True)
+        assert [(c.id, c.name, c.arguments) for c in first.requested_tool_calls] == [
+            ("c1", "lookup_order", {"order_id": "A-1"})
+        ]
+        assert "gen_ai.usage.input_tokens" not in first.attributes
+        assert last.output == "A-1 has shipped."
+        assert all(span.error is None for span in trace.spans)
+        assert (trace.status, trace.output) == (RunStatus.OK, "A-1 has shipped.")
+    assert evaluator.stats.problems == {"event field": 2}
+    said = [r.getMessage() for r in caplog.records if "event field" in r.getMessage()]
+    assert len(said) == 1 and "the token usage was left out of a span" in said[0]

@@ -22,24 +22,21 @@ from agenteval_core import (
     CallbackSink,
     ConsoleSink,
     EvalCase,
-    EventPump,
     LoopAlert,
     LoopGuard,
     Metric,
     MetricKind,
     OnlineEvaluator,
-    Recorder,
-    RunRoots,
     RunStatus,
     Score,
     Sink,
     SpanKind,
     ToolCall,
     Trace,
-    TraceAssembler,
     TraceResults,
     read_capture,
 )
+from agenteval_core.recording import EventPump, Recorder, RunRoots, TraceAssembler
 
 
 def call(name: str, **arguments: Any) -> ToolCall:

@@ -67,3 +67,16 @@ def test_no_folder_of_the_core_shadows_a_public_name() -> None:
         path.name for path in Path(agenteval_core.__file__).parent.iterdir() if path.is_dir()
     }
     assert not folders & set(agenteval_core.__all__)
+
+
+def test_adapter_plumbing_lives_in_its_own_module_not_at_the_root() -> None:
+    import agenteval_core.recording as recording
+
+    plumbing = {
+        "UNSET", "AlertEvent", "EventPump", "Recorder", "RunRoots", "TraceAssembler",
+        "json_arguments", "react_actions",
+    }  # fmt: skip
+    assert set(recording.__all__) == plumbing
+    assert all(getattr(recording, name) is not None for name in plumbing)
+    assert not plumbing & set(agenteval_core.__all__)
+    assert "Session" not in agenteval_core.__all__  # exported once, used by nothing

@@ -20,7 +20,7 @@ from crewai.hooks.tool_hooks import (
 
 from agenteval_core import OnlineEvaluator, ToolCall, current_session, default_evaluator
 
-from ._translate import EVENT_NAMES, Translator
+from ._translate import EVENT_NAMES, BusEvent, Translator
 
 __all__ = ["AgentEvalListener"]
 
@@ -70,7 +70,7 @@ class AgentEvalListener(BaseEventListener):
             # CrewAI runs this in a context copied from the code that emitted the event, so
             # the session of agenteval_core.session(...) is seen here, not on the recorder's
             if self._active:
-                put((handle, event, time.time(), source, current_session()))
+                put(BusEvent(handle, event, time.time(), source, current_session()))
 
         for name in EVENT_NAMES:
             crewai_event_bus.on(getattr(crew_events, name))(record)

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from crewai.utilities.string_utils import sanitize_tool_name
 
 from agenteval_core import (
-    LoopAlert,
-    Recorder,
     SpanKind,
     ToolCall,
     ToolSpec,
-    json_arguments,
     plain,
-    react_actions,
 )
+from agenteval_core.recording import AlertEvent, Recorder, json_arguments, react_actions
 
-__all__ = ["EVENT_NAMES", "Translator"]
+__all__ = ["EVENT_NAMES", "BusEvent", "Translator"]
 
 STARTS = {
     "CrewKickoffStartedEvent": SpanKind.AGENT,
@@ -126,6 +124,28 @@ def _tool_specs(tools: Any) -> list[ToolSpec]:
     return specs
 
 
+def _usage(event: Any) -> dict[str, Any]:
+    usage = event.usage or {}
+    if not usage:
+        return {}
+    return {
+        "gen_ai.usage.input_tokens": usage.get("prompt_tokens", 0),
+        "gen_ai.usage.output_tokens": usage.get("completion_tokens", 0),
+    }
+
+
+class BusEvent(NamedTuple):
+    """One event of CrewAI's bus, as the listener puts it on the pump."""
+
+    handle: Callable[[BusEvent], None]
+    event: Any
+    at: float
+    """When the listener heard it (the event's own timestamp is preferred)."""
+    source: Any
+    session: str | None
+    """The session of ``agenteval_core.session(...)`` where the event was emitted."""
+
+
 class Translator:
     """Pairs CrewAI start and end events (``started_event_id``) into spans.
 
@@ -147,21 +167,21 @@ class Translator:
         # execution key → (the last LLM call id, or its native calls' ids; tools run since)
         self._last_llm: dict[str, tuple[str | list[ToolCall], int]] = {}
 
-    def refuser(self, root: str, task_id: str | None, call: ToolCall) -> Any:
+    def refuser(
+        self, root: str, task_id: str | None, call: ToolCall
+    ) -> Callable[[AlertEvent], None]:
         """What the recorder calls, in order with the events, to record a refused call
         (CrewAI opens no tool span for it) under the agent execution of its task."""
 
-        def refuse(event: tuple[Any, ...]) -> None:
-            alert: LoopAlert = event[1]
+        def refuse(event: AlertEvent) -> None:
             parent = self._executions.get(task_id) or root
-            self.assembler.refuse(parent, alert, call=call)
+            self.assembler.refuse(parent, event.alert, call=call)
 
         return refuse
 
-    def handle(self, event: tuple[Any, ...]) -> None:
-        """Called on the recorder's thread with ``(handle, event, time, source, session)``
-        (the session of ``agenteval_core.session(...)`` where the event was emitted)."""
-        _, payload, at, source, session = event
+    def handle(self, event: BusEvent) -> None:
+        """Called on the recorder's thread with each event the listener heard."""
+        payload, at, source, session = event.event, event.at, event.source, event.session
         name = type(payload).__name__
         at = payload.timestamp.timestamp() if getattr(payload, "timestamp", None) else at
         if name in STARTS:
@@ -294,11 +314,9 @@ class Translator:
                 thought, requested = react_actions(text, call_ids=event.call_id)
                 for call in requested:
                     call.name = sanitize_tool_name(call.name)
-            usage = event.usage or {}
-            attributes = {}
-            if usage:
-                attributes["gen_ai.usage.input_tokens"] = usage.get("prompt_tokens", 0)
-                attributes["gen_ai.usage.output_tokens"] = usage.get("completion_tokens", 0)
+            attributes: dict[str, Any] = self.assembler.field(
+                "the token usage", lambda: _usage(event), {}
+            )
             execution = self._executions.get(_task_id(event))
             if execution is not None:  # the tool runs that follow take these calls' ids
                 asked = list(requested) if native else event.call_id

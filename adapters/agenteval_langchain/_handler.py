@@ -16,13 +16,13 @@ from agenteval_core import (
     AgentEvalError,
     LoopAlert,
     OnlineEvaluator,
-    RunRoots,
     ToolCall,
     current_session,
     default_evaluator,
 )
+from agenteval_core.recording import RunRoots
 
-from ._translate import SESSION_KWARG, Translator
+from ._translate import SESSION_KWARG, Event, Translator
 
 __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
 
@@ -103,7 +103,7 @@ def _make_hook(name: str) -> Any:
     ) -> None:
         if parent_run_id is None and (session := current_session()) is not None:
             kwargs[SESSION_KWARG] = session  # read here: the recorder's thread cannot see it
-        self._put((self._handle, name, run_id, parent_run_id, args, kwargs, _now()))
+        self._put(Event(self._handlers[name], run_id, parent_run_id, args, kwargs, _now()))
         if self._guard is not None:
             self._guard.event(name, args, kwargs, run_id, parent_run_id)
 
@@ -132,7 +132,7 @@ class _HandlerSetup:
         # otherwise the recorder's thread watches them as it records them.
         self._translator = Translator(recorder, session_id=session_id, watch_loops=not stop_on_loop)
         self._put = recorder.put  # the hot path reads these three attributes only
-        self._handle = self._translator.handle
+        self._handlers = self._translator.handlers
         self._guard = _Guard(self.evaluator, self._translator) if stop_on_loop else None
         self.raise_error = stop_on_loop
 

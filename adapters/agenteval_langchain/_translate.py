@@ -14,8 +14,6 @@ from agenteval_core import (
     AGENT_NAME,
     CONTROL_FLOW,
     HANDOFF_TARGET,
-    LoopAlert,
-    Recorder,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -23,8 +21,9 @@ from agenteval_core import (
     plain,
     text_of,
 )
+from agenteval_core.recording import AlertEvent, Recorder
 
-__all__ = ["SESSION_KWARG", "Translator", "jsonable"]
+__all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
 
 SESSION_KEYS = ("session_id", "thread_id", "conversation_id")
 
@@ -143,8 +142,10 @@ def _session(metadata: dict[str, Any] | None) -> str | None:
 
 
 class Event(NamedTuple):
-    """One recorded callback, as the handler put it on the pump."""
+    """One LangChain callback, as the handler puts it on the pump: the translator method
+    that handles it, then what the callback was given."""
 
+    handle: Callable[[Event], None]
     run_id: UUID
     parent_run_id: UUID | None
     args: tuple[Any, ...]
@@ -178,6 +179,42 @@ def _token_details(usage: Any) -> dict[str, int]:
     return details
 
 
+def _generation(response: LLMResult) -> Any:
+    return response.generations[0][0] if response.generations and response.generations[0] else None
+
+
+def _reply_text(generation: Any) -> str:
+    if isinstance(generation, ChatGeneration):
+        return _text(generation.message.content)
+    return _text(getattr(generation, "text", "")) if generation is not None else ""
+
+
+def _requested_calls(message: BaseMessage | None) -> list[ToolCall]:
+    return [
+        ToolCall(id=call.get("id"), name=call["name"], arguments=call.get("args") or {})
+        for call in getattr(message, "tool_calls", None) or []
+    ]
+
+
+def _usage(message: BaseMessage | None, response: LLMResult) -> dict[str, Any]:
+    """Token counts as GenAI attributes: the message's usage metadata, else the provider's
+    ``token_usage`` in the response."""
+    usage = getattr(message, "usage_metadata", None) or {}
+    if usage:
+        return {
+            "gen_ai.usage.input_tokens": usage.get("input_tokens", 0),
+            "gen_ai.usage.output_tokens": usage.get("output_tokens", 0),
+            **_token_details(usage),
+        }
+    token_usage = (response.llm_output or {}).get("token_usage") or {}
+    if token_usage:
+        return {
+            "gen_ai.usage.input_tokens": token_usage.get("prompt_tokens", 0),
+            "gen_ai.usage.output_tokens": token_usage.get("completion_tokens", 0),
+        }
+    return {}
+
+
 class Translator:
     """Turns LangChain callback events into TraceAssembler calls for one handler."""
 
@@ -187,7 +224,7 @@ class Translator:
         self._interrupted: dict[Any, str] = {}  # thread id → its paused trace, for the resume
         self._subagents: set[UUID] = set()  # runs of agents inside another graph
         self._streaming: dict[Any, float] = {}  # LLM run → when its first token came
-        self._dispatch: dict[str, Callable[..., None]] = {
+        self.handlers: dict[str, Callable[[Event], None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
             "on_chain_error": self._end_error,
@@ -206,16 +243,11 @@ class Translator:
             "on_agent_finish": self._agent_finish,
         }
 
-    def handle(self, event: tuple[Any, ...]) -> None:
-        """Called on the recorder's thread with ``(handle, hook name, *Event fields)``."""
-        self._dispatch[event[1]](Event(*event[2:]))
-
-    def refuser(self, run_id: UUID) -> Callable[[tuple[Any, ...]], None]:
+    def refuser(self, run_id: UUID) -> Callable[[AlertEvent], None]:
         """What the recorder calls, in order with the events, to mark a refused tool run."""
 
-        def refuse(event: tuple[Any, ...]) -> None:
-            alert: LoopAlert = event[1]
-            self.assembler.refuse(run_id, alert)
+        def refuse(event: AlertEvent) -> None:
+            self.assembler.refuse(run_id, event.alert)
 
         return refuse
 
@@ -292,42 +324,29 @@ class Translator:
             name,
             jsonable(prompts),
             attributes=attributes,
-            tools=_tools(params),
+            tools=self.assembler.field("the available tools", lambda: _tools(params), None),
         )
 
     def _first_token(self, e: Event) -> None:
         self._streaming.setdefault(e.run_id, e.at)
 
     def _llm_end(self, e: Event) -> None:
+        # the span ends whatever the response holds: each part is read under its own guard
+        field = self.assembler.field
         response: LLMResult = e.args[0]
-        generation = (
-            response.generations[0][0] if response.generations and response.generations[0] else None
+        generation = field("the model's reply", lambda: _generation(response), None)
+        message = generation.message if isinstance(generation, ChatGeneration) else None
+        text = field("the reply's text", lambda: _reply_text(generation), "")
+        requested: list[ToolCall] = field(
+            "the requested tool calls", lambda: _requested_calls(message), []
         )
-        text, requested, attributes = "", [], {}
-        if generation is not None:
-            text = _text(getattr(generation, "text", ""))
-            if isinstance(generation, ChatGeneration):
-                message = generation.message
-                text = _text(message.content)
-                requested = [
-                    ToolCall(id=call.get("id"), name=call["name"], arguments=call.get("args") or {})
-                    for call in getattr(message, "tool_calls", None) or []
-                ]
-                usage = getattr(message, "usage_metadata", None) or {}
-                if usage:
-                    attributes["gen_ai.usage.input_tokens"] = usage.get("input_tokens", 0)
-                    attributes["gen_ai.usage.output_tokens"] = usage.get("output_tokens", 0)
-                    attributes |= _token_details(usage)
+        attributes: dict[str, Any] = field("the token usage", lambda: _usage(message, response), {})
         first_token = self._streaming.pop(e.run_id, None)
         started = self.assembler.start_time_of(e.run_id)
         if first_token is not None and started is not None:  # streamed: how long to the first
             attributes["agenteval.time_to_first_token_ms"] = round(
                 (first_token - started) * 1000, 3
             )
-        token_usage = (response.llm_output or {}).get("token_usage") or {}
-        if token_usage and "gen_ai.usage.input_tokens" not in attributes:
-            attributes["gen_ai.usage.input_tokens"] = token_usage.get("prompt_tokens", 0)
-            attributes["gen_ai.usage.output_tokens"] = token_usage.get("completion_tokens", 0)
         self.assembler.end_span(
             e.run_id,
             output=text,
@@ -358,7 +377,11 @@ class Translator:
             if output.status == "error":
                 error = _text(output.content)
             if output.artifact is not None:  # what the tool returned beside its text, in brief
-                attributes = {"agenteval.tool.artifact": _summary(output.artifact)}
+                artifact = output.artifact
+                summary = self.assembler.field(
+                    "the tool's artifact", lambda: _summary(artifact), None
+                )
+                attributes = {"agenteval.tool.artifact": summary} if summary else None
             output = output.content
         self.assembler.end_span(
             e.run_id, output=jsonable(output), error=error, end_time=e.at, attributes=attributes

@@ -1,6 +1,6 @@
 """Span and event handlers on LlamaIndex's instrumentation dispatcher.
 
-The handlers only put a tuple on the event pump; ``_translate.py`` turns the events into
+The handlers only put a typed event on the event pump; ``_translate.py`` turns the events into
 spans on the pump's thread. LlamaIndex swallows handler exceptions, so the loop guard stops
 a looping run the workflow way: it cancels the run's workflow handler.
 """
@@ -21,12 +21,20 @@ from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from agenteval_core import (
     LoopAlert,
     OnlineEvaluator,
-    RunRoots,
     current_session,
     default_evaluator,
 )
+from agenteval_core.recording import RunRoots
 
-from ._translate import SESSION_TAG, Translator, requested_call
+from ._translate import (
+    SESSION_TAG,
+    Instrumented,
+    SpanDropped,
+    SpanExited,
+    SpanStarted,
+    Translator,
+    requested_call,
+)
 
 __all__ = ["LlamaIndexInstrumentation", "instrument"]
 
@@ -42,7 +50,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
     def __init__(self, instrumentation: LlamaIndexInstrumentation) -> None:
         super().__init__()
         self._put = instrumentation.recorder.put
-        self._handle = instrumentation.translator.handle
+        self._translator = instrumentation.translator
         self._guard = instrumentation if instrumentation.stop_on_loop else None
 
     @classmethod
@@ -60,9 +68,8 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
     ) -> SimpleSpan | None:
         if (session := current_session()) is not None:  # read here: the recorder cannot see it
             tags = {**(tags or {}), SESSION_TAG: session}
-        self._put(
-            (self._handle, "start", id_, parent_span_id, instance, bound_args, tags, time.time())
-        )
+        start = self._translator.on_start
+        self._put(SpanStarted(start, id_, parent_span_id, instance, bound_args, tags, time.time()))
         if self._guard is not None:
             self._guard.check(id_, parent_span_id, bound_args, tags)
         return None
@@ -75,7 +82,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         result: Any | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put((self._handle, "exit", id_, result, time.time()))
+        self._put(SpanExited(self._translator.on_exit, id_, result, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
         return None
@@ -88,7 +95,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         err: BaseException | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put((self._handle, "drop", id_, err, time.time()))
+        self._put(SpanDropped(self._translator.on_drop, id_, err, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
         return None
@@ -105,7 +112,7 @@ class _EventHandler(BaseEventHandler):
         return "AgentEvalEventHandler"
 
     def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.put((self.translate, "event", event, time.time()))
+        self.put(Instrumented(self.translate, event, time.time()))
 
 
 class LlamaIndexInstrumentation:
@@ -142,7 +149,7 @@ class LlamaIndexInstrumentation:
         self._span_handler = _SpanHandler(self)
         self._event_handler = _EventHandler()
         self._event_handler.put = self.recorder.put
-        self._event_handler.translate = self.translator.handle
+        self._event_handler.translate = self.translator.on_event
         self._handlers: dict[str, tuple[Any, asyncio.AbstractEventLoop]] = {}
         self._watchers: set[asyncio.Future[None]] = set()
         self.installed = False

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
@@ -11,17 +12,22 @@ from llama_index.core.tools.types import BaseTool
 
 from agenteval_core import (
     AGENT_NAME,
-    LoopAlert,
-    Recorder,
     RunStatus,
     SpanKind,
     ToolCall,
     ToolSpec,
     plain,
-    react_actions,
 )
+from agenteval_core.recording import AlertEvent, Recorder, react_actions
 
-__all__ = ["SESSION_TAG", "Translator"]
+__all__ = [
+    "SESSION_TAG",
+    "Instrumented",
+    "SpanDropped",
+    "SpanExited",
+    "SpanStarted",
+    "Translator",
+]
 
 SESSION_TAG = "agenteval_session"
 """The tag a root span carries for the session of ``agenteval_core.session(...)``."""
@@ -93,6 +99,76 @@ def requested_call(name: str, arguments: dict[str, Any]) -> ToolCall | None:
     )
 
 
+def _native_calls(message: ChatMessage | None) -> list[ToolCall]:
+    return [
+        ToolCall(
+            id=block.tool_call_id,
+            name=block.tool_name,
+            arguments=block.tool_kwargs
+            if isinstance(block.tool_kwargs, dict)
+            else {"input": block.tool_kwargs},
+        )
+        for block in (message.blocks if message is not None else [])
+        if isinstance(block, ToolCallBlock)
+    ]
+
+
+def _usage(response: Any) -> dict[str, Any]:
+    """Token counts as GenAI attributes, from the provider's raw response."""
+    raw = getattr(response, "raw", None) or {}
+    usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
+    if usage is None:
+        return {}
+
+    def get(key: str, default: Any) -> Any:
+        return usage.get(key, default) if isinstance(usage, dict) else getattr(usage, key, default)
+
+    return {
+        "gen_ai.usage.input_tokens": get("prompt_tokens", None) or get("input_tokens", 0) or 0,
+        "gen_ai.usage.output_tokens": get("completion_tokens", None)
+        or get("output_tokens", 0)
+        or 0,
+    }
+
+
+class SpanStarted(NamedTuple):
+    """LlamaIndex opened a span (the handler's ``new_span``)."""
+
+    handle: Callable[[SpanStarted], None]
+    span_id: str
+    parent_id: str | None
+    instance: Any
+    bound_args: Any
+    tags: dict[str, Any] | None
+    at: float
+
+
+class SpanExited(NamedTuple):
+    """A span returned ``result``."""
+
+    handle: Callable[[SpanExited], None]
+    span_id: str
+    result: Any
+    at: float
+
+
+class SpanDropped(NamedTuple):
+    """A span raised ``error`` (or was dropped without one)."""
+
+    handle: Callable[[SpanDropped], None]
+    span_id: str
+    error: BaseException | None
+    at: float
+
+
+class Instrumented(NamedTuple):
+    """An instrumentation event (LLM chat start and end, a cancelled span)."""
+
+    handle: Callable[[Instrumented], None]
+    event: Any
+    at: float
+
+
 class Translator:
     """Turns dispatcher spans and events into TraceAssembler calls.
 
@@ -115,13 +191,12 @@ class Translator:
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
 
-    def refuser(self, span_id: str, call: ToolCall) -> Any:
+    def refuser(self, span_id: str, call: ToolCall) -> Callable[[AlertEvent], None]:
         """What the recorder calls, in order with the events, to mark a refused call
         (``call`` as the agent asked for it: the guard renames the request to refuse it)."""
 
-        def refuse(event: tuple[Any, ...]) -> None:
-            alert: LoopAlert = event[1]
-            self.assembler.refuse(span_id, alert, call=call)
+        def refuse(event: AlertEvent) -> None:
+            self.assembler.refuse(span_id, event.alert, call=call)
 
         return refuse
 
@@ -130,17 +205,18 @@ class Translator:
             parent_id = self._folded[parent_id]
         return parent_id
 
-    def handle(self, event: tuple[Any, ...]) -> None:
-        """Called on the recorder's thread with ``(handle, kind, *payload)``."""
-        kind = event[1]
-        if kind == "start":
-            self._start(*event[2:])
-        elif kind == "exit":
-            self._exit(*event[2:])
-        elif kind == "drop":
-            self._drop(*event[2:])
-        else:
-            self._event(*event[2:])
+    # the events' handlers, on the recorder's thread
+    def on_start(self, e: SpanStarted) -> None:
+        self._start(e.span_id, e.parent_id, e.instance, e.bound_args, e.tags, e.at)
+
+    def on_exit(self, e: SpanExited) -> None:
+        self._exit(e.span_id, e.result, e.at)
+
+    def on_drop(self, e: SpanDropped) -> None:
+        self._drop(e.span_id, e.error, e.at)
+
+    def on_event(self, e: Instrumented) -> None:
+        self._event(e.event, e.at)
 
     def _start(
         self,
@@ -305,37 +381,19 @@ class Translator:
                 },
             )
         elif isinstance(event, LLMChatEndEvent):
+            # the span ends whatever the response holds: each part under its own guard
+            field = self.assembler.field
             message = event.response.message if event.response is not None else None
-            requested = [
-                ToolCall(
-                    id=block.tool_call_id,
-                    name=block.tool_name,
-                    arguments=block.tool_kwargs
-                    if isinstance(block.tool_kwargs, dict)
-                    else {"input": block.tool_kwargs},
-                )
-                for block in (message.blocks if message is not None else [])
-                if isinstance(block, ToolCallBlock)
-            ]
-            text = _message_text(message)
+            requested: list[ToolCall] = field(
+                "the requested tool calls", lambda: _native_calls(message), []
+            )
+            text = field("the reply's text", lambda: _message_text(message), "")
             thought = text if requested else None
             if not requested:  # a ReAct agent asks for its tools in text
                 thought, requested = react_actions(text)
-            attributes: dict[str, Any] = {}
-            raw = getattr(event.response, "raw", None) or {}
-            usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
-            if usage is not None:
-                get = (
-                    usage.get
-                    if isinstance(usage, dict)
-                    else lambda key, default=None: getattr(usage, key, default)
-                )
-                attributes["gen_ai.usage.input_tokens"] = (
-                    get("prompt_tokens", None) or get("input_tokens", 0) or 0
-                )
-                attributes["gen_ai.usage.output_tokens"] = (
-                    get("completion_tokens", None) or get("output_tokens", 0) or 0
-                )
+            attributes: dict[str, Any] = field(
+                "the token usage", lambda: _usage(event.response), {}
+            )
             self.assembler.end_span(
                 ("llm", event.span_id),
                 output=text,

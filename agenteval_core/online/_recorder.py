@@ -1,10 +1,12 @@
 """The live path every adapter shares: one event pump, trace assembly and the loop guard.
 
-Adapters put one tuple per framework callback on the evaluator's :class:`Recorder` (a
-lock-free queue put, nothing else) and return. The recorder's one thread hands each event to
-the adapter's translator (the tuple's first item), which builds spans with a
-:class:`TraceAssembler`; finished traces go to the evaluator. Tool calls are checked by the
-one :class:`~agenteval_core.LoopGuard` before they run.
+Adapters put one event per framework callback on the evaluator's :class:`Recorder` (a
+lock-free queue put, nothing else) and return. An event is a ``NamedTuple`` whose first
+field is the translator method that handles it (so mypy checks both the event's
+construction and its handler); the recorder's one thread calls it with the event, and the
+translator builds spans with a :class:`TraceAssembler`, taking each optional field under
+its own guard (:meth:`TraceAssembler.field`). Finished traces go to the evaluator. Tool
+calls are checked by the one :class:`~agenteval_core.LoopGuard` before they run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from .._fork import renew_after_fork
 from ..metrics._loops import LoopGuard
@@ -31,9 +33,19 @@ from ..schema._trace import (
     new_id,
 )
 
-__all__ = ["UNSET", "EventPump", "Recorder", "RunRoots", "TraceAssembler"]
+__all__ = ["UNSET", "AlertEvent", "EventPump", "Recorder", "RunRoots", "TraceAssembler"]
 
 logger = logging.getLogger("agenteval")
+
+_T = TypeVar("_T")
+
+
+class AlertEvent(NamedTuple):
+    """A loop alert on its way through the pump: to the sinks, or to the adapter's refuser
+    (which records the refused call on the trace, in order with the run's events)."""
+
+    handle: Callable[[AlertEvent], None]
+    alert: LoopAlert
 
 
 class _Unset:
@@ -159,7 +171,7 @@ class Recorder:
         return TraceAssembler(framework, self, watch_loops=watch_loops)
 
     def check_tool_call(
-        self, run: Hashable, call: ToolCall, *, refuse: Callable[[tuple[Any, ...]], None]
+        self, run: Hashable, call: ToolCall, *, refuse: Callable[[AlertEvent], None]
     ) -> LoopAlert | None:
         """Ask the guard about a tool call before it runs, on the agent's thread.
 
@@ -170,15 +182,15 @@ class Recorder:
         """
         earlier = self.guard.stopped_by(run)
         if earlier is not None:
-            self.put((refuse, earlier.model_copy(update={"calls": [call]})))
+            self.put(AlertEvent(refuse, earlier.model_copy(update={"calls": [call]})))
             return earlier
         alert = self.guard.observe(run, call, started=time.time())
         if alert is None:
             return None
         alert.stopped = True
         self.guard.stop(run, alert)
-        self.put((refuse, alert))
-        self.put((self._alert_event, alert))
+        self.put(AlertEvent(refuse, alert))
+        self.put(AlertEvent(self._alert_event, alert))
         return alert
 
     def guard_failed(self, exc: BaseException) -> None:
@@ -190,12 +202,22 @@ class Recorder:
         else:
             logger.warning("agenteval: the loop guard failed: %s: %s", type(exc).__name__, exc)
 
-    def _alert_event(self, event: tuple[Any, ...]) -> None:
-        self._on_alert(event[1])
+    def field_failed(self, what: str, exc: BaseException) -> None:
+        """A translator could not read one field of a framework event (an odd value of a
+        new framework release): the span is recorded without it; counted in the
+        evaluator's ``stats.problems["event field"]`` and said at WARNING once."""
+        consequence = f"{what} was left out of a span (the rest of it was recorded)"
+        if self._on_problem is not None:
+            self._on_problem("event field", exc, consequence)
+        else:
+            logger.warning("agenteval: %s: %s: %s", consequence, type(exc).__name__, exc)
+
+    def _alert_event(self, event: AlertEvent) -> None:
+        self._on_alert(event.alert)
 
     def deliver_alert(self, alert: LoopAlert) -> None:
         """Deliver an alert on the pump's thread (from any thread; never blocks)."""
-        self.put((self._alert_event, alert))
+        self.put(AlertEvent(self._alert_event, alert))
 
     def trace_finished(self, key: Hashable, trace: Trace) -> None:
         """Called by assemblers on the pump's thread: forget the run, hand the trace on."""
@@ -282,6 +304,16 @@ class TraceAssembler:
     def open_traces(self) -> int:
         """How many traces have started and not finished."""
         return len(self._traces)
+
+    def field(self, what: str, extract: Callable[[], _T], default: _T) -> _T:
+        """One optional field of a framework event, read under its own guard: when reading
+        it raises, the span gets ``default`` for it and the problem is counted (see
+        :meth:`Recorder.field_failed`), so an odd field costs that field, never the span."""
+        try:
+            return extract()
+        except Exception as exc:
+            self.recorder.field_failed(what, exc)
+            return default
 
     def is_root(self, key: Hashable) -> bool:
         """Whether an open span is the root of its trace."""

@@ -29,7 +29,6 @@ __all__ = [
     "LoopAlert",
     "NewerVersionError",
     "RunStatus",
-    "Session",
     "Span",
     "SpanKind",
     "ToolCall",
@@ -485,13 +484,6 @@ class Trace(_Model):
             session_id=session_id,
             **fields,
         )
-
-
-class Session(_Model):
-    """The traces of one conversation, in the order they happened."""
-
-    id: str
-    traces: list[Trace] = Field(default_factory=list)
 
 
 class EvalCase(_Model):

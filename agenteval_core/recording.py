@@ -1,0 +1,31 @@
+"""For adapter authors: what a framework adapter records with.
+
+Users never need these; an adapter for a new framework does. The shape every adapter
+follows (see ``docs/architecture.md``, "Writing an adapter"):
+
+- On the agent's thread, each framework callback becomes one event, a ``NamedTuple`` whose
+  first field is the translator method that handles it, put on the evaluator's
+  :class:`Recorder` (``recorder.put``: a lock-free queue put, nothing else).
+- On the recorder's one thread the translator maps the event to spans with its
+  :class:`TraceAssembler` (``recorder.assembler(framework)``): ``start_span``,
+  ``end_span``, ``annotate``, ``mark``; every optional field is read under
+  :meth:`TraceAssembler.field`, so an odd field costs that field, never the span.
+- A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call.
+- To stop loops, the adapter asks :meth:`Recorder.check_tool_call` before a tool runs (on
+  the agent's thread, finding the run with :class:`RunRoots`); the refusal comes back to
+  the translator as an :class:`AlertEvent`, in order with the run's events.
+"""
+
+from .online._react import json_arguments, react_actions
+from .online._recorder import UNSET, AlertEvent, EventPump, Recorder, RunRoots, TraceAssembler
+
+__all__ = [
+    "UNSET",
+    "AlertEvent",
+    "EventPump",
+    "Recorder",
+    "RunRoots",
+    "TraceAssembler",
+    "json_arguments",
+    "react_actions",
+]
