@@ -53,19 +53,16 @@ if TYPE_CHECKING:
         default_trace_metric_names,
         resolve_metrics,
     )
+    from .engine._history import SessionHistory
     from .engine._sinks import CallbackSink, ConsoleSink, LoggingSink, ResultsFileSink, Sink
     from .engine._summary import MetricSummary, ResultSummary
     from .judges import Judge, OpenAIJudge
     from .metrics import agent_consistency, agent_reliability
     from .metrics._best_of import BestOfResult, abest_of, best_of
     from .metrics._loops import LoopGuard, canonical_call
-    from .metrics._protocol import (
-        Metric,
+    from .metrics._protocol import Metric, MetricKind, Score, SessionMetric
+    from .metrics._registry import (
         MetricInfo,
-        MetricKind,
-        Score,
-        SessionHistory,
-        SessionMetric,
         create_metric,
         list_metrics,
         metric_class,
@@ -143,7 +140,7 @@ _EXPORTS: dict[str, str] = {
     "default_embedder": ".embedders._static",
     "DEFAULT_SESSION_METRICS": ".engine._engine",
     "Engine": ".engine._engine",
-    "SessionHistory": ".metrics._protocol",
+    "SessionHistory": ".engine._history",
     "TraceResults": ".schema._results",
     "default_metric_names": ".engine._engine",
     "default_trace_metric_names": ".engine._engine",
@@ -168,14 +165,14 @@ _EXPORTS: dict[str, str] = {
     "LoopGuard": ".metrics._loops",
     "canonical_call": ".metrics._loops",
     "Metric": ".metrics._protocol",
-    "MetricInfo": ".metrics._protocol",
+    "MetricInfo": ".metrics._registry",
     "MetricKind": ".metrics._protocol",
     "Score": ".metrics._protocol",
     "SessionMetric": ".metrics._protocol",
-    "create_metric": ".metrics._protocol",
-    "list_metrics": ".metrics._protocol",
-    "metric_class": ".metrics._protocol",
-    "register_metric": ".metrics._protocol",
+    "create_metric": ".metrics._registry",
+    "list_metrics": ".metrics._registry",
+    "metric_class": ".metrics._registry",
+    "register_metric": ".metrics._registry",
     "DEFAULT_REDACTOR": ".online._evaluator",
     "EvaluatorStats": ".online._evaluator",
     "OnlineEvaluator": ".online._evaluator",

@@ -26,7 +26,8 @@ from rich.table import Table
 
 from .._errors import AgentEvalError, CaptureFormatError, ErrorKind
 from ..engine._summary import ResultSummary
-from ..metrics._protocol import MetricKind, list_metrics, metric_class
+from ..metrics._protocol import MetricKind
+from ..metrics._registry import list_metrics, metric_class
 from ..offline._processes import replay
 from ..offline._replay import ReplayReport
 from ..schema._results import MetricResult

@@ -25,26 +25,16 @@ from typing import Any
 
 from .._errors import MetricInputError
 from .._sync import run_sync
-from ..metrics._protocol import (
-    Metric,
-    MetricKind,
-    Score,
-    SessionAccumulator,
-    SessionHistory,
-    SessionMetric,
-    _failure_from,
-    create_metric,
-    list_metrics,
-    metric_class,
-)
+from ..metrics._protocol import Metric, MetricKind, Score, SessionAccumulator, SessionMetric
+from ..metrics._registry import create_metric, list_metrics, metric_class
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import EvalCase, Trace
+from ._history import SessionHistory
 from ._sinks import Sink
 
 __all__ = [
     "DEFAULT_SESSION_METRICS",
     "Engine",
-    "SessionHistory",
     "default_metric_names",
     "default_trace_metric_names",
     "resolve_metrics",
@@ -236,7 +226,7 @@ class Engine:
         if not self._overlapping:
             # nothing waits on I/O: each metric takes the whole batch in one call
             async for batch in _aiter(batches):
-                cases = [_as_case(item) for item in batch]
+                cases = [EvalCase.of(item) for item in batch]
                 for metric in self._unbatched:
                     await metric.aprepare(cases)
                 for scored in await self._score_guarded(cases):
@@ -257,7 +247,7 @@ class Engine:
                 delivered += 1
 
         async for batch in _aiter(batches):
-            cases = [_as_case(item) for item in batch]
+            cases = [EvalCase.of(item) for item in batch]
             await self.prepare(cases)
             for task in self.schedule(cases):
                 pending.append(task)
@@ -280,7 +270,7 @@ class Engine:
 
     async def prepare(self, items: Sequence[EvalCase | Trace]) -> None:
         """Let metrics batch their costly work (e.g. one embedding call for a whole batch)."""
-        cases = [_as_case(item) for item in items]
+        cases = [EvalCase.of(item) for item in items]
         for metric in self.metrics:
             await metric.aprepare(cases)
 
@@ -291,7 +281,7 @@ class Engine:
         trace's results are folded into its session after those of the session's previous
         trace."""
         tasks = []
-        for admitted in self._admit([_as_case(item) for item in items]):
+        for admitted in self._admit([EvalCase.of(item) for item in items]):
             trace = admitted.case.trace
             session_id = trace.session_id if trace is not None else None
             previous = self._tails.get(session_id) if session_id else None
@@ -489,14 +479,6 @@ class Engine:
         return run_sync(self.score(items))
 
 
-def _as_case(item: EvalCase | Trace) -> EvalCase:
-    if isinstance(item, Trace):
-        return EvalCase.from_trace(item)
-    if isinstance(item, EvalCase):
-        return item
-    raise MetricInputError(f"expected an EvalCase or a Trace, got {type(item).__name__}")
-
-
 async def _measure_batch(
     metric: Metric, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
 ) -> list[MetricResult]:
@@ -512,7 +494,7 @@ async def _measure_batch(
             )
         return results
     except Exception as exc:  # a metric's own batch code broke: each case says so
-        failure = _failure_from(exc)
+        failure = Score.from_exception(exc)
         share = (time.perf_counter() - started) * 1000.0 / len(cases)
         return [metric._case_result(failure, share, case) for case in cases]
 

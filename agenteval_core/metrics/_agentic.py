@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 from .._errors import MetricInputError
 from ..schema._results import passes
-from ._protocol import Score, SessionMetric, register_metric
+from ._protocol import Score, SessionMetric
+from ._registry import register_metric
 from ._statistics import Estimator, estimate_pass_k
 
 __all__ = ["Agentic"]

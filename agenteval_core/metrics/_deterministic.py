@@ -16,7 +16,8 @@ from .._errors import ErrorKind, MetricInputError
 from .._text import content_tokens
 from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace, text_of
 from ._matching import assign_by_name, lcs_length, multiset_overlap
-from ._protocol import Metric, MetricKind, Score, register_metric
+from ._protocol import Metric, MetricKind, Score
+from ._registry import register_metric
 
 __all__ = [
     "EndState",

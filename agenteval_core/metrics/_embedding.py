@@ -18,14 +18,8 @@ from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
 from ..schema._trace import EvalCase, RunStatus, Trace, text_of
-from ._protocol import (
-    Metric,
-    MetricKind,
-    Score,
-    SessionHistory,
-    _failure_from,
-    register_metric,
-)
+from ._protocol import Metric, MetricKind, Score
+from ._registry import register_metric
 
 __all__ = ["Coherence", "LoopDetection"]
 
@@ -120,7 +114,7 @@ class _EmbeddingMetric(Metric):
         try:
             vectors = await self.embedder.aembed(texts) if texts else None
         except Exception as exc:  # every case that needed the embedder says why
-            vectors = _failure_from(exc)
+            vectors = Score.from_exception(exc)
         return self._batch_results(cases, plans, texts, vectors, started)
 
     def _plans(
@@ -133,7 +127,7 @@ class _EmbeddingMetric(Metric):
             try:
                 plans.append(self.texts_to_score(case, history))
             except Exception as exc:
-                plans.append(_failure_from(exc))
+                plans.append(Score.from_exception(exc))
         texts = list(
             dict.fromkeys(t for plan in plans if isinstance(plan, Comparison) for t in plan.texts)
         )
@@ -165,7 +159,7 @@ class _EmbeddingMetric(Metric):
                 try:
                     scores.append(self.score_similarities(case, plan, next(similarities)))
                 except Exception as exc:
-                    scores.append(_failure_from(exc))
+                    scores.append(Score.from_exception(exc))
         share = (time.perf_counter() - started) * 1000.0 / len(cases) if cases else 0.0
         return [
             self._case_result(score, share, case) for case, score in zip(cases, scores, strict=True)
@@ -255,10 +249,11 @@ class LoopDetection(_EmbeddingMetric):
         self.window = window
 
     def _previous(self, history: Sequence[Trace]) -> list[tuple[int, Trace, str]]:
-        if isinstance(history, SessionHistory):  # the engine's: it keeps only such traces
+        last_with_output = getattr(history, "last_with_output", None)
+        if last_with_output is not None:  # the engine's history: it keeps only such traces
             return [
                 (index, trace, text_of(trace.output).strip())
-                for index, trace in history.last_with_output(self.window)
+                for index, trace in last_with_output(self.window)
             ]
         found: list[tuple[int, Trace, str]] = []
         for index in range(len(history) - 1, -1, -1):

@@ -15,7 +15,8 @@ from pydantic import BaseModel, Field
 
 from ..schema._trace import EvalCase, ToolCall, text_of
 from ._judge_base import JudgeMetric, Prompt, _Accounting, describe_trace
-from ._protocol import Score, register_metric
+from ._protocol import Score
+from ._registry import register_metric
 
 __all__ = [
     "AgentMemory",

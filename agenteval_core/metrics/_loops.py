@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from .._errors import ErrorKind
 from ..schema._trace import EvalCase, LoopAlert, ToolCall, Trace
-from ._protocol import Metric, MetricKind, Score, register_metric
+from ._protocol import Metric, MetricKind, Score
+from ._registry import register_metric
 
 __all__ = ["LoopGuard", "ToolCallLoops", "canonical_call"]
 

@@ -1,10 +1,8 @@
-"""The metric protocol and the one registry of metrics.
+"""The metric protocol and how a metric's result is built.
 
 A trace-level metric subclasses :class:`Metric` and implements ``compute`` (or, for metrics
 that wait on I/O such as judges, ``acompute``). A session-level metric subclasses
-:class:`SessionMetric`. Both register under a unique name with :func:`register_metric`;
-:func:`create_metric` builds one by name with options, and third-party packages add metrics
-through the ``agenteval.metrics`` entry-point group.
+:class:`SessionMetric`. Both register under a unique name (``_registry.py``).
 """
 
 from __future__ import annotations
@@ -14,31 +12,17 @@ import logging
 import math
 import time
 from abc import ABC
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from importlib.metadata import entry_points
-from typing import Any, ClassVar, TypeVar, overload
+from typing import Any, ClassVar
 
-from .._errors import ErrorKind, MetricInputError, UnknownMetricError
+from .._errors import ErrorKind, MetricInputError
 from .._sync import run_sync
 from ..schema._results import MetricResult, passes, unvalidated_result
-from ..schema._trace import EvalCase, Trace, text_of
+from ..schema._trace import EvalCase, Trace
 
-__all__ = [
-    "Metric",
-    "MetricInfo",
-    "MetricKind",
-    "Score",
-    "SessionAccumulator",
-    "SessionHistory",
-    "SessionMetric",
-    "create_metric",
-    "list_metrics",
-    "metric_class",
-    "register_metric",
-]
+__all__ = ["Metric", "MetricBase", "MetricKind", "Score", "SessionAccumulator", "SessionMetric"]
 
 logger = logging.getLogger("agenteval")
 
@@ -85,8 +69,17 @@ class Score:
         status follows)."""
         return cls(value=None, error=error, metadata={"error_kind": error_kind, **metadata})
 
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> Score:
+        """The failure a metric that raised ``exc`` gives: invalid input for a
+        ``MetricInputError``, else a metric error (logged with its traceback: a bug)."""
+        if isinstance(exc, MetricInputError):
+            return cls.failure(f"invalid input: {exc}", error_kind=ErrorKind.INVALID_INPUT)
+        logger.warning("metric raised %s: %s", type(exc).__name__, exc, exc_info=exc)
+        return cls.failure(f"{type(exc).__name__}: {exc}", error_kind=ErrorKind.METRIC_ERROR)
 
-class _MetricBase(ABC):
+
+class MetricBase(ABC):
     name: ClassVar[str]
     """Registry name."""
     version: ClassVar[str] = "1"
@@ -176,18 +169,7 @@ def _kept_by_validation(values: dict[str, Any]) -> bool:
     return type(metadata) is dict and all(type(key) is str for key in metadata)
 
 
-def _failure_from(exc: BaseException) -> Score:
-    if isinstance(exc, MetricInputError):
-        return Score.failure(f"invalid input: {exc}", error_kind=ErrorKind.INVALID_INPUT)
-    logger.warning("metric raised %s: %s", type(exc).__name__, exc, exc_info=exc)
-    return Score.failure(f"{type(exc).__name__}: {exc}", error_kind=ErrorKind.METRIC_ERROR)
-
-
-def _as_case(case: EvalCase | Trace) -> EvalCase:
-    return EvalCase.from_trace(case) if isinstance(case, Trace) else case
-
-
-class Metric(_MetricBase):
+class Metric(MetricBase):
     """A trace-level metric.
 
     Subclasses implement ``compute`` (CPU-bound metrics) or ``acompute`` (metrics that wait on
@@ -243,11 +225,11 @@ class Metric(_MetricBase):
     def measure(self, case: EvalCase | Trace, *, history: Sequence[Trace] = ()) -> MetricResult:
         """Score a case or a trace; never raises."""
         started = time.perf_counter()
-        case = _as_case(case)
+        case = EvalCase.of(case)
         try:
             score = self.compute(case, history)
         except Exception as exc:
-            score = _failure_from(exc)
+            score = Score.from_exception(exc)
         return self._ids_result(score, started, case)
 
     async def ameasure(
@@ -255,11 +237,11 @@ class Metric(_MetricBase):
     ) -> MetricResult:
         """Score a case or a trace without blocking the event loop's other work; never raises."""
         started = time.perf_counter()
-        case = _as_case(case)
+        case = EvalCase.of(case)
         try:
             score = await self.acompute(case, history)
         except Exception as exc:
-            score = _failure_from(exc)
+            score = Score.from_exception(exc)
         return self._ids_result(score, started, case)
 
     def measure_batch(
@@ -301,70 +283,7 @@ class Metric(_MetricBase):
         )
 
 
-class SessionHistory(Sequence[Trace]):
-    """The earlier traces of one session, as metrics with ``uses_history`` see them.
-
-    Indexes run over every trace seen, so a metric reports real positions, but only the last
-    ``keep`` traces with a non-empty output are retained, which keeps memory flat over long
-    sessions. Other positions read as empty traces. With ``fields``, a retained trace holds
-    only those fields (and ``id`` and ``session_id``), the others left at their defaults.
-    """
-
-    _EMPTY = Trace(id="", output=None)
-
-    def __init__(self, keep: int, fields: frozenset[str] | None = None) -> None:
-        # keep=0 (no metric reads history) holds no trace at all: nothing for the garbage
-        # collector to scan on every open session
-        self._kept: deque[tuple[int, Trace]] = deque(maxlen=max(keep, 0))
-        self._count = 0
-        self.fields = None if fields is None else fields | {"id", "session_id"}
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, index: int) -> Trace: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Trace]: ...
-    def __getitem__(self, index: int | slice) -> Trace | Sequence[Trace]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._count))]
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError(index)
-        for position, trace in self._kept:
-            if position == index:
-                return trace
-        return self._EMPTY
-
-    def __iter__(self) -> Iterator[Trace]:
-        return (self[i] for i in range(self._count))
-
-    def frozen(self) -> SessionHistory:
-        """The history as it stands, unchanged by later appends (a batch scores several
-        traces of one session at once, each against the traces before it)."""
-        copy = SessionHistory(0, self.fields)
-        copy._kept = self._kept.copy()
-        copy._count = self._count
-        return copy
-
-    def last_with_output(self, count: int) -> list[tuple[int, Trace]]:
-        """The last ``count`` retained traces with a non-empty output, with their positions,
-        oldest first (without reading every position, as indexing would)."""
-        return list(self._kept)[-count:] if count > 0 else []
-
-    def append(self, trace: Trace) -> None:
-        if self._kept.maxlen and text_of(trace.output).strip():
-            if self.fields is not None:
-                # a copy of the few fields read: the whole trace is freed now, while it is
-                # still in the CPU's cache, not a thousand traces later
-                trace = Trace(**{name: getattr(trace, name) for name in self.fields})
-            self._kept.append((self._count, trace))
-        self._count += 1
-
-
-class SessionMetric(_MetricBase):
+class SessionMetric(MetricBase):
     """A session-level metric: pure math over per-trace signals (no LLM, no embeddings).
 
     ``signals`` holds one mapping per trace, signal name → score in [0, 1] or ``None`` (missing).
@@ -408,7 +327,7 @@ class SessionMetric(_MetricBase):
         try:
             score = compute()
         except Exception as exc:
-            score = _failure_from(exc)
+            score = Score.from_exception(exc)
         return self._result(score, (time.perf_counter() - started) * 1000.0, session_id=session_id)
 
 
@@ -441,79 +360,3 @@ class SessionAccumulator:
         reason; a metric may leave out per-trace detail, which :meth:`result` carries.
         Default: :meth:`result`."""
         return self.result(session_id)
-
-
-# --- the registry ------------------------------------------------------------------------
-
-_M = TypeVar("_M", bound=type[_MetricBase])
-_REGISTRY: dict[str, type[_MetricBase]] = {}
-_PLUGINS_LOADED = False
-ENTRY_POINT_GROUP = "agenteval.metrics"
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """What the registry knows of a metric, for listings."""
-
-    name: str
-    kind: MetricKind
-    version: str
-    default_threshold: float
-    description: str
-
-
-def register_metric(cls: _M) -> _M:
-    """Class decorator: register a metric under its ``name``. Names are unique."""
-    existing = _REGISTRY.get(cls.name)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
-        raise ValueError(f"metric name {cls.name!r} is already registered by {existing!r}")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def _ensure_loaded() -> None:
-    # the built-in metrics registered themselves when this package was imported
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            entry.load()
-        except Exception as exc:
-            logger.warning("could not load metric plugin %r: %s", entry.name, exc)
-
-
-def metric_class(name: str) -> type[_MetricBase]:
-    """The class registered under ``name``; raises ``UnknownMetricError`` listing known names."""
-    _ensure_loaded()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownMetricError(name, sorted(_REGISTRY)) from None
-
-
-def create_metric(name: str, **options: Any) -> Any:
-    """Build the metric registered under ``name`` with ``options`` (e.g. ``threshold=0.7``)."""
-    cls = metric_class(name)
-    try:
-        return cls(**options)
-    except TypeError as exc:
-        raise MetricInputError(f"{name}: {exc}") from exc
-
-
-def list_metrics() -> list[MetricInfo]:
-    """Every registered metric, sorted by kind then name."""
-    _ensure_loaded()
-    infos = [
-        MetricInfo(
-            name=cls.name,
-            kind=cls.kind,
-            version=cls.version,
-            default_threshold=cls.default_threshold,
-            description=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
-        )
-        for cls in _REGISTRY.values()
-    ]
-    order = list(MetricKind)
-    return sorted(infos, key=lambda info: (order.index(info.kind), info.name))

@@ -15,7 +15,8 @@ import numpy.typing as npt
 
 from .._errors import MetricInputError
 from ..schema._results import MetricResult
-from ._protocol import Score, SessionAccumulator, SessionMetric, register_metric
+from ._protocol import Score, SessionAccumulator, SessionMetric
+from ._registry import register_metric
 
 __all__ = [
     "COLUMNS",

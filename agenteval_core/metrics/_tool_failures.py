@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 from .._errors import ErrorKind
 from ..schema._trace import EvalCase, ToolCall, Trace, text_of
 from ._loops import canonical_call
-from ._protocol import Metric, MetricKind, Score, register_metric
+from ._protocol import Metric, MetricKind, Score
+from ._registry import register_metric
 
 __all__ = ["ToolFailures", "states_failure"]
 

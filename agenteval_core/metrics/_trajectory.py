@@ -10,7 +10,8 @@ import numpy as np
 from .._errors import ErrorKind, MetricInputError
 from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace
 from ._deterministic import _ExpectationMetric
-from ._protocol import Metric, MetricKind, Score, register_metric
+from ._protocol import Metric, MetricKind, Score
+from ._registry import register_metric
 
 __all__ = ["ArgumentMatch", "ToolConstraints", "TrajectoryMatch", "TrajectoryMode"]
 

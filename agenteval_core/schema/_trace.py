@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .._errors import MetricInputError
+
 __all__ = [
     "AGENT_NAME",
     "COMPLETED_STATUSES",
@@ -554,6 +556,15 @@ class EvalCase(_Model):
         if self.agent_trace is not None:
             self.agent_trace = None
         return self
+
+    @classmethod
+    def of(cls, item: EvalCase | Trace) -> EvalCase:
+        """``item`` as a case: a trace becomes a case with no expectations."""
+        if isinstance(item, Trace):
+            return cls.from_trace(item)
+        if isinstance(item, EvalCase):
+            return item
+        raise MetricInputError(f"expected an EvalCase or a Trace, got {type(item).__name__}")
 
     @classmethod
     def from_trace(cls, trace: Trace, **expectations: Any) -> EvalCase:

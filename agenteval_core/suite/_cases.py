@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .._errors import CaptureError, MetricInputError, UnknownMetricError, describe_validation
 from ..engine._sinks import CallbackSink
 from ..metrics._loops import canonical_call
-from ..metrics._protocol import Metric, SessionMetric, metric_class
+from ..metrics._protocol import Metric, SessionMetric
+from ..metrics._registry import metric_class
 from ..schema._capture import read_capture
 from ..schema._results import MetricResult, TraceResults, failing
 from ..schema._trace import (
