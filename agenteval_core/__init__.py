@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     )
     from .report._report import write_report
     from .schema._capture import CaptureWriter, line_shard, read_capture
-    from .schema._results import MetricResult, TraceResults
+    from .schema._results import RESULTS_VERSION, MetricResult, ResultsLine, TraceResults
     from .schema._trace import (
         AGENT_NAME,
         COMPLETED_STATUSES,
@@ -142,6 +142,8 @@ _EXPORTS: dict[str, str] = {
     "Engine": ".engine._engine",
     "SessionHistory": ".engine._history",
     "TraceResults": ".schema._results",
+    "ResultsLine": ".schema._results",
+    "RESULTS_VERSION": ".schema._results",
     "default_metric_names": ".engine._engine",
     "default_trace_metric_names": ".engine._engine",
     "resolve_metrics": ".engine._engine",

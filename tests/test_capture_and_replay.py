@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agenteval_core import (
+    RESULTS_VERSION,
     SCHEMA_VERSION,
     AgentStep,
     CaptureError,
@@ -26,6 +27,7 @@ from agenteval_core import (
     EvalCase,
     Metric,
     MetricKind,
+    ResultsLine,
     SchemaVersionError,
     Score,
     SessionHistory,
@@ -38,6 +40,7 @@ from agenteval_core import (
     replay,
 )
 from agenteval_core.cli import cli
+from agenteval_core.report._report import load_results
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "captures" / "support_agent.jsonl"
 
@@ -500,3 +503,21 @@ def test_results_file_writes_metadata_json_has_no_type_for(tmp_path: Path) -> No
         "raw": "_w==",
         "ü": "é",
     }
+
+
+def test_results_lines_are_written_and_read_by_one_versioned_model(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    replay(EXAMPLE, output=out)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    parsed = [ResultsLine.model_validate_json(line) for line in lines]
+    assert [line.results_version for line in parsed] == [RESULTS_VERSION] * len(lines)
+    assert sum(line.results is not None for line in parsed) == 9  # one per trace
+    assert sum(line.session_results is not None for line in parsed) == 3  # one per session
+    # a line from a newer agenteval is refused with what to do; one from before the version
+    # field reads as version 1
+    newer = json.loads(lines[0]) | {"results_version": RESULTS_VERSION + 1}
+    (tmp_path / "newer.jsonl").write_text(json.dumps(newer) + "\n")
+    with pytest.raises(CaptureError, match="newer than this agenteval understands"):
+        load_results(tmp_path / "newer.jsonl")
+    older = {k: v for k, v in json.loads(lines[0]).items() if k != "results_version"}
+    assert ResultsLine.model_validate(older).results_version == 1

@@ -432,7 +432,9 @@ def test_a_forked_child_scores_its_own_traces(tmp_path: Path) -> None:
     assert [t.output for t in read_capture(tmp_path / "c.jsonl")] == ["parent", "child"]
 
 
-def test_close_accounts_for_every_captured_trace(tmp_path: Path) -> None:
+def test_close_accounts_for_every_captured_trace(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # scoring stalls; close gives it 0.5 s: what was not scored is counted and listed
     gated = GatedMetric()
     gated.gate.clear()
@@ -455,8 +457,15 @@ def test_close_accounts_for_every_captured_trace(tmp_path: Path) -> None:
     # the results file marks each of them, so a later replay knows what to score
     marks = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert marks == [
-        {"trace_id": t.id, "unscored": "not scored before the evaluator closed"} for t in submitted
+        {
+            "results_version": 1,
+            "trace_id": t.id,
+            "unscored": "not scored before the evaluator closed",
+        }
+        for t in submitted
     ]
+    # the scoring tasks cancelled at close are not errors of anyone's
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 class LoopHoggingMetric(Metric):

@@ -243,6 +243,8 @@ class Engine:
             # to the sinks (in input order), without waiting for more input
             nonlocal delivered
             while pending and pending[0].done():
+                if pending[0].cancelled():  # the loop is shutting down (a close that timed
+                    return  # out): the traces left are counted unscored by the evaluator
                 self._deliver(pending.popleft().result())
                 delivered += 1
 

@@ -21,7 +21,7 @@ import pydantic_core
 
 from .._fork import renew_after_fork
 from ..schema._capture import append_line
-from ..schema._results import MetricResult, TraceResults
+from ..schema._results import RESULTS_VERSION, MetricResult, ResultsLine, TraceResults
 from ..schema._trace import LoopAlert, Trace
 
 if TYPE_CHECKING:
@@ -101,23 +101,38 @@ class CallbackSink(Sink):
         return f"CallbackSink({self.on_trace or self.on_session or self.on_alert!r})"
 
 
+def _record(**fields: Any) -> dict[str, Any]:
+    """A results line's fields, as :class:`~agenteval_core.ResultsLine` reads them back
+    (written as a dict: pydantic-core writes it, models inside, in one pass)."""
+    unknown = fields.keys() - _LINE_FIELDS
+    if unknown:
+        raise TypeError(f"not fields of a results line: {sorted(unknown)}")
+    return {"results_version": RESULTS_VERSION, **fields}
+
+
+_LINE_FIELDS = frozenset(ResultsLine.model_fields)
+
+
 def trace_record(trace: Trace, results: TraceResults) -> dict[str, Any]:
     """The results file's line for one scored trace (results stay models: they are
     serialised with the line)."""
-    return {
-        "trace_id": trace.id,
-        "session_id": trace.session_id,
-        "status": trace.status,
-        "results": results.results,
-        # the session's scores as they stood after this trace (scores only: the full results
-        # grow with the session, and would make the file quadratic)
-        "session_scores": {r.name: r.score for r in results.session_results},
-    }
+    return _record(
+        trace_id=trace.id,
+        session_id=trace.session_id,
+        status=trace.status,
+        results=results.results,
+        session_scores={r.name: r.score for r in results.session_results},
+    )
 
 
 def session_record(session_id: str, results: list[MetricResult]) -> dict[str, Any]:
     """The results file's line for one closed session."""
-    return {"session_id": session_id, "session_results": results}
+    return _record(session_id=session_id, session_results=results)
+
+
+def unscored_record(trace_id: str, reason: str) -> dict[str, Any]:
+    """The results file's line for a captured trace that was not scored."""
+    return _record(trace_id=trace_id, unscored=reason)
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -165,7 +180,7 @@ class ResultsFileSink(Sink):
         self._write(session_record(session_id, results))
 
     def trace_unscored(self, trace_id: str, reason: str) -> None:
-        self._write({"trace_id": trace_id, "unscored": reason})
+        self._write(unscored_record(trace_id, reason))
 
     def close(self) -> None:
         with self._lock:

@@ -28,15 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import TypeAdapter
-from typing_extensions import TypedDict
 
 from .._errors import CaptureError, CaptureFormatError
 from ..engine._engine import Engine
 from ..engine._sinks import Sink, encode_record, session_record, trace_record
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import MAX_LINE_BYTES, line_session, parse_line, split_lines
-from ..schema._results import MetricResult, TraceResults
+from ..schema._results import MetricResult, ResultsLine, TraceResults
 from ..schema._trace import Trace
 from ._replay import ReplayReport, _batch_size
 
@@ -227,15 +225,6 @@ class _SessionScorer:
         return out
 
 
-class _Scores(TypedDict, total=False):
-    results: list[MetricResult]
-    session_id: str | None
-    session_results: list[MetricResult]
-
-
-_SCORES: TypeAdapter[_Scores] = TypeAdapter(_Scores)
-
-
 def replay_on_ray(
     paths: Sequence[str | os.PathLike[str]],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
@@ -341,15 +330,15 @@ def _gather(
                     continue
                 if results_file is not None:
                     results_file.write(line)
-                scores = _SCORES.validate_json(line)
+                scores = ResultsLine.model_validate_json(line)
                 if kind == "trace":
                     report.traces += 1
-                    report.summary.add(scores["results"])
+                    report.summary.add(scores.results or [])
                 else:
                     report.sessions += 1
-                    session = scores["session_results"]
+                    session = scores.session_results or []
                     report.session_summary.add(session)
-                    session_id = scores["session_id"]
+                    session_id = scores.session_id
                     if session_id and len(report.session_results) < report.keep_sessions:
                         report.session_results[session_id] = session
             if on_progress is not None:

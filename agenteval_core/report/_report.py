@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from .._errors import CaptureError, describe_validation
 from .._redact import Redactor
 from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
 from ..schema._capture import read_capture
-from ..schema._results import MetricResult
+from ..schema._results import MetricResult, ResultsLine
 from ..schema._trace import Trace, text_of
 
 __all__ = ["ReportData", "load_results", "render_html", "write_report"]
@@ -40,19 +40,6 @@ class ReportData:
     """Per trace, its session's scores as they stood after it (for the charts over time)."""
     calibration: CalibrationReport | None = None
     """How far each judged metric agrees with human labels, when a calibration was given."""
-
-
-class _ResultsLine(BaseModel):
-    """One line of a results file: a trace's results, a session's, or both."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    trace_id: str | None = None
-    session_id: str | None = None
-    status: str | None = None
-    results: list[MetricResult] | None = None
-    session_scores: dict[str, float | None] | None = None
-    session_results: list[MetricResult] | None = None
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -90,7 +77,7 @@ def load_results(
                 f"or give it to `agenteval report {path}` alone, which scores it"
             )
         try:
-            line = _ResultsLine.model_validate(record)
+            line = ResultsLine.model_validate(record)
         except ValidationError as exc:
             raise CaptureError(
                 f"{path}:{number}: not a results line: {describe_validation(exc)}"

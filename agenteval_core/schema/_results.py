@@ -9,8 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "RESULTS_VERSION",
     "SUCCESS_TOLERANCE",
     "MetricResult",
+    "ResultsLine",
     "TraceResults",
     "failing",
     "passes",
@@ -122,3 +124,37 @@ class TraceResults(BaseModel):
 def failing(results: Iterable[MetricResult]) -> list[MetricResult]:
     """The results that failed their threshold or ended in an error, in their order."""
     return [r for r in results if r.status == "error" or (r.score is not None and not r.success)]
+
+
+RESULTS_VERSION = 1
+"""Version of the results file's lines; a reader refuses lines of a newer version."""
+
+
+class ResultsLine(BaseModel):
+    """One line of a results file (``agenteval replay --json``, an online evaluator's
+    ``results_path``), the one model its writers and readers share: a scored trace's
+    results (``trace_id``, ``results``, its session's ``session_scores`` after it), a
+    closed session's (``session_id``, ``session_results``), or a captured trace that was
+    not scored (``trace_id``, ``unscored``: why). Lines written before the version field
+    read as version 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results_version: int = RESULTS_VERSION
+    trace_id: str | None = None
+    session_id: str | None = None
+    status: str | None = None
+    """How the trace's run ended (a ``RunStatus`` value), where known."""
+    results: list[MetricResult] | None = None
+    session_scores: dict[str, float | None] | None = None
+    """The session's scores as they stood after this trace (scores only: the full results
+    grow with the session, and would make the file quadratic)."""
+    session_results: list[MetricResult] | None = None
+    unscored: str | None = None
+
+    @field_validator("results_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        from ._trace import known_version
+
+        return known_version(value, RESULTS_VERSION, "results_version")
