@@ -11,6 +11,9 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   ``end_span``, ``annotate``, ``mark``; every optional field is read under
   :meth:`TraceAssembler.field`, so an odd field costs that field, never the span.
 - A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call.
+- Span attributes use the OpenTelemetry GenAI names spelled once here (``OPERATION_NAME``,
+  ``REQUEST_MODEL``, ``PROVIDER_NAME``, ``INPUT_TOKENS``, ``OUTPUT_TOKENS``; the agent's
+  name is :data:`~agenteval_core.AGENT_NAME`).
 - To stop loops, the adapter asks :meth:`Recorder.check_tool_call` before a tool runs (on
   the agent's thread, finding the run with :class:`RunRoots`); the refusal comes back to
   the translator as an :class:`AlertEvent`, in order with the run's events.
@@ -18,8 +21,20 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
 
 from .online._react import json_arguments, react_actions
 from .online._recorder import UNSET, AlertEvent, EventPump, Recorder, RunRoots, TraceAssembler
+from .schema._trace import (
+    INPUT_TOKENS,
+    OPERATION_NAME,
+    OUTPUT_TOKENS,
+    PROVIDER_NAME,
+    REQUEST_MODEL,
+)
 
 __all__ = [
+    "INPUT_TOKENS",
+    "OPERATION_NAME",
+    "OUTPUT_TOKENS",
+    "PROVIDER_NAME",
+    "REQUEST_MODEL",
     "UNSET",
     "AlertEvent",
     "EventPump",

@@ -13,7 +13,16 @@ from agenteval_core import (
     ToolSpec,
     plain,
 )
-from agenteval_core.recording import AlertEvent, Recorder, json_arguments, react_actions
+from agenteval_core.recording import (
+    INPUT_TOKENS,
+    OPERATION_NAME,
+    OUTPUT_TOKENS,
+    REQUEST_MODEL,
+    AlertEvent,
+    Recorder,
+    json_arguments,
+    react_actions,
+)
 
 __all__ = ["EVENT_NAMES", "BusEvent", "Translator"]
 
@@ -129,8 +138,8 @@ def _usage(event: Any) -> dict[str, Any]:
     if not usage:
         return {}
     return {
-        "gen_ai.usage.input_tokens": usage.get("prompt_tokens", 0),
-        "gen_ai.usage.output_tokens": usage.get("completion_tokens", 0),
+        INPUT_TOKENS: usage.get("prompt_tokens", 0),
+        OUTPUT_TOKENS: usage.get("completion_tokens", 0),
     }
 
 
@@ -270,7 +279,7 @@ class Translator:
             )
             self._executions[_task_id(event)] = key
         elif name == "LLMCallStartedEvent":
-            attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": event.model}
+            attributes = {OPERATION_NAME: "chat", REQUEST_MODEL: event.model}
             self.assembler.start_span(
                 key,
                 parent,

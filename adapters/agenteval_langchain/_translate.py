@@ -21,7 +21,15 @@ from agenteval_core import (
     plain,
     text_of,
 )
-from agenteval_core.recording import AlertEvent, Recorder
+from agenteval_core.recording import (
+    INPUT_TOKENS,
+    OPERATION_NAME,
+    OUTPUT_TOKENS,
+    PROVIDER_NAME,
+    REQUEST_MODEL,
+    AlertEvent,
+    Recorder,
+)
 
 __all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
 
@@ -202,15 +210,15 @@ def _usage(message: BaseMessage | None, response: LLMResult) -> dict[str, Any]:
     usage = getattr(message, "usage_metadata", None) or {}
     if usage:
         return {
-            "gen_ai.usage.input_tokens": usage.get("input_tokens", 0),
-            "gen_ai.usage.output_tokens": usage.get("output_tokens", 0),
+            INPUT_TOKENS: usage.get("input_tokens", 0),
+            OUTPUT_TOKENS: usage.get("output_tokens", 0),
             **_token_details(usage),
         }
     token_usage = (response.llm_output or {}).get("token_usage") or {}
     if token_usage:
         return {
-            "gen_ai.usage.input_tokens": token_usage.get("prompt_tokens", 0),
-            "gen_ai.usage.output_tokens": token_usage.get("completion_tokens", 0),
+            INPUT_TOKENS: token_usage.get("prompt_tokens", 0),
+            OUTPUT_TOKENS: token_usage.get("completion_tokens", 0),
         }
     return {}
 
@@ -314,9 +322,9 @@ class Translator:
             or params.get("model_name")
             or (serialized or {}).get("name")
         )
-        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+        attributes = {OPERATION_NAME: "chat", REQUEST_MODEL: model}
         if metadata.get("ls_provider"):
-            attributes["gen_ai.provider.name"] = metadata["ls_provider"]
+            attributes[PROVIDER_NAME] = metadata["ls_provider"]
         name = str(model or e.kwargs.get("name") or (serialized or {}).get("name") or "llm")
         self._start(
             e,

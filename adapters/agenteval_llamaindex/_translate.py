@@ -18,7 +18,15 @@ from agenteval_core import (
     ToolSpec,
     plain,
 )
-from agenteval_core.recording import AlertEvent, Recorder, react_actions
+from agenteval_core.recording import (
+    INPUT_TOKENS,
+    OPERATION_NAME,
+    OUTPUT_TOKENS,
+    REQUEST_MODEL,
+    AlertEvent,
+    Recorder,
+    react_actions,
+)
 
 __all__ = [
     "SESSION_TAG",
@@ -124,10 +132,8 @@ def _usage(response: Any) -> dict[str, Any]:
         return usage.get(key, default) if isinstance(usage, dict) else getattr(usage, key, default)
 
     return {
-        "gen_ai.usage.input_tokens": get("prompt_tokens", None) or get("input_tokens", 0) or 0,
-        "gen_ai.usage.output_tokens": get("completion_tokens", None)
-        or get("output_tokens", 0)
-        or 0,
+        INPUT_TOKENS: get("prompt_tokens", None) or get("input_tokens", 0) or 0,
+        OUTPUT_TOKENS: get("completion_tokens", None) or get("output_tokens", 0) or 0,
     }
 
 
@@ -375,8 +381,8 @@ class Translator:
                 input=_messages(event.messages),
                 start_time=at,
                 attributes={
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.request.model": model,
+                    OPERATION_NAME: "chat",
+                    REQUEST_MODEL: model,
                     **self._agent_of(parent),
                 },
             )

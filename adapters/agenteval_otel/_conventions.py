@@ -27,6 +27,13 @@ from agenteval_core import (
     text_of,
 )
 from agenteval_core import Span as AgentSpan
+from agenteval_core.recording import (
+    INPUT_TOKENS,
+    OPERATION_NAME,
+    OUTPUT_TOKENS,
+    PROVIDER_NAME,
+    REQUEST_MODEL,
+)
 
 WORKFLOW = "invoke_workflow"
 
@@ -167,14 +174,14 @@ def tool_definitions(tools: list[ToolSpec]) -> list[dict[str, Any]]:
 
 def _llm_attributes(span: AgentSpan, trace: Trace) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
-    model = span.attributes.get("gen_ai.request.model")
+    model = span.attributes.get(REQUEST_MODEL)
     if model:
         attributes["llm.model_name"] = model
-    if span.attributes.get("gen_ai.provider.name"):
-        attributes["llm.provider"] = span.attributes["gen_ai.provider.name"]
+    if span.attributes.get(PROVIDER_NAME):
+        attributes["llm.provider"] = span.attributes[PROVIDER_NAME]
     tokens = {
-        "prompt": span.attributes.get("gen_ai.usage.input_tokens"),
-        "completion": span.attributes.get("gen_ai.usage.output_tokens"),
+        "prompt": span.attributes.get(INPUT_TOKENS),
+        "completion": span.attributes.get(OUTPUT_TOKENS),
     }
     for name, count in tokens.items():
         if isinstance(count, int):
@@ -244,7 +251,7 @@ def span_name(trace: Trace, index: int) -> str:
     if op == WORKFLOW:
         return f"{op} {span.name}"
     if span.kind is SpanKind.LLM:
-        return f"{op} {span.attributes.get('gen_ai.request.model') or span.name}"
+        return f"{op} {span.attributes.get(REQUEST_MODEL) or span.name}"
     if span.kind is SpanKind.TOOL and span.tool_call is not None:
         return f"{op} {span.tool_call.name}"
     if span.kind is SpanKind.AGENT:
@@ -256,7 +263,7 @@ def _agent_provider(agent: AgentSpan, trace: Trace) -> str | None:
     """An agent's provider (``invoke_agent`` asks for one): that of its first model call."""
     parents = {span.id: span.parent_id for span in trace.spans}
     for span in trace.spans:
-        provider = span.attributes.get("gen_ai.provider.name")
+        provider = span.attributes.get(PROVIDER_NAME)
         if span.kind is not SpanKind.LLM or not provider:
             continue
         above = span.parent_id
@@ -280,7 +287,7 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
     }
     op = operation(trace, index)
     if op is not None:
-        attributes["gen_ai.operation.name"] = op
+        attributes[OPERATION_NAME] = op
     if op == WORKFLOW:
         attributes["gen_ai.workflow.name"] = span.name
     if span.parent_id:
@@ -306,7 +313,7 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
         attributes["agent.name"] = name
         provider = _agent_provider(span, trace)
         if provider:
-            attributes["gen_ai.provider.name"] = provider
+            attributes[PROVIDER_NAME] = provider
     if span.kind is SpanKind.LLM:
         attributes.update(_llm_attributes(span, trace))
     attributes.update(tool)

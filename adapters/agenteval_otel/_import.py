@@ -29,6 +29,7 @@ from agenteval_core import (
     ToolSpec,
     Trace,
 )
+from agenteval_core.recording import OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL
 
 from ._conventions import ENCODED, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
 from ._otlp import RawSpan, read_spans
@@ -60,7 +61,7 @@ _KEPT = (
     "gen_ai.request.",
     "gen_ai.response.",
     "gen_ai.usage.",
-    "gen_ai.provider.name",
+    PROVIDER_NAME,
     "gen_ai.agent.",
     "gen_ai.system",
 )
@@ -97,7 +98,7 @@ def _kind(raw: RawSpan) -> SpanKind:
     kind = FROM_OPENINFERENCE_KIND.get(str(a.get("openinference.span.kind", "")).upper())
     if kind is not None:
         return kind
-    operation = a.get("gen_ai.operation.name") or raw.name.split(" ")[0]
+    operation = a.get(OPERATION_NAME) or raw.name.split(" ")[0]
     return FROM_GENAI_OPERATION.get(operation, SpanKind.CHAIN)
 
 
@@ -312,12 +313,12 @@ def _own_attributes(a: dict[str, Any]) -> dict[str, Any]:
 def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
     kept = {key: value for key, value in a.items() if key.startswith(_KEPT)}
     if kind is SpanKind.LLM:
-        model = a.get("gen_ai.request.model") or a.get("llm.model_name")
+        model = a.get(REQUEST_MODEL) or a.get("llm.model_name")
         if model:
-            kept["gen_ai.request.model"] = model
-        provider = a.get("gen_ai.provider.name") or a.get("llm.provider")
+            kept[REQUEST_MODEL] = model
+        provider = a.get(PROVIDER_NAME) or a.get("llm.provider")
         if provider:
-            kept["gen_ai.provider.name"] = provider
+            kept[PROVIDER_NAME] = provider
         for ours, theirs in (
             ("input_tokens", "llm.token_count.prompt"),
             ("output_tokens", "llm.token_count.completion"),

@@ -23,7 +23,12 @@ __all__ = [
     "GUARD_REFUSED",
     "HANDOFF_TARGET",
     "INCOMPLETE_STATUSES",
+    "INPUT_TOKENS",
+    "OPERATION_NAME",
     "OTEL_OPERATION_NAMES",
+    "OUTPUT_TOKENS",
+    "PROVIDER_NAME",
+    "REQUEST_MODEL",
     "SCHEMA_VERSION",
     "AgentStep",
     "EvalCase",
@@ -62,6 +67,14 @@ HANDOFF_TARGET = "agenteval.handoff.goto"
 
 AGENT_NAME = "gen_ai.agent.name"
 """Span attribute (OpenTelemetry GenAI): the agent a span ran for, in multi-agent runs."""
+
+# the OpenTelemetry GenAI span attributes the adapters write and metrics, export and import
+# read: spelled here once
+OPERATION_NAME = "gen_ai.operation.name"
+REQUEST_MODEL = "gen_ai.request.model"
+PROVIDER_NAME = "gen_ai.provider.name"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 
 
 class NewerVersionError(ValueError):
@@ -421,9 +434,10 @@ class Trace(_Model):
     def token_usage(self) -> dict[str, int]:
         """Input and output tokens summed over LLM spans (keys ``input_tokens``, ``output_tokens``)."""
         totals = {"input_tokens": 0, "output_tokens": 0}
+        names = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS}
         for span in self.spans:
             for key in totals:
-                value = span.attributes.get(f"gen_ai.usage.{key}")
+                value = span.attributes.get(names[key])
                 if isinstance(value, int | float) and math.isfinite(value):
                     totals[key] += int(value)
         return totals
