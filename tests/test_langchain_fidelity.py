@@ -16,7 +16,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
-from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
+from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, replay
 
 
 @tool
@@ -86,7 +86,13 @@ def test_an_interrupt_pauses_the_run_and_the_resume_links_to_it(
     [waiting] = first.spans_of(SpanKind.TOOL)
     assert waiting.error is None and waiting.attributes["agenteval.control_flow"] == "interrupt"
     assert not any(span.error for span in first.spans)  # a pause is not a failure
-    assert (second.input, second.status, second.output) == ("approved", RunStatus.OK, "Refunded.")
+    assert first.output is None  # paused: no final answer yet
+    # the resumed run carries on the paused run's request; the human's answer is beside it
+    assert (second.input, second.status, second.output) == (
+        "Refund A-1",
+        RunStatus.OK,
+        "Refunded.",
+    )
     assert second.metadata["resume"] == "approved"
     assert second.metadata["resumes_trace_id"] == first.id
     [call] = second.tool_calls()
@@ -95,6 +101,20 @@ def test_an_interrupt_pauses_the_run_and_the_resume_links_to_it(
         {"order_id": "A-1"},
         "refund approved",
     )
+    # a paused-and-resumed session with no failure is a healthy one: the pause is no
+    # failed run (it was: run_completed 0.0, reliability 0.0 with the paused trace flagged)
+    assert evaluator.capture_path is not None
+    report = replay(evaluator.capture_path, ["tool_failures", "agent_reliability"])
+    by_trace: dict[str, Any] = {}
+    replay(
+        evaluator.capture_path,
+        ["coherence"],
+        on_trace=lambda trace, results: by_trace.update({trace.id: results[0]}),
+    )
+    assert by_trace[first.id].status == "skipped"  # no final answer to compare
+    [reliability] = report.session_results["t-9"]
+    assert reliability.metadata["flagged_traces"] == []
+    assert reliability.score == 1.0
 
 
 class OrderStatus(BaseModel):

@@ -229,7 +229,8 @@ class Translator:
     def __init__(self, recorder: Recorder, *, session_id: str | None, watch_loops: bool):
         self.session_id = session_id
         self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
-        self._interrupted: dict[Any, str] = {}  # thread id → its paused trace, for the resume
+        # thread id → its paused trace's id and request, for the run that resumes it
+        self._interrupted: dict[Any, tuple[str, Any]] = {}
         self._subagents: set[UUID] = set()  # runs of agents inside another graph
         self._streaming: dict[Any, float] = {}  # LLM run → when its first token came
         self.handlers: dict[str, Callable[[Event], None]] = {
@@ -301,14 +302,19 @@ class Translator:
             self._start(e, SpanKind.CHAIN, name, jsonable(_state_summary(inputs)))
             return
         resume = getattr(inputs, "resume", None) if type(inputs).__name__ == "Command" else None
-        request = resume if resume is not None else conversation_text(inputs, "human")
-        self._start(e, SpanKind.AGENT, name, jsonable(request))
         kept = run_metadata(metadata, e.kwargs.get("tags"))
         thread = metadata.get("thread_id")
-        if resume is not None:  # a run resumed after an interrupt: link it to the paused one
+        request = conversation_text(inputs, "human")
+        if resume is not None:
+            # a run resumed after an interrupt carries on the paused run's request (the
+            # resume value is the human's answer, beside it); linked to the paused trace
             kept["resume"] = jsonable(resume)
-            if thread is not None and thread in self._interrupted:
-                kept["resumes_trace_id"] = self._interrupted.pop(thread)
+            paused = self._interrupted.pop(thread, None) if thread is not None else None
+            if paused is not None:
+                kept["resumes_trace_id"], request = paused
+            else:  # its pause was not seen here (another process): the answer is all we have
+                request = resume
+        self._start(e, SpanKind.AGENT, name, jsonable(request))
         self.assembler.annotate(e.run_id, metadata=kept)
 
     def _model_start(self, e: Event) -> None:
@@ -438,7 +444,7 @@ class Translator:
         trace = self.assembler.trace_of(key)
         thread = trace.metadata.get("thread_id") if trace is not None else None
         if trace is not None and thread is not None:
-            self._interrupted[thread] = trace.id
+            self._interrupted[thread] = (trace.id, trace.input)
 
     def _agent_action(self, e: Event) -> None:
         action = e.args[0]

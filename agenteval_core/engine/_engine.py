@@ -42,7 +42,8 @@ __all__ = [
 
 logger = logging.getLogger("agenteval")
 RUN_COMPLETED = "run_completed"
-"""The session signal the engine adds for a run that did not complete (0.0: risk 1)."""
+"""The session signal the engine adds for a run that did not complete (0.0: risk 1); a run
+paused for a human (``interrupted``) is control flow and gets none."""
 DEFAULT_SESSION_METRICS = ("agent_reliability", "agent_consistency")
 DEFAULT_CONCURRENCY = 8
 """Traces scored at once when no judge sets the pace (a judge's own bound is used if it has one)."""
@@ -448,7 +449,7 @@ class Engine:
         self, state: _SessionState, trace: Trace, results: Sequence[MetricResult]
     ) -> None:
         scores = {r.name: r.score for r in results if r.score is not None}
-        if not trace.completed:  # a failed run is a signal of its own (risk 1)
+        if trace.incomplete:  # a failed run is a signal of its own (risk 1); a pause is not
             scores[RUN_COMPLETED] = 0.0
         for metric in self.session_metrics:
             signals = {name: scores[name] for name in metric.signal_names if name in scores}

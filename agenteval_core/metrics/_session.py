@@ -37,7 +37,7 @@ EXTRA_SIGNALS: tuple[str, ...] = ("tool_call_loops", "run_completed", "tool_fail
 """Three more signals, beyond PandaProbe's: ``tool_call_loops`` (loops inside one run; the loop
 risk is the larger of its risk and loop_detection's), ``run_completed`` (0.0 for a run that
 ended in error, was stopped, cancelled or hit a limit, so its risk is 1; absent for a run that
-completed) and ``tool_failures`` (the deterministic tool-failure metric: its risk, weight 1.0,
+completed or paused for a human) and ``tool_failures`` (the deterministic tool-failure metric: its risk, weight 1.0,
 lets failed tools lower a session's scores without a judge). With none present, results
 equal PandaProbe's formulas exactly."""
 

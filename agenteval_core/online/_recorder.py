@@ -507,7 +507,9 @@ class TraceAssembler:
         self._traces.pop(owner.key, None)
         trace = owner.trace
         trace.spans.sort(key=lambda s: s.start_time or 0.0)
-        trace.output = root.output
+        # a run paused for a human has no final answer yet (what it said so far is on its
+        # spans): its output would be scored as one
+        trace.output = None if trace.status is RunStatus.INTERRUPTED else root.output
         trace.error = root.error
         trace.end_time = root.end_time
         if trace.start_time is None:
