@@ -17,7 +17,7 @@ from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from agenteval_core import LoopAlert, OnlineEvaluator, SpanKind
+from agenteval_core import LoopAlert, OnlineEvaluator, RunStatus, SpanKind
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
 
@@ -137,6 +137,9 @@ def test_tool_error_and_run_error_are_captured(
     assert call.failed and call.error == "ValueError: no order Z-9"
     assert second.error is not None and "Max iterations" in second.error
     assert second.output is None
+    # an iteration limit is a limit, not a crash (it was: status error)
+    assert (first.status, second.status) == (RunStatus.OK, RunStatus.LIMIT)
+    assert second.status_reason == second.error
 
 
 def test_react_agent_and_agent_workflow(

@@ -72,7 +72,8 @@ def test_cases_from_real_failures_one_per_distinct_failure(capture: Path, tmp_pa
     # what the runs did, before reading what agenteval made of them
     assert [c.failed for c in rome_1.tool_calls()] == [True] and rome_1.status == "ok"
     assert paris.status == "stopped" and paris.alerts[0].pattern == "repeated_call"
-    assert oslo.incomplete and "GraphRecursionError" in (oslo.status_reason or "")
+    # a recursion limit is a limit (it was: status error)
+    assert oslo.status == "limit" and "GraphRecursionError" in (oslo.status_reason or "")
     out = tmp_path / "cases.jsonl"
     result = CliRunner().invoke(
         cli, ["cases", str(capture), "--metrics", METRICS, "-o", str(out)], env={"COLUMNS": "200"}

@@ -427,6 +427,8 @@ class Translator:
         self._subagents.discard(e.run_id)
         flow = control_flow(error)
         if flow is None:
+            if type(error).__name__ == "GraphRecursionError":  # LangGraph's step limit
+                self.assembler.mark(e.run_id, RunStatus.LIMIT, _error(error))
             self.assembler.end_span(e.run_id, error=_error(error), end_time=e.at)
             return
         # an interrupt or a handoff passes through spans as an exception: control flow, not

@@ -137,6 +137,18 @@ def _usage(response: Any) -> dict[str, Any]:
     }
 
 
+def _limit_or_timeout(error: BaseException | None) -> RunStatus | None:
+    """``limit`` for an agent's iteration limit (LlamaIndex raises a plain
+    ``WorkflowRuntimeError`` for it: its message is the only sign), ``timeout`` for a
+    workflow's."""
+    name = type(error).__name__
+    if name == "WorkflowTimeoutError":
+        return RunStatus.TIMEOUT
+    if name == "WorkflowRuntimeError" and str(error).startswith("Max iterations of"):
+        return RunStatus.LIMIT
+    return None
+
+
 class SpanStarted(NamedTuple):
     """LlamaIndex opened a span (the handler's ``new_span``)."""
 
@@ -356,6 +368,9 @@ class Translator:
             return
         if self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
+            ended = _limit_or_timeout(error)
+            if ended is not None:
+                self.assembler.mark(span_id, ended, message)
         self.assembler.end_span(span_id, error=message, end_time=at)
 
     def _event(self, event: Any, at: float) -> None:
