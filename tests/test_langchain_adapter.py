@@ -18,7 +18,7 @@ from agenteval_langchain._scripted import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import StructuredTool, ToolException, tool
-from langgraph.prebuilt import create_react_agent
+from langgraph.prebuilt import ToolNode, create_react_agent
 
 from agenteval_core import (
     LoopAlert,
@@ -150,6 +150,31 @@ def test_handled_tool_error_is_captured_as_an_error(evaluator: OnlineEvaluator) 
     [call] = trace.tool_calls()
     assert call.error == "service unavailable for A-1" and call.failed
     assert trace.error is None and trace.output == "The service is down, try later."
+
+
+def test_an_error_the_graph_handled_has_the_text_the_model_saw(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # ToolNode(handle_tool_errors=True) turns any exception into a message for the model;
+    # the tool run itself ended with on_tool_error
+    script = [
+        AIMessage(content="", tool_calls=[tool_call("lookup_order", "z", order_id="Z-9")]),
+        AIMessage(content="There is no order Z-9."),
+    ]
+    agent = create_react_agent(
+        ScriptedChatModel(replies=script), ToolNode([lookup_order], handle_tool_errors=True)
+    )
+    agent.invoke(
+        {"messages": [("user", "Where is Z-9?")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    [call] = trace.tool_calls()
+    seen = "Error: ValueError('no order Z-9')\n Please fix your mistakes."
+    # it was: result None, although the model answered from this text
+    assert (call.id, call.result, call.error) == ("z", seen, "ValueError: no order Z-9")
+    assert trace.spans_of(SpanKind.TOOL)[0].output == seen
+    assert (trace.status, trace.output) == (RunStatus.OK, "There is no order Z-9.")
 
 
 def test_run_that_errors_at_the_root_is_captured(evaluator: OnlineEvaluator) -> None:

@@ -197,6 +197,17 @@ def _reply_text(generation: Any) -> str:
     return _text(getattr(generation, "text", "")) if generation is not None else ""
 
 
+def _tool_replies(prompts: Any) -> list[ToolMessage]:
+    """The tool messages since the model's last turn, in a chat model's prompt."""
+    messages = prompts[0] if prompts and isinstance(prompts[0], list) else []
+    replies: list[ToolMessage] = []
+    for message in reversed(messages):
+        if not isinstance(message, ToolMessage):
+            break
+        replies.append(message)
+    return replies
+
+
 def _requested_calls(message: BaseMessage | None) -> list[ToolCall]:
     return [
         ToolCall(id=call.get("id"), name=call["name"], arguments=call.get("args") or {})
@@ -340,6 +351,13 @@ class Translator:
             attributes=attributes,
             tools=self.assembler.field("the available tools", lambda: _tools(params), None),
         )
+        # a tool error the graph handled (ToolNode(handle_tool_errors=...)) reached the
+        # model as a message: that text is what the call returned to it
+        replies: list[ToolMessage] = self.assembler.field(
+            "the tool results", lambda: _tool_replies(prompts), []
+        )
+        for message in replies:
+            self.assembler.shown_to_model(e.run_id, message.tool_call_id, _text(message.content))
 
     def _first_token(self, e: Event) -> None:
         self._streaming.setdefault(e.run_id, e.at)

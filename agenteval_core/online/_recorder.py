@@ -428,6 +428,19 @@ class TraceAssembler:
                 end_time=alert.time,
             )
 
+    def shown_to_model(self, key: Hashable, call_id: str, result: Any) -> None:
+        """A tool call of the trace ``key`` belongs to raised, its framework handled the
+        error, and the model was shown ``result`` (an error message) in its place: that is
+        the call's result (its error stays)."""
+        trace = self.trace_of(key)
+        if trace is None:
+            return
+        for span in trace.spans:
+            call = span.tool_call
+            if call is not None and call.id == call_id and call.result is None and call.error:
+                call.result = span.output = result
+                return
+
     def mark(self, key: Hashable, status: RunStatus, reason: str | None = None) -> None:
         """Say how the run a span belongs to ended when its framework says so in passing
         (an interrupt waiting for a human, a limit); kept when the run's root ends."""
