@@ -111,6 +111,8 @@ def test_sessions_are_per_kickoff_and_the_guard_starts_clean_each_time(
     assert ran == ["A-2", "A-2", "A-2", "A-2"]  # two lookups per kickoff; each third refused
     assert (first.session_id, second.session_id) == ("user-1", "user-2")
     for trace in (first, second):
+        # the session key is not the request (it was: input {'session_id': 'user-1'})
+        assert trace.input == "Is A-2 ready?" and trace.spans[0].input is None
         assert trace.status is RunStatus.STOPPED
         refused = [s for s in trace.spans if s.attributes.get(GUARD_REFUSED)]
         assert [(s.tool_call.name, s.tool_call.arguments) for s in refused if s.tool_call] == [

@@ -248,12 +248,15 @@ class Translator:
                 or inputs.get("session_id")
                 or (str(crew_id) if crew_id is not None else None)
             )
+            # the request is what the crew was asked, not the session key beside it (with
+            # nothing else given, the first task's description is the request)
+            request = {k: v for k, v in inputs.items() if k != "session_id"}
             self.assembler.start_span(
                 key,
                 None,
                 kind,
                 event.crew_name or "crew",
-                input=plain(event.inputs) or None,
+                input=plain(request) or None,
                 start_time=at,
                 session_id=session,
             )
