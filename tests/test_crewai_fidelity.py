@@ -331,3 +331,25 @@ def test_a_result_from_crewais_tool_cache_says_so(
         ({"order_id": "A-1"}, {}),
         ({"order_id": "A-2"}, {"agenteval.tool.from_cache": True}),
     ]
+
+
+def test_a_second_listener_on_one_evaluator_replaces_the_first(
+    evaluator: OnlineEvaluator, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm = ScriptedLLM(model="scripted", replies=["Thought: easy.\nFinal Answer: hello"])
+    agent = Agent(role="greeter", goal="greet", backstory="b", llm=llm, verbose=False)
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Say hi", expected_output="x", agent=agent)]
+    )
+    first = AgentEvalListener(evaluator, session_id="first")
+    with caplog.at_level("WARNING", logger="agenteval"):
+        second = AgentEvalListener(evaluator, session_id="second")
+    try:
+        crew.kickoff()
+        traces = captured_by(second)
+    finally:
+        first.close()
+        second.close()
+    # it was: the kickoff captured twice, once under each session, with no word
+    assert [(t.session_id, t.input, t.output) for t in traces] == [("second", "Say hi", "hello")]
+    assert [r.getMessage() for r in caplog.records if "second AgentEvalListener" in r.getMessage()]

@@ -7,7 +7,9 @@ supported way to refuse a tool call: handler exceptions are swallowed by the bus
 
 from __future__ import annotations
 
+import logging
 import time
+import weakref
 from typing import Any
 
 import crewai.events as crew_events
@@ -23,6 +25,13 @@ from agenteval_core import OnlineEvaluator, ToolCall, current_session, default_e
 from ._translate import EVENT_NAMES, BusEvent, Translator
 
 __all__ = ["AgentEvalListener"]
+
+logger = logging.getLogger("agenteval")
+
+_listening: weakref.WeakKeyDictionary[OnlineEvaluator, AgentEvalListener] = (
+    weakref.WeakKeyDictionary()
+)
+"""The listener that records into each evaluator: one at a time."""
 
 
 class AgentEvalListener(BaseEventListener):
@@ -61,6 +70,16 @@ class AgentEvalListener(BaseEventListener):
         self._guarded = stop_on_loop
         if stop_on_loop:
             register_before_tool_call_hook(self._before_tool_call)
+        earlier = _listening.get(self.evaluator)
+        if earlier is not None and earlier._active:
+            # both would hear every event of every crew: each kickoff captured twice
+            earlier.close()
+            logger.warning(
+                "agenteval: a second AgentEvalListener for the same evaluator replaces the "
+                "first (CrewAI sends every event to every listener, so both would capture "
+                "each kickoff); make one listener per process"
+            )
+        _listening[self.evaluator] = self
         super().__init__()
 
     def setup_listeners(self, crewai_event_bus: Any) -> None:
