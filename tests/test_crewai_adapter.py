@@ -14,7 +14,7 @@ from capture_helpers import captured_by
 from crewai import Agent, Crew, Task
 from crewai.tools import BaseTool, tool
 
-from agenteval_core import LoopAlert, OnlineEvaluator, SpanKind
+from agenteval_core import AGENT_NAME, LoopAlert, OnlineEvaluator, SpanKind
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
 
@@ -95,6 +95,14 @@ def test_crew_run_becomes_a_trace(listener: AgentEvalListener) -> None:
     assert [c.id for c in llms[0].requested_tool_calls] == [calls[0].id]
     assert llms[0].thought == "I should use lookup_order."
     assert trace.token_usage() == {"input_tokens": 30, "output_tokens": 15}
+    # every span the agent ran says so (gen_ai.agent.name: its role); the crew and task do not
+    named = [
+        (span.kind, span.attributes.get(AGENT_NAME))
+        for span in trace.spans
+        if span.kind in (SpanKind.AGENT, SpanKind.LLM, SpanKind.TOOL)
+    ]
+    assert named[0] == (SpanKind.AGENT, None)  # the crew
+    assert named[1:] == [(kind, "support") for kind, _ in named[1:]] and len(named) == 7
     tools = {spec.name: spec for spec in trace.tools}
     assert set(tools) == {"lookup_order", "refund"}
     assert tools["lookup_order"].parameters is not None

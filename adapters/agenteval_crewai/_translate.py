@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 from crewai.utilities.string_utils import sanitize_tool_name
 
 from agenteval_core import (
+    AGENT_NAME,
     SpanKind,
     ToolCall,
     ToolSpec,
@@ -131,6 +132,11 @@ def _tool_specs(tools: Any) -> list[ToolSpec]:
             )
         )
     return specs
+
+
+def _agent_of(role: Any) -> dict[str, Any]:
+    """``gen_ai.agent.name``: the agent a span ran for (its role), when CrewAI says."""
+    return {AGENT_NAME: str(role)} if role else {}
 
 
 def _usage(event: Any) -> dict[str, Any]:
@@ -271,18 +277,24 @@ class Translator:
                 trace.input = description  # a kickoff without inputs: the first task is the request
             self._tasks[_task_id(event)] = key
         elif name == "AgentExecutionStartedEvent":
+            role = event.agent_role or getattr(getattr(event, "agent", None), "role", None)
             self.assembler.start_span(
                 key,
                 parent,
                 kind,
-                event.agent_role or getattr(getattr(event, "agent", None), "role", None) or "agent",
+                role or "agent",
                 input=getattr(event, "task_prompt", None),
                 start_time=at,
                 tools=_tool_specs(getattr(event, "tools", None)),
+                attributes=_agent_of(role),
             )
             self._executions[_task_id(event)] = key
         elif name == "LLMCallStartedEvent":
-            attributes = {OPERATION_NAME: "chat", REQUEST_MODEL: event.model}
+            attributes = {
+                OPERATION_NAME: "chat",
+                REQUEST_MODEL: event.model,
+                **_agent_of(getattr(event, "agent_role", None)),
+            }
             self.assembler.start_span(
                 key,
                 parent,
@@ -313,6 +325,7 @@ class Translator:
                 input=call.arguments,
                 start_time=at,
                 tool_call=call,
+                attributes=_agent_of(getattr(event, "agent_role", None)),
             )
 
     def _end(self, name: str, event: Any, at: float) -> None:
