@@ -355,3 +355,49 @@ def test_a_second_listener_on_one_evaluator_replaces_the_first(
     # it was: the kickoff captured twice, once under each session, with no word
     assert [(t.session_id, t.input, t.output) for t in traces] == [("second", "Say hi", "hello")]
     assert [r.getMessage() for r in caplog.records if "second AgentEvalListener" in r.getMessage()]
+
+
+def test_a_refused_call_is_recorded_once_with_its_provider_id(
+    evaluator: OnlineEvaluator,
+) -> None:
+    from agenteval_crewai.testing import native_call
+
+    ran: list[str] = []
+
+    @tool("get_weather")
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        ran.append(city)
+        return f"sunny in {city}"
+
+    llm = ScriptedLLM(
+        model="gpt-4o",
+        native=True,
+        replies=[
+            *[[native_call(f"call_{i}", "get_weather", city="Paris")] for i in range(4)],
+            "Paris is sunny.",
+        ],
+    )
+    agent = Agent(role="forecaster", goal="weather", backstory="b", llm=llm, tools=[get_weather])
+    task = Task(description="Weather in Paris?", expected_output="short", agent=agent)
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    try:
+        Crew(agents=[agent], tasks=[task]).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert ran == ["Paris", "Paris"]  # the third identical request closed the loop
+    # one tool span per request, each with the provider's id; the refused ones once (it
+    # was: a "blocked by hook" run with the id, and again as a refused span without one)
+    calls = [
+        (s.tool_call.id, s.tool_call.result, bool(s.attributes.get(GUARD_REFUSED)))
+        for s in trace.spans
+        if s.tool_call is not None
+    ]
+    assert calls == [
+        ("call_0", "sunny in Paris", False),
+        ("call_1", "sunny in Paris", False),
+        ("call_2", None, True),
+        ("call_3", None, True),
+    ]
+    assert trace.status is RunStatus.STOPPED

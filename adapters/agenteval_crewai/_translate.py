@@ -134,6 +134,11 @@ def _tool_specs(tools: Any) -> list[ToolSpec]:
     return specs
 
 
+BLOCKED = "Tool execution blocked by hook"
+"""How CrewAI answers a tool call a before-tool-call hook refused (with native tool calling
+it runs this stand-in through its tool events)."""
+
+
 def _agent_of(role: Any) -> dict[str, Any]:
     """``gen_ai.agent.name``: the agent a span ran for (its role), when CrewAI says."""
     return {AGENT_NAME: str(role)} if role else {}
@@ -189,10 +194,22 @@ class Translator:
         (CrewAI opens no tool span for it) under the agent execution of its task."""
 
         def refuse(event: AlertEvent) -> None:
-            parent = self._executions.get(task_id) or root
-            self.assembler.refuse(parent, event.alert, call=call)
+            execution = self._executions.get(task_id)
+            if execution is not None and call.id is None:  # the id of the request refused
+                call.id = self._call_id(execution, call.name, call.arguments)
+            self.assembler.refuse(execution or root, event.alert, call=call)
 
         return refuse
+
+    def _call_id(self, execution: str, name: str, arguments: dict[str, Any]) -> str | None:
+        """The id of the request a tool run answers: a native call's own id (CrewAI may run
+        one reply's calls in any order), else the ReAct reply's LLM call id and the run's
+        place after it."""
+        asked, used = self._last_llm.get(execution, ("", 0))
+        self._last_llm[execution] = (asked, used + 1)
+        if isinstance(asked, list):
+            return _claim(asked, name, arguments)
+        return f"{asked}#{used}" if asked else None
 
     def handle(self, event: BusEvent) -> None:
         """Called on the recorder's thread with each event the listener heard."""
@@ -306,16 +323,11 @@ class Translator:
             )
         else:  # ToolUsageStartedEvent
             execution = self._executions.get(_task_id(event), "")
-            asked, used = self._last_llm.get(execution, ("", 0))
             arguments = json_arguments(event.tool_args)
             # a ReAct model may call "Delegate work to coworker"; CrewAI runs it as (and the
             # tool list says) delegate_work_to_coworker: one name for one tool
             tool_name = sanitize_tool_name(str(event.tool_name))
-            if isinstance(asked, list):  # native calls, which CrewAI may run in any order
-                call_id = _claim(asked, tool_name, arguments)
-            else:
-                call_id = f"{asked}#{used}" if asked else None
-            self._last_llm[execution] = (asked, used + 1)
+            call_id = self._call_id(execution, tool_name, arguments)
             call = ToolCall(id=call_id, name=tool_name, arguments=arguments)
             self.assembler.start_span(
                 key,
@@ -364,6 +376,12 @@ class Translator:
         if name != "ToolUsageFinishedEvent":
             self.assembler.end_span(key, output=_text(output), end_time=at)
             return
+        if (
+            isinstance(output, str)
+            and output.startswith(BLOCKED)
+            and self.assembler.fold_into_refusal(key)
+        ):
+            return  # CrewAI's stand-in for a call the guard refused: recorded once, refused
         # a result CrewAI's tool cache answered: the tool itself did not run
         cached = {FROM_CACHE: True} if getattr(event, "from_cache", False) else None
         self.assembler.end_span(key, output=plain(output), end_time=at, attributes=cached)

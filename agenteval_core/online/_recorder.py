@@ -266,6 +266,8 @@ class _OpenTrace:
     key: Hashable
     trace: Trace
     open_keys: set[Hashable] = field(default_factory=set)
+    stood_in: set[str] = field(default_factory=set)
+    """Refused calls' spans whose framework stand-in was folded into them."""
 
 
 @dataclass
@@ -427,6 +429,37 @@ class TraceAssembler:
                 attributes={GUARD_REFUSED: True},
                 end_time=alert.time,
             )
+
+    def fold_into_refusal(self, key: Hashable) -> bool:
+        """A framework ran a stand-in for a call the guard refused (CrewAI answers it
+        "blocked by hook" through its tool events): the stand-in's open tool span ``key``
+        is dropped and its call id goes to the refused call's span, the one record of that
+        call. False (nothing changed) when no refused call of the trace matches."""
+        open_span = self._spans.get(key)
+        stand_in = open_span.span.tool_call if open_span is not None else None
+        if open_span is None or stand_in is None:
+            return False
+        owner = open_span.owner
+
+        def stood_in_for(span: Span) -> bool:
+            call = span.tool_call
+            return (
+                call is not None
+                and bool(span.attributes.get(GUARD_REFUSED))
+                and span.id not in owner.stood_in
+                and (call.name, call.arguments) == (stand_in.name, stand_in.arguments)
+                and (call.id is None or stand_in.id is None or call.id == stand_in.id)
+            )
+
+        refused = next((span for span in owner.trace.spans if stood_in_for(span)), None)
+        if refused is None or refused.tool_call is None:
+            return False
+        owner.stood_in.add(refused.id)
+        refused.tool_call.id = refused.tool_call.id or stand_in.id
+        owner.trace.spans.remove(open_span.span)
+        del self._spans[key]
+        owner.open_keys.discard(key)
+        return True
 
     def shown_to_model(self, key: Hashable, call_id: str, result: Any) -> None:
         """A tool call of the trace ``key`` belongs to raised, its framework handled the
