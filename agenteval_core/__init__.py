@@ -77,7 +77,7 @@ if TYPE_CHECKING:
         pass_pow_k,
     )
     from .offline._processes import replay
-    from .offline._replay import ReplayReport, areplay
+    from .offline._replay import ReplayOptions, ReplayReport, areplay
     from .online._context import current_session, session
     from .online._evaluator import (
         DEFAULT_REDACTOR,
@@ -125,7 +125,14 @@ if TYPE_CHECKING:
         read_cases,
         write_cases,
     )
-    from .suite._suite import AttemptOutcome, CaseReport, EvalSuite, RunResult, SuiteReport
+    from .suite._suite import (
+        AttemptOutcome,
+        CaseReport,
+        EvalSuite,
+        RunOptions,
+        RunResult,
+        SuiteReport,
+    )
 
 __version__ = "0.1.0"
 
@@ -189,6 +196,7 @@ _EXPORTS: dict[str, str] = {
     "read_labels": ".calibration._calibrate",
     "configure_redaction": "._redact",
     "ReplayReport": ".offline._replay",
+    "ReplayOptions": ".offline._replay",
     "areplay": ".offline._replay",
     "replay": ".offline._processes",
     "write_report": ".report._report",
@@ -242,6 +250,7 @@ _EXPORTS: dict[str, str] = {
     "EvalSuite": ".suite._suite",
     "RunResult": ".suite._suite",
     "SuiteReport": ".suite._suite",
+    "RunOptions": ".suite._suite",
     "Judge": ".judges",
     "OpenAIJudge": ".judges",
     "agent_consistency": ".metrics",

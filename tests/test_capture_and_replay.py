@@ -521,3 +521,23 @@ def test_results_lines_are_written_and_read_by_one_versioned_model(tmp_path: Pat
         load_results(tmp_path / "newer.jsonl")
     older = {k: v for k, v in json.loads(lines[0]).items() if k != "results_version"}
     assert ResultsLine.model_validate(older).results_version == 1
+
+
+def test_replay_options_are_defined_once_and_a_misspelt_one_is_refused(tmp_path: Path) -> None:
+    from typing import get_type_hints
+
+    from agenteval_core import ReplayOptions, areplay
+
+    # the sync and async drivers take the same options, from one definition
+    assert set(get_type_hints(ReplayOptions)) == {
+        "judge", "embedder", "concurrency", "output", "sinks", "on_trace", "on_bad_line",
+        "on_progress",
+    }  # fmt: skip
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'outptu'"):
+        replay(EXAMPLE, outptu=tmp_path / "r.jsonl")  # type: ignore[call-arg]
+    import asyncio
+
+    with pytest.raises(TypeError, match=r"'concurency'"):
+        asyncio.run(areplay(EXAMPLE, concurency=2))  # type: ignore[call-arg]
+    report = replay(EXAMPLE, ["coherence"], output=tmp_path / "r.jsonl", concurrency=2)
+    assert report.traces == 9 and len((tmp_path / "r.jsonl").read_text().splitlines()) == 9

@@ -52,6 +52,18 @@ def test_seed_style_suite_with_recorded_traces() -> None:
     assert case.runs[0].results[0].score == 1.0 and case.runs[0].outcome == "passed"
 
 
+def test_run_and_arun_share_one_options_definition_and_refuse_a_misspelt_one() -> None:
+    suite = (
+        EvalSuite("Agent Eval").add_cases([recorded_case("c1")]).add_evaluators(ToolCallAccuracy())
+    )
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'attmpts'"):
+        suite.run(lambda task: "x", k=2, attmpts=3)  # type: ignore[call-arg]
+    report = suite.run(lambda task: "Here are the key AI papers", k=2, attempts=3, prior=(1, 1))
+    assert [len(case.runs) for case in report.cases] == [3]
+    report = asyncio.run(suite.arun(lambda task: "Here", k=1, attempts=2, progress=False))
+    assert [len(case.runs) for case in report.cases] == [2]
+
+
 def test_pass_counts_estimates_and_failures() -> None:
     # of 5 attempts the agent calls the right tool on 0, 1, 3, raises on 2, calls search on 4
     outcomes = itertools.count()

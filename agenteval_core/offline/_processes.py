@@ -12,15 +12,14 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from .._errors import CaptureFormatError
+from .._options import check_options
 from ..engine._sinks import Sink
 from ..metrics._protocol import Metric, SessionMetric
-from ..schema._results import MetricResult
-from ..schema._trace import Trace
 from ._ray import replay_on_ray
-from ._replay import ReplayReport, areplay, fewer_collections, replay_lines
+from ._replay import ReplayOptions, ReplayReport, areplay, fewer_collections, replay_lines
 
 __all__ = ["replay", "replay_in_workers"]
 
@@ -29,19 +28,16 @@ def replay(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
     *,
-    judge: Any = None,
-    embedder: Any = None,
-    concurrency: int | None = None,
-    output: str | os.PathLike[str] | None = None,
-    sinks: Sequence[Sink] = (),
-    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
-    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
     workers: int = 1,
     engine: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
+    **options: Unpack[ReplayOptions],
 ) -> ReplayReport:
     """Stream a capture file through metrics and return the report.
+
+    ``options`` (a :class:`~agenteval_core.ReplayOptions`, shared with
+    :func:`~agenteval_core.areplay`): ``judge``, ``embedder``, ``concurrency``, ``output``,
+    ``sinks``, ``on_trace``, ``on_bad_line``, ``on_progress``, as below.
 
     ``metrics`` are registry names or metric instances (default: the deterministic and
     embedding metrics that need no expectations, plus agent_reliability and
@@ -68,8 +64,10 @@ def replay(
     (see :func:`~agenteval_core.offline.replay_on_ray`); ``sinks`` and ``on_trace`` run in
     this process and are refused, as with workers.
     """
+    check_options(options, ReplayOptions, "replay")
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
+    sinks, on_trace = options.get("sinks", ()), options.get("on_trace")
     if engine == "ray":
         if workers != 1 or sinks or on_trace is not None:
             raise ValueError(
@@ -80,46 +78,19 @@ def replay(
         return replay_on_ray(
             [path] if isinstance(path, (str, os.PathLike)) else list(path),
             metrics,
-            judge=judge,
-            embedder=embedder,
-            concurrency=concurrency,
-            output=output,
-            on_bad_line=on_bad_line,
-            on_progress=on_progress,
             address=ray_address,
+            **options,
         )
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(
             "replay takes one capture file; several files, globs, directories and URLs are "
             "read with engine='ray'"
         )
-    _check_workers(workers, judge=judge, sinks=sinks, on_trace=on_trace)
+    _check_workers(workers, judge=options.get("judge"), sinks=sinks, on_trace=on_trace)
     if workers > 1:
-        return replay_in_workers(
-            path,
-            metrics,
-            workers=workers,
-            embedder=embedder,
-            concurrency=concurrency,
-            output=output,
-            on_bad_line=on_bad_line,
-            on_progress=on_progress,
-        )
+        return replay_in_workers(path, metrics, workers=workers, **options)
     with fewer_collections():
-        return asyncio.run(
-            areplay(
-                Path(path),
-                metrics,
-                judge=judge,
-                embedder=embedder,
-                concurrency=concurrency,
-                output=output,
-                sinks=sinks,
-                on_trace=on_trace,
-                on_bad_line=on_bad_line,
-                on_progress=on_progress,
-            )
-        )
+        return asyncio.run(areplay(Path(path), metrics, **options))
 
 
 def _check_workers(workers: int, *, judge: Any, sinks: Sequence[Sink], on_trace: Any) -> None:
@@ -145,11 +116,7 @@ def replay_in_workers(
     metrics: Sequence[str | Metric | SessionMetric] | None,
     *,
     workers: int,
-    embedder: Any,
-    concurrency: int | None,
-    output: str | os.PathLike[str] | None,
-    on_bad_line: Callable[[CaptureFormatError], None] | None,
-    on_progress: Callable[[int], None] | None,
+    **options: Unpack[ReplayOptions],
 ) -> ReplayReport:
     """:func:`~agenteval_core.replay` with ``workers`` processes, this one included.
 
@@ -157,6 +124,9 @@ def replay_in_workers(
     session in one shard, so each session is scored in order, as in one process). This
     process reports progress and its bad lines as it goes; the others' bad lines arrive
     when they finish. The shares of the results file merge back into capture order."""
+    embedder, concurrency = options.get("embedder"), options.get("concurrency")
+    output, on_bad_line = options.get("output"), options.get("on_bad_line")
+    on_progress = options.get("on_progress")
     try:  # before any process starts: what cannot be sent is said here, with its cause
         payload = pickle.dumps((metrics, embedder))
     except Exception as exc:

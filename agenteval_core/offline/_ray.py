@@ -25,18 +25,18 @@ import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
-from .._errors import CaptureError, CaptureFormatError
+from .._errors import CaptureError
 from ..engine._engine import Engine
 from ..engine._sinks import Sink, encode_record, session_record, trace_record
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import MAX_LINE_BYTES, line_session, parse_line, split_lines
 from ..schema._results import MetricResult, ResultsLine, TraceResults
 from ..schema._trace import Trace
-from ._replay import ReplayReport, _batch_size
+from ._replay import ReplayOptions, ReplayReport, _batch_size
 
 __all__ = ["capture_files", "replay_on_ray"]
 
@@ -229,16 +229,12 @@ def replay_on_ray(
     paths: Sequence[str | os.PathLike[str]],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
     *,
-    judge: Any = None,
-    embedder: Any = None,
-    concurrency: int | None = None,
-    output: str | os.PathLike[str] | None = None,
-    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
     address: str | None = None,
     scorers: int | None = None,
+    **options: Unpack[ReplayOptions],
 ) -> ReplayReport:
-    """Score captures on a Ray cluster (or Ray's local mode); see :func:`replay`.
+    """Score captures on a Ray cluster (or Ray's local mode); see :func:`replay` (the same
+    ``options``, less ``sinks`` and ``on_trace``, which would run in this process).
 
     ``paths`` are capture files, globs, directories or object-store URLs (see
     :func:`capture_files`). ``address`` is the cluster's (default: ``$RAY_ADDRESS``, or a
@@ -256,6 +252,14 @@ def replay_on_ray(
         from ray.data import ActorPoolStrategy, DataContext
     except ImportError:
         raise ImportError(RAY_MISSING) from None
+    if options.get("sinks") or options.get("on_trace") is not None:
+        raise ValueError(
+            "replay on Ray takes no sinks or on_trace: Ray's workers score the traces on "
+            "their machines; write the results file (output=...) and read it"
+        )
+    judge, embedder = options.get("judge"), options.get("embedder")
+    concurrency, output = options.get("concurrency"), options.get("output")
+    on_bad_line, on_progress = options.get("on_bad_line"), options.get("on_progress")
     files = capture_files(paths)
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every worker

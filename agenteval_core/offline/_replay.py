@@ -8,9 +8,10 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .._errors import CaptureFormatError
+from .._options import check_options
 from ..embedders._local import LocalEmbedder
 from ..engine._engine import Engine
 from ..engine._sinks import ResultsFileSink, Sink
@@ -20,7 +21,30 @@ from ..schema._capture import read_numbered
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import Trace
 
-__all__ = ["NumberedResultsFile", "ReplayReport", "areplay", "fewer_collections", "replay_lines"]
+__all__ = [
+    "NumberedResultsFile",
+    "ReplayOptions",
+    "ReplayReport",
+    "areplay",
+    "fewer_collections",
+    "replay_lines",
+]
+
+
+class ReplayOptions(TypedDict, total=False):
+    """What a replay scores with and where its results go: the keyword arguments that
+    :func:`~agenteval_core.replay`, :func:`~agenteval_core.areplay` and every driver below
+    them share, defined once (see :func:`~agenteval_core.replay` for each)."""
+
+    judge: Any
+    embedder: Any
+    concurrency: int | None
+    output: str | os.PathLike[str] | None
+    sinks: Sequence[Sink]
+    on_trace: Callable[[Trace, list[MetricResult]], None] | None
+    on_bad_line: Callable[[CaptureFormatError], None] | None
+    on_progress: Callable[[int], None] | None
+
 
 LOCAL_BATCH_SIZE = 32
 """Traces parsed and scored together when every embedder runs in this process: a few dozen
@@ -141,65 +165,47 @@ def fewer_collections() -> Iterator[None]:
 async def areplay(
     path: str | os.PathLike[str],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
-    *,
-    judge: Any = None,
-    embedder: Any = None,
-    concurrency: int | None = None,
-    output: str | os.PathLike[str] | None = None,
-    sinks: Sequence[Sink] = (),
-    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
-    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
+    **options: Unpack[ReplayOptions],
 ) -> ReplayReport:
-    """Score every trace of a capture file in this process; see :func:`replay`."""
-    return await replay_lines(
-        path,
-        metrics,
-        judge=judge,
-        embedder=embedder,
-        concurrency=concurrency,
-        output=output,
-        sinks=sinks,
-        on_trace=on_trace,
-        on_bad_line=on_bad_line,
-        on_progress=on_progress,
-    )
+    """Score every trace of a capture file in this process; see :func:`replay` (the same
+    ``options``)."""
+    return await replay_lines(path, metrics, **options)
 
 
 async def replay_lines(
     path: str | os.PathLike[str],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
     *,
-    judge: Any = None,
-    embedder: Any = None,
-    concurrency: int | None = None,
-    output: str | os.PathLike[str] | None = None,
-    sinks: Sequence[Sink] = (),
-    on_trace: Callable[[Trace, list[MetricResult]], None] | None = None,
-    on_bad_line: Callable[[CaptureFormatError], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
     shard: tuple[int, int] | None = None,
     numbered_output: str | os.PathLike[str] | None = None,
     between_batches: Callable[[], None] | None = None,
+    **options: Unpack[ReplayOptions],
 ) -> ReplayReport:
     """:func:`areplay` over the lines of one shard (all of them when ``shard`` is None).
     ``numbered_output`` is a worker's share of the results file (see
     :class:`NumberedResultsFile`); ``between_batches`` is called after each batch, and
     what it raises stops the replay."""
+    check_options(options, ReplayOptions, "replay")
+    judge, output = options.get("judge"), options.get("output")
+    on_bad_line, on_progress = options.get("on_bad_line"), options.get("on_progress")
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every trace
         await preflight()
     report = ReplayReport(path=os.fspath(path))
-    all_sinks: list[Sink] = [_ReportSink(report, on_trace)]
+    all_sinks: list[Sink] = [_ReportSink(report, options.get("on_trace"))]
     if output is not None:
         all_sinks.append(ResultsFileSink(output))
     numbers: deque[int] = deque()
     numbered = NumberedResultsFile(numbered_output, numbers) if numbered_output else None
     if numbered is not None:
         all_sinks.append(numbered)
-    all_sinks += sinks
+    all_sinks += options.get("sinks", ())
     engine = Engine(
-        metrics, judge=judge, embedder=embedder, sinks=all_sinks, concurrency=concurrency
+        metrics,
+        judge=judge,
+        embedder=options.get("embedder"),
+        sinks=all_sinks,
+        concurrency=options.get("concurrency"),
     )
 
     def bad_line(error: CaptureFormatError) -> None:

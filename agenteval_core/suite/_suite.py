@@ -11,7 +11,7 @@ import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from rich.console import Console
@@ -19,6 +19,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from .._errors import CaptureError, MetricInputError, describe_validation
+from .._options import check_options
 from ..engine._engine import Engine, resolve_metrics
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric
@@ -37,6 +38,7 @@ __all__ = [
     "AttemptOutcome",
     "CaseReport",
     "EvalSuite",
+    "RunOptions",
     "RunResult",
     "SuiteReport",
     "attempt_outcome",
@@ -295,6 +297,18 @@ def _takes_conversation(agent_fn: AgentFn) -> bool:
         return False
 
 
+class RunOptions(TypedDict, total=False):
+    """How :meth:`EvalSuite.run` and :meth:`EvalSuite.arun` run a suite, defined once (see
+    :meth:`EvalSuite.arun` for each option and its default)."""
+
+    attempts: int | None
+    estimator: Estimator
+    ci_level: float
+    prior: tuple[float, float]
+    concurrency: int
+    progress: bool | None
+
+
 class EvalSuite:
     """A set of cases and the metrics that judge them.
 
@@ -341,42 +355,14 @@ class EvalSuite:
         return self
 
     def run(
-        self,
-        agent_fn: AgentFn | None = None,
-        k: int = 1,
-        *,
-        attempts: int | None = None,
-        estimator: Estimator = "plugin",
-        ci_level: float = 0.95,
-        prior: tuple[float, float] = (1.0, 1.0),
-        concurrency: int = 4,
-        progress: bool | None = None,
+        self, agent_fn: AgentFn | None = None, k: int = 1, **options: Unpack[RunOptions]
     ) -> SuiteReport:
-        """Run every case k times and score each run; see :meth:`arun`."""
-        return asyncio.run(
-            self.arun(
-                agent_fn,
-                k,
-                attempts=attempts,
-                estimator=estimator,
-                ci_level=ci_level,
-                prior=prior,
-                concurrency=concurrency,
-                progress=progress,
-            )
-        )
+        """Run every case k times and score each run; see :meth:`arun` (the same
+        ``options``)."""
+        return asyncio.run(self.arun(agent_fn, k, **options))
 
     async def arun(
-        self,
-        agent_fn: AgentFn | None = None,
-        k: int = 1,
-        *,
-        attempts: int | None = None,
-        estimator: Estimator = "plugin",
-        ci_level: float = 0.95,
-        prior: tuple[float, float] = (1.0, 1.0),
-        concurrency: int = 4,
-        progress: bool | None = None,
+        self, agent_fn: AgentFn | None = None, k: int = 1, **options: Unpack[RunOptions]
     ) -> SuiteReport:
         """Run every case ``attempts`` times (default k; at most ``concurrency`` at once) and score each run.
 
@@ -392,8 +378,16 @@ class EvalSuite:
         ``actual_state``); the suite's case keeps its own expectations.
         pass@k and pass^k per case come from its c passes in n = ``attempts`` runs (n ≥ k;
         more attempts than k make the unbiased estimator meaningful).
-        ``progress`` shows a bar on stderr (default: when stderr is a terminal).
+
+        ``options`` (:class:`~agenteval_core.RunOptions`): ``attempts`` (default k),
+        ``estimator`` (default ``"plugin"``), ``ci_level`` (0.95), ``prior`` ((1, 1)),
+        ``concurrency`` (4), ``progress`` (a bar on stderr; default: when stderr is a
+        terminal).
         """
+        check_options(options, RunOptions, "EvalSuite.arun")
+        attempts = options.get("attempts")
+        estimator: Estimator = options.get("estimator", "plugin")
+        concurrency, progress = options.get("concurrency", 4), options.get("progress")
         if not self.cases:
             raise MetricInputError(f"suite {self.name!r} has no cases; call add_cases first")
         if not self.evaluators and not all(case.metrics for case in self.cases):
@@ -424,6 +418,7 @@ class EvalSuite:
             runs = await asyncio.gather(
                 *(attempt(case, index) for case in self.cases for index in range(attempts))
             )
+        ci_level, prior = options.get("ci_level", 0.95), options.get("prior", (1.0, 1.0))
         return self._report(list(runs), k, attempts, estimator, ci_level, prior)
 
     def _engines(self) -> dict[tuple[str, ...], Engine]:
