@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,49 @@ def test_cache_hits_make_no_call_and_prompt_versions_miss(
     changed = ask(j, request(version="v2"))
     assert changed.parsed.reason == "new prompt" and len(judge_server.requests) == 2  # type: ignore[attr-defined]
     assert cache.clear() == 2 and len(cache) == 0
+
+
+class _DiskWaitingCache(JudgeCache):
+    """A cache whose disk answers only once the event loop has run something else: were
+    SQLite called on the loop, nothing else could run and the wait would time out."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.waiting, self.disk = threading.Event(), threading.Event()
+        self.waited: list[bool] = []
+
+    def _wait_for_the_disk(self) -> None:
+        self.waiting.set()
+        self.waited.append(self.disk.wait(5))
+        self.disk.clear()
+
+    def get(self, key: str) -> dict[str, object] | None:
+        self._wait_for_the_disk()
+        return super().get(key)
+
+    def put(self, key: str, value: dict[str, object]) -> None:
+        self._wait_for_the_disk()
+        super().put(key, value)
+
+
+def test_the_cache_never_stalls_the_event_loop(judge_server: JudgeServer, tmp_path: Path) -> None:
+    judge_server.reply({"score": 0.4, "reason": "first"})
+    cache = _DiskWaitingCache(tmp_path / "judge.sqlite")
+    j = judge(judge_server, cache=cache)
+
+    async def main() -> object:
+        asked = asyncio.create_task(j.judge(request()))
+        while not asked.done():  # the loop runs this while the cache waits on its disk
+            if cache.waiting.is_set():
+                cache.waiting.clear()
+                cache.disk.set()
+            await asyncio.sleep(0)
+        return asked.result()
+
+    reply = asyncio.run(main())
+    assert reply.parsed == Verdict(score=0.4, reason="first")  # type: ignore[attr-defined]
+    assert cache.waited == [True, True]  # the lookup and the store, each off the loop
+    assert len(cache) == 1
 
 
 def test_rate_limit_is_honoured(judge_server: JudgeServer) -> None:

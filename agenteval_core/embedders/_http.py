@@ -6,6 +6,7 @@ import asyncio
 import functools
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 import numpy as np
@@ -63,23 +64,23 @@ class HTTPEmbedder:
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         keys = [cache_key("embedding", self.model, text) for text in texts]
         found: dict[str, list[float]] = {}
-        if self.cache is not None:
-            for key in set(keys):
-                hit = self.cache.get(key)
-                if hit is not None:
-                    found[key] = hit["vector"]
+        if self.cache is not None:  # off the event loop: SQLite waits on the disk
+            hits = await self.cache.aget_many(set(keys))
+            found = {key: hit["vector"] for key, hit in hits.items()}
         missing = list(dict.fromkeys(t for t, k in zip(texts, keys, strict=True) if k not in found))
         async with httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client:
             batches = [
                 missing[i : i + self.batch_size] for i in range(0, len(missing), self.batch_size)
             ]
             results = await asyncio.gather(*(self._batch(client, batch) for batch in batches))
+        fresh: dict[str, dict[str, Any]] = {}
         for batch, vectors in zip(batches, results, strict=True):
             for text, vector in zip(batch, vectors, strict=True):
                 key = cache_key("embedding", self.model, text)
                 found[key] = vector
-                if self.cache is not None:
-                    self.cache.put(key, {"vector": vector})
+                fresh[key] = {"vector": vector}
+        if self.cache is not None and fresh:
+            await self.cache.aput_many(fresh)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         matrix = np.array([found[key] for key in keys], dtype=np.float32)

@@ -243,7 +243,7 @@ class BaseJudge(ABC):
     async def _ask(self, request: JudgeRequest[T], key: str) -> JudgeReply[T]:
         started = time.perf_counter()
         if self.cache is not None:
-            hit = self.cache.get(key)
+            hit = await self.cache.aget(key)
             if hit is not None:
                 parsed = request.schema.model_validate(hit["parsed"])
                 if request.check is None or request.check(parsed) is None:
@@ -309,7 +309,7 @@ class BaseJudge(ABC):
                 calls=usage.calls,
             )
             if self.cache is not None:
-                self.cache.put(key, {"parsed": parsed.model_dump(mode="json"), "raw": text})
+                await self.cache.aput(key, {"parsed": parsed.model_dump(mode="json"), "raw": text})
             return reply
         self.stats.unparsable += 1
         error: JudgeParseError

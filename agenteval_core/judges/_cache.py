@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import sqlite3
 import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,9 @@ class JudgeCache:
     """Replies keyed by judge model, metric, prompt version and the canonical request.
 
     A hit makes no call. Safe to share between threads; WAL mode lets several processes
-    read while one writes.
+    read while one writes. Judges use :meth:`aget` and :meth:`aput`, which run SQLite on a
+    worker thread: a commit waits on the disk, and on the event loop it would stall every
+    judge call in flight.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
@@ -39,6 +43,9 @@ class JudgeCache:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        # with WAL, NORMAL syncs at checkpoints, not on every commit: a power cut may lose
+        # the last replies (a cache: they are asked again), never the file
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
         )
@@ -61,6 +68,40 @@ class JudgeCache:
                 "INSERT OR REPLACE INTO replies (key, value) VALUES (?, ?)",
                 (key, json.dumps(value, default=str)),
             )
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The cached values of ``keys`` that have one."""
+        return {key: value for key in keys if (value := self.get(key)) is not None}
+
+    def put_many(self, values: Mapping[str, dict[str, Any]]) -> None:
+        """Store several values in one transaction (one commit for a batch)."""
+        rows = [(key, json.dumps(value, default=str)) for key, value in values.items()]
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO replies (key, value) VALUES (?, ?)", rows
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    async def aget(self, key: str) -> dict[str, Any] | None:
+        """:meth:`get` on a worker thread."""
+        return await asyncio.to_thread(self.get, key)
+
+    async def aput(self, key: str, value: dict[str, Any]) -> None:
+        """:meth:`put` on a worker thread."""
+        await asyncio.to_thread(self.put, key, value)
+
+    async def aget_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """:meth:`get_many` on a worker thread."""
+        return await asyncio.to_thread(self.get_many, list(keys))
+
+    async def aput_many(self, values: Mapping[str, dict[str, Any]]) -> None:
+        """:meth:`put_many` on a worker thread."""
+        await asyncio.to_thread(self.put_many, dict(values))
 
     def clear(self) -> int:
         """Delete every cached reply; returns how many there were."""
