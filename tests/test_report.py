@@ -13,6 +13,7 @@ from browser import CHROMIUM, chromium
 from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
+    AgentStep,
     LoopAlert,
     RunStatus,
     Span,
@@ -412,3 +413,30 @@ def test_long_unbroken_strings_do_not_widen_the_report(tmp_path: Path) -> None:
     width = re.search(r'data-width="(\d+)"', dom.stdout)
     assert width is not None, dom.stderr[-2000:]
     assert int(width.group(1)) <= 1024  # no sideways scrolling
+
+
+def test_every_text_a_run_controls_is_escaped(tmp_path: Path) -> None:
+    evil = '<img src=x onerror="alert(1)">'
+    trace = Trace.from_steps(
+        f"question {evil}",
+        [
+            AgentStep(
+                thought=evil,
+                tool_calls=[ToolCall(name=f"tool{evil}", arguments={"q": evil}, result=evil)],
+            ),
+            AgentStep(output=f"answer {evil}"),
+        ],
+        session_id=f"session{evil}",
+        id=f"trace{evil}",
+        status_reason=evil,
+        error=evil,
+    )
+    capture = tmp_path / "c.jsonl"
+    capture.write_text(trace.to_json() + "\n")
+    results = tmp_path / "r.jsonl"
+    replay(capture, ["coherence", "agent_reliability"], output=results)
+    page = render_html(load_results(results, capture))
+    # the run's text is in the page, escaped, wherever it appears (request, answer, ids,
+    # session, tool name, arguments and result, reason, error)
+    assert "<img" not in page and 'onerror="' not in page
+    assert page.count("&lt;img src=x onerror=&#34;alert(1)&#34;&gt;") >= 8
