@@ -49,8 +49,11 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
 
     def __init__(self, instrumentation: LlamaIndexInstrumentation) -> None:
         super().__init__()
+        # bound once: the hot path reads attributes and puts, nothing else
         self._put = instrumentation.recorder.put
-        self._translator = instrumentation.translator
+        translator = instrumentation.translator
+        self._on_start, self._on_exit = translator.on_start, translator.on_exit
+        self._on_drop = translator.on_drop
         self._guard = instrumentation if instrumentation.stop_on_loop else None
 
     @classmethod
@@ -68,8 +71,11 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
     ) -> SimpleSpan | None:
         if (session := current_session()) is not None:  # read here: the recorder cannot see it
             tags = {**(tags or {}), SESSION_TAG: session}
-        start = self._translator.on_start
-        self._put(SpanStarted(start, id_, parent_span_id, instance, bound_args, tags, time.time()))
+        self._put(
+            SpanStarted(
+                self._on_start, id_, parent_span_id, instance, bound_args, tags, time.time()
+            )
+        )
         if self._guard is not None:
             self._guard.check(id_, parent_span_id, bound_args, tags)
         return None
@@ -82,7 +88,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         result: Any | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put(SpanExited(self._translator.on_exit, id_, result, time.time()))
+        self._put(SpanExited(self._on_exit, id_, result, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
         return None
@@ -95,7 +101,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         err: BaseException | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put(SpanDropped(self._translator.on_drop, id_, err, time.time()))
+        self._put(SpanDropped(self._on_drop, id_, err, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
         return None

@@ -197,20 +197,24 @@ class Recorder:
         """An adapter's guard check raised (a bug of ours, kept from the agent): counted in
         the evaluator's ``stats.problems``, and said at WARNING once, since a guard that
         fails cannot stop a loop even with ``stop_on_loop=True``."""
-        if self._on_problem is not None:
-            self._on_problem("loop guard", exc, "this tool call was not checked for a loop")
-        else:
-            logger.warning("agenteval: the loop guard failed: %s: %s", type(exc).__name__, exc)
+        self._problem("loop guard", exc, "this tool call was not checked for a loop")
 
     def field_failed(self, what: str, exc: BaseException) -> None:
         """A translator could not read one field of a framework event (an odd value of a
         new framework release): the span is recorded without it; counted in the
         evaluator's ``stats.problems["event field"]`` and said at WARNING once."""
-        consequence = f"{what} was left out of a span (the rest of it was recorded)"
+        self._problem(
+            "event field", exc, f"{what} was left out of a span (the rest of it was recorded)"
+        )
+
+    def _problem(self, kind: str, exc: BaseException, consequence: str) -> None:
+        # the evaluator counts it and says it once per kind; a bare recorder says it
         if self._on_problem is not None:
-            self._on_problem("event field", exc, consequence)
+            self._on_problem(kind, exc, consequence)
         else:
-            logger.warning("agenteval: %s: %s: %s", consequence, type(exc).__name__, exc)
+            logger.warning(
+                "agenteval: %s failed (%s: %s): %s", kind, type(exc).__name__, exc, consequence
+            )
 
     def _alert_event(self, event: AlertEvent) -> None:
         self._on_alert(event.alert)
