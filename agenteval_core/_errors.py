@@ -27,8 +27,11 @@ above with ``raise ... from exc`` so the cause stays visible.
 
 from __future__ import annotations
 
+import difflib
+import os
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ __all__ = [
     "MetricInputError",
     "SchemaVersionError",
     "UnknownMetricError",
+    "describe_os_error",
     "describe_validation",
 ]
 
@@ -99,6 +103,9 @@ class UnknownMetricError(AgentEvalError, KeyError):
         super().__init__(name)
 
     def __str__(self) -> str:
+        close = difflib.get_close_matches(self.name, self.known, n=3, cutoff=0.6)
+        if close:
+            return f"unknown metric {self.name!r}; did you mean {' or '.join(close)}?"
         return (
             f"unknown metric {self.name!r}; known metrics: {', '.join(self.known)} "
             "(run `agenteval metrics` for descriptions)"
@@ -245,3 +252,14 @@ def describe_validation(exc: ValidationError) -> str:
     error = exc.errors(include_url=False)[0]
     where = ".".join(str(part) for part in error["loc"])[:120] or "value"
     return f"{where}: {str(error['msg']).removeprefix('Value error, ')[:200]}"
+
+
+def describe_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> str:
+    """A file-system error as one line, ``path: what went wrong``: a folder on the path that
+    is a file is named (the system says only "File exists" or "Not a directory")."""
+    where = Path(path if path is not None else exc.filename or "")
+    for parent in where.parents:
+        if parent != Path(".") and parent.is_file():
+            return f"{where}: {parent} is a file, not a directory"
+    reason = exc.strerror or str(exc)
+    return f"{where}: {reason[:1].lower()}{reason[1:]}" if str(where) != "." else reason

@@ -1,4 +1,4 @@
-"""Lexical tokens for Jaccard similarity and answer-uses-result checks."""
+"""Lexical tokens for Jaccard similarity and answer-uses-result checks; short forms of text."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ __all__ = [
     "STOP_WORDS",
     "content_text",
     "content_tokens",
+    "first_words",
     "jaccard",
     "loop_tokens",
 ]
@@ -73,3 +74,9 @@ def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float
     shared = len(a & b)
     union = len(a) + len(b) - shared  # without building the union set
     return shared / union if union else 0.0
+
+
+def first_words(text: str, count: int = 8) -> str:
+    """The first ``count`` words of ``text`` on one line, with "…" when there were more."""
+    words = text.split()
+    return " ".join(words[:count]) + (" …" if len(words) > count else "")

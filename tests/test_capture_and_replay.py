@@ -317,12 +317,12 @@ def test_cli_replay_summary_and_json(tmp_path: Path) -> None:
     assert len(out.read_text().splitlines()) == 9 + 3  # one line per trace, then per session
 
 
-def test_cli_lists_metrics_one_line_each_within_80_columns() -> None:
+def test_cli_lists_metrics_one_entry_each_within_80_columns() -> None:
     result = CliRunner().invoke(cli, ["metrics"], env={"COLUMNS": "80"})
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= 80
-    listed = [line.split()[0] for line in lines if line.startswith("  ")]
+    listed = [line.split()[0] for line in lines if line.startswith("  ") and line[2] != " "]
     # every registered metric, and best_of, which compares agents rather than scoring a trace
     assert sorted(listed) == sorted([info.name for info in list_metrics()] + ["best_of"])
     assert "comparison of several agents (name, summary; `agenteval compare`)" in result.output
@@ -351,6 +351,27 @@ def test_cli_describes_one_metric_and_rejects_an_unknown_kind() -> None:
     [
         (["replay", "missing.jsonl"], 2, "missing.jsonl: no such file"),
         (["replay", "{example}", "--metrics", "nope"], 2, "unknown metric 'nope'"),
+        (
+            ["replay", "{example}", "--metrics", "coherense"],
+            2,
+            "unknown metric 'coherense'; did you mean coherence?",
+        ),
+        (
+            ["replay", "{example}", "--metrics", "task_completion"],
+            2,
+            "task_completion needs a judge: pass judge=OpenAIJudge(...) (from the command "
+            "line: --judge-model), or leave the metric out",
+        ),
+        (
+            ["replay", "{example}", "--json", "{file}/results.jsonl"],
+            1,
+            "{file}/results.jsonl: {file} is a file, not a directory",
+        ),
+        (
+            ["demo", "--capture", "{file}/deeper/capture.jsonl"],
+            1,
+            "{file}/deeper/capture.jsonl: {file} is a file, not a directory",
+        ),
         (["replay", "{newer}"], 1, "newer than this agenteval understands"),
         (["replay", "{torn}"], 1, "truncated last line"),
         (["replay", "{torn}"], 1, "1 bad line(s) skipped; the other 1 were scored"),
@@ -372,6 +393,7 @@ def test_cli_errors_are_one_line_without_traceback(
     )
     garbage = write_lines(tmp_path / "garbage.jsonl", "not json\n", "also bad\n")
     paths = {
+        "file": str(garbage),
         "example": str(EXAMPLE),
         "newer": str(newer),
         "torn": str(torn),
@@ -386,8 +408,29 @@ def test_cli_errors_are_one_line_without_traceback(
     )
     assert done.returncode == code
     assert "Traceback" not in done.stderr
-    assert message in done.stderr
+    assert message.format(**paths) in done.stderr
     assert all(line.startswith("agenteval: error: ") for line in done.stderr.strip().splitlines())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["repaly", "x.jsonl"], "No such command 'repaly'. Did you mean 'replay'?"),
+        (
+            ["replay", "x.jsonl", "--jsno", "r.jsonl"],
+            "No such option '--jsno'. Did you mean '--json'?",
+        ),
+    ],
+)
+def test_a_misspelt_command_or_option_gets_a_did_you_mean(args: list[str], message: str) -> None:
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 2 and message in done.output
+
+
+def test_the_help_names_every_command() -> None:
+    blurb = CliRunner().invoke(cli, ["--help"]).output.split("Options:")[0]
+    for command in cli.commands:
+        assert command in blurb, command
 
 
 class _RemoteEmbedder:

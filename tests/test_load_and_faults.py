@@ -373,6 +373,7 @@ def test_a_capture_path_that_cannot_be_written_is_one_clear_error(tmp_path: Path
     with pytest.raises(CaptureError) as raised:
         OnlineEvaluator(capture=tmp_path / "a-file" / "c.jsonl")
     assert str(raised.value) == (
-        f"{tmp_path / 'a-file' / 'c.jsonl'}: cannot write the capture file (File exists); "
+        f"cannot write the capture file: {tmp_path / 'a-file' / 'c.jsonl'}: "
+        f"{tmp_path / 'a-file'} is a file, not a directory; "
         "pass capture= a path in a writable directory, or capture=None to capture nothing"
     )

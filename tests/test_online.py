@@ -570,18 +570,22 @@ def test_the_console_sink_prints_a_line_per_trace_and_a_closing_summary(tmp_path
     with OnlineEvaluator(
         capture=capture,
         results_path=results,
-        metrics=["tool_call_loops"],
+        metrics=["tool_call_loops", "tool_call_accuracy"],
         session_metrics=[],
         sinks=[ConsoleSink(out)],
         log=False,
     ) as evaluator:
         evaluator.submit(trace("Your order shipped yesterday.", id="fine-run-1"))
+        assert evaluator.flush(10)
         evaluator.submit(stopped)
         assert evaluator.flush(10)
     lines = out.getvalue().splitlines()
+    # a metric that gives no score says why, once: not on every line of a long session
     assert lines[:2] == [
-        "agenteval: trace fine-run session s1 [ok] tool_call_loops 1.00",
-        "agenteval: trace stopped- session s1 [stopped] tool_call_loops 1.00",
+        "agenteval: trace fine-run session s1 [ok] tool_call_loops 1.00, not scored: "
+        "tool_call_accuracy (no expectation: the case gives no expected_tool_calls)",
+        "agenteval: trace stopped- session s1 [stopped] tool_call_loops 1.00, not scored: "
+        "tool_call_accuracy",
     ]
     assert lines[2:] == [
         "agenteval: 2 trace(s) scored, 0 with failing metrics, 1 that did not complete; "

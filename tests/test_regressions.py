@@ -204,7 +204,7 @@ def test_suite_passes_the_fixed_agent_and_fails_the_broken_one(
         broken.output
     )
     # 3/3 → 0/3: P(drop) = 1 − P(Beta(1, 4) > Beta(4, 1)) = 1 − 1/70 = 0.986 > 0.95
-    assert broken.output.count("│ 3/3      │ 0/3 │ 0.986   │ REGRESSED │") == 3
+    assert broken.output.count("│ 3/3      │ 0/3 │   0.986 │ REGRESSED │") == 3
     assert "agenteval: error: 3 case(s) regressed" in broken.output
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("failures") == "4"

@@ -102,7 +102,10 @@ def test_nothing_to_evaluate_is_skipped_not_a_pass() -> None:
     assert agent_consistency([{}]).reason == "not scored: no traces or signals to evaluate"
     no_confidence = agent_consistency([{"coherence": 0.2}])
     assert (no_confidence.score, no_confidence.skipped) == (None, True)
-    assert no_confidence.reason == "not scored: no trace has a confidence signal to evaluate"
+    assert no_confidence.reason == (
+        "not scored: no trace has a confidence signal to evaluate "
+        "(the confidence metric gives it: score with a judge)"
+    )
     assert no_confidence.metadata["traces_evaluated"] == 0
 
 

@@ -13,8 +13,8 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
-from .._errors import AgentEvalError, CaptureFormatError, ErrorKind
+from .._errors import AgentEvalError, CaptureFormatError, ErrorKind, describe_os_error
+from .._tables import TextTable, line_width, show, unscored_note
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind
 from ..metrics._registry import list_metrics, metric_class
 from ..offline._processes import replay
 from ..offline._replay import ReplayReport
-from ..schema._results import MetricResult
+from ..schema._results import MetricResult, flagged_traces
 
 if TYPE_CHECKING:
     from ..judges import OpenAIJudge
@@ -66,14 +66,17 @@ class _Group(click.Group):
             sys.stderr.close()
             raise SystemExit(0) from None
         except OSError as exc:
-            raise RunProblem(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from exc
+            raise RunProblem(describe_os_error(exc)) from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agenteval", prog_name="agenteval")
 def cli() -> None:
-    """Evaluate AI agents: replay captured runs through metrics, turn captured failures into
-    regression cases and run them as a suite, list metrics, run the demo."""
+    """Evaluate AI agents. Score captured runs (replay), turn captured failures into
+    regression cases (cases) and run them k times as a suite (suite), write an HTML report
+    (report), compare agents with a judge (compare), check metrics against human labels
+    (calibrate), import OpenTelemetry spans (import), list the metrics (metrics), run the
+    demo (demo)."""
 
 
 def _plain(text: str) -> str:
@@ -82,8 +85,18 @@ def _plain(text: str) -> str:
     return text.replace("``", "")
 
 
-def _fit(line: str, width: int) -> str:
-    return line if len(line) <= width else line[: width - 1] + "…"
+def _hanging(line: str, indent: int, width: int | None) -> str:
+    """``line`` wrapped at spaces to ``width`` (unwrapped when ``None``), continuation lines
+    indented by ``indent``: a description never cut off nor broken mid-word."""
+    if width is None or len(line) <= width:
+        return line
+    return textwrap.fill(
+        line,
+        width=max(width, indent + 20),
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 _COMPARISONS = {
@@ -114,7 +127,8 @@ def metrics_command(name: str | None, kind: str | None) -> None:
     if name is not None:
         _describe_metric(name)
         return
-    width = max(60, shutil.get_terminal_size((80, 24)).columns)
+    # a terminal's width (or $COLUMNS); a log or a pipe gets whole lines
+    width = line_width(sys.stdout.isatty())
     infos = [info for info in list_metrics() if kind is None or info.kind == kind]
     comparisons = _COMPARISONS if kind in (None, "comparison") else {}
     widest = max(len(name) for name in [info.name for info in infos] + list(comparisons))
@@ -127,11 +141,11 @@ def metrics_command(name: str | None, kind: str | None) -> None:
             line = (
                 f"  {info.name:<{widest}}  {info.default_threshold:<4g}  {_plain(info.description)}"
             )
-            click.echo(_fit(line, width))
+            click.echo(_hanging(line, widest + 8, width))
     if comparisons:
         click.echo("comparison of several agents (name, summary; `agenteval compare`)")
         for compared, (summary, _) in comparisons.items():
-            click.echo(_fit(f"  {compared:<{widest}}  {'':<4}  {summary}", width))
+            click.echo(_hanging(f"  {compared:<{widest}}  {'':<4}  {summary}", widest + 8, width))
     count = len(infos) + len(comparisons)
     plural = "" if count == 1 else "s"
     click.echo(f"\n{count} metric{plural}. `agenteval metrics NAME` describes one in full.")
@@ -175,12 +189,13 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _summary_table(title: str, summary: ResultSummary) -> Table:
-    table = Table(title=title)
-    for column in ("metric", "mean", "pass rate", "scored", "errors", "skipped", "note"):
-        table.add_column(column, overflow="fold")
+def _summary_table(title: str, summary: ResultSummary) -> TextTable:
+    table = TextTable(
+        title,
+        ("metric", "mean", "pass rate", "scored", "errors", "skipped"),
+        numeric=("mean", "pass rate", "scored", "errors", "skipped"),
+    )
     for item in summary.metrics.values():
-        note = next(iter(item.reasons), "") if item.scored == 0 else ""
         table.add_row(
             item.name,
             _fmt(item.mean),
@@ -188,8 +203,10 @@ def _summary_table(title: str, summary: ResultSummary) -> Table:
             str(item.scored),
             str(item.errors),
             str(item.skipped),
-            note,
         )
+        note = unscored_note(item.name, item.errors + item.skipped, item.reasons, "traces")
+        if note:
+            table.notes.append(note)
     return table
 
 
@@ -201,34 +218,39 @@ def _lowest_score(results: list[MetricResult]) -> float:
 def _print_report(console: Console, report: ReplayReport) -> None:
     if report.traces == 0:
         return
-    console.print(_summary_table(f"{report.traces} traces from {report.path}", report.summary))
-    if report.session_results:
-        kept = list(report.session_results.items())
-        table = Table(title=f"{report.sessions} sessions")
-        if len(kept) > MAX_SESSIONS_SHOWN:
-            # a terminal cannot show a thousand rows: the sessions that need a look come first
-            kept.sort(key=lambda item: _lowest_score(item[1]))
-            among = f"the first {len(kept)}" if report.sessions > len(kept) else "them"
-            table.caption = (
-                f"the {MAX_SESSIONS_SHOWN} lowest-scoring of {among}; "
-                "--json writes every session's results, which agenteval report shows"
-            )
-            kept = kept[:MAX_SESSIONS_SHOWN]
-        names = [item.name for item in report.session_summary.metrics.values()]
-        table.add_column("session")
-        for name in names:
-            table.add_column(name)
-        table.add_column("flagged traces", overflow="fold")
-        for session_id, results in kept:
-            by_name = {r.name: r for r in results}
-            flagged = by_name.get("agent_reliability")
-            flagged_ids = flagged.metadata.get("flagged_traces", []) if flagged else []
-            table.add_row(
-                session_id,
-                *(_fmt(by_name[n].score) if n in by_name else "-" for n in names),
-                ", ".join(flagged_ids) or "-",
-            )
-        console.print(table)
+    show(console, _summary_table(f"{report.traces} traces from {report.path}", report.summary))
+    if not report.session_results:
+        return
+    kept = list(report.session_results.items())
+    names = [item.name for item in report.session_summary.metrics.values()]
+    table = TextTable(f"{report.sessions} sessions", ("session", *names), numeric=names)
+    if len(kept) > MAX_SESSIONS_SHOWN:
+        # a terminal cannot show a thousand rows: the sessions that need a look come first
+        kept.sort(key=lambda item: _lowest_score(item[1]))
+        among = f"the first {len(kept)}" if report.sessions > len(kept) else "them"
+        table.notes.append(
+            f"the {MAX_SESSIONS_SHOWN} lowest-scoring of {among} are shown; "
+            "--json writes every session's results, which agenteval report shows"
+        )
+        kept = kept[:MAX_SESSIONS_SHOWN]
+    for session_id, results in kept:
+        by_name = {r.name: r for r in results}
+        table.add_row(session_id, *(_fmt(by_name[n].score) if n in by_name else "-" for n in names))
+    for item in report.session_summary.metrics.values():
+        missing = item.errors + item.skipped
+        note = unscored_note(item.name, missing, item.reasons, "session" + "s" * (missing > 1))
+        if note:
+            table.notes.append(note)
+    for session_id, results in kept:
+        flagged = [
+            f"{trace_id} “{report.flagged_inputs[trace_id]}”"
+            if trace_id in report.flagged_inputs
+            else trace_id
+            for trace_id in flagged_traces(results)
+        ]
+        if flagged:
+            table.notes.append(f"{session_id} flagged: {', '.join(flagged)}")
+    show(console, table)
 
 
 def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -457,7 +479,7 @@ def replay_command(
 ) -> None:
     """Score every trace of a capture file (JSONL) and print a summary.
 
-    Judge metrics run when --judge-model is given; otherwise they are skipped with a reason.
+    Judge metrics run when --judge-model is given (naming one without it is refused).
     Traces are scored --judge-concurrency at a time (a session's too, folded in order). With
     --workers N, N processes score the capture, each the sessions of one share of it. With
     --engine ray, Ray Data scores one or more captures on a cluster (or a local Ray).
@@ -715,9 +737,11 @@ def compare_command(
             await judge.aclose()
 
     result = asyncio.run(tournament())
-    table = Table(title=f"{len(shared)} shared requests, judged by {judge.model}")
-    for column in ("agent", "win rate", "wins", "ties"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
+    table = TextTable(
+        f"{len(shared)} shared requests, judged by {judge.model}",
+        ("agent", "win rate", "wins", "ties"),
+        numeric=("win rate", "wins", "ties"),
+    )
     for agent in sorted(agents, key=lambda a: -result.win_rates[a]):
         table.add_row(
             agent,
@@ -725,7 +749,7 @@ def compare_command(
             str(result.wins[agent]),
             str(result.ties[agent]),
         )
-    Console().print(table)
+    show(Console(), table)
     unmatched = {agent: len(answers[agent]) - len(shared) for agent in agents}
     if any(unmatched.values()):
         click.echo(
@@ -762,9 +786,8 @@ def calibrate_command(
     _preflight(judge)  # a dead or misconfigured judge is said now, as in replay (exit 2)
     report = calibrate(read, judge=judge)
     console = Console()
-    table = Table(title=f"agreement with {labels}")
-    for column in ("metric", "labels", "scored", "agreement", "kappa", "threshold", "best"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
+    figures = ("labels", "scored", "agreement", "kappa", "threshold", "best")
+    table = TextTable(f"agreement with {labels}", ("metric", *figures), numeric=figures)
     for item in report.metrics.values():
         table.add_row(
             item.metric + (" (graded)" if item.graded else ""),
@@ -775,7 +798,7 @@ def calibrate_command(
             f"{item.threshold:g}",
             item.best_summary or "-",
         )
-    console.print(table)
+    show(console, table)
     for item in report.metrics.values():
         columns = list(next(iter(item.confusion.values()), {}))
         if columns:

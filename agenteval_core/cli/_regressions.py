@@ -14,9 +14,10 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from .._errors import CaptureFormatError
+from .._tables import TextTable, show
+from .._text import first_words
 from ..suite._baseline import DEFAULT_MAX_REGRESSION_PROB, BaselineComparison, compare_to_baseline
 from ..suite._cases import (
     ALL_SELECTIONS,
@@ -98,19 +99,20 @@ def cases_command(
     written = write_cases(cases, output)
     console = Console()
     if cases:
-        table = Table(title=f"{written} regression case(s) from {capture}")
-        for column in ("case", "count", "input", "failed", "checks"):
-            table.add_column(column, overflow="fold")
+        table = TextTable(
+            f"{written} regression case(s) from {capture}",
+            ("case", "count", "input", "failed", "checks"),
+            numeric=("count",),
+        )
         for case in cases:
-            text = " ".join(str(case.input).split())
             table.add_row(
                 case.id,
                 str(case.count),
-                text if len(text) <= 60 else text[:59] + "…",
+                first_words(str(case.input)),
                 _why(case),
                 ", ".join(case.metrics),
             )
-        console.print(table)
+        show(console, table)
     failures = sum(case.count for case in cases)
     click.echo(f"wrote {written} case(s) for {failures} failed run(s) to {output}")
     if bad:
@@ -169,12 +171,12 @@ def _recurring(console: Console, report: SuiteReport) -> None:
         )
 
 
-def _baseline_table(comparison: BaselineComparison) -> Table:
-    table = Table(
-        title=f"against the baseline (regressed when P(drop) > {comparison.max_regression_prob:g})"
+def _baseline_table(comparison: BaselineComparison) -> TextTable:
+    table = TextTable(
+        f"against the baseline (regressed when P(drop) > {comparison.max_regression_prob:g})",
+        ("case", "baseline", "now", "P(drop)", ""),
+        numeric=("P(drop)",),
     )
-    for column in ("case", "baseline", "now", "P(drop)", ""):
-        table.add_column(column)
     for case in comparison.cases:
         table.add_row(
             case.label,
@@ -290,7 +292,7 @@ def suite_command(
         progress=Console(stderr=True).is_terminal,
     )
     console = Console()
-    console.print(report.summary(), markup=False, highlight=False, end="")
+    report.show(console)
     _recurring(console, report)
     problems = []
     if min_pass_at_k is not None and report.pass_at_k < min_pass_at_k:
@@ -299,7 +301,7 @@ def suite_command(
         problems.append(f"pass^{k} {report.pass_pow_k:.3f} < --min-pass-pow-k {min_pass_pow_k}")
     if previous is not None:
         comparison = compare_to_baseline(report, previous, max_regression_prob=max_regression_prob)
-        console.print(_baseline_table(comparison))
+        show(console, _baseline_table(comparison))
         if comparison.regressions:
             labels = ", ".join(case.label for case in comparison.regressions)
             problems.append(f"{len(comparison.regressions)} case(s) regressed: {labels}")

@@ -82,8 +82,8 @@ def resolve_metrics(
     metrics.
 
     ``judge`` and ``embedder`` go to the metrics built by name whose constructor takes them,
-    and to no other; ``options`` go to every metric built by name. Without a judge, judge
-    metrics return skipped results that say so. With ``names=None``: the default metrics
+    and to no other; ``options`` go to every metric built by name. A judge metric left without
+    a judge is refused (:class:`MetricInputError`). With ``names=None``: the default metrics
     (with the judge metrics when a judge is given).
     """
     trace_metrics: list[Metric] = []
@@ -96,6 +96,13 @@ def resolve_metrics(
                 if value is not None and _accepts(cls, option):
                     given[option] = value
             item = create_metric(item, **given)
+        takes_judge = getattr(item, "kind", None) is MetricKind.JUDGE and hasattr(item, "judge")
+        if takes_judge and item.judge is None:  # type: ignore[union-attr]
+            # it would skip every trace, and only --json would say why: say so before the run
+            raise MetricInputError(
+                f"{item.name} needs a judge: pass judge=OpenAIJudge(...) (from the command "
+                "line: --judge-model), or leave the metric out"
+            )
         if isinstance(item, SessionMetric):
             session_metrics.append(item)
         elif isinstance(item, Metric):

@@ -225,13 +225,15 @@ class LoggingSink(Sink):
 
 class ConsoleSink(Sink):
     """What a person at a terminal wants to see: one line per scored trace on stderr (its
-    status, failing metrics first), one per loop alert, and at close a summary: traces
+    status, failing metrics first, then those that gave no score, with the reason the first
+    time it is met), one per loop alert, and at close a summary: traces
     scored, failing and stopped, alerts, where the capture and results are, and the command
     that opens the report."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream
         self.traces = self.failing = self.unfinished = self.alerts = 0
+        self._reasons_said: set[tuple[str, str]] = set()
         self.capture: Path | None = None
         self.results: Path | None = None
 
@@ -247,12 +249,24 @@ class ConsoleSink(Sink):
         parts = [
             f"✗ {r.name} {'error' if r.score is None else f'{r.score:.2f}'}" for r in failing
         ] + [f"{r.name} {r.score:.2f}" for r in passing if r.score is not None]
+        unscored = [r for r in results.results if r.status == "skipped"]
+        if unscored:  # each reason said once: a long session would repeat it on every line
+            parts.append(
+                "not scored: "
+                + ", ".join(r.name + ("" if self._said(r) else f" ({r.reason})") for r in unscored)
+            )
         status = trace.status or "ok"
         self.traces += 1
         self.failing += bool(failing)
         self.unfinished += not trace.completed
         session = f" session {trace.session_id}" if trace.session_id else ""
         self._print(f"agenteval: trace {trace.id[:8]}{session} [{status}] " + ", ".join(parts))
+
+    def _said(self, result: MetricResult) -> bool:
+        """Whether this metric's reason was printed before (and from now on, it has been)."""
+        said = (result.name, result.reason) in self._reasons_said
+        self._reasons_said.add((result.name, result.reason))
+        return said
 
     def alert(self, alert: LoopAlert) -> None:
         self.alerts += 1

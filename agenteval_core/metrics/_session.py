@@ -292,7 +292,11 @@ class AgentConsistency(_SignalSessionMetric):
     def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
         rows = np.flatnonzero(~np.isnan(risks[:, 0]))
         if len(rows) == 0:
-            return _nothing(trace_ids, "no trace has a confidence signal to evaluate")
+            return _nothing(
+                trace_ids,
+                "no trace has a confidence signal to evaluate "
+                "(the confidence metric gives it: score with a judge)",
+            )
         risks = risks[rows]
         weighted = risks[:, 1:] * self.weights[1:]
         weighted[np.isnan(weighted)] = 0.0  # a missing signal adds no penalty

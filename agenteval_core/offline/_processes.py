@@ -18,6 +18,7 @@ from .._errors import CaptureFormatError
 from .._options import check_options
 from ..engine._sinks import Sink
 from ..metrics._protocol import Metric, SessionMetric
+from ..schema._results import flagged_traces
 from ._ray import replay_on_ray
 from ._replay import ReplayOptions, ReplayReport, areplay, fewer_collections, replay_lines
 
@@ -299,6 +300,9 @@ def _merged(own: ReplayReport, others: Sequence[ReplayReport]) -> ReplayReport:
             if len(own.session_results) >= own.keep_sessions:
                 break
             own.session_results[session_id] = results
+            for trace_id in flagged_traces(results):
+                if trace_id in other.flagged_inputs:
+                    own.flagged_inputs[trace_id] = other.flagged_inputs[trace_id]
         own.bad_lines.extend(other.bad_lines)
     own.bad_lines.sort(key=_line_of)
     return own

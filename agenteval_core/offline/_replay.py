@@ -12,14 +12,15 @@ from typing import Any, TypedDict, Unpack
 
 from .._errors import CaptureFormatError
 from .._options import check_options
+from .._text import first_words
 from ..embedders._local import LocalEmbedder
 from ..engine._engine import Engine
 from ..engine._sinks import ResultsFileSink, Sink
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import read_numbered
-from ..schema._results import MetricResult, TraceResults
-from ..schema._trace import Trace
+from ..schema._results import MetricResult, TraceResults, flagged_traces
+from ..schema._trace import Trace, text_of
 
 __all__ = [
     "NumberedResultsFile",
@@ -76,6 +77,9 @@ class ReplayReport:
     summary: ResultSummary = field(default_factory=ResultSummary)
     session_summary: ResultSummary = field(default_factory=ResultSummary)
     session_results: dict[str, list[MetricResult]] = field(default_factory=dict)
+    flagged_inputs: dict[str, str] = field(default_factory=dict)
+    """The first words of the input of each trace a kept session's ``agent_reliability``
+    flagged, by trace id: what a reader recognises a flagged trace by."""
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -99,8 +103,14 @@ class _ReportSink(Sink):
     ) -> None:
         self.report = report
         self.on_trace = on_trace
+        # each open kept session's inputs, until its session metrics say which were flagged
+        self._inputs: dict[str, dict[str, str]] = {}
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        report = self.report
+        if trace.session_id is not None and len(report.session_results) < report.keep_sessions:
+            words = first_words(text_of(trace.input))
+            self._inputs.setdefault(trace.session_id, {})[trace.id] = words
         self.report.traces += 1
         self.report.summary.add(results.results)
         if self.on_trace is not None:
@@ -110,8 +120,12 @@ class _ReportSink(Sink):
         report = self.report
         report.sessions += 1
         report.session_summary.add(results)
+        inputs = self._inputs.pop(session_id, {})
         if len(report.session_results) < report.keep_sessions:
             report.session_results[session_id] = results
+            for trace_id in flagged_traces(results):
+                if trace_id in inputs:
+                    report.flagged_inputs[trace_id] = inputs[trace_id]
 
 
 class NumberedResultsFile(ResultsFileSink):

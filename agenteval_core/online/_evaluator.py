@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import CaptureError
+from .._errors import CaptureError, describe_os_error
 from .._fork import renew_after_fork
 from .._redact import Redactor
 from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metric_names
@@ -538,8 +538,8 @@ def _open_capture(
         reason = exc.strerror or str(exc)
         if os.fspath(capture) != DEFAULT_CAPTURE:
             raise CaptureError(
-                f"{path}: cannot write the capture file ({reason}); pass capture= a path "
-                "in a writable directory, or capture=None to capture nothing"
+                f"cannot write the capture file: {describe_os_error(exc, path)}; pass "
+                "capture= a path in a writable directory, or capture=None to capture nothing"
             ) from None
     fallback = Path(tempfile.gettempdir()) / "agenteval" / DEFAULT_CAPTURE
     try:

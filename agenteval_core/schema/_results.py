@@ -15,6 +15,7 @@ __all__ = [
     "ResultsLine",
     "TraceResults",
     "failing",
+    "flagged_traces",
     "passes",
     "unvalidated_result",
 ]
@@ -124,6 +125,17 @@ class TraceResults(BaseModel):
 def failing(results: Iterable[MetricResult]) -> list[MetricResult]:
     """The results that failed their threshold or ended in an error, in their order."""
     return [r for r in results if r.status == "error" or (r.score is not None and not r.success)]
+
+
+def flagged_traces(results: Iterable[MetricResult]) -> list[str]:
+    """The traces session metrics flagged (their ``metadata["flagged_traces"]``), each once,
+    in order. A value of the wrong type (a file from elsewhere) flags nothing."""
+    flagged: dict[str, None] = {}
+    for result in results:
+        listed = result.metadata.get("flagged_traces")
+        if isinstance(listed, list):
+            flagged.update((str(trace_id), None) for trace_id in listed)
+    return list(flagged)
 
 
 RESULTS_VERSION = 1

@@ -16,10 +16,10 @@ from typing import Any, Literal, TypedDict, Unpack
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from .._errors import CaptureError, MetricInputError, describe_validation
 from .._options import check_options
+from .._tables import TextTable, show, unscored_note
 from ..engine._engine import Engine, resolve_metrics
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric
@@ -131,12 +131,21 @@ class SuiteReport(BaseModel):
     pooled: PassKEstimate
 
     def summary(self) -> str:
-        """A plain-text summary table (also what ``str(report)`` shows)."""
-        console = Console(width=110, record=True, file=io.StringIO())
-        cases = Table(title=f"{self.name}: {len(self.cases)} cases × {self.attempts} attempts")
+        """The summary as plain text (also what ``str(report)`` shows): each table at
+        ``$COLUMNS`` when set, else as wide as it needs."""
+        console = Console(file=io.StringIO(), color_system=None)
+        self.show(console)
+        return console.file.getvalue()  # type: ignore[attr-defined]
+
+    def show(self, console: Console | None = None) -> None:
+        """Print the summary on ``console`` (default: standard output) in a layout that fits
+        it: no name or number is ever broken across lines."""
+        console = console if console is not None else Console()
         level = f"{round(self.pooled.ci_level * 100)}%"
-        for column in ("case", "passes", f"pass@{self.k}", f"pass^{self.k}", "not passed"):
-            cases.add_column(column)
+        cases = TextTable(
+            f"{self.name}: {len(self.cases)} cases × {self.attempts} attempts",
+            ("case", "passes", f"pass@{self.k}", f"pass^{self.k}", "not passed"),
+        )
         for case in self.cases:
             estimate = case.estimate
             (at_lo, at_hi), (pow_lo, pow_hi) = estimate.pass_at_k_ci, estimate.pass_pow_k_ci
@@ -148,14 +157,16 @@ class SuiteReport(BaseModel):
                 f"{estimate.pass_pow_k_median:.3f} [{pow_lo:.3f}, {pow_hi:.3f}]",
                 ", ".join(f"{n} {o.replace('_', ' ')}" for o, n in sorted(others.items())),
             )
-        console.print(cases)
-        console.print(
+        cases.notes.append(
             f"per case: posterior median [{level} credible interval] of pass@{self.k} and "
             f"pass^{self.k}"
         )
-        metrics = Table(title="metrics")
-        for column in ("metric", "mean", "pass rate", "errors", "skipped"):
-            metrics.add_column(column)
+        show(console, cases)
+        metrics = TextTable(
+            "metrics",
+            ("metric", "mean", "pass rate", "errors", "skipped"),
+            numeric=("mean", "pass rate", "errors", "skipped"),
+        )
         for row in self.metrics:
             metrics.add_row(
                 row["metric"],
@@ -164,14 +175,18 @@ class SuiteReport(BaseModel):
                 str(row["errors"]),
                 str(row["skipped"]),
             )
-        console.print(metrics)
+            missing = row["errors"] + row["skipped"]
+            note = unscored_note(row["metric"], missing, row["top_reasons"], "runs")
+            if note:
+                metrics.notes.append(note)
+        show(console, metrics)
         (at_lo, at_hi), (pow_lo, pow_hi) = self.mean.pass_at_k_ci, self.mean.pass_pow_k_ci
         console.print(
             f"suite (mean over cases, posterior mean): pass@{self.k} = {self.pass_at_k:.3f} "
             f"[{level} CI {at_lo:.3f}, {at_hi:.3f}], pass^{self.k} = {self.pass_pow_k:.3f} "
-            f"[{level} CI {pow_lo:.3f}, {pow_hi:.3f}]"
+            f"[{level} CI {pow_lo:.3f}, {pow_hi:.3f}]",
+            highlight=False,
         )
-        return console.export_text()
 
     def __str__(self) -> str:
         return self.summary()
