@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def test_demo_shows_live_scores_and_a_loop_alert(tmp_path: Path) -> None:
     traces = list(read_capture(capture))
     assert len(traces) == 4 and all(t.session_id == "demo-session" for t in traces)
     assert "AgentLoopError" in (traces[-1].error or "")
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "Error in" not in done.stderr
     # the stopped run reads as failed: in the terminal and in the report
     assert "run stopped: stopped by the loop guard" in out
     assert "not scored: coherence, loop_detection" in out
@@ -105,4 +106,27 @@ def test_examples_run(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert trace.session_id == "user-42"
     assert [(c.name, c.arguments) for c in trace.tool_calls()] == [
         ("get_weather", {"city": "Paris"})
+    ]
+
+
+def test_the_guard_stop_is_one_line_naming_the_alert(tmp_path: Path) -> None:
+    """Not LangChain's "Error in AgentEvalCallbackHandler.on_tool_start callback" line."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "langchain_loop_alert.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = done.stderr.splitlines()
+    assert re.fullmatch(
+        r"agenteval loop alert \(session s-1, trace [0-9a-f]{32}\): check_status called 3 times "
+        r'with the same arguments \{"job_id": "job-7"\}; stopped the run',
+        line,
+    ), line
+    # the alert callback runs on the evaluator's thread: either line may come first
+    assert sorted(done.stdout.splitlines()) == [
+        'ALERT: check_status called 3 times with the same arguments {"job_id": "job-7"}',
+        "stopped: repeated_call 3 calls",
     ]

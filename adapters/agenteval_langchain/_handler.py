@@ -6,6 +6,7 @@ pump's thread (see ``_translate.py``) and the evaluator's loop, never on the age
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 from uuid import UUID
@@ -51,13 +52,33 @@ _now = time.time
 class AgentLoopError(AgentEvalError):
     """Raised into the agent by the loop guard (``stop_on_loop=True``) to stop a looping run.
 
-    LangChain logs it once as ``Error in AgentEvalCallbackHandler.on_tool_start callback:
-    AgentLoopError(...)`` before the run ends with it: that line is the guard at work.
+    The run's output says so in one line, the ``agenteval`` logger's loop alert ("...;
+    stopped the run"); LangChain's own "Error in ... callback" line for it is left out.
     """
 
     def __init__(self, alert: LoopAlert) -> None:
         self.alert = alert
         super().__init__(f"agenteval stopped the run: {alert.message}")
+
+
+class _GuardStopIsNoCrash(logging.Filter):
+    """Leaves out LangChain's ``Error in <handler>.<event> callback: AgentLoopError(...)``.
+
+    LangChain logs every exception a callback raises, even one it then raises into the run
+    as asked (``raise_error``): for the guard's stop that line reads like a crash, and the
+    alert it would repeat is already logged by agenteval, naming the loop."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (
+            isinstance(args, tuple)
+            and len(args) == 3
+            and str(args[2]).startswith(f"{AgentLoopError.__name__}(")
+        )
+
+
+_CALLBACK_LOGGER = logging.getLogger("langchain_core.callbacks.manager")
+_CALLBACK_LOGGER.addFilter(_GuardStopIsNoCrash())
 
 
 class _Guard:
