@@ -125,8 +125,16 @@ def test_a_calibration_shows_in_the_html_report(judge_server: JudgeServer, tmp_p
     assert (item.agreement, round(item.kappa or 0, 6), item.best_threshold) == (0.8, 0.6, 0.45)
     assert item.confusion == {"pass": {"pass": 4, "fail": 1}, "fail": {"pass": 1, "fail": 4}}
 
+    # the labelled runs, scored: the report's confidence column links to its calibration
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text(
+        "".join(
+            Trace(id=f"t{i}", input=f"q{i}", output="a").model_dump_json() + "\n" for i in range(10)
+        )
+    )
     results = tmp_path / "results.jsonl"
-    replay(ROOT / "examples" / "captures" / "support_agent.jsonl", output=results)
+    judge = OpenAIJudge("judge-model", base_url=judge_server.base_url, cache=None)
+    replay(capture, ["confidence"], judge=judge, output=results)
     page = tmp_path / "report.html"
     shown = CliRunner().invoke(
         cli,
@@ -141,7 +149,13 @@ def test_a_calibration_shows_in_the_html_report(judge_server: JudgeServer, tmp_p
     )
     assert shown.exit_code == 0, shown.output
     text = page.read_text()
-    row = re.search(r'<tr data-calibration="confidence">(.*?)</tr>', text, re.DOTALL)
+    assert (
+        '<tr data-metric="confidence"><td>confidence <a class="cal" href="#cal-confidence" '
+        'title="agreement with human labels">κ 0.600</a></td>'
+    ) in text
+    row = re.search(
+        r'<tr id="cal-confidence" data-calibration="confidence">(.*?)</tr>', text, re.DOTALL
+    )
     assert row is not None
     cells = re.findall(r'data-field="(\w+)">([^<]*)<', row.group(1))
     assert cells == [("agreement", "0.800"), ("kappa", "0.600"), ("best", "0.450 (0.900)")]

@@ -363,3 +363,25 @@ def test_an_odd_field_costs_that_field_never_the_span(
     assert evaluator.stats.problems == {"event field": 2}
     said = [r.getMessage() for r in caplog.records if "event field" in r.getMessage()]
     assert len(said) == 1 and "the token usage was left out of a span" in said[0]
+
+
+def test_a_node_that_returns_a_command_is_recorded_as_its_fields(
+    evaluator: OnlineEvaluator,
+) -> None:
+    """A LangGraph ``Command`` reads as what it says, not as ``Command(update=…)`` text."""
+
+    def route(state: Ticket) -> Command[Any]:
+        return Command(goto="billing", update={"log": ["routed"]})
+
+    graph = StateGraph(Ticket)
+    graph.add_node("route", route)
+    graph.add_node("billing", lambda state: {"log": [*state["log"], "billed"]})
+    graph.add_edge(START, "route")
+    graph.add_edge("billing", END)
+    result = graph.compile().invoke(
+        {"log": []}, config={"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    )
+    assert result == {"log": ["routed", "billed"]}
+    [trace] = evaluator.captured()
+    [route_span] = [span for span in trace.spans if span.name == "route"]
+    assert route_span.output == {"update": {"log": ["routed"]}, "goto": "billing"}

@@ -301,7 +301,10 @@ def _traces_of_every_ending() -> list[Trace]:
 def test_report_shows_how_each_run_ended_in_chromium(
     judge_server: JudgeServer, tmp_path: Path
 ) -> None:
-    judge_server.responder = lambda request: Reply(json.dumps({"score": 0.9, "reason": "sure"}))
+    # the judge is sure of every run but the failed refund
+    judge_server.responder = lambda request: Reply(
+        json.dumps({"score": 0.2 if "A-5521" in json.dumps(request) else 0.9, "reason": "sure"})
+    )
     judge = OpenAIJudge(
         "judge-model",
         base_url=judge_server.base_url,
@@ -311,7 +314,8 @@ def test_report_shows_how_each_run_ended_in_chromium(
     capture = tmp_path / "c.jsonl"
     capture.write_text("".join(t.model_dump_json() + "\n" for t in _traces_of_every_ending()))
     results = tmp_path / "r.jsonl"
-    replay(capture, ["coherence", "confidence", "agent_reliability"], judge=judge, output=results)
+    metrics = ["coherence", "confidence", "tool_call_loops", "agent_reliability"]
+    replay(capture, metrics, judge=judge, output=results)
     page = write_report(results, tmp_path / "report.html", capture=capture)
     dom = chromium(tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0
@@ -323,6 +327,14 @@ def test_report_shows_how_each_run_ended_in_chromium(
         ("error", "Refund order A-5521"),
     ]:
         assert f'<span class="status {status}">{status}</span> <b>{request}</b>' in rendered
+    # each row, collapsed or not, says how the run ended and which metrics it failed
+    summaries = dict(
+        re.findall(r'<details id="t-([\w-]+)"[^>]*><summary>(.*?)</summary>', rendered)
+    )
+    assert '<span class="passing">✓</span>' in summaries["t-ok"]
+    assert '<span class="failing">' not in summaries["t-ok"]
+    assert '<span class="failing">✗ tool_call_loops</span>' in summaries["t-stopped"]
+    assert '<span class="failing">✗ confidence</span>' in summaries["t-error"]
     # the alert, the reason the run ended, and the error
     assert (
         "<li>loop alert (repeated_call): lookup_order called 3 times with the same arguments "

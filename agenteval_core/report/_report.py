@@ -18,7 +18,7 @@ from .._redact import Redactor
 from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
 from ..schema._capture import read_capture
-from ..schema._results import MetricResult, ResultsLine
+from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces
 from ..schema._trace import Trace, text_of
 
 __all__ = ["ReportData", "load_results", "render_html", "write_report"]
@@ -250,8 +250,7 @@ def _session_risks(results: list[MetricResult]) -> tuple[dict[str, float], set[s
         for tid, signals in (per_trace.items() if isinstance(per_trace, dict) else ())
         if isinstance(signals, dict) and _is_number(signals.get("step_risk"))
     }
-    flagged = reliability.metadata.get("flagged_traces")
-    return risks, {str(t) for t in flagged} if isinstance(flagged, list) else set()
+    return risks, set(flagged_traces([reliability]))
 
 
 def _is_number(value: object) -> bool:
@@ -318,6 +317,7 @@ def render_html(data: ReportData) -> str:
                 "status": status,
                 "session": trace_session,
                 "results": results,
+                "failing": [r.name for r in failing(results)],
                 "trace": trace,
                 "request": text_of(trace.input).strip()[:120] if trace is not None else "",
                 "input_text": _readable(trace.input, 500) if trace is not None else "",
@@ -345,6 +345,7 @@ def render_html(data: ReportData) -> str:
         metrics=metrics,
         histograms={m.name: _histogram(scores.get(m.name, [])) for m in metrics},
         calibration_items=calibration_items,
+        calibrated=calibration.metrics if calibration is not None else {},
         sessions=sessions,
         traces=traces,
     )

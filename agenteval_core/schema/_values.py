@@ -10,6 +10,7 @@ captured and read.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
@@ -132,7 +133,8 @@ class _Converter:
 
     def replace(self, value: Any) -> Any:
         """What stands for an object that is not JSON: the adapter's conversion, a pydantic
-        model's fields, else ``value`` itself (its ``repr`` is used)."""
+        model's fields, a dataclass's fields that are set, else ``value`` itself (its
+        ``repr`` is used)."""
         if self.convert is not None:
             try:
                 replacement = self.convert(value)
@@ -142,6 +144,13 @@ class _Converter:
                 return replacement
         if isinstance(value, BaseModel):
             return {name: getattr(value, name, None) for name in type(value).model_fields}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            # e.g. LangGraph's Command: its set fields read better than its repr
+            fields = (
+                (field.name, getattr(value, field.name, None))
+                for field in dataclasses.fields(value)
+            )
+            return {name: item for name, item in fields if item is not None}
         dump = getattr(value, "model_dump", None)
         if callable(dump):
             try:
@@ -182,7 +191,8 @@ def plain(
     """A JSON-safe copy of ``value``, made with bounded work.
 
     Strings, numbers, booleans and ``None`` are kept; dicts (keys as strings), lists, tuples
-    and sets become dicts and lists; a pydantic model becomes its fields; any other object
+    and sets become dicts and lists; a pydantic model becomes its fields, a dataclass its
+    fields that are not ``None``; any other object
     becomes what ``convert`` returns for it (converted in turn), else its ``repr`` (cut at
     10,000 characters). Lone surrogates become U+FFFD; integers beyond 64 bits become
     strings (decimal, or hexadecimal past 4,300 digits). An object met twice is converted
