@@ -10,11 +10,22 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+from coherence_labels import ECHOES, LABELLED
 from coherence_triples import TRIPLES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenteval_core import EvalCase, StaticEmbedder, create_metric, default_embedder, replay
+from agenteval_core import (
+    CalibrationLabel,
+    EvalCase,
+    StaticEmbedder,
+    Trace,
+    calibrate,
+    create_metric,
+    default_embedder,
+    replay,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "captures" / "support_agent.jsonl"
 
@@ -31,6 +42,30 @@ def test_coherence_with_the_default_embedder_separates_correct_from_off_topic() 
     assert passed >= 0.90 and rejected >= 0.95, (passed, rejected)  # measured: 31/32 and 32/32
     # and every correct answer is closer to its request than the off-topic one
     assert all(c.score > o.score for c, o in zip(correct, off_topic, strict=True))  # type: ignore[operator]
+
+
+def test_coherence_agrees_with_the_labelled_set_as_the_docs_say() -> None:
+    """docs/embeddings.md publishes these figures; a changed embedder must change both."""
+    labels = [
+        CalibrationLabel(Trace(id=f"p{i}", input=request, output=answer), "coherence", label)
+        for i, (request, answer, label) in enumerate(LABELLED)
+    ]
+    assert len(labels) == 108
+    result = calibrate(labels).metrics["coherence"]
+    # at the default threshold 0.5: 41 of 52 answers labelled pass pass, 49 of 56 labelled
+    # fail fail; agreement 90/108. Kappa: p_o = 90/108; the metric passes 48/108 and the
+    # labels 52/108, so p_e = (48·52 + 60·56) / 108² = 5856/11664, kappa = (p_o − p_e) / (1 − p_e)
+    assert result.confusion == {"pass": {"pass": 41, "fail": 11}, "fail": {"pass": 7, "fail": 49}}
+    assert result.agreement == pytest.approx(90 / 108)
+    p_e = (48 * 52 + 60 * 56) / 108**2
+    assert result.kappa == pytest.approx((90 / 108 - p_e) / (1 - p_e))
+    assert round(result.kappa or 0, 3) == 0.665
+    # no other threshold agrees with more labels: the default stays
+    assert (result.best_threshold, result.best_agreement) == (0.5, pytest.approx(90 / 108))
+    # what the signal cannot tell: an echo of the question scores as a perfect answer
+    coherence = create_metric("coherence")
+    echoes = [coherence.measure(Trace(input=q, output=a)).score for q, a, _ in ECHOES]
+    assert min(echoes) >= 0.75, echoes  # type: ignore[type-var]
 
 
 def test_the_quickstart_answer_is_coherent() -> None:
