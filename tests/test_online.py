@@ -25,6 +25,7 @@ from agenteval_core import (
     LoopAlert,
     LoopGuard,
     Metric,
+    MetricInputError,
     MetricKind,
     OnlineEvaluator,
     RunStatus,
@@ -635,3 +636,13 @@ def test_failures_of_our_own_are_counted_and_said_once(
         "agenteval: submit failed (AttributeError: 'str' object has no attribute 'id'): a "
         "trace was neither captured nor scored; counted in stats.problems['submit'], logged once",
     ]
+
+
+def test_a_judge_metric_without_a_judge_is_refused_when_the_evaluator_is_made() -> None:
+    """It would skip every trace, and the console would say only ``not scored``."""
+    with pytest.raises(MetricInputError) as refused:
+        OnlineEvaluator(capture=None, metrics=["tool_call_loops", "task_completion"], log=False)
+    assert str(refused.value) == (
+        "task_completion needs a judge: pass judge=OpenAIJudge(...) (from the command line: "
+        "--judge-model), or leave the metric out"
+    )
