@@ -492,6 +492,33 @@ def test_import_command_writes_a_capture(tmp_path: Path) -> None:
     assert "nope.json: no such file" in missing.output
 
 
+def test_import_says_when_traces_hold_no_llm_or_tool_span(tmp_path: Path) -> None:
+    """As OpenInference's CrewAI instrumentor writes them: a crew span and nothing inside."""
+    document = {
+        "data": [
+            {
+                "name": "Crew.kickoff",
+                "context": {"trace_id": f"{i:032x}", "span_id": f"{i:016x}"},
+                "parent_id": None,
+                "start_time": "2026-01-01T00:00:00+00:00",
+                "end_time": "2026-01-01T00:00:03+00:00",
+                "status_code": "OK",
+                "attributes": {"openinference.span.kind": "CHAIN", "output.value": "Done."},
+            }
+            for i in (1, 2)
+        ]
+    }
+    spans, capture = tmp_path / "crew.json", tmp_path / "capture.jsonl"
+    spans.write_text(json.dumps(document))
+    result = CliRunner().invoke(cli, ["import", str(spans), "-o", str(capture)])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"agenteval: warning: {spans}: 2 of 2 trace(s) hold no LLM or tool span, so only their "
+        "input and output can be scored; 2 of them have no input either"
+    ) in result.output
+    assert [trace.output for trace in read_capture(capture)] == ["Done.", "Done."]
+
+
 def attr(key: str, value: object) -> dict[str, Any]:
     if isinstance(value, int):
         return {"key": key, "value": {"intValue": str(value)}}

@@ -671,6 +671,7 @@ def import_command(spans: str, output: str) -> None:
     except ImportError as exc:
         raise UserError(f"{exc}") from None
     from ..schema._capture import CaptureWriter
+    from ..schema._trace import SpanKind
 
     try:
         traces = import_otlp(spans)
@@ -681,6 +682,16 @@ def import_command(spans: str, output: str) -> None:
             writer.write(trace)
     count = sum(len(trace.spans) for trace in traces)
     click.echo(f"imported {len(traces)} trace(s), {count} span(s), from {spans} into {output}")
+    steps = {SpanKind.LLM, SpanKind.TOOL}
+    stepless = [t for t in traces if not any(span.kind in steps for span in t.spans)]
+    if stepless:  # e.g. OpenInference's CrewAI instrumentor writes no LLM or tool spans
+        no_input = sum(trace.input is None for trace in stepless)
+        click.echo(
+            f"agenteval: warning: {spans}: {len(stepless)} of {len(traces)} trace(s) hold no "
+            "LLM or tool span, so only their input and output can be scored"
+            + (f"; {no_input} of them have no input either" if no_input else ""),
+            err=True,
+        )
     click.echo(f"score them with: agenteval replay {output}")
 
 
