@@ -100,11 +100,13 @@ def _show_as_paragraphs(console: Console, table: TextTable) -> None:
         console.print(Text(f"{row[0]}: {fields}"), highlight=False)
 
 
-def unscored_note(name: str, missing: int, reasons: Mapping[str, int], where: str) -> str | None:
-    """Why ``missing`` of a metric's results have no score: the commonest of ``reasons`` (text
-    to count), and whether there were others; ``None`` when every result has a score."""
+def unscored_note(name: str, missing: int, reasons: Mapping[str, int], unit: str) -> str | None:
+    """Why ``missing`` of a metric's results (``unit``: trace, session, run) have no score:
+    the commonest of ``reasons`` (text to count), and whether there were others; ``None``
+    when every result has a score."""
     if not missing or not reasons:
         return None
     commonest = max(reasons, key=reasons.__getitem__).removeprefix("not scored: ")
     more = " (and other reasons)" if len(reasons) > 1 else ""
-    return f"{name}: not scored in {missing} {where}: {commonest}{more}"
+    units = unit if missing == 1 else f"{unit}s"
+    return f"{name}: not scored in {missing} {units}: {commonest}{more}"

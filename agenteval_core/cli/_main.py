@@ -204,7 +204,7 @@ def _summary_table(title: str, summary: ResultSummary) -> TextTable:
             str(item.errors),
             str(item.skipped),
         )
-        note = unscored_note(item.name, item.errors + item.skipped, item.reasons, "traces")
+        note = unscored_note(item.name, item.errors + item.skipped, item.reasons, "trace")
         if note:
             table.notes.append(note)
     return table
@@ -237,8 +237,7 @@ def _print_report(console: Console, report: ReplayReport) -> None:
         by_name = {r.name: r for r in results}
         table.add_row(session_id, *(_fmt(by_name[n].score) if n in by_name else "-" for n in names))
     for item in report.session_summary.metrics.values():
-        missing = item.errors + item.skipped
-        note = unscored_note(item.name, missing, item.reasons, "session" + "s" * (missing > 1))
+        note = unscored_note(item.name, item.errors + item.skipped, item.reasons, "session")
         if note:
             table.notes.append(note)
     for session_id, results in kept:

@@ -176,7 +176,7 @@ class SuiteReport(BaseModel):
                 str(row["skipped"]),
             )
             missing = row["errors"] + row["skipped"]
-            note = unscored_note(row["metric"], missing, row["top_reasons"], "runs")
+            note = unscored_note(row["metric"], missing, row["top_reasons"], "run")
             if note:
                 metrics.notes.append(note)
         show(console, metrics)
