@@ -61,26 +61,25 @@ def line_width(is_terminal: bool) -> int | None:
     return shutil.get_terminal_size((80, 24)).columns
 
 
-def _render(table: TextTable, width: int) -> str:
+def _render(boxed: Table, width: int) -> str:
     console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
-    console.print(table.rich())
+    console.print(boxed)
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def show(console: Console, table: TextTable) -> None:
     """Print ``table`` on ``console`` in a layout that breaks no word (see the module)."""
+    boxed = table.rich()
     if line_width(console.is_terminal) is None:
         wide = Console(file=io.StringIO(), width=100_000)
-        width = max(wide.measure(table.rich()).maximum, len(table.title))
+        width = max(wide.measure(boxed).maximum, len(table.title))
         # console.print caps a width at the console's own (80 for a pipe): a console as wide
         # as the table, on the same file
-        Console(file=console.file, width=width, color_system=None).print(
-            table.rich(), highlight=False
-        )
+        Console(file=console.file, width=width, color_system=None).print(boxed, highlight=False)
     else:
-        rendered = _render(table, console.width)
+        rendered = _render(boxed, console.width)
         if all(word in rendered for word in table.words()):
-            console.print(table.rich(), highlight=False)
+            console.print(boxed, highlight=False)
         else:
             _show_as_paragraphs(console, table)
     for note in table.notes:

@@ -78,8 +78,8 @@ class ReplayReport:
     session_summary: ResultSummary = field(default_factory=ResultSummary)
     session_results: dict[str, list[MetricResult]] = field(default_factory=dict)
     flagged_inputs: dict[str, str] = field(default_factory=dict)
-    """The first words of the input of each trace a kept session's ``agent_reliability``
-    flagged, by trace id: what a reader recognises a flagged trace by."""
+    """The first words of the input of each trace a kept session's metrics flagged, by
+    trace id: what a reader recognises a flagged trace by."""
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -111,8 +111,8 @@ class _ReportSink(Sink):
         if trace.session_id is not None and len(report.session_results) < report.keep_sessions:
             words = first_words(text_of(trace.input))
             self._inputs.setdefault(trace.session_id, {})[trace.id] = words
-        self.report.traces += 1
-        self.report.summary.add(results.results)
+        report.traces += 1
+        report.summary.add(results.results)
         if self.on_trace is not None:
             self.on_trace(trace, results.results)
 

@@ -134,7 +134,7 @@ def flagged_traces(results: Iterable[MetricResult]) -> list[str]:
     for result in results:
         listed = result.metadata.get("flagged_traces")
         if isinstance(listed, list):
-            flagged.update((str(trace_id), None) for trace_id in listed)
+            flagged.update((trace_id, None) for trace_id in listed if isinstance(trace_id, str))
     return list(flagged)
 
 

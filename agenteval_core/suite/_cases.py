@@ -28,7 +28,7 @@ from ..metrics._loops import canonical_call
 from ..metrics._protocol import Metric, SessionMetric
 from ..metrics._registry import metric_class
 from ..schema._capture import read_capture
-from ..schema._results import MetricResult, TraceResults, failing
+from ..schema._results import MetricResult, TraceResults, failing, flagged_traces
 from ..schema._trace import (
     GUARD_REFUSED,
     EvalCase,
@@ -223,11 +223,8 @@ def _replayed(
 def _add_flagged(scored: _Scored, session_results: Iterable[MetricResult]) -> None:
     """Traces a failing session metric flagged (``flagged_traces``) count as failing it."""
     for result in failing(session_results):
-        flagged = result.metadata.get("flagged_traces")
-        if isinstance(flagged, list):
-            for trace_id in flagged:
-                if isinstance(trace_id, str):
-                    scored.flagged.setdefault(trace_id, []).append(result)
+        for trace_id in flagged_traces([result]):
+            scored.flagged.setdefault(trace_id, []).append(result)
 
 
 def _from_results(path: str | os.PathLike[str]) -> _Scored:
