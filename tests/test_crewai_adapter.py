@@ -15,6 +15,7 @@ from crewai import Agent, Crew, Task
 from crewai.tools import BaseTool, tool
 
 from agenteval_core import AGENT_NAME, LoopAlert, OnlineEvaluator, SpanKind
+from agenteval_core.recording import PROVIDER_NAME
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
 
@@ -103,6 +104,8 @@ def test_crew_run_becomes_a_trace(listener: AgentEvalListener) -> None:
     ]
     assert named[0] == (SpanKind.AGENT, None)  # the crew
     assert named[1:] == [(kind, "support") for kind, _ in named[1:]] and len(named) == 7
+    # the provider the LLM says it is, on each model call (CrewAI's LLM emits its events)
+    assert [span.attributes.get(PROVIDER_NAME) for span in llms] == ["scripted"] * 3
     tools = {spec.name: spec for spec in trace.tools}
     assert set(tools) == {"lookup_order", "refund"}
     assert tools["lookup_order"].parameters is not None

@@ -18,6 +18,7 @@ from agenteval_core.recording import (
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
+    PROVIDER_NAME,
     REQUEST_MODEL,
     AlertEvent,
     Recorder,
@@ -312,6 +313,9 @@ class Translator:
                 REQUEST_MODEL: event.model,
                 **_agent_of(getattr(event, "agent_role", None)),
             }
+            provider = getattr(source, "provider", None)  # the LLM emits its own events
+            if isinstance(provider, str) and provider:
+                attributes[PROVIDER_NAME] = provider
             self.assembler.start_span(
                 key,
                 parent,
