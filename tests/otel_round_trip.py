@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,59 @@ def exported_and_imported(traces: list[Trace]) -> list[Trace]:
     finally:
         if disabled is not None:
             os.environ["OTEL_SDK_DISABLED"] = disabled
-    return import_otlp(json.dumps(otlp_json(memory.get_finished_spans())))
+    spans = memory.get_finished_spans()
+    assert_conventions(traces, spans)
+    return import_otlp(json.dumps(otlp_json(spans)))
+
+
+def assert_conventions(traces: list[Trace], spans: Sequence[Any]) -> None:
+    """What a backend needs on every span of every real run: the run's input on its root,
+    the conversation id on each span of a session, kind CLIENT on model calls, and the
+    provider on each agent and workflow span whose model calls name one."""
+    from opentelemetry.trace import SpanKind as OTelSpanKind
+
+    for trace in traces:
+        exported = [s for s in spans if s.context.trace_id == _trace_of(spans, trace.id)]
+        root = next(s for s in exported if s.parent is None)
+        if trace.input is not None:
+            assert "input.value" in root.attributes, f"{trace.id}: root without input.value"
+        for span in exported:
+            a = span.attributes
+            if trace.session_id:
+                assert a["gen_ai.conversation.id"] == trace.session_id, span.name
+            if a.get("openinference.span.kind") == "LLM":
+                assert span.kind is OTelSpanKind.CLIENT, span.name
+        providers = {s.attributes.get("gen_ai.provider.name") for s in exported}
+        if any(s.attributes.get("llm.provider") for s in exported):
+            agents = [
+                s
+                for s in exported
+                if s.attributes.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow")
+            ]
+            for agent in agents:
+                below = _below(exported, agent)
+                if any(b.attributes.get("llm.provider") for b in below):
+                    assert agent.attributes.get("gen_ai.provider.name") in providers, agent.name
+                    assert agent.attributes.get("gen_ai.provider.name"), agent.name
+
+
+def _trace_of(spans: Sequence[Any], trace_id: str) -> int:
+    return next(
+        s.context.trace_id for s in spans if s.attributes.get("agenteval.trace.id") == trace_id
+    )
+
+
+def _below(spans: Sequence[Any], top: Any) -> list[Any]:
+    children: dict[int, list[Any]] = {}
+    for span in spans:
+        if span.parent is not None:
+            children.setdefault(span.parent.span_id, []).append(span)
+    found, waiting = [], [top]
+    while waiting:
+        for child in children.get(waiting.pop().context.span_id, []):
+            found.append(child)
+            waiting.append(child)
+    return found
 
 
 def first_difference(want: object, got: object, at: str = "trace") -> str | None:

@@ -4,16 +4,28 @@ re-imports to the same trace from every file shape tools write."""
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agenteval_otel import ExportError, OTelExporter, OTelSink, import_otlp, otlp_json
+from agenteval_otel import (
+    ExportError,
+    OTelExporter,
+    OTelSink,
+    PhoenixAnnotations,
+    import_otlp,
+    otel_ids,
+    otlp_json,
+)
 from click.testing import CliRunner
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind as OTelSpanKind
 from otlp_receiver import OTLPReceiver
 
 from agenteval_core import (
@@ -22,6 +34,7 @@ from agenteval_core import (
     CaptureWriter,
     LoopAlert,
     MetricResult,
+    OnlineEvaluator,
     RunStatus,
     Span,
     SpanKind,
@@ -109,10 +122,11 @@ def sample_trace() -> Trace:
 
 
 def exported(trace: Trace, *results: Any, **options: Any) -> list[ReadableSpan]:
+    """The finished spans of one export through an SDK provider (scores as span events)."""
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    OTelExporter(provider).export(trace, *results, **options)
+    OTelExporter(provider, score_events="spans").export(trace, *results, **options)
     return list(memory.get_finished_spans())
 
 
@@ -254,11 +268,14 @@ def test_a_graph_or_crew_at_the_root_is_a_workflow() -> None:
     spans = by_name(exported(Trace(id="t2", spans=[crew, worker])))
     assert sorted(spans) == ["invoke_agent support", "invoke_workflow crew"]
     workflow = spans["invoke_workflow crew"].attributes
-    assert (workflow["gen_ai.operation.name"], workflow["gen_ai.workflow.name"]) == (
+    # GenAI conventions v0.1.0: the workflow is an invoke_agent span whose operation stays
+    # invoke_workflow, named by gen_ai.agent.name (gen_ai.workflow.name is gone)
+    assert (workflow["gen_ai.operation.name"], workflow["gen_ai.agent.name"]) == (
         "invoke_workflow",
         "crew",
     )
-    assert "gen_ai.agent.name" not in workflow
+    assert "gen_ai.workflow.name" not in workflow
+    assert spans["invoke_workflow crew"].kind is OTelSpanKind.INTERNAL
     assert spans["invoke_agent support"].attributes["gen_ai.agent.name"] == "support"
 
 
@@ -355,15 +372,49 @@ def test_replay_exports_and_a_refusing_endpoint_fails_the_command(
     )
     assert ok.exit_code == 0, ok.output
     assert f"exported 1 trace(s) to {otlp_receiver.url}" in ok.output
-    otlp_receiver.status = 401
+    # the endpoint passes the preflight check, then refuses the spans: said once, at the end
+    otlp_receiver.probe_status, otlp_receiver.status = 200, 401
     refused = CliRunner().invoke(
         cli, ["replay", str(capture), "-q", "--otel-endpoint", otlp_receiver.url]
     )
     assert refused.exit_code == 1
-    assert (
-        f"agenteval: error: export to {otlp_receiver.url} incomplete: 6 span(s) not accepted"
-        in refused.output
+    expected = (
+        f"agenteval: error: export to {otlp_receiver.url} incomplete: 6 span(s) not accepted "
+        f"by {otlp_receiver.url}"
     )
+    assert expected in refused.output
+    assert refused.output.count("not accepted") == 1, refused.output
+
+
+def test_an_endpoint_that_cannot_take_the_export_is_found_before_scoring(
+    otlp_receiver: OTLPReceiver, tmp_path: Path
+) -> None:
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        writer.write(sample_trace())
+    otlp_receiver.status = 401
+    refused = CliRunner().invoke(
+        cli, ["replay", str(capture), "-q", "--otel-endpoint", otlp_receiver.url]
+    )
+    assert refused.exit_code == 2
+    assert refused.output == (
+        f"agenteval: error: {otlp_receiver.url} refused an OTLP export: HTTP 401 (check the API "
+        "key); check --otel-endpoint\n"
+    )
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    down = f"http://127.0.0.1:{port}"
+    unreachable = CliRunner().invoke(cli, ["replay", str(capture), "--phoenix", down])
+    assert unreachable.exit_code == 2
+    # one line, before any scoring: no table, no per-trace repetition, no Python advice
+    assert unreachable.output == (
+        f"agenteval: error: no OTLP endpoint answers at {down}/v1/traces (connection refused); "
+        "check --phoenix\n"
+    )
+    # the Python API fails as early: replay runs the sink's preflight before scoring
+    with pytest.raises(ExportError, match="connection refused"):
+        replay(capture, sinks=[OTelSink(phoenix=down)])
 
 
 # --- the file shapes tools write ---------------------------------------------------------
@@ -669,3 +720,187 @@ def test_a_trace_without_spans_or_with_an_orphan_span_round_trips() -> None:
     assert len({span.context.trace_id for span in spans}) == 1
     back = import_otlp(otlp_json([stand_in, *spans]))
     assert sorted(back, key=lambda t: t.id != "bare") == [bare, orphaned]
+
+
+# --- scores as log events, ids that repeat, deadlines ----------------------------------
+
+
+def test_scores_are_log_events_parented_to_the_spans_they_evaluate(
+    otlp_receiver: OTLPReceiver,
+) -> None:
+    trace = sample_trace()
+    per_call = ParameterCorrectness().measure(trace.model_copy())
+    session = MetricResult(
+        name="agent_reliability", version="1", score=0.25, threshold=0.5, success=False
+    )
+    exporter = OTelExporter(endpoint=otlp_receiver.url)
+    assert (exporter.score_events, exporter.logs_endpoint) == (
+        "logs",
+        f"{otlp_receiver.base_url}/v1/logs",
+    )
+    where = exporter.export(trace, [per_call], [session])
+    exporter.shutdown()
+    assert exporter.failed == 0
+    # no span carries a score: the span events the conventions move away from are not used
+    assert all(
+        event["name"] != "gen_ai.evaluation.result"
+        for span in otlp_receiver.spans()
+        for event in span.get("events", [])
+    )
+    records = otlp_receiver.log_records()
+    assert [r["eventName"] for r in records] == ["gen_ai.evaluation.result"] * 3
+
+    def attributes(record: dict[str, Any]) -> dict[str, Any]:
+        return {a["key"]: next(iter(a["value"].values())) for a in record["attributes"]}
+
+    def hex_id(value: str) -> str:
+        return base64.b64decode(value).hex()
+
+    root = where.span_ids[trace.spans[0].id]
+    lookup = where.span_ids[next(s.id for s in trace.spans if s.name == "lookup")]
+    seen = [(hex_id(r["traceId"]), hex_id(r["spanId"]), attributes(r)) for r in records]
+    assert [(t, s, a["gen_ai.evaluation.name"]) for t, s, a in seen] == [
+        (where.trace_id, root, "parameter_correctness"),
+        (where.trace_id, lookup, "parameter_correctness"),
+        (where.trace_id, root, "agent_reliability"),
+    ]
+    on_trace, on_call, on_session = (a for _, _, a in seen)
+    assert on_trace["gen_ai.evaluation.score.value"] == 1.0
+    assert on_trace["gen_ai.evaluation.score.label"] == "pass"
+    assert on_trace["gen_ai.evaluation.explanation"] == "1 calls checked, 0 with schema errors"
+    assert (on_call["agenteval.evaluation.scope"], on_call["gen_ai.evaluation.score.value"]) == (
+        "tool_call",
+        1.0,
+    )
+    assert (on_session["agenteval.evaluation.scope"], on_session["agenteval.status"]) == (
+        "session",
+        "ok",
+    )
+    assert on_session["gen_ai.evaluation.score.label"] == "fail"
+
+
+def test_a_backend_without_logs_gets_the_scores_as_span_events(
+    otlp_receiver: OTLPReceiver,
+) -> None:
+    otlp_receiver.logs_status = 404  # Jaeger, Langfuse: traces only
+    trace = sample_trace()
+    exporter = OTelExporter(endpoint=otlp_receiver.url)
+    note = exporter.preflight()
+    assert note == (
+        f"{otlp_receiver.base_url}/v1/logs takes no logs (HTTP 404): scores go as span events "
+        "on the spans they evaluate instead"
+    )
+    assert exporter.preflight() is None  # checked once
+    exporter.export(trace, [ParameterCorrectness().measure(trace.model_copy())])
+    exporter.shutdown()
+    assert exporter.failed == 0 and otlp_receiver.log_records() == []
+    [root] = [s for s in otlp_receiver.spans() if "parentSpanId" not in s]
+    [event] = [e for e in root["events"] if e["name"] == "gen_ai.evaluation.result"]
+    # inside the span it evaluates: stamped at the span's end, not after it
+    assert int(event["timeUnixNano"]) == int(root["endTimeUnixNano"])
+
+
+def test_exporting_a_trace_again_gives_the_same_ids() -> None:
+    trace = sample_trace()
+    first, again = OTelExporter(TracerProvider()), OTelExporter(TracerProvider())
+    one, two = first.export(trace), again.export(trace)
+    assert one == two
+    trace_id, root_id = otel_ids(trace.id, trace.spans[0].id)
+    assert (one.trace_id, one.span_ids[trace.spans[0].id]) == (
+        f"{trace_id:032x}",
+        f"{root_id:016x}",
+    )
+    assert len(set(one.span_ids.values())) == len(trace.spans)
+    other = sample_trace()  # another run: other ids
+    assert OTelExporter(TracerProvider()).export(other).trace_id != one.trace_id
+    # what reaches the backend carries them
+    spans = exported(trace)
+    assert {f"{s.context.trace_id:032x}" for s in spans} == {one.trace_id}
+    assert sorted(f"{s.context.span_id:016x}" for s in spans) == sorted(one.span_ids.values())
+
+
+def test_every_root_shows_the_runs_input_and_every_span_its_conversation() -> None:
+    # a crew's root span holds no input of its own; the run's input is the task
+    crew = Span(id="c", kind=SpanKind.AGENT, name="crew", start_time=1.0, end_time=4.0)
+    agent = Span(id="a", parent_id="c", kind=SpanKind.AGENT, name="support", start_time=2.0)
+    agent.end_time = 3.0
+    llm = Span(id="l", parent_id="a", kind=SpanKind.LLM, name="m", start_time=2.1, end_time=2.9)
+    trace = Trace(
+        id="t-crew",
+        session_id="sess-h",
+        input="Refund order A-1",
+        output="Refunded.",
+        spans=[crew, agent, llm],
+    )
+    spans = by_name(exported(trace))
+    root = spans["invoke_workflow crew"].attributes
+    assert (root["input.value"], root["output.value"]) == ("Refund order A-1", "Refunded.")
+    assert {s.attributes["gen_ai.conversation.id"] for s in spans.values()} == {"sess-h"}
+    assert {s.attributes["session.id"] for s in spans.values()} == {"sess-h"}
+    # a model call leaves the process: CLIENT; agents and workflows run in it: INTERNAL
+    assert spans["chat m"].kind is OTelSpanKind.CLIENT
+    assert spans["invoke_agent support"].kind is OTelSpanKind.INTERNAL
+    # the root's own input stays None on the way back
+    [back] = import_otlp(otlp_json(list(spans.values())))
+    assert back == trace and back.spans[0].input is None
+
+
+class _Silent:
+    """A server that takes requests and answers none until it is closed: a backend that
+    hangs. Closing answers every waiting request (200), so no exporter retries later."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1/traces"
+        self.waiting: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            self.waiting.append(connection)
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.waiting:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            connection.close()
+
+
+def test_close_honours_its_deadline_when_the_backend_hangs(tmp_path: Path) -> None:
+    silent = _Silent()
+    try:
+        exporter = OTelExporter(endpoint=silent.url, timeout=60, score_events="none")
+        exporter.export(sample_trace())
+        with pytest.raises(ExportError, match=r"^still sending after 0.5 s$"):
+            exporter.shutdown(timeout=0.5)  # not the 60 s the request could take
+        # an online evaluator's close deadline reaches its OpenTelemetry sink
+        sink = OTelSink(endpoint=silent.url, timeout=60, score_events="none")
+        with OnlineEvaluator(sinks=[sink], log=False) as evaluator:
+            evaluator.submit(sample_trace())
+            assert evaluator.flush(30)
+            evaluator.close(timeout=1)
+        assert sink.problem is not None and sink.problem.startswith("still sending after")
+    finally:
+        silent.close()
+
+
+def test_unreachable_phoenix_is_one_line_for_any_number_of_traces() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    annotations = PhoenixAnnotations(down)
+    annotations.log_failures = False
+    result = MetricResult(name="coherence", version="1", score=1.0, threshold=0.5, success=True)
+    for _ in range(5):
+        trace = sample_trace()
+        annotations.add_trace(trace, OTelExporter(TracerProvider()).export(trace), [result])
+    [problem] = annotations.flush(30)
+    assert problem.startswith(f"Phoenix annotations: {down}/v1/span_annotations: ConnectError")
+    assert problem.endswith("(and 4 more batch(es) failed)")
+    annotations.close()

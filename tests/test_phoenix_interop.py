@@ -21,13 +21,13 @@ import httpx
 import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain.testing import ScriptedChatModel, tool_call
-from agenteval_otel import OTelSink, import_otlp
+from agenteval_otel import OTelExporter, OTelSink, import_otlp
 from browser import CHROMIUM, chromium
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
-from agenteval_core import OnlineEvaluator, RunStatus, Trace
+from agenteval_core import CaptureWriter, MetricResult, OnlineEvaluator, RunStatus, Trace, replay
 
 SERVER = os.environ.get("AGENTEVAL_PHOENIX_SERVER")
 RUNNING = os.environ.get("AGENTEVAL_TEST_PHOENIX_URL")
@@ -239,3 +239,44 @@ def test_a_scored_trace_in_phoenix_screenshot(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_exporting_again_updates_instead_of_duplicating(
+    phoenix: str, exported: list[Trace], tmp_path: Path
+) -> None:
+    """The session was exported live; replaying its capture into Phoenix again (and once
+    more with a changed score) leaves one trace per run, each span once, and the score
+    as last sent."""
+
+    def roots() -> list[dict[str, Any]]:
+        return [s for s in api(phoenix, "/spans", limit=1000) if s["parent_id"] is None]
+
+    before_roots, before_spans = len(roots()), len(api(phoenix, "/spans", limit=1000))
+    capture = tmp_path / "again.jsonl"
+    with CaptureWriter(capture) as writer:
+        for trace in exported:
+            writer.write(trace)
+    sdk = os.environ.pop("OTEL_SDK_DISABLED", None)
+    try:
+        sink = OTelSink(phoenix=phoenix, project=PROJECT)
+        exporter = OTelExporter(phoenix=phoenix, project=PROJECT)
+    finally:
+        if sdk is not None:
+            os.environ["OTEL_SDK_DISABLED"] = sdk
+    replay(capture, sinks=[sink])
+    assert sink.problem is None
+    changed = MetricResult(name="coherence", version="1", score=0.123, threshold=0.5, success=False)
+    where = exporter.export(exported[0], [changed])
+    exporter.shutdown()
+    spans = api(phoenix, "/spans", limit=1000)
+    assert (len(roots()), len(spans)) == (before_roots, before_spans)
+    runs = [r for r in roots() if r["attributes"].get("session.id") == "user-42"]
+    assert sorted(r["attributes"]["agenteval.trace.id"] for r in runs) == sorted(
+        t.id for t in exported
+    )
+    assert where.span_ids[exported[0].spans[0].id] in {r["context"]["span_id"] for r in runs}
+    annotations = api(
+        phoenix, "/span_annotations", span_ids=where.span_ids[exported[0].spans[0].id]
+    )
+    coherence = [a for a in annotations if a["name"] == "coherence"]
+    assert [(a["result"]["label"], a["result"]["score"]) for a in coherence] == [("fail", 0.123)]

@@ -17,6 +17,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "agenteval_otel needs OpenTelemetry: pip install 'agenteval[otel]' (from a checkout: pip install -e '.[otel]')"
     ) from exc
 
+from ._conventions import otel_ids
 from ._export import ExportedTrace, ExportError, OTelExporter, OTelSink
 from ._import import import_otlp, import_otlp_json
 from ._otlp import otlp_json
@@ -30,5 +31,6 @@ __all__ = [
     "PhoenixAnnotations",
     "import_otlp",
     "import_otlp_json",
+    "otel_ids",
     "otlp_json",
 ]

@@ -12,6 +12,7 @@ Kept free of the SDK: the importer reads the same names back.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from fractions import Fraction
 from typing import Any
@@ -54,12 +55,27 @@ SPANLESS = "agenteval.trace.spanless"
 """On the one span exported for a trace that has none (built by hand): import drops it."""
 ENCODED = "agenteval.encoded"
 """Names of the span's own attributes that were JSON-encoded to fit OpenTelemetry's types."""
+FROM_TRACE = "agenteval.span.values_from_trace"
+"""On a root span that has no input (or output) of its own: ``input.value`` (``output.value``)
+shows the run's, so a backend's trace list is not blank; import drops them again."""
 
 _ROLES = {"human": "user", "ai": "assistant", "function": "tool", "developer": "system"}
 
 
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _digest(*parts: str, size: int) -> int:
+    text = "\x00".join(parts).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(text).digest()[:size], "big") or 1  # 0 is invalid
+
+
+def otel_ids(trace_id: str, span_id: str) -> tuple[int, int]:
+    """The OpenTelemetry trace and span id an agenteval span is exported under: derived from
+    agenteval's own ids (SHA-256), so exporting a trace again gives the same ids and a
+    backend updates the trace instead of showing it twice."""
+    return _digest("agenteval", trace_id, size=16), _digest(trace_id, span_id, size=8)
 
 
 def to_ns(seconds: float | None) -> int | None:
@@ -288,8 +304,9 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
     op = operation(trace, index)
     if op is not None:
         attributes[OPERATION_NAME] = op
-    if op == WORKFLOW:
-        attributes["gen_ai.workflow.name"] = span.name
+    if trace.session_id:  # on every span, so any of them finds its conversation
+        attributes["gen_ai.conversation.id"] = trace.session_id
+        attributes["session.id"] = trace.session_id
     if span.parent_id:
         attributes["agenteval.span.parent_id"] = span.parent_id
     # a tool span's input and output are its call's: each encoded once for both vocabularies
@@ -307,7 +324,9 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
         attributes["agenteval.requested_tool_calls"] = dumps(
             [call.model_dump() for call in span.requested_tool_calls]
         )
-    if span.kind is SpanKind.AGENT and op != WORKFLOW:
+    if span.kind is SpanKind.AGENT or op == WORKFLOW:
+        # a workflow is an agent span with operation invoke_workflow (GenAI conventions
+        # v0.1.0 replaced gen_ai.workflow.name with gen_ai.agent.name)
         name = span.attributes.get(AGENT_NAME) or span.name
         attributes[AGENT_NAME] = name
         attributes["agent.name"] = name
@@ -322,6 +341,14 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
         attributes["error.type"] = error_type(span.error)
     if root:
         attributes.update(trace_attributes(trace, span))
+        borrowed = []
+        for prefix in ("input", "output"):
+            value = getattr(trace, prefix)
+            if getattr(span, prefix) is None and value is not None:
+                attributes.update(value_attributes(prefix, value))
+                borrowed.append(prefix)
+        if borrowed:
+            attributes[FROM_TRACE] = borrowed
     # the span's own attributes last: where a name is shared, the adapter's value stands
     encoded = []
     if span.attributes:
@@ -354,9 +381,6 @@ def trace_attributes(trace: Trace, root: AgentSpan) -> dict[str, Any]:
         user = trace.metadata.get("user_id")
         if isinstance(user, str):
             attributes["user.id"] = user
-    if trace.session_id:
-        attributes["gen_ai.conversation.id"] = trace.session_id
-        attributes["session.id"] = trace.session_id
     if trace.framework:
         attributes["agenteval.trace.framework"] = trace.framework
     if trace.error is not None:

@@ -1,19 +1,32 @@
-"""Traces → OpenTelemetry spans, scores → ``gen_ai.evaluation.result`` events (and, for
-Phoenix, span annotations), sent to any OTLP endpoint with failures reported."""
+"""Traces → OpenTelemetry spans, scores → ``gen_ai.evaluation.result`` log events parented to
+the span they evaluate (and, for Phoenix, span annotations), sent to any OTLP endpoint with
+failures reported. Span and trace ids derive from agenteval's own, so an export repeated
+lands on the same ids."""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
+import httpx
+from opentelemetry import _logs as otel_logs
 from opentelemetry import trace as otel_trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import (
+    BatchLogRecordProcessor,
+    LogRecordExporter,
+    LogRecordExportResult,
+)
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.trace import SpanKind as OTelSpanKind
 from opentelemetry.trace import Status, StatusCode
 
 from agenteval_core import (
@@ -27,7 +40,15 @@ from agenteval_core import (
     TraceResults,
 )
 
-from ._conventions import SPANLESS, error_type, per_call_results, span_attributes, span_name, to_ns
+from ._conventions import (
+    SPANLESS,
+    error_type,
+    otel_ids,
+    per_call_results,
+    span_attributes,
+    span_name,
+    to_ns,
+)
 from ._phoenix import PhoenixAnnotations
 
 __all__ = ["ExportError", "ExportedTrace", "OTelExporter", "OTelSink"]
@@ -35,6 +56,8 @@ __all__ = ["ExportError", "ExportedTrace", "OTelExporter", "OTelSink"]
 logger = logging.getLogger("agenteval.otel")
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
+
+ScoreEvents = Literal["logs", "spans", "none"]
 
 
 class ExportError(RuntimeError):
@@ -50,41 +73,114 @@ class ExportedTrace:
     span_ids: dict[str, str] = field(default_factory=dict)
 
 
-class _ReportingExporter(SpanExporter):
-    """Wraps the OTLP exporter so a failed batch is counted and said once, with the
-    endpoint and what to check, instead of being dropped with a line on stderr."""
+class _Reporting:
+    """Wraps an OTLP exporter (spans or log records) so a failed batch is counted and said
+    once, with the endpoint, instead of being dropped with a line on stderr."""
 
-    def __init__(self, inner: SpanExporter, endpoint: str) -> None:
-        self.inner = inner
-        self.endpoint = endpoint
+    def __init__(self, inner: Any, endpoint: str, what: str, success: Any, failure: Any) -> None:
+        self.inner, self.endpoint, self.what = inner, endpoint, what
+        self._success, self._failure = success, failure
         self.exported = 0
         self.failed = 0
+        self.log_failures = True
         self._lock = threading.Lock()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export(self, batch: Sequence[Any]) -> Any:
         try:
-            result = self.inner.export(spans)
+            result = self.inner.export(batch)
         except Exception as exc:  # an exporter must never raise into the SDK's worker
-            logger.error("agenteval: exporting spans to %s raised %r", self.endpoint, exc)
-            result = SpanExportResult.FAILURE
+            logger.debug("agenteval: exporting %s to %s raised %r", self.what, self.endpoint, exc)
+            result = self._failure
         with self._lock:
-            if result is SpanExportResult.SUCCESS:
-                self.exported += len(spans)
+            if result == self._success:
+                self.exported += len(batch)
             else:
-                if not self.failed:
+                if not self.failed and self.log_failures:
                     logger.error(
-                        "agenteval: could not export spans to %s; is the collector (or "
-                        "Phoenix) running there? Set the endpoint with OTelExporter(endpoint=...)",
+                        "agenteval: could not export %s to %s; is the collector (or Phoenix) "
+                        "running there?",
+                        self.what,
                         self.endpoint,
                     )
-                self.failed += len(spans)
+                self.failed += len(batch)
         return result
 
     def shutdown(self) -> None:
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+        return bool(self.inner.force_flush(timeout_millis))
+
+
+class _DerivedIds(IdGenerator):
+    """Gives the span being started the ids :func:`otel_ids` derived for it (set on this
+    thread just before ``start_span``); anything else the tracer starts gets random ids."""
+
+    def __init__(self, fallback: IdGenerator) -> None:
+        self.fallback = fallback
+        self._next = threading.local()
+
+    def use(self, trace_id: int, span_id: int) -> None:
+        self._next.ids = (trace_id, span_id)
+
+    def generate_trace_id(self) -> int:  # called for a root span only, before its span id
+        ids = getattr(self._next, "ids", None)
+        return ids[0] if ids else self.fallback.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        ids = self._next.__dict__.pop("ids", None)
+        return ids[1] if ids else self.fallback.generate_span_id()
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+def _within(seconds: float, work: Callable[[], object]) -> bool:
+    """Run ``work`` on a daemon thread and wait at most ``seconds``: the SDK's flush and
+    shutdown block on the network with timeouts of their own, longer than a caller's
+    deadline. False: still running when the time was up (it finishes in the background)."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:
+            logger.debug("agenteval: OpenTelemetry flush or shutdown raised %r", exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="agenteval-otel-close", daemon=True).start()
+    return done.wait(max(0.0, seconds))
+
+
+def _logs_url(traces_url: str) -> str:
+    """OTLP/HTTP puts logs beside traces: ``.../v1/traces`` → ``.../v1/logs``."""
+    base = traces_url.rstrip("/")
+    if not base.endswith("/v1/traces"):
+        raise ValueError(
+            f"OTelExporter: {traces_url} does not end in /v1/traces, so where log records go "
+            "cannot be told: pass logs_endpoint=..., or score_events='spans' to carry scores "
+            "as span events"
+        )
+    return base[: -len("traces")] + "logs"
+
+
+def _probe(url: str, headers: dict[str, str] | None, timeout: float) -> int | str:
+    """POST an empty OTLP request (valid protobuf: no spans, no records) to ``url``: its
+    HTTP status, or why nothing answered."""
+    try:
+        response = httpx.post(
+            url,
+            content=b"",
+            headers={"Content-Type": "application/x-protobuf", **(headers or {})},
+            timeout=timeout,
+        )
+    except httpx.TimeoutException:
+        return f"no answer within {timeout:g} s"
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        return "connection refused" if "refused" in reason.lower() else reason
+    return response.status_code
 
 
 def _event(result: MetricResult, scope: str | None = None) -> dict[str, Any]:
@@ -123,12 +219,28 @@ class OTelExporter:
         phoenix: a Phoenix base URL (``http://127.0.0.1:6006``) or client; scores are also
             sent there as span, trace and session annotations.
         redactor: applied to each trace before export (``None``: export as is).
+        timeout: seconds for one request to the endpoint.
+        score_events: how scores travel as ``gen_ai.evaluation.result`` events: ``"logs"``
+            (log records parented to the evaluated span, as the GenAI conventions define
+            them), ``"spans"`` (span events, for backends that show those and take no logs,
+            such as Jaeger) or ``"none"``. Default: ``"none"`` with ``phoenix`` (Phoenix takes
+            scores as annotations and has no logs endpoint), ``"logs"`` with ``endpoint`` or
+            ``logger_provider``, else ``"spans"``.
+        logs_endpoint: the OTLP/HTTP logs endpoint; default: ``endpoint``'s sibling
+            (``.../v1/logs``).
+        logger_provider: an SDK ``LoggerProvider`` for the log events when you pass
+            ``tracer_provider``.
+        log_failures: log the first failed delivery when it happens (the command line
+            turns this off and reports once, at the end).
+        close_timeout: the most :meth:`shutdown` waits for everything to be delivered.
 
     Spans are named and attributed after the GenAI conventions (``invoke_workflow``,
-    ``invoke_agent {agent}``, ``chat {model}``, ``execute_tool {tool}``) and OpenInference.
-    Each metric result is a ``gen_ai.evaluation.result`` event on the root span; metrics
-    that score each tool call also put one on each call's span. Failed exports are counted
-    in :attr:`failed`, logged, and raised by :meth:`flush`.
+    ``invoke_agent {agent}``, ``chat {model}`` with kind CLIENT, ``execute_tool {tool}``) and
+    OpenInference. Their ids derive from agenteval's (:func:`otel_ids`), so exporting a
+    trace again gives the same ids (with an SDK ``TracerProvider``). Each trace metric's
+    result evaluates the root span; metrics that score each tool call also evaluate each
+    call's span. Failed exports are counted in :attr:`failed`, logged, and raised by
+    :meth:`flush`.
     """
 
     def __init__(
@@ -141,48 +253,154 @@ class OTelExporter:
         phoenix: str | PhoenixAnnotations | None = None,
         redactor: Redactor | None = DEFAULT_REDACTOR,
         timeout: float = 10.0,
+        score_events: ScoreEvents | None = None,
+        logs_endpoint: str | None = None,
+        logger_provider: Any = None,
+        log_failures: bool = True,
+        close_timeout: float = 10.0,
     ) -> None:
         if tracer_provider is not None and endpoint is not None:
             raise ValueError(
                 "OTelExporter: pass either tracer_provider or endpoint, not both "
                 "(add your own exporter to your provider instead)"
             )
+        if score_events not in (None, "logs", "spans", "none"):
+            raise ValueError(
+                f"OTelExporter: score_events={score_events!r}; use 'logs', 'spans' or 'none'"
+            )
         if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             raise ValueError(
                 "OTelExporter: OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK off, so "
                 "nothing would be exported; unset it to export"
             )
-        self._reporting: _ReportingExporter | None = None
-        self._owns_provider = False
+        if score_events is None:
+            own_logs = endpoint is not None or logs_endpoint is not None
+            score_events = (
+                "none"
+                if phoenix is not None
+                else "logs"
+                if own_logs or logger_provider
+                else "spans"
+            )
+        self.score_events: ScoreEvents = score_events
+        self.headers = headers
+        self.timeout = timeout
+        self.close_timeout = close_timeout
+        self._reporting: list[_Reporting] = []
+        self._owned: list[Any] = []  # providers this exporter built, shut down with it
         if isinstance(phoenix, str) and endpoint is None and tracer_provider is None:
             endpoint = phoenix.rstrip("/") + "/v1/traces"
+        resource = Resource.create(
+            {"service.name": "agenteval"}
+            | ({"openinference.project.name": project} if project else {})
+        )
         if endpoint is not None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            resource = {"service.name": "agenteval"}
-            if project:
-                resource["openinference.project.name"] = project
-            tracer_provider = TracerProvider(resource=Resource.create(resource))
-            self._reporting = _ReportingExporter(
-                OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=timeout), endpoint
+            tracer_provider = TracerProvider(resource=resource)
+            spans = _Reporting(
+                OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=timeout),
+                endpoint,
+                "spans",
+                SpanExportResult.SUCCESS,
+                SpanExportResult.FAILURE,
             )
-            tracer_provider.add_span_processor(BatchSpanProcessor(self._reporting))
-            self._owns_provider = True
+            tracer_provider.add_span_processor(BatchSpanProcessor(cast(SpanExporter, spans)))
+            self._reporting.append(spans)
+            self._owned.append(tracer_provider)
+        self.logs_endpoint: str | None = None
+        if score_events == "logs" and logger_provider is None:
+            if endpoint is None and logs_endpoint is None:
+                logger_provider = otel_logs.get_logger_provider()
+            else:
+                from opentelemetry.exporter.otlp.proto.http._log_exporter import (
+                    OTLPLogExporter,
+                )
+
+                self.logs_endpoint = logs_endpoint or _logs_url(str(endpoint))
+                logger_provider = LoggerProvider(resource=resource)
+                records = _Reporting(
+                    OTLPLogExporter(endpoint=self.logs_endpoint, headers=headers, timeout=timeout),
+                    self.logs_endpoint,
+                    "log records",
+                    LogRecordExportResult.SUCCESS,
+                    LogRecordExportResult.FAILURE,
+                )
+                logger_provider.add_log_record_processor(
+                    BatchLogRecordProcessor(cast(LogRecordExporter, records))
+                )
+                self._reporting.append(records)
+                self._owned.append(logger_provider)
         self.endpoint = endpoint
+        self._logger_provider = logger_provider
         self.provider: Any = tracer_provider or otel_trace.get_tracer_provider()
-        self.tracer = self.provider.get_tracer("agenteval")
+        tracer: Any = self.provider.get_tracer("agenteval")
+        self.tracer = tracer
+        self.logger: Any = (
+            logger_provider.get_logger("agenteval") if logger_provider is not None else None
+        )
+        # the SDK's tracer asks its id generator for each new span's ids: ours answers with
+        # the ids derived for the span being exported (other tracers keep theirs)
+        ids = getattr(tracer, "id_generator", None)
+        if isinstance(ids, IdGenerator) and not isinstance(ids, _DerivedIds):
+            tracer.id_generator = ids = _DerivedIds(ids)
+        self._ids: _DerivedIds | None = ids if isinstance(ids, _DerivedIds) else None
         self.redactor = redactor
         if isinstance(phoenix, str):
             phoenix = PhoenixAnnotations(phoenix, headers=headers)
         self.phoenix = phoenix
+        self.log_failures = log_failures
         self.traces = 0
         self._shut = False
+        self._preflighted = False
+
+    @property
+    def log_failures(self) -> bool:
+        """Whether the first failed delivery is logged as it happens."""
+        return self._log_failures
+
+    @log_failures.setter
+    def log_failures(self, on: bool) -> None:
+        self._log_failures = on
+        for reporting in self._reporting:
+            reporting.log_failures = on
+        if self.phoenix is not None:
+            self.phoenix.log_failures = on
 
     @property
     def failed(self) -> int:
-        """Spans that could not be delivered to ``endpoint`` (0 when no endpoint was given:
-        your own provider's exporters report for themselves)."""
-        return self._reporting.failed if self._reporting is not None else 0
+        """Spans and log records that could not be delivered to ``endpoint`` (0 when no
+        endpoint was given: your own provider's exporters report for themselves)."""
+        return sum(reporting.failed for reporting in self._reporting)
+
+    def preflight(self, timeout: float = 5.0) -> str | None:
+        """Check, before anything is scored, that the endpoint takes OTLP: one empty export
+        request (no spans) to it, and one to the logs endpoint. Raises :class:`ExportError`
+        in one line when the endpoint cannot be reached or refuses; a logs endpoint that
+        does not exist (404, 405: Jaeger, Langfuse) switches the scores to span events, and
+        the returned note says so. Nothing to check (your own provider, or checked
+        already): None."""
+        if self.endpoint is None or self._preflighted:
+            return None
+        self._preflighted = True  # the command line checks first, then replay: said once
+        answer = _probe(self.endpoint, self.headers, timeout)
+        if isinstance(answer, str):
+            raise ExportError(f"no OTLP endpoint answers at {self.endpoint} ({answer})")
+        if not 200 <= answer < 300:
+            hints = {401: "check the API key", 403: "check the API key", 404: "check the path"}
+            advice = hints.get(answer, "is it an OTLP/HTTP traces endpoint?")
+            raise ExportError(f"{self.endpoint} refused an OTLP export: HTTP {answer} ({advice})")
+        if self.score_events != "logs" or self.logs_endpoint is None:
+            return None
+        answer = _probe(self.logs_endpoint, self.headers, timeout)
+        if isinstance(answer, int) and 200 <= answer < 300:
+            return None
+        what = f"HTTP {answer}" if isinstance(answer, int) else answer
+        self.score_events = "spans"
+        return (
+            f"{self.logs_endpoint} takes no logs ({what}): scores go as span events on the "
+            "spans they evaluate instead"
+        )
 
     def export(
         self,
@@ -194,7 +412,7 @@ class OTelExporter:
     ) -> ExportedTrace:
         """Write one trace (redacted first, unless ``redactor=None`` or ``redacted``: it
         already went through this exporter's redactor) with its results, and the session's
-        results as they stand after it (events marked ``agenteval.evaluation.scope=session``)."""
+        results as they stand after it (marked ``agenteval.evaluation.scope=session``)."""
         if self.redactor is not None and not redacted:
             trace = self.redactor.trace(trace)
         spanless = not trace.spans
@@ -220,9 +438,13 @@ class OTelExporter:
             attributes = span_attributes(span, trace, index)
             if spanless:
                 attributes[SPANLESS] = True
+            if self._ids is not None:
+                self._ids.use(*otel_ids(trace.id, span.id))
             otel_span = self.tracer.start_span(
                 span_name(trace, index),
                 context=context,
+                # a model call goes out of the process; the rest runs in it
+                kind=OTelSpanKind.CLIENT if span.kind is SpanKind.LLM else OTelSpanKind.INTERNAL,
                 start_time=to_ns(span.start_time),
                 attributes=attributes,
             )
@@ -239,26 +461,27 @@ class OTelExporter:
         exported = ExportedTrace(trace_id=f"{opened[root_id].get_span_context().trace_id:032x}")
         for span_id, otel_span in opened.items():
             exported.span_ids[span_id] = f"{otel_span.get_span_context().span_id:016x}"
-        root_span = opened[root_id]
-        tool_spans = [opened[s.id] for s in trace.spans if s.tool_call is not None]
+        root = trace.spans[0]
+        tool_spans = [s for s in trace.spans if s.tool_call is not None]
+        evaluations: list[tuple[Span, dict[str, Any]]] = []
         for result in results:
-            root_span.add_event(EVALUATION_EVENT, _event(result))
+            evaluations.append((root, _event(result)))
             for index, call in per_call_results(result):
                 if index < len(tool_spans):
-                    tool_spans[index].add_event(
-                        EVALUATION_EVENT,
-                        {
-                            "gen_ai.evaluation.name": call.name,
-                            "gen_ai.evaluation.score.value": call.score,
-                            "gen_ai.evaluation.score.label": "pass" if call.success else "fail",
-                            "gen_ai.evaluation.explanation": call.reason,
-                            "agenteval.evaluation.scope": "tool_call",
-                        },
-                    )
-        for result in session_results:
-            root_span.add_event(EVALUATION_EVENT, _event(result, scope="session"))
+                    evaluations.append((tool_spans[index], _event(call, scope="tool_call")))
+        evaluations.extend((root, _event(result, scope="session")) for result in session_results)
+        if self.score_events == "spans":
+            for span, event in evaluations:  # inside the span: at its end, not after it
+                opened[span.id].add_event(EVALUATION_EVENT, event, timestamp=to_ns(span.end_time))
         for span in reversed(trace.spans):  # children end before their parents
             opened[span.id].end(end_time=to_ns(span.end_time))
+        if self.score_events == "logs" and self.logger is not None:
+            for span, event in evaluations:
+                self.logger.emit(
+                    event_name=EVALUATION_EVENT,
+                    context=otel_trace.set_span_in_context(opened[span.id]),
+                    attributes=event,
+                )
         self.traces += 1
         if self.phoenix is not None:
             self.phoenix.add_trace(trace, exported, results)
@@ -271,43 +494,66 @@ class OTelExporter:
             self.phoenix.add_session(session_id, results)
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Deliver everything exported so far; raises :class:`ExportError` if spans or
-        annotations could not be delivered (how many, where)."""
-        flushed = True
-        if hasattr(self.provider, "force_flush"):
-            flushed = self.provider.force_flush(int(timeout * 1000))
-        problems = []
-        if not flushed:
-            problems.append(f"spans still queued after {timeout:g} s")
-        if self.failed:
-            problems.append(f"{self.failed} span(s) not accepted by {self.endpoint}")
+        """Deliver everything exported so far, waiting at most ``timeout`` seconds; raises
+        :class:`ExportError` if spans, log records or annotations could not be delivered
+        (how many, where)."""
+        deadline = time.monotonic() + timeout
+        problems = self._deliver(deadline, lambda provider, ms: provider.force_flush(ms))
         if self.phoenix is not None:
-            problems.extend(self.phoenix.flush(timeout))
+            problems.extend(self.phoenix.flush(max(0.0, deadline - time.monotonic())))
         if problems:
             raise ExportError("; ".join(problems))
 
-    def shutdown(self) -> None:
-        """Flush and release the provider this exporter built (a provider you passed in is
-        yours to shut down); raises :class:`ExportError` like :meth:`flush`. Safe to call
-        twice."""
+    def _deliver(self, deadline: float, step: Callable[[Any, int], object]) -> list[str]:
+        """``step`` (flush or shut down) on each provider within the deadline, then what
+        could not be delivered."""
+        providers = self._owned or [self.provider, self._logger_provider]
+        problems = []
+        for provider in providers:
+            if not hasattr(provider, "force_flush"):
+                continue
+            left = max(0.0, deadline - time.monotonic())
+
+            def run(provider: Any = provider, ms: int = int(left * 1000)) -> None:
+                step(provider, ms)
+
+            if not _within(left, run):
+                problems.append(f"still sending after {left:.3g} s")
+                break
+        for reporting in self._reporting:
+            if reporting.failed:
+                problems.append(
+                    f"{reporting.failed} {reporting.what.replace('spans', 'span(s)')} "
+                    f"not accepted by {reporting.endpoint}"
+                )
+        return problems
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Flush and release the providers this exporter built (a provider you passed in is
+        yours to shut down), all within ``timeout`` seconds (default: ``close_timeout``):
+        what is not delivered by then is reported, not waited for. Raises
+        :class:`ExportError` like :meth:`flush`. Safe to call twice."""
         if self._shut:
             return
         self._shut = True
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
         try:
-            self.flush()
+            self.flush(max(0.0, deadline - time.monotonic()))
         finally:
             if self.phoenix is not None:
-                self.phoenix.close()
-            if self._owns_provider:
-                self.provider.shutdown()
+                self.phoenix.close(max(0.0, deadline - time.monotonic()))
+            for provider in self._owned:
+                _within(max(0.0, deadline - time.monotonic()), provider.shutdown)
 
 
 class OTelSink(Sink):
     """The OpenTelemetry sink: exports each scored trace with its results, online
     (``OnlineEvaluator(sinks=[OTelSink(...)])``) or in replay
     (``replay(..., sinks=[OTelSink(...)])``). Arguments are :class:`OTelExporter`'s, or
-    ``exporter=`` one you built. Closing the sink flushes; a failure to deliver is logged,
-    counted in :attr:`errors` and described in :attr:`problem`."""
+    ``exporter=`` one you built. Replay runs the exporter's :meth:`~OTelExporter.preflight`
+    before scoring. Closing the sink flushes within the exporter's ``close_timeout`` (or
+    the evaluator's close deadline); a failure to deliver is logged, counted in
+    :attr:`errors` and described in :attr:`problem`."""
 
     def __init__(self, exporter: OTelExporter | None = None, **options: Any) -> None:
         if exporter is not None and options:
@@ -316,6 +562,10 @@ class OTelSink(Sink):
         self.problem: str | None = None
         """What could not be delivered, once the sink is closed (None: everything was)."""
         self._upstream: Redactor | None = None
+
+    def preflight(self) -> str | None:
+        """The exporter's preflight check (:meth:`OTelExporter.preflight`)."""
+        return self.exporter.preflight()
 
     def redacted_by(self, redactor: Redactor | None) -> None:
         self._upstream = redactor
@@ -329,10 +579,11 @@ class OTelSink(Sink):
     def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
         self.exporter.export_session(session_id, results)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         try:
-            self.exporter.shutdown()
+            self.exporter.shutdown(timeout)
         except ExportError as exc:
             self.errors += 1
             self.problem = str(exc)
-            logger.error("agenteval: OpenTelemetry export incomplete: %s", exc)
+            if self.exporter.log_failures:
+                logger.error("agenteval: OpenTelemetry export incomplete: %s", exc)

@@ -31,7 +31,7 @@ from agenteval_core import (
 )
 from agenteval_core.recording import OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL
 
-from ._conventions import ENCODED, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
+from ._conventions import ENCODED, FROM_TRACE, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
 from ._otlp import RawSpan, read_spans
 
 __all__ = ["import_otlp", "import_otlp_json"]
@@ -352,6 +352,9 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
     error = _error(raw)
     tool_call = None
     if ours:
+        borrowed = a.get(FROM_TRACE) or ()  # the run's, shown on a root that had none
+        inputs = None if "input" in borrowed else inputs
+        output = None if "output" in borrowed else output
         name = a.get("agenteval.span.name", raw.name)
         attributes = _own_attributes(a)
         if "gen_ai.tool.name" in a and kind is SpanKind.TOOL:

@@ -87,6 +87,8 @@ class PhoenixAnnotations:
         self._pending = 0
         self.sent = 0
         self.problems: list[str] = []
+        self.log_failures = True
+        """Log the first failure when it happens (off: it is only in :meth:`flush`'s answer)."""
         self._worker = threading.Thread(
             target=self._run, name="agenteval-phoenix-annotations", daemon=True
         )
@@ -168,24 +170,31 @@ class PhoenixAnnotations:
             delay = min(delay * 2, 2.0)
 
     def _problem(self, text: str) -> None:
-        if not self.problems:
+        if not self.problems and self.log_failures:
             logger.error("agenteval: Phoenix annotations failed: %s", text)
         self.problems.append(text)
 
     def flush(self, timeout: float = 30.0) -> list[str]:
         """Wait until every queued annotation was sent or given up on; returns what failed
-        (also when the wait timed out)."""
+        (also when the wait timed out), one line each: how many batches failed and the
+        first reason, not one line per trace."""
         deadline = time.monotonic() + timeout
         with self._idle:
             while self._pending and (left := deadline - time.monotonic()) > 0:
                 self._idle.wait(left)
             waiting = self._pending
-        problems = [f"Phoenix annotations: {p}" for p in self.problems]
+        problems = []
+        if self.problems:
+            first, more = self.problems[0], len(self.problems) - 1
+            also = f" (and {more} more batch(es) failed)" if more else ""
+            problems.append(f"Phoenix annotations: {first}{also}")
         if waiting:
             problems.append(f"{waiting} annotation batch(es) still queued after {timeout:g} s")
         return problems
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker, waiting at most ``timeout`` for the batch it is sending."""
         self._queue.put(None)
-        self._worker.join(timeout=5)
-        self._client.close()
+        self._worker.join(timeout=timeout)
+        if not self._worker.is_alive():
+            self._client.close()

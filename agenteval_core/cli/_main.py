@@ -507,17 +507,17 @@ def replay_command(
         report_errors.append(error)
 
     report_errors: list[CaptureFormatError] = []
-    export = _otel_sink(otel_endpoint, phoenix_url, project)
     if workers > 1 and judge is not None:
         raise UserError(
             f"--workers {workers} replays without a judge: a judge waits on its API, not on "
             "this machine's cores; drop --workers and raise --judge-concurrency instead"
         )
-    if workers > 1 and export is not None:
+    if workers > 1 and (otel_endpoint or phoenix_url):
         raise UserError(
             f"--workers {workers} cannot export to OpenTelemetry: the export runs in one "
             "process; drop --workers to export"
         )
+    export = _otel_sink(otel_endpoint, phoenix_url, project)
     progress = Progress(
         TextColumn("replaying"),
         BarColumn(),
@@ -638,17 +638,27 @@ def _replay_on_ray(
 
 
 def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -> Any:
-    """The OpenTelemetry sink the export options ask for, or None."""
+    """The OpenTelemetry sink the export options ask for, or None; checked now, before
+    anything is scored: an endpoint that cannot take the export ends the command in one
+    line (exit 2). Failures during the run are reported once, at the end."""
     if endpoint is None and phoenix is None:
         return None
     try:
-        from agenteval_otel import OTelSink
+        from agenteval_otel import ExportError, OTelSink
     except ImportError as exc:
         raise UserError(f"{exc}") from None
     try:
-        return OTelSink(endpoint=endpoint, phoenix=phoenix, project=project)
+        sink = OTelSink(endpoint=endpoint, phoenix=phoenix, project=project, log_failures=False)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    try:
+        note = sink.preflight()
+    except ExportError as exc:
+        option = "--otel-endpoint" if endpoint is not None else "--phoenix"
+        raise UserError(f"{exc}; check {option}") from None
+    if note:
+        click.echo(f"agenteval: {note}", err=True)
+    return sink
 
 
 @cli.command("import")

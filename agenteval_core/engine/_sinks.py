@@ -9,6 +9,7 @@ report), logging, a console line per trace, and user callbacks.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -69,7 +70,9 @@ class Sink:
         evaluator's; None: not redacted): a sink that redacts need not do it again."""
 
     def close(self) -> None:
-        """Release what the sink holds (files); called once, when scoring ends."""
+        """Release what the sink holds (files); called once, when scoring ends. A sink that
+        delivers over the network may take ``close(self, timeout=None)``: an online
+        evaluator's ``close(timeout)`` then passes it the time left."""
 
 
 class CallbackSink(Sink):
@@ -287,3 +290,11 @@ class ConsoleSink(Sink):
                 else f"agenteval report {self.capture}"
             )
             self._print(f"agenteval: {where}; open the report with: {report}")
+
+
+def close_sink(sink: Sink, timeout: float | None) -> None:
+    """Close ``sink``, giving it the time left when its ``close`` takes a ``timeout``."""
+    if timeout is not None and "timeout" in inspect.signature(sink.close).parameters:
+        sink.close(timeout=timeout)  # type: ignore[call-arg]
+    else:
+        sink.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +23,8 @@ from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import read_numbered
 from ..schema._results import MetricResult, TraceResults, flagged_traces
 from ..schema._trace import Trace, text_of
+
+logger = logging.getLogger("agenteval")
 
 __all__ = [
     "NumberedResultsFile",
@@ -205,6 +209,11 @@ async def replay_lines(
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every trace
         await preflight()
+    for sink in options.get("sinks", ()):  # and an exporter that cannot deliver, too
+        check = getattr(sink, "preflight", None)
+        note = await asyncio.to_thread(check) if check is not None else None
+        if note:
+            logger.warning("agenteval: %s", note)
     report = ReplayReport(path=os.fspath(path))
     all_sinks: list[Sink] = [_ReportSink(report, options.get("on_trace"))]
     if output is not None:

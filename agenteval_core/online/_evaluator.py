@@ -28,7 +28,7 @@ from .._errors import CaptureError, describe_os_error
 from .._fork import renew_after_fork
 from .._redact import Redactor
 from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metric_names
-from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink
+from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink, close_sink
 from ..metrics._loops import LoopGuard
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import CaptureWriter, read_capture
@@ -509,7 +509,7 @@ class OnlineEvaluator:
             self._capture.close(5.0 if deadline is None else max(0.0, deadline - time.monotonic()))
         for sink in self.engine.sinks:
             try:
-                sink.close()
+                close_sink(sink, remaining())
             except Exception as exc:
                 logger.warning("agenteval could not close sink %r: %s", sink, exc)
         self.stats.callback_errors = sum(sink.errors for sink in self.engine.sinks)
