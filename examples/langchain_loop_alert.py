@@ -6,6 +6,8 @@ stops it before the third identical tool call runs.
 
 from __future__ import annotations
 
+import sys
+
 from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
 from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
@@ -32,9 +34,16 @@ stuck = ScriptedChatModel(
 )
 agent = create_agent(stuck, tools=[check_status])
 
+
+def say(line: str) -> None:
+    # one write per line: the alert is printed from the evaluator's thread while the main
+    # thread prints the stop, and print() writes its parts (and the newline) separately
+    sys.stdout.write(line + "\n")
+
+
 if __name__ == "__main__":
     with OnlineEvaluator(
-        capture="loop-capture.jsonl", on_alert=lambda alert: print("ALERT:", alert.message)
+        capture="loop-capture.jsonl", on_alert=lambda alert: say(f"ALERT: {alert.message}")
     ) as evaluator:
         handler = AgentEvalCallbackHandler(evaluator, session_id="s-1", stop_on_loop=True)
         try:
@@ -42,4 +51,4 @@ if __name__ == "__main__":
                 {"messages": [("user", "Is job-7 done?")]}, config={"callbacks": [handler]}
             )
         except AgentLoopError as stopped:
-            print("stopped:", stopped.alert.pattern, stopped.alert.count, "calls")
+            say(f"stopped: {stopped.alert.pattern} {stopped.alert.count} calls")
