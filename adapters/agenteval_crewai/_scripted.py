@@ -30,12 +30,11 @@ class ScriptedLLM(BaseLLM):
     reply: Callable[[Any], str | list[dict[str, Any]]] | None = None
     native: bool = False
     _index: int = PrivateAttr(default=0)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
     def _extract_provider(cls, model: str) -> str:
         return "scripted"  # what CrewAI would guess from the model name is "openai"
-
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def call(
         self,

@@ -78,9 +78,8 @@ class _Reporting:
     once, with the endpoint, instead of being dropped with a line on stderr."""
 
     def __init__(self, inner: Any, endpoint: str, what: str, success: Any, failure: Any) -> None:
-        self.inner, self.endpoint, self.what = inner, endpoint, what
+        self.inner, self.endpoint, self.what = inner, endpoint, what  # what: "span(s)", ...
         self._success, self._failure = success, failure
-        self.exported = 0
         self.failed = 0
         self.log_failures = True
         self._lock = threading.Lock()
@@ -92,9 +91,7 @@ class _Reporting:
             logger.debug("agenteval: exporting %s to %s raised %r", self.what, self.endpoint, exc)
             result = self._failure
         with self._lock:
-            if result == self._success:
-                self.exported += len(batch)
-            else:
+            if result != self._success:
                 if not self.failed and self.log_failures:
                     logger.error(
                         "agenteval: could not export %s to %s; is the collector (or Phoenix) "
@@ -273,18 +270,13 @@ class OTelExporter:
                 "OTelExporter: OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK off, so "
                 "nothing would be exported; unset it to export"
             )
-        if score_events is None:
-            own_logs = endpoint is not None or logs_endpoint is not None
-            score_events = (
-                "none"
-                if phoenix is not None
-                else "logs"
-                if own_logs or logger_provider
-                else "spans"
-            )
+        if score_events is None and phoenix is not None:
+            score_events = "none"  # Phoenix takes annotations and has no logs endpoint
+        elif score_events is None:
+            has_logs = endpoint or logs_endpoint or logger_provider
+            score_events = "logs" if has_logs else "spans"
         self.score_events: ScoreEvents = score_events
         self.headers = headers
-        self.timeout = timeout
         self.close_timeout = close_timeout
         self._reporting: list[_Reporting] = []
         self._owned: list[Any] = []  # providers this exporter built, shut down with it
@@ -301,7 +293,7 @@ class OTelExporter:
             spans = _Reporting(
                 OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=timeout),
                 endpoint,
-                "spans",
+                "span(s)",
                 SpanExportResult.SUCCESS,
                 SpanExportResult.FAILURE,
             )
@@ -322,7 +314,7 @@ class OTelExporter:
                 records = _Reporting(
                     OTLPLogExporter(endpoint=self.logs_endpoint, headers=headers, timeout=timeout),
                     self.logs_endpoint,
-                    "log records",
+                    "log record(s)",
                     LogRecordExportResult.SUCCESS,
                     LogRecordExportResult.FAILURE,
                 )
@@ -350,22 +342,14 @@ class OTelExporter:
             phoenix = PhoenixAnnotations(phoenix, headers=headers)
         self.phoenix = phoenix
         self.log_failures = log_failures
+        """Whether the first failed delivery is logged as it happens."""
+        for reporting in self._reporting:
+            reporting.log_failures = log_failures
+        if phoenix is not None:
+            phoenix.log_failures = log_failures
         self.traces = 0
         self._shut = False
         self._preflighted = False
-
-    @property
-    def log_failures(self) -> bool:
-        """Whether the first failed delivery is logged as it happens."""
-        return self._log_failures
-
-    @log_failures.setter
-    def log_failures(self, on: bool) -> None:
-        self._log_failures = on
-        for reporting in self._reporting:
-            reporting.log_failures = on
-        if self.phoenix is not None:
-            self.phoenix.log_failures = on
 
     @property
     def failed(self) -> int:
@@ -498,15 +482,14 @@ class OTelExporter:
         :class:`ExportError` if spans, log records or annotations could not be delivered
         (how many, where)."""
         deadline = time.monotonic() + timeout
-        problems = self._deliver(deadline, lambda provider, ms: provider.force_flush(ms))
+        problems = self._flush_providers(deadline)
         if self.phoenix is not None:
             problems.extend(self.phoenix.flush(max(0.0, deadline - time.monotonic())))
         if problems:
             raise ExportError("; ".join(problems))
 
-    def _deliver(self, deadline: float, step: Callable[[Any, int], object]) -> list[str]:
-        """``step`` (flush or shut down) on each provider within the deadline, then what
-        could not be delivered."""
+    def _flush_providers(self, deadline: float) -> list[str]:
+        """Flush each provider within the deadline; then what could not be delivered."""
         providers = self._owned or [self.provider, self._logger_provider]
         problems = []
         for provider in providers:
@@ -515,7 +498,7 @@ class OTelExporter:
             left = max(0.0, deadline - time.monotonic())
 
             def run(provider: Any = provider, ms: int = int(left * 1000)) -> None:
-                step(provider, ms)
+                provider.force_flush(ms)
 
             if not _within(left, run):
                 problems.append(f"still sending after {left:.3g} s")
@@ -523,8 +506,7 @@ class OTelExporter:
         for reporting in self._reporting:
             if reporting.failed:
                 problems.append(
-                    f"{reporting.failed} {reporting.what.replace('spans', 'span(s)')} "
-                    f"not accepted by {reporting.endpoint}"
+                    f"{reporting.failed} {reporting.what} not accepted by {reporting.endpoint}"
                 )
         return problems
 
