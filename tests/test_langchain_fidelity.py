@@ -4,19 +4,21 @@ handoffs, each compared field by field with what the run did."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
+import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
-from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, replay
+from agenteval_core import OnlineEvaluator, RunStatus, Span, SpanKind, Trace, replay
 
 
 @tool
@@ -251,6 +253,156 @@ def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEval
         ("r1", "refund", "refunded"),
     ]
     assert trace.output == "Refunded A-1."
+
+
+def _handoff(agent: str) -> Any:
+    """A handoff tool as langgraph-supervisor builds one: it sends the parent graph to
+    ``agent`` with a tool message saying so."""
+
+    @tool(f"transfer_to_{agent}")
+    def transfer(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Hand the conversation over."""
+        said = ToolMessage(f"Transferred to {agent}", tool_call_id=tool_call_id)
+        return Command(goto=agent, graph=Command.PARENT, update={"messages": [said]})
+
+    return transfer
+
+
+def _agent_of(trace: Trace, span: Span) -> str | None:
+    """The name of the nearest agent span above ``span`` (the root aside)."""
+    spans = {s.id: s for s in trace.spans}
+    parent = spans.get(span.parent_id or "")
+    while parent is not None:
+        if parent.kind is SpanKind.AGENT and parent.parent_id is not None:
+            return parent.name
+        parent = spans.get(parent.parent_id or "")
+    return None
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # create_react_agent moved in v1
+def test_a_supervisors_react_agents_get_agent_spans_and_names(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # langgraph-supervisor's layout: a create_react_agent(name="supervisor") node with
+    # handoff tools, workers that are create_react_agent(name=...) nodes reporting back
+    orders = create_react_agent(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("lookup_order", "o1", order_id="A-1")]),
+                AIMessage("A-1 has shipped."),
+            ]
+        ),
+        tools=[lookup_order],
+        name="orders_agent",
+    )
+    supervisor = create_react_agent(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("transfer_to_orders_agent", "h1")]),
+                AIMessage("Your order A-1 has shipped."),
+            ]
+        ),
+        tools=[_handoff("orders_agent")],
+        name="supervisor",
+    )
+    team = StateGraph(MessagesState)
+    team.add_node(supervisor, destinations=("orders_agent", END))
+    team.add_node(orders)
+    team.add_edge(START, "supervisor")
+    team.add_edge("orders_agent", "supervisor")
+    result = team.compile().invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    assert result["messages"][-1].content == "Your order A-1 has shipped."
+    [trace] = evaluator.captured()
+    agents = [s for s in trace.spans if s.kind is SpanKind.AGENT and s.parent_id is not None]
+    # it was: no agent span below the root, and no span carried an agent name
+    assert [(a.name, a.input, a.output, a.attributes) for a in agents] == [
+        (  # handed off: control flow, no answer of its own
+            "supervisor",
+            "Where is A-1?",
+            None,
+            {
+                "gen_ai.agent.name": "supervisor",
+                "agenteval.control_flow": "handoff",
+                "agenteval.handoff.goto": "orders_agent",
+            },
+        ),
+        (
+            "orders_agent",
+            "Where is A-1?",
+            "A-1 has shipped.",
+            {"gen_ai.agent.name": "orders_agent"},
+        ),
+        (
+            "supervisor",
+            "Where is A-1?",
+            "Your order A-1 has shipped.",
+            {"gen_ai.agent.name": "supervisor"},
+        ),
+    ]
+    steps = [
+        (s.kind, s.name, _agent_of(trace, s), s.attributes.get("gen_ai.agent.name"))
+        for s in trace.spans
+        if s.kind in (SpanKind.LLM, SpanKind.TOOL)
+    ]
+    assert steps == [
+        (SpanKind.LLM, "scripted-model", "supervisor", "supervisor"),
+        (SpanKind.TOOL, "transfer_to_orders_agent", "supervisor", "supervisor"),
+        (SpanKind.LLM, "scripted-model", "orders_agent", "orders_agent"),
+        (SpanKind.TOOL, "lookup_order", "orders_agent", "orders_agent"),
+        (SpanKind.LLM, "scripted-model", "orders_agent", "orders_agent"),
+        (SpanKind.LLM, "scripted-model", "supervisor", "supervisor"),
+    ]
+    assert [(c.id, c.name, c.arguments, c.error) for c in trace.tool_calls()] == [
+        ("h1", "transfer_to_orders_agent", {}, None),
+        ("o1", "lookup_order", {"order_id": "A-1"}, None),
+    ]
+    assert (trace.status, trace.output) == (RunStatus.OK, "Your order A-1 has shipped.")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_an_agent_inside_a_named_team_is_named_after_the_nearest_one(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # hierarchical teams: a named team graph holds a worker agent; the team's own steps
+    # are the team's, the worker's are the worker's, an unnamed subgraph is no agent
+    worker = create_react_agent(
+        ScriptedChatModel(replies=[AIMessage("Checked.")]), tools=[], name="checker"
+    )
+    inner = StateGraph(MessagesState)
+    inner.add_node(worker)
+    inner.add_edge(START, "checker")
+    plain = StateGraph(MessagesState)
+    plain.add_node("log", lambda state: {"messages": []})
+    plain.add_edge(START, "log")
+    inner.add_node("plain", plain.compile())
+    inner.add_edge("checker", "plain")
+    top = StateGraph(MessagesState)
+    top.add_node("review_team", inner.compile(name="review_team"))
+    top.add_edge(START, "review_team")
+    top.compile().invoke(
+        {"messages": [("user", "Check it.")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    agents = [
+        (s.name, _agent_of(trace, s), s.input, s.output)
+        for s in trace.spans
+        if s.kind is SpanKind.AGENT and s.parent_id is not None
+    ]
+    assert agents == [
+        ("review_team", None, "Check it.", "Checked."),
+        ("checker", "review_team", "Check it.", "Checked."),
+    ]
+    [llm] = trace.spans_of(SpanKind.LLM)
+    assert (_agent_of(trace, llm), llm.attributes["gen_ai.agent.name"]) == ("checker", "checker")
+    [log] = [s for s in trace.spans if s.name == "log"]
+    assert (log.kind, log.attributes.get("gen_ai.agent.name")) == (
+        SpanKind.CHAIN,
+        "review_team",
+    )
 
 
 def test_cached_and_reasoning_tokens_are_kept_where_the_provider_reports_them(

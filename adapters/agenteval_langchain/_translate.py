@@ -109,6 +109,9 @@ def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
     return specs
 
 
+_UNNAMED_GRAPH = "LangGraph"
+"""What LangGraph calls a graph compiled without a name."""
+
 _INTERNAL_METADATA = ("langgraph_", "checkpoint_", "ls_", "__")
 
 
@@ -243,6 +246,8 @@ class Translator:
         # thread id → its paused trace's id and request, for the run that resumes it
         self._interrupted: dict[Any, tuple[str, Any]] = {}
         self._subagents: set[UUID] = set()  # runs of agents inside another graph
+        # open inner runs → the request their input holds, for the one found to be an agent
+        self._requests: dict[UUID, Any] = {}
         self._streaming: dict[Any, float] = {}  # LLM run → when its first token came
         self.handlers: dict[str, Callable[[Event], None]] = {
             "on_chain_start": self._chain_start,
@@ -280,10 +285,22 @@ class Translator:
             inputs = None
         return inputs if isinstance(inputs, dict) else {"input": input_str}
 
-    def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
+    def _agent_name(self, e: Event) -> str | None:
+        """Whose step a run is: the nearest agent around it (an agent span's name reaches
+        every run below it), else the one ``create_agent(name=...)`` names in the run's
+        metadata."""
+        parent = self.assembler.span_of(e.parent_run_id) if e.parent_run_id else None
+        if parent is not None and parent.attributes.get(AGENT_NAME):
+            return str(parent.attributes[AGENT_NAME])
         agent = (e.kwargs.get("metadata") or {}).get("lc_agent_name")
-        if agent:  # every run inside create_agent(name=...) says whose step it is
-            extra["attributes"] = {AGENT_NAME: str(agent), **(extra.get("attributes") or {})}
+        return str(agent) if agent else None
+
+    def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
+        if any(str(tag).startswith("graph:step:") for tag in e.kwargs.get("tags") or ()):
+            self._graph_found(e.parent_run_id)
+        agent = self._agent_name(e)
+        if agent:
+            extra["attributes"] = {AGENT_NAME: agent, **(extra.get("attributes") or {})}
         self.assembler.start_span(
             e.run_id,
             e.parent_run_id,
@@ -302,15 +319,11 @@ class Translator:
         name = e.kwargs.get("name") or (serialized or {}).get("name") or "chain"
         root = e.parent_run_id is None or self.assembler.trace_of(e.parent_run_id) is None
         metadata = e.kwargs.get("metadata") or {}
-        if not root and metadata.get("lc_agent_name") == name:
-            # create_agent(name=...) run as a node of another graph (a supervisor's worker):
-            # an agent span its steps nest under; the name goes to every run below it too
-            self._subagents.add(e.run_id)
-            request = jsonable(conversation_text(inputs, "human"))
-            self._start(e, SpanKind.AGENT, name, request)
-            return
         if not root:
             self._start(e, SpanKind.CHAIN, name, jsonable(_state_summary(inputs)))
+            request = conversation_text(inputs, "human")
+            if request is not inputs and name != _UNNAMED_GRAPH:
+                self._requests[e.run_id] = request
             return
         resume = getattr(inputs, "resume", None) if type(inputs).__name__ == "Command" else None
         kept = run_metadata(metadata, e.kwargs.get("tags"))
@@ -327,6 +340,19 @@ class Translator:
                 request = resume
         self._start(e, SpanKind.AGENT, name, jsonable(request))
         self.assembler.annotate(e.run_id, metadata=kept)
+
+    def _graph_found(self, run_id: UUID | None) -> None:
+        """``run_id`` runs a graph (its steps are LangGraph tasks). An inner graph with a
+        name of its own (``create_react_agent(name=...)``, ``create_agent(name=...)``, a
+        supervisor's worker) is an agent: its span becomes an agent span named after it,
+        with the request it was given, and its name reaches every run below it."""
+        request = self._requests.pop(run_id, None) if run_id is not None else None
+        span = self.assembler.span_of(run_id) if request is not None else None
+        if span is None or run_id is None or span.kind is not SpanKind.CHAIN:
+            return
+        self._subagents.add(run_id)
+        span.kind, span.input = SpanKind.AGENT, jsonable(request)
+        span.attributes[AGENT_NAME] = span.name
 
     def _model_start(self, e: Event) -> None:
         serialized, prompts = e.args
@@ -426,6 +452,7 @@ class Translator:
 
     def _end_output(self, e: Event) -> None:
         output = e.args[0]
+        self._requests.pop(e.run_id, None)
         if e.run_id in self._subagents:
             self._subagents.discard(e.run_id)
             output = conversation_text(output, "ai")
@@ -443,6 +470,7 @@ class Translator:
     def _end_error(self, e: Event) -> None:
         error = e.args[0]
         self._subagents.discard(e.run_id)
+        self._requests.pop(e.run_id, None)
         flow = control_flow(error)
         if flow is None:
             if type(error).__name__ == "GraphRecursionError":  # LangGraph's step limit

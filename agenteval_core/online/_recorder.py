@@ -331,6 +331,12 @@ class TraceAssembler:
         open_span = self._spans.get(key)
         return open_span.owner.trace if open_span is not None else None
 
+    def span_of(self, key: Hashable) -> Span | None:
+        """An open span, for a framework that learns more about it after its start (an
+        inner run found to be an agent once its first step starts)."""
+        open_span = self._spans.get(key)
+        return open_span.span if open_span is not None else None
+
     def start_time_of(self, key: Hashable) -> float | None:
         """When an open span started."""
         open_span = self._spans.get(key)
