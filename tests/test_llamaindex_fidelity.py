@@ -1,5 +1,6 @@
 """LlamaIndex runs an evaluator must get right: one instrumentation per process with a
-session per run, a run its caller cancelled, and an LLM call that failed."""
+session per run, a run its caller cancelled, an LLM call that failed, tool calls a custom
+workflow step makes, and a loop guard that cannot stop a run."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from llama_index.core.instrumentation.dispatcher import instrument_tags
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
+from llama_index.core.workflow import StartEvent, StopEvent, Workflow, step
 
 from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
 
@@ -266,3 +268,169 @@ def test_a_function_agent_streaming_or_not_gives_the_same_trace(
     assert [(c.id, c.name, c.arguments, c.result) for c in executed] == [
         ("c1", "lookup_order", {"order_id": "A-1"}, "shipped")
     ]
+
+
+ORDERS = {"A-1": "shipped"}
+
+
+def strict_lookup(order_id: str) -> str:
+    """Status of an order; raises for an unknown one."""
+    if order_id not in ORDERS:
+        raise ValueError(f"no order {order_id}")
+    return ORDERS[order_id]
+
+
+class OrderFlow(Workflow):
+    """A custom workflow whose step calls a tool itself, one call failing and handled."""
+
+    lookup = FunctionTool.from_defaults(strict_lookup)
+
+    @step
+    async def answer(self, ev: StartEvent) -> StopEvent:
+        found = await self.lookup.acall(order_id=ev.order)
+        try:
+            await self.lookup.acall(order_id="Z-9")
+            other = "found"
+        except ValueError as error:
+            other = str(error)
+        again = self.lookup.call(order_id=ev.order)
+        return StopEvent(result=f"{found.content}; {other}; {again.content}")
+
+
+class FailingFlow(Workflow):
+    lookup = FunctionTool.from_defaults(strict_lookup)
+
+    @step
+    async def answer(self, ev: StartEvent) -> StopEvent:
+        await self.lookup.acall(order_id=ev.order)
+        return StopEvent(result="unreachable")
+
+
+def test_tool_calls_in_a_custom_workflow_step_are_recorded(evaluator: OnlineEvaluator) -> None:
+    async def main() -> Any:
+        result = await OrderFlow().run(order="A-1")
+        with pytest.raises(ValueError, match="no order Z-9"):
+            await FailingFlow().run(order="Z-9")
+        return result
+
+    instrumentation = instrument(evaluator)
+    try:
+        result = asyncio.run(main())
+    finally:
+        instrumentation.uninstrument()
+    assert result == "shipped; no order Z-9; shipped"
+    handled, failed = evaluator.captured()
+    # it was: no tool span, input None, and every score perfect
+    assert (handled.status, handled.input, handled.output) == (
+        RunStatus.OK,
+        {"order": "A-1"},
+        "shipped; no order Z-9; shipped",
+    )
+    assert [(c.id, c.name, c.arguments, c.result, c.error) for c in handled.tool_calls()] == [
+        (None, "strict_lookup", {"order_id": "A-1"}, "shipped", None),
+        (None, "strict_lookup", {"order_id": "Z-9"}, None, "ValueError: no order Z-9"),
+        (None, "strict_lookup", {"order_id": "A-1"}, "shipped", None),
+    ]
+    [step_span] = handled.spans_of(SpanKind.CHAIN)
+    assert {s.parent_id for s in handled.spans_of(SpanKind.TOOL)} == {step_span.id}
+    assert (failed.status, failed.input) == (RunStatus.ERROR, {"order": "Z-9"})
+    assert [(c.arguments, c.error) for c in failed.tool_calls()] == [
+        ({"order_id": "Z-9"}, "ValueError: no order Z-9")
+    ]
+
+
+def test_a_run_the_guard_cannot_stop_says_it_went_on(
+    evaluator: OnlineEvaluator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # stop_on_loop=True, but the run is not handed to guard(...): its looping calls are
+    # refused, the model gives up and answers, and the trace says just that
+    def loop_until_refused(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        last = messages[-1]
+        if last.role == MessageRole.TOOL and "refused" in str(last.content):
+            return answer("I could not look it up.")
+        call = ToolCallBlock(
+            tool_call_id=f"c{len(messages)}",
+            tool_name="lookup_order",
+            tool_kwargs={"order_id": "A-1"},
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
+
+    instrumentation = instrument(evaluator, stop_on_loop=True)
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=loop_until_refused),
+    )
+    try:
+        with caplog.at_level("WARNING", logger="agenteval"):
+
+            async def main() -> Any:
+                return await agent.run("Where is A-1?")
+
+            output = asyncio.run(main())
+    finally:
+        instrumentation.uninstrument()
+    assert str(output) == "I could not look it up."
+    [trace] = evaluator.captured()
+    threshold = evaluator.guard.repeat_threshold
+    calls = trace.tool_calls()
+    # it was: status "stopped" although the run went on and answered
+    assert (trace.status, trace.status_reason, trace.output) == (
+        RunStatus.OK,
+        None,
+        "I could not look it up.",
+    )
+    assert [(c.name, c.arguments, c.result) for c in calls[:-1]] == [
+        ("lookup_order", {"order_id": "A-1"}, "shipped")
+    ] * (threshold - 1)
+    refused = calls[-1]
+    assert (refused.name, refused.arguments, refused.result) == (
+        "lookup_order",
+        {"order_id": "A-1"},
+        None,
+    )
+    assert refused.error is not None and refused.error.startswith("refused by the loop guard")
+    [alert] = trace.alerts
+    assert (alert.pattern, alert.count, alert.stopped) == ("repeated_call", threshold, False)
+    said = [r.getMessage() for r in caplog.records if "cannot stop it" in r.getMessage()]
+    assert said == [
+        "agenteval: the loop guard refuses the looping calls of a LlamaIndex run but cannot "
+        "stop it: hand the run to the instrumentation to stop it "
+        "(handler = instrumentation.guard(agent.run(...)))"
+    ]
+
+
+class PollingFlow(Workflow):
+    lookup = FunctionTool.from_defaults(strict_lookup)
+
+    @step
+    async def poll(self, ev: StartEvent) -> StopEvent:
+        for _ in range(4):
+            await self.lookup.acall(order_id="A-1")
+        return StopEvent(result="polled")
+
+
+@pytest.mark.parametrize("stop_on_loop", [False, True])
+def test_a_loop_of_a_steps_own_calls_is_an_alert(
+    evaluator: OnlineEvaluator, stop_on_loop: bool
+) -> None:
+    # a step's own call cannot be refused, so with or without stop_on_loop the guard
+    # watches it and alerts; the run goes on
+    instrumentation = instrument(evaluator, stop_on_loop=stop_on_loop)
+
+    async def main() -> Any:
+        return await PollingFlow().run()
+
+    try:
+        assert asyncio.run(main()) == "polled"
+    finally:
+        instrumentation.uninstrument()
+    [trace] = evaluator.captured()
+    assert [c.result for c in trace.tool_calls()] == ["shipped"] * 4
+    assert trace.status is RunStatus.OK
+    [alert] = trace.alerts
+    assert (alert.pattern, alert.count, alert.stopped, alert.trace_id) == (
+        "repeated_call",
+        evaluator.guard.repeat_threshold,
+        False,
+        trace.id,
+    )

@@ -134,8 +134,11 @@ class LlamaIndexInstrumentation:
             refused (the agent's ``call_tool`` step answers that the tool is not available,
             and the tool never runs) and the run's workflow is cancelled
             (``WorkflowHandler.cancel_run``) when it was handed to :meth:`guard`. Every
-            later call of a stopped run is refused too. The refusal and the alert are on the
-            trace, whose status is ``stopped``.
+            later call of the run is refused too. The refusal and the alert are on the
+            trace, whose status is ``stopped``. A run not handed to :meth:`guard` cannot be
+            stopped (LlamaIndex swallows what a handler raises): its looping calls are
+            refused, it goes on, its alert says ``stopped=False`` and its trace ends as the
+            run does, with the refused calls on it; a warning says so once.
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class LlamaIndexInstrumentation:
         self._event_handler.translate = self.translator.on_event
         self._handlers: dict[str, tuple[Any, asyncio.AbstractEventLoop]] = {}
         self._watchers: set[asyncio.Future[None]] = set()
+        self._said_unguarded = False
         self.installed = False
 
     def instrument(self) -> LlamaIndexInstrumentation:
@@ -205,11 +209,15 @@ class LlamaIndexInstrumentation:
             call = requested_call(name, arguments)
             if call is None:
                 return
+            run_id = (tags or {}).get(RUN_TAG)
             alert = self.recorder.check_tool_call(
-                root, call, refuse=self.translator.refuser(span_id, call)
+                root,
+                call,
+                refuse=self.translator.refuser(span_id, call),
+                stops=run_id in self._handlers,
             )
             if alert is not None:
-                self._refuse(arguments["ev"], alert, (tags or {}).get(RUN_TAG))
+                self._refuse(arguments["ev"], alert, run_id)
         except Exception as exc:  # a bug of ours must never reach the agent
             self.recorder.guard_failed(exc)
 
@@ -223,6 +231,15 @@ class LlamaIndexInstrumentation:
             run, loop = target
             logger.info("agenteval cancels a looping LlamaIndex run: %s", alert.message)
             loop.call_soon_threadsafe(lambda: asyncio.ensure_future(run.cancel_run()))
+        elif not alert.stopped and not self._said_unguarded:
+            # the dispatcher swallows what a handler raises: without the run's handler the
+            # guard can refuse calls but not end the run
+            self._said_unguarded = True
+            logger.warning(
+                "agenteval: the loop guard refuses the looping calls of a LlamaIndex run but "
+                "cannot stop it: hand the run to the instrumentation to stop it "
+                "(handler = instrumentation.guard(agent.run(...)))"
+            )
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the runs seen so far are captured and scored."""

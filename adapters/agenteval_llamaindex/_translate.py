@@ -78,12 +78,25 @@ def _tool_specs(tools: Any) -> list[ToolSpec]:
 
 
 def _user_message(arguments: dict[str, Any]) -> Any:
-    """The user's message of an agent run, from ``run(user_msg=...)`` or its start event."""
+    """The user's message of an agent run, from ``run(user_msg=...)`` or its start event;
+    for a custom workflow, what it was run with (``run(order="A-1")`` → ``{"order": "A-1"}``)."""
     user_msg = arguments.get("user_msg") or (arguments.get("kwargs") or {}).get("user_msg")
     start_event = arguments.get("start_event")
     if user_msg is None and start_event is not None:
         user_msg = getattr(start_event, "user_msg", None)
+        if user_msg is None and callable(getattr(start_event, "to_dict", None)):
+            return start_event.to_dict() or None
     return _message_text(user_msg) if isinstance(user_msg, ChatMessage) else user_msg
+
+
+def _direct_call(tool: BaseTool, arguments: dict[str, Any]) -> ToolCall:
+    """A call of ``tool.call`` / ``tool.acall`` as its caller made it (no id: no model asked
+    for it)."""
+    given = dict(arguments.get("kwargs") or {})
+    positional = arguments.get("args")
+    if positional:
+        given["args"] = list(positional)
+    return ToolCall(id=None, name=tool.metadata.name or "tool", arguments=plain(given))
 
 
 def _output_text(result: Any) -> Any:
@@ -191,7 +204,8 @@ class Translator:
     """Turns dispatcher spans and events into TraceAssembler calls.
 
     Kept as spans: the agent run (root, AGENT), workflow steps (CHAIN), tool calls
-    (``BaseWorkflowAgent.call_tool`` → TOOL). LLM calls become LLM spans timed by the
+    (``BaseWorkflowAgent.call_tool`` → TOOL, and ``tool.call``/``acall`` made by a custom
+    workflow step → TOOL). LLM calls become LLM spans timed by the
     ``LLMChatStart/EndEvent`` pair (the streaming span itself ends before the stream does).
     Spans of LLM and tool internals are folded into their parent.
     """
@@ -205,6 +219,8 @@ class Translator:
         self._llm_methods: set[str] = set()
         self._nested_llm: set[str] = set()
         self._tool_errors: dict[str, str] = {}
+        # tools a workflow step called itself (tool.acall(...)), not through an agent's call_tool
+        self._direct_tools: set[str] = set()
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
@@ -256,6 +272,9 @@ class Translator:
         session = tags.get(SESSION_TAG) or self.session_id or tags.get("session_id")
         if name.endswith("_prepare_chat_with_tools") and parent is not None:
             self.assembler.annotate(parent, tools=_tool_specs(arguments.get("tools")))
+        if isinstance(instance, BaseTool) and self._called_directly(parent):
+            self._start_direct_tool(span_id, parent, instance, arguments, session, at)
+            return
         if isinstance(instance, BaseLLM | BaseTool):
             # LLM calls are timed by their events, tool calls by call_tool: fold internals
             self._folded[span_id] = parent
@@ -303,6 +322,45 @@ class Translator:
                 attributes=self._agent_of(parent),
             )
 
+    def _called_directly(self, parent: str | None) -> bool:
+        """Whether a tool span under ``parent`` is a call a workflow step made itself: inside
+        a run, not under an agent's ``call_tool`` (which records the call) nor another tool."""
+        return (
+            parent is not None
+            and self.assembler.trace_of(parent) is not None
+            and not _name(parent).endswith("call_tool")
+            and parent not in self._direct_tools
+        )
+
+    def _start_direct_tool(
+        self,
+        span_id: str,
+        parent: str | None,
+        tool: BaseTool,
+        arguments: dict[str, Any],
+        session: str | None,
+        at: float,
+    ) -> None:
+        call = _direct_call(tool, arguments)
+        self._direct_tools.add(span_id)
+        self.assembler.start_span(
+            span_id,
+            parent,
+            SpanKind.TOOL,
+            call.name,
+            input=call.arguments,
+            start_time=at,
+            session_id=session,
+            tool_call=call,
+            attributes=self._agent_of(parent),
+        )
+        if not self.assembler.watch_loops:
+            # the guard checks an agent's calls before they run; a step's own call cannot be
+            # refused, so the guard watches it as it does without stop_on_loop (alerts only)
+            root = self.assembler.root_key(span_id)
+            if root is not None:
+                self.assembler.watch(root, call, started=at)
+
     def _switch_agent(self, agent: str, parent: Any, at: float) -> None:
         """An AgentWorkflow step names the agent it runs for: when that agent changes, end the
         previous agent's span and open one for this agent, under the run's root."""
@@ -337,7 +395,12 @@ class Translator:
         if self._folded.pop(span_id, "unset") != "unset":
             return
         name = _name(span_id)
-        if name.endswith("call_tool"):
+        if span_id in self._direct_tools:
+            self._direct_tools.discard(span_id)
+            error = getattr(result, "content", None) if getattr(result, "is_error", False) else None
+            content = getattr(result, "content", result)
+            self.assembler.end_span(span_id, output=plain(content), error=error, end_time=at)
+        elif name.endswith("call_tool"):
             output = getattr(result, "tool_output", None)
             content = getattr(output, "content", None) if output is not None else None
             error = self._tool_errors.pop(span_id, None)
@@ -353,6 +416,7 @@ class Translator:
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
         message = f"{type(error).__name__}: {error}" if error is not None else "dropped"
         self._llm_methods.discard(span_id)
+        self._direct_tools.discard(span_id)
         if span_id in self._nested_llm:  # the outer call records the error
             self._nested_llm.discard(span_id)
             self._folded.pop(span_id, None)

@@ -171,14 +171,21 @@ class Recorder:
         return TraceAssembler(framework, self, watch_loops=watch_loops)
 
     def check_tool_call(
-        self, run: Hashable, call: ToolCall, *, refuse: Callable[[AlertEvent], None]
+        self,
+        run: Hashable,
+        call: ToolCall,
+        *,
+        refuse: Callable[[AlertEvent], None],
+        stops: bool = True,
     ) -> LoopAlert | None:
         """Ask the guard about a tool call before it runs, on the agent's thread.
 
-        Returns an alert when the call closes a loop, or when the guard already stopped the
-        run; the adapter then refuses the call its framework's way. ``refuse`` is queued
-        with the alert, so the refusal is recorded on the trace in order with the run's
-        events; a new alert also goes to the sinks (once).
+        Returns an alert when the call closes a loop, or when the guard already refused a
+        call of the run; the adapter then refuses the call its framework's way. ``refuse``
+        is queued with the alert, so the refusal is recorded on the trace in order with the
+        run's events; a new alert also goes to the sinks (once). ``stops``: whether the
+        adapter can stop this run as well (False: its looping calls are refused, the run
+        goes on, and the alert and the trace say so).
         """
         earlier = self.guard.stopped_by(run)
         if earlier is not None:
@@ -187,7 +194,7 @@ class Recorder:
         alert = self.guard.observe(run, call, started=time.time())
         if alert is None:
             return None
-        alert.stopped = True
+        alert.stopped = stops
         self.guard.stop(run, alert)
         self.put(AlertEvent(refuse, alert))
         self.put(AlertEvent(self._alert_event, alert))
@@ -272,6 +279,8 @@ class _OpenTrace:
     open_keys: set[Hashable] = field(default_factory=set)
     stood_in: set[str] = field(default_factory=set)
     """Refused calls' spans whose framework stand-in was folded into them."""
+    refusing: bool = False
+    """The loop guard has refused a call of this run."""
 
 
 @dataclass
@@ -400,8 +409,9 @@ class TraceAssembler:
             self.recorder._on_alert(alert)  # already on the pump's thread
 
     def refuse(self, key: Hashable, alert: LoopAlert, *, call: ToolCall | None = None) -> None:
-        """Record that the guard refused a tool call and stopped the run: the call's span
-        ends as refused, and the trace's status becomes ``stopped``.
+        """Record that the guard refused a tool call: the call's span ends as refused, the
+        first refusal's alert goes on the trace, and, when the guard stopped the run
+        (``alert.stopped``), the trace's status becomes ``stopped``.
 
         ``key`` is the refused call's tool span, or, for a framework that opens no span for
         a refused call, the span to open one under. ``call`` is the call as the agent asked
@@ -410,12 +420,15 @@ class TraceAssembler:
         open_span = self._spans.get(key)
         if open_span is None:
             return
-        trace = open_span.owner.trace
-        if trace.status is not RunStatus.STOPPED:
+        owner = open_span.owner
+        trace = owner.trace
+        if not owner.refusing:
+            owner.refusing = True
             alert.trace_id, alert.session_id = trace.id, trace.session_id
             trace.alerts.append(alert)
-            trace.status = RunStatus.STOPPED
-            trace.status_reason = f"stopped by the loop guard: {alert.message}"
+            if alert.stopped:
+                trace.status = RunStatus.STOPPED
+                trace.status_reason = f"stopped by the loop guard: {alert.message}"
         if call is not None and open_span.span.kind is SpanKind.TOOL:
             span = open_span.span
             span.name, span.input, span.tool_call = call.name, call.arguments, call
@@ -432,7 +445,7 @@ class TraceAssembler:
                 tool_call=call,
             )
             self.watch_loops = watching
-        if open_span.owner.key != key:
+        if owner.key != key:
             self.end_span(
                 key,
                 error=f"refused by the loop guard: {alert.message}",
