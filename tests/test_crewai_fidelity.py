@@ -401,3 +401,129 @@ def test_a_refused_call_is_recorded_once_with_its_provider_id(
         ("call_3", None, True),
     ]
     assert trace.status is RunStatus.STOPPED
+
+
+def test_the_forced_final_answer_at_max_iter_is_in_the_kickoffs_trace(
+    evaluator: OnlineEvaluator,
+) -> None:
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return "shipped"
+
+    forced: list[Any] = []
+
+    def reply(messages: Any) -> str:
+        if "MUST give your absolute best final answer" in str(messages[-1]):
+            forced.append(messages)
+            return "Thought: out of steps\nFinal Answer: A-1 has probably shipped."
+        return action("lookup_order", order_id=f"A-{len(messages)}")
+
+    llm = ScriptedLLM(model="scripted", reply=reply)
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=llm,
+        tools=[lookup_order],
+        max_iter=2,
+        verbose=False,
+    )
+    task = Task(description="Where is A-1?", expected_output="a status", agent=agent)
+    listener = AgentEvalListener(evaluator)
+    try:
+        result = Crew(agents=[agent], tasks=[task]).kickoff(inputs={"session_id": "s-7"})
+        traces = captured_by(listener)
+    finally:
+        listener.close()
+    assert result.raw == "A-1 has probably shipped." and len(forced) == 1
+    # it was: the forced call a trace of its own (no session, the message list as input),
+    # and the kickoff "ok" with 2 of its 3 LLM calls
+    [trace] = traces
+    assert (trace.status, trace.status_reason, trace.session_id) == (
+        RunStatus.LIMIT,
+        "support reached max_iter: CrewAI forced a final answer",
+        "s-7",
+    )
+    assert (trace.input, trace.output) == ("Where is A-1?", "A-1 has probably shipped.")
+    [agent_span] = [s for s in trace.spans if s.kind is SpanKind.AGENT and s.parent_id]
+    llms = trace.spans_of(SpanKind.LLM)
+    assert [(s.parent_id, s.attributes["gen_ai.agent.name"]) for s in llms] == [
+        (agent_span.id, "support")
+    ] * 3
+    assert llms[-1].output == "Thought: out of steps\nFinal Answer: A-1 has probably shipped."
+    assert llms[-1].input == forced[0]
+    assert [c.result for c in trace.tool_calls()] == ["shipped", "shipped"]
+
+
+@tool("lookup_order")
+def failing_lookup(order_id: str) -> str:
+    """Status of an order."""
+    raise ValueError(f"no order {order_id}")
+
+
+def test_a_handled_tool_error_has_the_text_the_model_saw_native(
+    evaluator: OnlineEvaluator,
+) -> None:
+    from agenteval_crewai.testing import native_call
+
+    llm = ScriptedLLM(
+        model="gpt-4o",
+        native=True,
+        replies=[[native_call("call_1", "lookup_order", order_id="Z-9")], "No such order."],
+    )
+    agent = Agent(role="support", goal="g", backstory="b", llm=llm, tools=[failing_lookup])
+    task = Task(description="Where is Z-9?", expected_output="status", agent=agent)
+    listener = AgentEvalListener(evaluator)
+    try:
+        Crew(agents=[agent], tasks=[task]).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    *_, last_llm = trace.spans_of(SpanKind.LLM)
+    [shown] = [m["content"] for m in last_llm.input if m.get("role") == "tool"]
+    assert shown == "Error executing tool: no order Z-9"
+    # it was: result None, though the model answered from this text
+    assert [(c.id, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
+        ("call_1", {"order_id": "Z-9"}, shown, "no order Z-9")
+    ]
+
+
+def test_a_handled_tool_error_has_the_text_the_model_saw_react(
+    evaluator: OnlineEvaluator,
+) -> None:
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[action("lookup_order", order_id="Z-9"), "Thought: done\nFinal Answer: none"],
+    )
+    agent = Agent(role="support", goal="g", backstory="b", llm=llm, tools=[failing_lookup])
+    task = Task(description="Where is Z-9?", expected_output="status", agent=agent)
+    listener = AgentEvalListener(evaluator)
+    try:
+        Crew(agents=[agent], tasks=[task]).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    first_llm, last_llm = trace.spans_of(SpanKind.LLM)
+    [asked] = first_llm.requested_tool_calls
+    said = last_llm.input[-2]["content"]
+    shown = said.split("Observation:")[1].strip()
+    assert shown.startswith(
+        "I encountered an error while trying to use the tool. This was the error: no order Z-9."
+    )
+    # CrewAI ran the one request three times: one id (it was: #0, #1, #2), the retries
+    # numbered, the last run holding what the model was shown instead of None
+    runs = [s for s in trace.spans if s.tool_call is not None]
+    assert [
+        (
+            s.tool_call.id,
+            s.tool_call.result,
+            s.tool_call.error,
+            s.attributes.get("agenteval.tool.attempt"),
+        )
+        for s in runs
+    ] == [
+        (asked.id, None, "no order Z-9", None),
+        (asked.id, None, "no order Z-9", 2),
+        (asked.id, shown, "no order Z-9", 3),
+    ]

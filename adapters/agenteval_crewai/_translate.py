@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from crewai.utilities.i18n import I18N_DEFAULT
 from crewai.utilities.string_utils import sanitize_tool_name
 
 from agenteval_core import (
     AGENT_NAME,
+    RunStatus,
     SpanKind,
     ToolCall,
     ToolSpec,
@@ -51,6 +53,46 @@ FAILURES = {
 }
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
 FROM_CACHE = "agenteval.tool.from_cache"
+ATTEMPT = "agenteval.tool.attempt"
+"""Which run of one requested call a tool span is, when CrewAI retried a failed call."""
+
+FORCED_FINAL_ANSWER = I18N_DEFAULT.errors("force_final_answer")
+"""What CrewAI asks the model, without task or agent, when an agent reaches ``max_iter``."""
+
+OBSERVATION = "Observation:"
+
+
+def _content(message: Any) -> str | None:
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else None
+
+
+def _forced_final_answer(messages: Any) -> bool:
+    """Whether an LLM call is CrewAI's forced final answer after ``max_iter``."""
+    return (
+        isinstance(messages, list)
+        and bool(messages)
+        and (_content(messages[-1]) == FORCED_FINAL_ANSWER)
+    )
+
+
+def _observations(messages: Any) -> list[tuple[str | None, str]]:
+    """What the model was shown of the tool runs since its last turn: each tool message
+    (native calling: its call id and content), or the ``Observation:`` CrewAI appends to a
+    ReAct reply (no id: it answers that reply's one action)."""
+    if not isinstance(messages, list):
+        return []
+    shown: list[tuple[str | None, str]] = []
+    for message in reversed(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        content = _content(message)
+        if role == "tool" and content is not None:
+            shown.append((message.get("tool_call_id"), content))
+        elif role == "assistant":
+            if not shown and content is not None and OBSERVATION in content:
+                shown.append((None, content.rsplit(OBSERVATION, 1)[1].strip()))
+            break
+    return shown
 
 
 def _text(value: Any) -> str:
@@ -187,6 +229,10 @@ class Translator:
         self._tasks: dict[str | None, str] = {}  # task id → span key
         # execution key → (the last LLM call id, or its native calls' ids; tools run since)
         self._last_llm: dict[str, tuple[str | list[ToolCall], int]] = {}
+        self._last_call: dict[str, str | None] = {}  # execution key → its last tool run's id
+        # scope → execution: CrewAI runs an agent's steps in a flow whose events it does not
+        # publish here; the LLM and tool events name that flow as their parent
+        self._scopes: dict[str, str] = {}
 
     def refuser(
         self, root: str, task_id: str | None, call: ToolCall
@@ -202,10 +248,18 @@ class Translator:
 
         return refuse
 
-    def _call_id(self, execution: str, name: str, arguments: dict[str, Any]) -> str | None:
+    def _call_id(
+        self, execution: str, name: str, arguments: dict[str, Any], attempt: int = 1
+    ) -> str | None:
         """The id of the request a tool run answers: a native call's own id (CrewAI may run
         one reply's calls in any order), else the ReAct reply's LLM call id and the run's
-        place after it."""
+        place after it. A retry (``attempt`` > 1) answers the request its first run did."""
+        if attempt > 1 and execution in self._last_call:
+            return self._last_call[execution]
+        self._last_call[execution] = call_id = self._new_call_id(execution, name, arguments)
+        return call_id
+
+    def _new_call_id(self, execution: str, name: str, arguments: dict[str, Any]) -> str | None:
         asked, used = self._last_llm.get(execution, ("", 0))
         self._last_llm[execution] = (asked, used + 1)
         if isinstance(asked, list):
@@ -246,6 +300,8 @@ class Translator:
         if name.startswith("AgentExecution"):
             execution = self._executions.pop(_task_id(event), None)
             self._last_llm.pop(execution or "", None)
+            self._last_call.pop(execution or "", None)
+            self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
         elif name.startswith("Task"):
             self._tasks.pop(_task_id(event), None)
 
@@ -254,7 +310,12 @@ class Translator:
         if parent is not None and self.assembler.trace_of(parent) is not None:
             return str(parent)
         task = _task_id(event)
-        return self._executions.get(task) or self._tasks.get(task)
+        found = self._executions.get(task) or self._tasks.get(task)
+        if parent is not None and found is not None:
+            self._scopes.setdefault(str(parent), found)
+        elif parent is not None:  # no task named (the forced final answer): by its scope
+            found = self._scopes.get(str(parent))
+        return found
 
     def _start(
         self, name: str, event: Any, at: float, source: Any = None, session: str | None = None
@@ -311,7 +372,7 @@ class Translator:
             attributes = {
                 OPERATION_NAME: "chat",
                 REQUEST_MODEL: event.model,
-                **_agent_of(getattr(event, "agent_role", None)),
+                **_agent_of(getattr(event, "agent_role", None) or self._agent_at(parent)),
             }
             provider = getattr(source, "provider", None)  # the LLM emits its own events
             if isinstance(provider, str) and provider:
@@ -325,14 +386,28 @@ class Translator:
                 start_time=at,
                 attributes=attributes,
             )
+            shown: list[tuple[str | None, str]] = self.assembler.field(
+                "the tool results", lambda: _observations(event.messages), []
+            )
+            for call_id, text in shown:
+                self._shown_to_model(key, parent, call_id, text)
+            if _forced_final_answer(event.messages):
+                agent = self._agent_at(parent) or "an agent"
+                self.assembler.mark(
+                    key, RunStatus.LIMIT, f"{agent} reached max_iter: CrewAI forced a final answer"
+                )
         else:  # ToolUsageStartedEvent
             execution = self._executions.get(_task_id(event), "")
             arguments = json_arguments(event.tool_args)
             # a ReAct model may call "Delegate work to coworker"; CrewAI runs it as (and the
             # tool list says) delegate_work_to_coworker: one name for one tool
             tool_name = sanitize_tool_name(str(event.tool_name))
-            call_id = self._call_id(execution, tool_name, arguments)
+            attempt = getattr(event, "run_attempts", 1) or 1
+            call_id = self._call_id(execution, tool_name, arguments, attempt)
             call = ToolCall(id=call_id, name=tool_name, arguments=arguments)
+            attributes = _agent_of(getattr(event, "agent_role", None))
+            if attempt > 1:
+                attributes[ATTEMPT] = attempt
             self.assembler.start_span(
                 key,
                 parent,
@@ -341,8 +416,24 @@ class Translator:
                 input=call.arguments,
                 start_time=at,
                 tool_call=call,
-                attributes=_agent_of(getattr(event, "agent_role", None)),
+                attributes=attributes,
             )
+
+    def _agent_at(self, key: str | None) -> str | None:
+        """The agent an open span runs for (its ``gen_ai.agent.name``)."""
+        span = self.assembler.span_of(key) if key is not None else None
+        agent = span.attributes.get(AGENT_NAME) if span is not None else None
+        return str(agent) if agent else None
+
+    def _shown_to_model(
+        self, key: str, execution: str | None, call_id: str | None, text: str
+    ) -> None:
+        """A failed tool run's result is the text CrewAI showed the model in its place
+        (``Error executing tool: ...``, or a ReAct observation naming the error)."""
+        if call_id is None and execution is not None:
+            call_id = self._last_call.get(execution)
+        if call_id is not None:
+            self.assembler.shown_to_model(key, call_id, text)
 
     def _end(self, name: str, event: Any, at: float) -> None:
         key = event.started_event_id

@@ -487,12 +487,16 @@ class TraceAssembler:
     def shown_to_model(self, key: Hashable, call_id: str, result: Any) -> None:
         """A tool call of the trace ``key`` belongs to raised, its framework handled the
         error, and the model was shown ``result`` (an error message) in its place: that is
-        the call's result (its error stays)."""
+        the call's result (its error stays). When a framework retried the call (several
+        runs with one id), the model was shown the last run's error. A call the loop guard
+        refused keeps no result, in every framework: the tool never ran."""
         trace = self.trace_of(key)
         if trace is None:
             return
-        for span in trace.spans:
+        for span in reversed(trace.spans):
             call = span.tool_call
+            if span.attributes.get(GUARD_REFUSED):
+                continue
             if call is not None and call.id == call_id and call.result is None and call.error:
                 call.result = span.output = result
                 return
