@@ -20,6 +20,7 @@ from agenteval_core import (
     OnlineEvaluator,
     RunStatus,
     SpanKind,
+    Trace,
 )
 
 
@@ -462,6 +463,19 @@ def failing_lookup(order_id: str) -> str:
     raise ValueError(f"no order {order_id}")
 
 
+def _ask_about_z9(evaluator: OnlineEvaluator, llm: ScriptedLLM) -> Trace:
+    """The trace of one kickoff whose agent looks up an order that does not exist."""
+    agent = Agent(role="support", goal="g", backstory="b", llm=llm, tools=[failing_lookup])
+    task = Task(description="Where is Z-9?", expected_output="status", agent=agent)
+    listener = AgentEvalListener(evaluator)
+    try:
+        Crew(agents=[agent], tasks=[task]).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    return trace
+
+
 def test_a_handled_tool_error_has_the_text_the_model_saw_native(
     evaluator: OnlineEvaluator,
 ) -> None:
@@ -472,14 +486,7 @@ def test_a_handled_tool_error_has_the_text_the_model_saw_native(
         native=True,
         replies=[[native_call("call_1", "lookup_order", order_id="Z-9")], "No such order."],
     )
-    agent = Agent(role="support", goal="g", backstory="b", llm=llm, tools=[failing_lookup])
-    task = Task(description="Where is Z-9?", expected_output="status", agent=agent)
-    listener = AgentEvalListener(evaluator)
-    try:
-        Crew(agents=[agent], tasks=[task]).kickoff()
-        [trace] = captured_by(listener)
-    finally:
-        listener.close()
+    trace = _ask_about_z9(evaluator, llm)
     *_, last_llm = trace.spans_of(SpanKind.LLM)
     [shown] = [m["content"] for m in last_llm.input if m.get("role") == "tool"]
     assert shown == "Error executing tool: no order Z-9"
@@ -496,14 +503,7 @@ def test_a_handled_tool_error_has_the_text_the_model_saw_react(
         model="scripted",
         replies=[action("lookup_order", order_id="Z-9"), "Thought: done\nFinal Answer: none"],
     )
-    agent = Agent(role="support", goal="g", backstory="b", llm=llm, tools=[failing_lookup])
-    task = Task(description="Where is Z-9?", expected_output="status", agent=agent)
-    listener = AgentEvalListener(evaluator)
-    try:
-        Crew(agents=[agent], tasks=[task]).kickoff()
-        [trace] = captured_by(listener)
-    finally:
-        listener.close()
+    trace = _ask_about_z9(evaluator, llm)
     first_llm, last_llm = trace.spans_of(SpanKind.LLM)
     [asked] = first_llm.requested_tool_calls
     said = last_llm.input[-2]["content"]

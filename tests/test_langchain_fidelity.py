@@ -177,9 +177,20 @@ def refund(order_id: str) -> str:
     return "refunded"
 
 
-def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEvaluator) -> None:
-    # a supervisor-style graph: two create_agent(name=...) workers run one after the other
-    orders = create_agent(
+def _agent_of(trace: Trace, span: Span) -> str | None:
+    """The name of the nearest agent span above ``span`` (the root aside)."""
+    spans = {s.id: s for s in trace.spans}
+    parent = spans.get(span.parent_id or "")
+    while parent is not None:
+        if parent.kind is SpanKind.AGENT and parent.parent_id is not None:
+            return parent.name
+        parent = spans.get(parent.parent_id or "")
+    return None
+
+
+def _orders_agent(builder: Any) -> Any:
+    """A worker named orders_agent that looks A-1 up once and answers."""
+    return builder(
         ScriptedChatModel(
             replies=[
                 AIMessage("", tool_calls=[tool_call("lookup_order", "o1", order_id="A-1")]),
@@ -189,6 +200,11 @@ def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEval
         tools=[lookup_order],
         name="orders_agent",
     )
+
+
+def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEvaluator) -> None:
+    # a supervisor-style graph: two create_agent(name=...) workers run one after the other
+    orders = _orders_agent(create_agent)
     refunds = create_agent(
         ScriptedChatModel(
             replies=[
@@ -210,16 +226,6 @@ def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEval
         config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
     )
     [trace] = evaluator.captured()
-    spans = {span.id: span for span in trace.spans}
-
-    def agent_of(span_id: str | None) -> str | None:
-        while span_id is not None:
-            span = spans[span_id]
-            if span.kind is SpanKind.AGENT and span.parent_id is not None:
-                return span.name
-            span_id = span.parent_id
-        return None
-
     agents = [s for s in trace.spans if s.kind is SpanKind.AGENT and s.parent_id is not None]
     assert [(a.name, a.input, a.output, a.attributes) for a in agents] == [
         (
@@ -236,7 +242,7 @@ def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEval
         ),
     ]
     steps = [
-        (s.kind, s.name, agent_of(s.id), s.attributes.get("gen_ai.agent.name"))
+        (s.kind, s.name, _agent_of(trace, s), s.attributes.get("gen_ai.agent.name"))
         for s in trace.spans
         if s.kind in (SpanKind.LLM, SpanKind.TOOL)
     ]
@@ -268,33 +274,13 @@ def _handoff(agent: str) -> Any:
     return transfer
 
 
-def _agent_of(trace: Trace, span: Span) -> str | None:
-    """The name of the nearest agent span above ``span`` (the root aside)."""
-    spans = {s.id: s for s in trace.spans}
-    parent = spans.get(span.parent_id or "")
-    while parent is not None:
-        if parent.kind is SpanKind.AGENT and parent.parent_id is not None:
-            return parent.name
-        parent = spans.get(parent.parent_id or "")
-    return None
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # create_react_agent moved in v1
 def test_a_supervisors_react_agents_get_agent_spans_and_names(
     evaluator: OnlineEvaluator,
 ) -> None:
     # langgraph-supervisor's layout: a create_react_agent(name="supervisor") node with
     # handoff tools, workers that are create_react_agent(name=...) nodes reporting back
-    orders = create_react_agent(
-        ScriptedChatModel(
-            replies=[
-                AIMessage("", tool_calls=[tool_call("lookup_order", "o1", order_id="A-1")]),
-                AIMessage("A-1 has shipped."),
-            ]
-        ),
-        tools=[lookup_order],
-        name="orders_agent",
-    )
+    orders = _orders_agent(create_react_agent)
     supervisor = create_react_agent(
         ScriptedChatModel(
             replies=[

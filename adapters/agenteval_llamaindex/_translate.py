@@ -288,17 +288,7 @@ class Translator:
             # made JSON-safe here, off the agent's thread (the guard's check there reads the
             # arguments as they are)
             call.arguments = plain(call.arguments)
-            self.assembler.start_span(
-                span_id,
-                parent,
-                SpanKind.TOOL,
-                call.name,
-                input=call.arguments,
-                start_time=at,
-                session_id=session,
-                tool_call=call,
-                attributes=self._agent_of(parent),
-            )
+            self._start_tool(span_id, parent, call, session, at)
         elif parent is None or self.assembler.trace_of(parent) is None:
             self.assembler.start_span(
                 span_id,
@@ -332,17 +322,9 @@ class Translator:
             and parent not in self._direct_tools
         )
 
-    def _start_direct_tool(
-        self,
-        span_id: str,
-        parent: str | None,
-        tool: BaseTool,
-        arguments: dict[str, Any],
-        session: str | None,
-        at: float,
+    def _start_tool(
+        self, span_id: str, parent: str | None, call: ToolCall, session: str | None, at: float
     ) -> None:
-        call = _direct_call(tool, arguments)
-        self._direct_tools.add(span_id)
         self.assembler.start_span(
             span_id,
             parent,
@@ -354,6 +336,19 @@ class Translator:
             tool_call=call,
             attributes=self._agent_of(parent),
         )
+
+    def _start_direct_tool(
+        self,
+        span_id: str,
+        parent: str | None,
+        tool: BaseTool,
+        arguments: dict[str, Any],
+        session: str | None,
+        at: float,
+    ) -> None:
+        call = _direct_call(tool, arguments)
+        self._direct_tools.add(span_id)
+        self._start_tool(span_id, parent, call, session, at)
         if not self.assembler.watch_loops:
             # the guard checks an agent's calls before they run; a step's own call cannot be
             # refused, so the guard watches it as it does without stop_on_loop (alerts only)
