@@ -100,9 +100,6 @@ _SHORTEST_SECRET = 20
 """No default pattern matches fewer characters (an AWS access key is 20): shorter strings,
 most of a trace's, skip them all."""
 
-_SHARED_TEXT = 1_000
-"""Strings at least this long are redacted once per trace however often they appear."""
-
 _CUT_MARGIN = 512
 """Characters kept past ``max_chars`` while searching, so no secret is split by the cut."""
 
@@ -215,22 +212,35 @@ class _Rule:
         return f"[REDACTED:{self.name}]"
 
 
+_NEVER, _ALWAYS, _LOOKS = 0, 1, 2
+"""What a key's name says of its value: nothing, a secret, a secret if it looks like one."""
+
+
 def _field_name(key: str) -> str:
     return key.lower().replace("-", "_")
 
 
-def _is_secret_field(key: str, item: Any, always: frozenset[str]) -> bool:
-    """Whether a key's value is redacted whole: always for a secret name (``password``,
-    ``db_password``, ``Cookie``), and for an ambiguous one (``token``) when it looks like a
-    secret."""
-    if item in (None, ""):
-        return False
+def _field_kind(key: str, always: frozenset[str]) -> int:
     name = _field_name(key)
     if name in always or name.endswith(SECRET_SUFFIXES):
-        return True
+        return _ALWAYS
     if name in LOOKS_CHECKED_FIELDS or name.endswith("_token"):
+        return _LOOKS
+    return _NEVER
+
+
+def _is_secret_field(key: str, item: Any, always: frozenset[str], kinds: dict[str, int]) -> bool:
+    """Whether a key's value is redacted whole: always for a secret name (``password``,
+    ``db_password``, ``Cookie``), and for an ambiguous one (``token``) when it looks like a
+    secret. ``kinds`` remembers what each key name is (records repeat their keys)."""
+    if item in (None, ""):
+        return False
+    kind = kinds.get(key)
+    if kind is None:
+        kind = kinds[key] = _field_kind(key, always)
+    if kind == _LOOKS:
         return isinstance(item, str) and _LOOKS_SECRET.match(item) is not None
-    return False
+    return kind == _ALWAYS
 
 
 def _piece_text(item: Any) -> str | None:
@@ -416,15 +426,14 @@ class Redactor:
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets replaced: the values of secret-named keys,
         secret shapes in strings, and in keys too (a token can be a dictionary key)."""
-        return self._value(value, {})
+        return self._value(value, {}, {})
 
-    def _value(self, value: Any, seen: dict[str, str]) -> Any:
-        # ``seen`` holds the redacted form of each large string: a tool result reappears in
-        # the span output, the tool call and every later LLM input, often as equal copies
-        # (not the same object), and is searched once
+    def _value(self, value: Any, seen: dict[str, str], kinds: dict[str, int]) -> Any:
+        # ``seen`` holds the redacted form of each string met so far, so each distinct string
+        # is searched once: a tool result reappears in the span output, the tool call and
+        # every later LLM input, often as equal copies (not the same object), and records
+        # repeat their keys and many of their values
         if isinstance(value, str):
-            if len(value) < _SHARED_TEXT:
-                return self.text(value)
             redacted = seen.get(value)
             if redacted is None:
                 redacted = seen[value] = self.text(value)
@@ -432,13 +441,13 @@ class Redactor:
         if isinstance(value, dict):
             fields = self._current()[2]
             return {
-                (self.text(key) if isinstance(key, str) else key): "[REDACTED]"
-                if isinstance(key, str) and _is_secret_field(key, item, fields)
-                else self._value(item, seen)
+                (self._value(key, seen, kinds) if isinstance(key, str) else key): "[REDACTED]"
+                if isinstance(key, str) and _is_secret_field(key, item, fields, kinds)
+                else self._value(item, seen, kinds)
                 for key, item in value.items()
             }
         if isinstance(value, list | tuple):
-            return [self._value(item, seen) for item in self._joined_pieces(list(value))]
+            return [self._value(item, seen, kinds) for item in self._joined_pieces(list(value))]
         if type(value) is int:
             return safe_int(value)
         return value

@@ -60,8 +60,11 @@ def _lags(capture: Path, result: Any, threads: int, runs: int) -> list[float]:
     request = re.compile(rb'"input":"(export [0-9-]+)"')
 
     def tail() -> None:
+        # keeps only the start of the line being read (where its request is) and looks for
+        # its end in each new chunk: linear in the bytes read, so the reader takes no more
+        # of the interpreter than a consumer of the capture would
         with open(capture, "rb") as file:
-            pending = b""
+            head = b""
             while True:
                 chunk = file.read(1 << 20)
                 if not chunk:
@@ -69,11 +72,18 @@ def _lags(capture: Path, result: Any, threads: int, runs: int) -> list[float]:
                         return
                     time.sleep(0.001)  # polling the file: the reader's pace, not a wait
                     continue
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    found = request.search(line[:4096])
+                start = 0
+                while True:
+                    end = chunk.find(b"\n", start)
+                    stop = len(chunk) if end < 0 else end
+                    if len(head) < 4096:
+                        head += chunk[start : min(stop, start + 4096 - len(head))]
+                    if end < 0:
+                        break
+                    found = request.search(head)
                     if found:
                         on_disk[found[1].decode()] = time.monotonic()
+                    head, start = b"", end + 1
 
     def agent_thread(thread: int) -> None:
         handler = AgentEvalCallbackHandler(evaluator, session_id=f"orders-{thread}")

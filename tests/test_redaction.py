@@ -470,3 +470,19 @@ def test_the_report_uses_the_redactor_it_is_given(tmp_path: Path) -> None:
     page = render_html(load_results(tmp_path / "r.jsonl", capture, redactor=mine))
     assert ticket in default  # no default rule knows a ticket number
     assert ticket not in page and "[REDACTED:ticket]" in page
+
+
+def test_records_that_repeat_keys_are_judged_value_by_value() -> None:
+    # each key name is classified once per trace and each distinct string searched once;
+    # what a value holds is still decided for every value
+    key = "sk-proj-" + "a1B2c3D4" * 5
+    records = [
+        {"token": "the", "api_key": "", "note": "same"},
+        {"token": "a8Fj2kLq9x", "api_key": key, "note": "same"},
+        {"token": "the", "api_key": None, "note": f"key {key}"},
+    ]
+    assert Redactor().value(records) == [
+        {"token": "the", "api_key": "", "note": "same"},
+        {"token": "[REDACTED]", "api_key": "[REDACTED]", "note": "same"},
+        {"token": "the", "api_key": None, "note": "key [REDACTED:openai-key]"},
+    ]
