@@ -372,7 +372,9 @@ class Translator:
             attributes = {
                 OPERATION_NAME: "chat",
                 REQUEST_MODEL: event.model,
-                **_agent_of(getattr(event, "agent_role", None) or self._agent_at(parent)),
+                **_agent_of(
+                    getattr(event, "agent_role", None) or self.assembler.agent_name_of(parent)
+                ),
             }
             provider = getattr(source, "provider", None)  # the LLM emits its own events
             if isinstance(provider, str) and provider:
@@ -392,7 +394,7 @@ class Translator:
             for call_id, text in shown:
                 self._shown_to_model(key, parent, call_id, text)
             if _forced_final_answer(event.messages):
-                agent = self._agent_at(parent) or "an agent"
+                agent = self.assembler.agent_name_of(parent) or "an agent"
                 self.assembler.mark(
                     key, RunStatus.LIMIT, f"{agent} reached max_iter: CrewAI forced a final answer"
                 )
@@ -418,12 +420,6 @@ class Translator:
                 tool_call=call,
                 attributes=attributes,
             )
-
-    def _agent_at(self, key: str | None) -> str | None:
-        """The agent an open span runs for (its ``gen_ai.agent.name``)."""
-        span = self.assembler.span_of(key) if key is not None else None
-        agent = span.attributes.get(AGENT_NAME) if span is not None else None
-        return str(agent) if agent else None
 
     def _shown_to_model(
         self, key: str, execution: str | None, call_id: str | None, text: str

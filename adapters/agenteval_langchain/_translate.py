@@ -245,7 +245,6 @@ class Translator:
         self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
         # thread id → its paused trace's id and request, for the run that resumes it
         self._interrupted: dict[Any, tuple[str, Any]] = {}
-        self._subagents: set[UUID] = set()  # runs of agents inside another graph
         # open inner runs → the request their input holds, for the one found to be an agent
         self._requests: dict[UUID, Any] = {}
         self._streaming: dict[Any, float] = {}  # LLM run → when its first token came
@@ -289,10 +288,9 @@ class Translator:
         """Whose step a run is: the nearest agent around it (an agent span's name reaches
         every run below it), else the one ``create_agent(name=...)`` names in the run's
         metadata."""
-        parent = self.assembler.span_of(e.parent_run_id) if e.parent_run_id else None
-        if parent is not None and parent.attributes.get(AGENT_NAME):
-            return str(parent.attributes[AGENT_NAME])
-        agent = (e.kwargs.get("metadata") or {}).get("lc_agent_name")
+        agent = self.assembler.agent_name_of(e.parent_run_id) or (
+            e.kwargs.get("metadata") or {}
+        ).get("lc_agent_name")
         return str(agent) if agent else None
 
     def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
@@ -348,9 +346,8 @@ class Translator:
         with the request it was given, and its name reaches every run below it."""
         request = self._requests.pop(run_id, None) if run_id is not None else None
         span = self.assembler.span_of(run_id) if request is not None else None
-        if span is None or run_id is None or span.kind is not SpanKind.CHAIN:
+        if span is None or span.kind is not SpanKind.CHAIN:
             return
-        self._subagents.add(run_id)
         span.kind, span.input = SpanKind.AGENT, jsonable(request)
         span.attributes[AGENT_NAME] = span.name
 
@@ -453,10 +450,11 @@ class Translator:
     def _end_output(self, e: Event) -> None:
         output = e.args[0]
         self._requests.pop(e.run_id, None)
-        if e.run_id in self._subagents:
-            self._subagents.discard(e.run_id)
+        span = self.assembler.span_of(e.run_id)
+        inner = not self.assembler.is_root(e.run_id)
+        if inner and span is not None and span.kind is SpanKind.AGENT:  # a sub-agent's answer
             output = conversation_text(output, "ai")
-        elif not self.assembler.is_root(e.run_id):
+        elif inner:
             output = _state_summary(output)
         elif isinstance(output, dict) and output.get("__interrupt__"):
             self._interrupt(e.run_id, output["__interrupt__"])
@@ -469,7 +467,6 @@ class Translator:
 
     def _end_error(self, e: Event) -> None:
         error = e.args[0]
-        self._subagents.discard(e.run_id)
         self._requests.pop(e.run_id, None)
         flow = control_flow(error)
         if flow is None:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 from .._fork import renew_after_fork
 from ..metrics._loops import LoopGuard
 from ..schema._trace import (
+    AGENT_NAME,
     GUARD_REFUSED,
     LoopAlert,
     RunStatus,
@@ -345,6 +346,12 @@ class TraceAssembler:
         inner run found to be an agent once its first step starts)."""
         open_span = self._spans.get(key)
         return open_span.span if open_span is not None else None
+
+    def agent_name_of(self, key: Hashable | None) -> str | None:
+        """The agent an open span runs for (its ``gen_ai.agent.name``), if it says."""
+        span = self.span_of(key) if key is not None else None
+        agent = span.attributes.get(AGENT_NAME) if span is not None else None
+        return str(agent) if agent else None
 
     def start_time_of(self, key: Hashable) -> float | None:
         """When an open span started."""
