@@ -14,6 +14,7 @@ from pathlib import Path
 from agenteval_core import read_capture, replay
 
 from ._synthetic import write_capture
+from .bench_replay import ROUNDS
 
 
 def _seconds(run: object) -> float:
@@ -27,10 +28,18 @@ def main(quick: bool = False) -> None:
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as name:
         path = write_capture(Path(name) / "scale.jsonl", count)
-        parse = _seconds(lambda: sum(1 for _ in read_capture(path)))
-        one = _seconds(lambda: replay(path))
-        written = _seconds(lambda: replay(path, output=Path(name) / "results.jsonl"))
+        runs = {
+            "parse": lambda: sum(1 for _ in read_capture(path)),
+            "one": lambda: replay(path),
+            "written": lambda: replay(path, output=Path(name) / "results.jsonl"),
+        }
+        best = dict.fromkeys(runs, float("inf"))
+        for _ in range(ROUNDS):  # alternating; the fastest of each counts
+            for key, run in runs.items():
+                best[key] = min(best[key], _seconds(run))
+        parse, one, written = best["parse"], best["one"], best["written"]
         print(f"{count:,} traces, default metrics, {cores} cores")
+        print(f"fastest of {ROUNDS} rounds for the next two lines")
         print(f"one process: {count / one:,.0f} traces/s; ratio to parse-only {parse / one:.3f}")
         print(f"writing the results file adds {100 * (written / one - 1):.0f}% (goal <= 25%)")
         counts = sorted({1, 2, 4, 8, 12, 16, cores} & set(range(1, cores + 1)))

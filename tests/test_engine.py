@@ -30,6 +30,7 @@ from agenteval_core import (
     ResultSummary,
     RunStatus,
     Score,
+    Sink,
     Span,
     SpanKind,
     ToolCall,
@@ -207,8 +208,10 @@ def test_replay_keeps_the_judges_concurrency_in_flight(
 
 
 class Ordered(Metric):
-    """Records the order traces finish in; later traces of a session finish sooner. It
-    reads history, and its score is a session signal (coherence) that fails on turn 2."""
+    """Records the order traces finish in; with ``backwards`` set, each turn of a session
+    waits for the next turn to finish (so the last finishes first, whatever the machine's
+    load). It reads history, and its score is a session signal (coherence) that fails on
+    turn 2."""
 
     name = "coherence"
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
@@ -217,16 +220,22 @@ class Ordered(Metric):
     seen: ClassVar[list[str]] = []
     in_flight: ClassVar[dict[str, int]] = {}
     peak: ClassVar[dict[str, int]] = {}
+    backwards: ClassVar[bool] = False
+    finished: ClassVar[dict[str, asyncio.Event]] = {}
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         assert case.trace is not None and case.trace.session_id is not None
         session, turn = case.trace.session_id, int(case.trace.id.split("-")[1])
         self.in_flight[session] = self.in_flight.get(session, 0) + 1
         self.peak[session] = max(self.peak.get(session, 0), self.in_flight[session])
-        # work that takes 10 ms less per later turn (gaps a loaded machine keeps in order)
-        await asyncio.sleep(0.01 * (6 - turn))
+        await asyncio.sleep(0)  # the other turns start meanwhile, when slots allow
+        if self.backwards and turn < 5:
+            # bounded: scoring that kept a session's turns apart would fail here, not hang
+            next_turn = self.finished.setdefault(f"{session}-{turn + 1}", asyncio.Event())
+            await asyncio.wait_for(next_turn.wait(), timeout=10)
         self.in_flight[session] -= 1
         self.seen.append(case.trace.id)
+        self.finished.setdefault(case.trace.id, asyncio.Event()).set()
         return Score(0.0 if turn == 2 else 1.0, metadata={"history": [t.id for t in history]})
 
 
@@ -247,6 +256,8 @@ def ordered_traces() -> list[Trace]:
 def scored_with(concurrency: int) -> list[dict[str, Any]]:
     Ordered.seen.clear()
     Ordered.peak.clear()
+    Ordered.finished.clear()
+    Ordered.backwards = concurrency >= 6  # else turn 0 would wait on a turn with no slot
     engine = Engine([Ordered(), "agent_reliability"], concurrency=concurrency, history_window=6)
     outcomes = [o.model_dump() for o in engine.score_sync(ordered_traces())]
     for outcome in outcomes:  # timings are the only thing allowed to differ
@@ -255,12 +266,42 @@ def scored_with(concurrency: int) -> list[dict[str, Any]]:
     return outcomes
 
 
+class Keep(Sink):
+    """Keeps each trace's results; reads the running session results, or only their scores."""
+
+    def __init__(self, *, snapshots: bool) -> None:
+        self.wants_session_snapshots = snapshots
+        self.wants_session_scores = not snapshots
+        self.kept: list[TraceResults] = []
+
+    def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        self.kept.append(results)
+
+
+def test_a_sink_that_reads_only_session_scores_gets_the_snapshots_scores() -> None:
+    traces = ordered_traces()
+    whole, scores = Keep(snapshots=True), Keep(snapshots=False)
+    Ordered.backwards = False
+    for sink in (whole, scores):
+        engine = Engine([Ordered(), "agent_reliability", "agent_consistency"], sinks=[sink])
+        engine.score_sync(traces)
+    # each session's running reliability: turn 2's coherence 0.0 takes it to 0 for good;
+    # consistency has no confidence signal (no judge): no score after any trace
+    reliability = [0.0 if int(t.id[-1]) >= 2 else 1.0 for t in traces]
+    assert [r.session_scores for r in whole.kept] == [
+        {"agent_reliability": value, "agent_consistency": None} for value in reliability
+    ]
+    assert [r.session_scores for r in scores.kept] == [r.session_scores for r in whole.kept]
+    assert all(r.session_results for r in whole.kept)
+    assert not any(r.session_results for r in scores.kept)  # not built: no sink reads them
+
+
 def test_a_sessions_traces_are_measured_together_and_folded_in_order() -> None:
     one_at_a_time = scored_with(concurrency=1)
     assert Ordered.peak == {"x": 1, "y": 1}
     together = scored_with(concurrency=12)
     # a long conversation no longer waits trace by trace: all six turns were in flight, and
-    # the later turns (which are quicker) finished first
+    # the later turns finished first
     assert Ordered.peak == {"x": 6, "y": 6}
     own = [trace_id for trace_id in Ordered.seen if trace_id.startswith("x")]
     assert own == [f"x-{index}" for index in reversed(range(6))]

@@ -28,6 +28,7 @@ from agenteval_core import (
     MetricInputError,
     MetricKind,
     OnlineEvaluator,
+    ResultsFileSink,
     RunStatus,
     Score,
     Sink,
@@ -327,6 +328,30 @@ def test_online_results_file_grows_linearly(tmp_path: Path) -> None:
     # every trace line holds the same metrics, so 4× the traces is 4× the bytes (± the one
     # session line and the digits)
     assert 3.8 < sizes[200] / sizes[50] < 4.1, sizes
+
+
+def test_a_buffered_results_file_writes_whole_lines_in_chunks_and_the_rest_at_close(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "r.jsonl"
+    sink = ResultsFileSink(path, buffer_size=1000)
+    traces = [trace(f"answer {index}", session="s") for index in range(43)]
+    sizes = []
+    for item in traces:
+        sink.trace_scored(item, TraceResults(trace_id=item.id, session_id="s", results=[]))
+        sizes.append(path.stat().st_size)
+    sink.close()
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert [json.loads(line)["trace_id"] for line in lines] == [t.id for t in traces]
+    # the file's size after each trace: nothing until 1000 bytes had collected, then all
+    # the lines collected so far, written at once; the rest at close
+    ends = [sum(len(line) for line in lines[: index + 1]) for index in range(len(lines))]
+    expected, written = [], 0
+    for end in ends:
+        if end - written >= 1000:
+            written = end
+        expected.append(written)
+    assert sizes == expected and 0 < expected[-1] < ends[-1]
 
 
 class GatedMetric(Metric):

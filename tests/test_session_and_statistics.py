@@ -17,7 +17,12 @@ from agenteval_core import (
     pass_at_k,
     pass_pow_k,
 )
-from agenteval_core.metrics import AgentConsistency, Agentic, AgentReliability
+from agenteval_core.metrics import (
+    AgentConsistency,
+    Agentic,
+    AgentReliability,
+    IncrementalSession,
+)
 
 GOOD = {"confidence": 0.88, "loop_detection": 0.95, "tool_correctness": 0.92, "coherence": 0.97}
 BAD = {"confidence": 0.35, "loop_detection": 0.28, "tool_correctness": 0.90, "coherence": 0.85}
@@ -163,10 +168,66 @@ def test_incremental_equals_batch(rows: list[dict[str, float | None]], split: in
         batch = metric.measure_session(ids, rows)
         assert live.result().score == pytest.approx(batch.score)
         assert live.result().metadata == batch.metadata
+        assert_snapshot_is_the_result_without_its_table(live)
         if batch.skipped:  # nothing to evaluate: no score, never a pass
             assert batch.score is None and batch.metadata["traces_evaluated"] == 0
         else:
             assert batch.score is not None and 0.0 <= batch.score <= 1.0
+
+
+def assert_snapshot_is_the_result_without_its_table(live: IncrementalSession) -> None:
+    snapshot, result = live.snapshot("s"), live.result("s")
+    # the same floats, not only close ones: a running view and the final one never disagree
+    assert snapshot.score == result.score and snapshot.reason == result.reason
+    assert snapshot.error == result.error and snapshot.skipped == result.skipped
+    without_table = {
+        key: value
+        for key, value in result.metadata.items()
+        if key not in ("per_trace_signals", "per_trace_signals_note")
+    }
+    assert snapshot.metadata == without_table
+    assert live.score() == snapshot.score  # what the results file records, computed for less
+
+
+def test_a_long_sessions_snapshots_equal_its_results_trace_by_trace() -> None:
+    # 600 traces with every signal: past the length where the tail is picked by NumPy instead
+    # of sorting; late signals merge into earlier rows; one trace has no signal, some no
+    # confidence
+    rng = np.random.default_rng(7)
+    for metric in (AgentReliability(), AgentConsistency()):
+        live = metric.incremental()
+        for index in range(600):
+            signals: dict[str, float | None] = {  # mostly healthy: scores stay off the floor
+                name: float(rng.uniform(0.6, 1.0))
+                for name in (
+                    "loop_detection",
+                    "tool_correctness",
+                    "coherence",
+                    "tool_call_loops",
+                    "tool_failures",
+                )
+            }
+            signals["run_completed"] = 0.0 if index % 97 == 0 else None
+            if index % 3:
+                signals["confidence"] = float(rng.uniform(0.3, 1.0))
+            live.update(f"t{index}", {} if index == 5 else signals)
+            if index % 50 == 0 and index:  # a judge's score arrives for an earlier trace
+                live.update(f"t{index - 10}", {"confidence": 0.0})
+            if index < 40 or index in (255, 256, 257, 300, 599):
+                assert_snapshot_is_the_result_without_its_table(live)
+
+
+def test_a_snapshot_with_a_signal_out_of_range_fails_as_the_result_does() -> None:
+    live = AgentReliability().incremental()
+    live.update("t0", {"coherence": 0.5})
+    live.update("t1", {"coherence": 1.5})
+    snapshot = live.snapshot("s")
+    assert snapshot.score is None
+    assert snapshot.error == (
+        "invalid input: signal 'coherence' of trace 't1' is 1.5; signals must be scores in "
+        "[0, 1] (use None for a missing signal)"
+    )
+    assert_snapshot_is_the_result_without_its_table(live)
 
 
 # --- pass@k / pass^k ---------------------------------------------------------------------------

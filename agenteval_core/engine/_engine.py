@@ -177,6 +177,7 @@ class Engine:
         # a session's running results after each trace cost a pass over its signals; they are
         # computed when a sink reads them, or when there are no sinks (the caller reads them)
         self._snapshots = not self.sinks or any(s.wants_session_snapshots for s in self.sinks)
+        self._scores = any(s.wants_session_scores for s in self.sinks)
         if concurrency is None:
             traffic = getattr(judge, "traffic", None)
             concurrency = getattr(traffic, "max_concurrency", None) or DEFAULT_CONCURRENCY
@@ -366,6 +367,7 @@ class Engine:
         """A trace's results, folded into its session's metrics (in input order)."""
         case, state, trace = admitted.case, admitted.state, admitted.case.trace
         session_results: list[MetricResult] = []
+        session_scores: dict[str, float | None] = {}
         if state is not None and trace is not None:
             state.unfolded -= 1
             self._add_signals(state, trace, results)
@@ -373,12 +375,16 @@ class Engine:
                 session_results = [
                     acc.snapshot(trace.session_id) for acc in state.accumulators.values()
                 ]
+                session_scores = {r.name: r.score for r in session_results}
+            elif self._scores:  # the numbers alone cost a fraction of whole results
+                session_scores = {name: acc.score() for name, acc in state.accumulators.items()}
         return case, TraceResults(
             trace_id=trace.id if trace is not None else None,
             case_id=case.id,
             session_id=trace.session_id if trace is not None else None,
             results=results,
             session_results=session_results,
+            session_scores=session_scores,
         )
 
     def _evict(self) -> None:

@@ -46,6 +46,10 @@ class Sink:
     """Whether ``trace_scored`` reads ``results.session_results`` (the session's metrics
     after each trace). When no sink does, the engine does not compute them per trace; the
     final session results still arrive through ``session_scored``."""
+    wants_session_scores: bool = False
+    """Whether ``trace_scored`` reads ``results.session_scores`` only (the numbers, not the
+    results): a sink that says so and not ``wants_session_snapshots`` gets the scores
+    computed for less."""
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         """A trace was scored: ``results.results`` are its trace metrics,
@@ -124,7 +128,7 @@ def trace_record(trace: Trace, results: TraceResults) -> dict[str, Any]:
         session_id=trace.session_id,
         status=trace.status,
         results=results.results,
-        session_scores={r.name: r.score for r in results.session_results},
+        session_scores=results.session_scores,
     )
 
 
@@ -151,10 +155,22 @@ class ResultsFileSink(Sink):
     ``session_results``) and, online, one per captured trace that was not scored
     (``trace_id``, ``unscored``: why). Each result is written once, so the file grows linearly; online
     scoring and replay write the same format, which ``agenteval report`` reads.
+
+    By default each line is written as its trace is scored (online, the file is current).
+    ``buffer_size`` bytes collects lines and writes them together, and the rest at
+    :meth:`close`: a replay writes its file that way, one write per few hundred lines,
+    since a replay that was killed is run again.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, append: bool = False) -> None:
+    wants_session_snapshots = False  # a line keeps the session's scores, not its results
+    wants_session_scores = True
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, append: bool = False, buffer_size: int = 0
+    ) -> None:
         self.path = Path(path)
+        self.buffer_size = buffer_size
+        self._pending = bytearray()
         # unbuffered, one write per line: a write that fails (a full disk) loses that line
         # only, and the next line starts on a line of its own once space returns
         self._file: IO[bytes] | None = open(  # noqa: SIM115  (closed by close())
@@ -173,8 +189,19 @@ class ResultsFileSink(Sink):
     def _write(self, record: dict[str, Any]) -> None:
         line = self._line(record)
         with self._lock:
-            if self._file is not None:
+            if self._file is None:
+                return
+            if not self.buffer_size:
                 self._end = append_line(self._file, line, self._end)
+                return
+            self._pending += line
+            if len(self._pending) >= self.buffer_size:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        pending, self._pending = self._pending, bytearray()
+        if pending and self._file is not None:  # a failed write loses these lines only
+            self._end = append_line(self._file, pending, self._end)
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         self._write(trace_record(trace, results))
@@ -188,8 +215,11 @@ class ResultsFileSink(Sink):
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
-                self._file.close()
-                self._file = None
+                try:
+                    self._write_pending()
+                finally:
+                    self._file.close()
+                    self._file = None
 
     def __repr__(self) -> str:
         return f"ResultsFileSink({str(self.path)!r})"

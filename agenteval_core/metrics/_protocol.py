@@ -106,11 +106,9 @@ class MetricBase(ABC):
     ) -> MetricResult:
         value = score.value
         if value is not None:
-            if not math.isfinite(value):
-                score = Score.failure(f"metric produced a non-finite score {value!r}")
-                value = None
-            else:
-                value = min(1.0, max(0.0, float(value)))
+            value = bounded(value)
+            if value is None:
+                score = Score.failure(f"metric produced a non-finite score {score.value!r}")
         values: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
@@ -135,6 +133,12 @@ class MetricBase(ABC):
             values["metadata"] = dict(score.metadata)  # a result owns its metadata
             return unvalidated_result(values)
         return MetricResult(**values)  # raises as validation does, or converts
+
+
+def bounded(value: float) -> float | None:
+    """A computed score as a result holds it: clamped to [0, 1]; ``None`` when not finite
+    (the result is then a failure)."""
+    return min(1.0, max(0.0, float(value))) if math.isfinite(value) else None
 
 
 _TEXT = (str,)
@@ -360,3 +364,8 @@ class SessionAccumulator:
         reason; a metric may leave out per-trace detail, which :meth:`result` carries.
         Default: :meth:`result`."""
         return self.result(session_id)
+
+    def score(self) -> float | None:
+        """The score as it stands (``snapshot().score``), for a view that keeps only the
+        number; a metric may compute it for less. Default: ``snapshot().score``."""
+        return self.snapshot().score

@@ -6,6 +6,7 @@ with NumPy, and both can be updated trace by trace during a live session.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -15,7 +16,7 @@ import numpy.typing as npt
 
 from .._errors import MetricInputError
 from ..schema._results import MetricResult
-from ._protocol import Score, SessionAccumulator, SessionMetric
+from ._protocol import Score, SessionAccumulator, SessionMetric, bounded
 from ._registry import register_metric
 
 __all__ = [
@@ -101,6 +102,24 @@ def _risks(matrix: Matrix) -> Matrix:
     return risks
 
 
+def _row_risks(row: Sequence[float]) -> list[float]:
+    """:func:`_risks` of one trace's row of scores, as Python floats (the same values)."""
+    risks = [1.0 - row[column] for column in _RISK_COLUMNS]
+    loop = 1.0 - row[4]
+    if math.isnan(risks[1]) or loop > risks[1]:
+        risks[1] = loop
+    return risks
+
+
+def _mean_of_largest(values: list[float], k: int) -> float:
+    """The mean of the ``k`` largest ``values`` (their sum correctly rounded)."""
+    if len(values) > 256:  # a long session: NumPy's selection beats sorting a list
+        top = np.partition(np.asarray(values), len(values) - k)[len(values) - k :].tolist()
+    else:
+        top = sorted(values)[len(values) - k :]
+    return math.fsum(top) / k
+
+
 class _SignalSessionMetric(SessionMetric):
     signal_names: ClassVar[tuple[str, ...]] = COLUMNS
 
@@ -122,7 +141,8 @@ class _SignalSessionMetric(SessionMetric):
         if any(not math.isfinite(w) or w < 0 for w in merged.values()):
             raise MetricInputError(f"{self.name}: weights must be finite and >= 0, got {merged}")
         self.signal_weights = merged
-        self.weights = np.array([merged[name] for name in DEFAULT_SIGNAL_WEIGHTS])
+        self.weight_list = [merged[name] for name in DEFAULT_SIGNAL_WEIGHTS]
+        self.weights = np.array(self.weight_list)
         self.per_trace_limit = per_trace_limit
 
     def compute_session(
@@ -144,35 +164,61 @@ class _SignalSessionMetric(SessionMetric):
         _check_range(trace_ids, matrix)
         if matrix.size == 0 or np.isnan(matrix).all():
             return _nothing(trace_ids, "no traces or signals to evaluate")
-        return self._score(list(trace_ids), _risks(matrix), detail)
+        trace_ids = list(trace_ids)
+        risks = _risks(matrix)
+        rows, values = self._trace_values(risks)
+        score = self._summary(trace_ids, rows.tolist(), [column.tolist() for column in values])
+        if detail and score.value is not None:
+            self._add_per_trace(score.metadata, trace_ids, rows, risks[rows], values)
+        return score
 
-    def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
+    value_names: ClassVar[tuple[str, ...]]
+    """What the metric derives from each trace's risks (the first orders the per-trace table)."""
+
+    def _trace_values(self, risks: Matrix) -> tuple[npt.NDArray[np.intp], list[Matrix]]:
+        """The traces the metric evaluates (row numbers) and, for each, its ``value_names``:
+        one array per name, over all traces at once."""
         raise NotImplementedError
+
+    def _row_values(self, risks: list[float]) -> tuple[float, ...] | None:
+        """:meth:`_trace_values` of one trace (the same floats), or ``None`` when the metric
+        does not evaluate it: what a running session keeps per trace."""
+        raise NotImplementedError
+
+    def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
+        """The score, reason and aggregates from the evaluated traces' values (no per-trace
+        table): shared by the batch score and a running session's snapshot."""
+        raise NotImplementedError
+
+    def _risk(self, values: list[list[float]]) -> float | None:
+        """The session's risk (the score is 1 − risk) from the evaluated traces' values, as
+        :meth:`_summary` computes it; ``None`` when there is none to score."""
+        raise NotImplementedError
+
+    per_trace_note: ClassVar[str]
+    """What a cut per-trace table says it shows (``{limit}``: ``per_trace_limit``)."""
 
     def _add_per_trace(
         self,
         metadata: dict[str, Any],
-        detail: bool,
-        note: str,
         trace_ids: list[str],
         rows: npt.NDArray[np.intp],
         risks: Matrix,
-        extra: dict[str, Matrix],
+        values: list[Matrix],
     ) -> None:
-        """In a detailed result, ``per_trace_signals`` for at most ``per_trace_limit`` traces,
-        riskiest first (and ``note`` when the table is cut)."""
-        if not detail:
-            return
+        """``per_trace_signals`` for at most ``per_trace_limit`` traces, riskiest first (and
+        a note when the table is cut)."""
         truncated = len(rows) > self.per_trace_limit
         if truncated:
-            leading = next(iter(extra.values()))
-            order = np.argsort(-leading, kind="stable")[: self.per_trace_limit]
+            order = np.argsort(-values[0], kind="stable")[: self.per_trace_limit]
             rows, risks = rows[order], risks[order]
-            extra = {key: values[order] for key, values in extra.items()}
+            values = [column[order] for column in values]
         # the shown rows rounded in one pass per array, then plain floats: per value, Python's
         # round and reading an array element each cost more than the rest of this table
         risk_rows: list[list[float]] = _round(risks)
-        extra_rows = {key: _round(values) for key, values in extra.items()}
+        extra_rows = {
+            key: _round(column) for key, column in zip(self.value_names, values, strict=True)
+        }
         table: dict[str, dict[str, float]] = {}
         for shown, row in enumerate(rows.tolist()):
             entry = {
@@ -184,7 +230,9 @@ class _SignalSessionMetric(SessionMetric):
             table[trace_ids[row]] = entry
         metadata["per_trace_signals"] = table
         if truncated:
-            metadata["per_trace_signals_note"] = note
+            metadata["per_trace_signals_note"] = self.per_trace_note.format(
+                limit=self.per_trace_limit
+            )
 
     def measure_matrix(
         self,
@@ -245,16 +293,40 @@ class AgentReliability(_SignalSessionMetric):
         self.ensemble_weight = ensemble_weight
         self.flag_threshold = flag_threshold
 
-    def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
+    value_names = ("step_risk",)
+    per_trace_note = "riskiest {limit} traces shown"
+
+    def _trace_values(self, risks: Matrix) -> tuple[npt.NDArray[np.intp], list[Matrix]]:
         rows = np.flatnonzero(~np.isnan(risks).all(axis=1))
-        risks = risks[rows]
         # the largest weighted risk of each trace; each row has one at least (fmax skips NaN)
-        step_risk = np.fmax.reduce(risks * self.weights, axis=1)
-        k = max(1, math.ceil(len(rows) * self.top_k_percentile))
-        top = np.partition(step_risk, len(step_risk) - k)[len(step_risk) - k :]
-        mean_top_k, max_risk = float(top.mean()), float(step_risk.max())
+        return rows, [np.fmax.reduce(risks[rows] * self.weights, axis=1)]
+
+    def _row_values(self, risks: list[float]) -> tuple[float, ...] | None:
+        weighted = [
+            risk * weight
+            for risk, weight in zip(risks, self.weight_list, strict=True)
+            if not math.isnan(risk)
+        ]
+        return (max(weighted),) if weighted else None
+
+    def _tail(self, step_risk: list[float]) -> tuple[int, float, float, float]:
+        """k, the mean of the k largest step risks, the largest, and their blend (the risk)."""
+        k = max(1, math.ceil(len(step_risk) * self.top_k_percentile))
+        mean_top_k, max_risk = _mean_of_largest(step_risk, k), max(step_risk)
         raw_risk = (1.0 - self.ensemble_weight) * mean_top_k + self.ensemble_weight * max_risk
-        flagged = [trace_ids[i] for i in rows[step_risk > self.flag_threshold].tolist()]
+        return k, mean_top_k, max_risk, raw_risk
+
+    def _risk(self, values: list[list[float]]) -> float | None:
+        return self._tail(values[0])[3] if values[0] else None
+
+    def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
+        (step_risk,) = values
+        k, mean_top_k, max_risk, raw_risk = self._tail(step_risk)
+        flagged = [
+            trace_ids[row]
+            for row, risk in zip(rows, step_risk, strict=True)
+            if risk > self.flag_threshold
+        ]
         metadata: dict[str, Any] = {
             "total_traces_in_session": len(trace_ids),
             "traces_evaluated": len(rows),
@@ -270,15 +342,6 @@ class AgentReliability(_SignalSessionMetric):
                 "max_risk": round(max_risk, 4),
             },
         }
-        self._add_per_trace(
-            metadata,
-            detail,
-            f"riskiest {self.per_trace_limit} traces shown",
-            trace_ids,
-            rows,
-            risks,
-            {"step_risk": step_risk},
-        )
         reason = f"tail risk {raw_risk:.4f} over {len(rows)} traces; {len(flagged)} flagged"
         return Score(1.0 - raw_risk, reason, metadata)
 
@@ -289,20 +352,44 @@ class AgentConsistency(_SignalSessionMetric):
 
     name = "agent_consistency"
 
-    def _score(self, trace_ids: list[str], risks: Matrix, detail: bool) -> Score:
+    value_names = ("weighted_uncertainty", "situational_penalty")
+    per_trace_note = "{limit} most uncertain traces shown"
+
+    def _trace_values(self, risks: Matrix) -> tuple[npt.NDArray[np.intp], list[Matrix]]:
         rows = np.flatnonzero(~np.isnan(risks[:, 0]))
-        if len(rows) == 0:
+        risks = risks[rows]
+        weighted = risks[:, 1:] * self.weights[1:]
+        weighted[np.isnan(weighted)] = 0.0  # a missing signal adds no penalty
+        # added column by column, left to right: the order one trace's row is added in
+        penalty = np.zeros(len(rows))
+        for column in weighted.T:
+            penalty += column
+        return rows, [(1.0 + penalty) * (self.weights[0] * risks[:, 0]), penalty]
+
+    def _row_values(self, risks: list[float]) -> tuple[float, ...] | None:
+        if math.isnan(risks[0]):
+            return None
+        penalty = 0.0
+        for risk, weight in zip(risks[1:], self.weight_list[1:], strict=True):
+            if not math.isnan(risk):
+                penalty += risk * weight
+        return (1.0 + penalty) * (self.weight_list[0] * risks[0]), penalty
+
+    @staticmethod
+    def _rms(uncertainty: list[float]) -> float:
+        return math.sqrt(math.fsum([value * value for value in uncertainty]) / len(uncertainty))
+
+    def _risk(self, values: list[list[float]]) -> float | None:
+        return self._rms(values[0]) if values[0] else None
+
+    def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
+        if not rows:
             return _nothing(
                 trace_ids,
                 "no trace has a confidence signal to evaluate "
                 "(the confidence metric gives it: score with a judge)",
             )
-        risks = risks[rows]
-        weighted = risks[:, 1:] * self.weights[1:]
-        weighted[np.isnan(weighted)] = 0.0  # a missing signal adds no penalty
-        penalty = weighted.sum(axis=1)
-        uncertainty = (1.0 + penalty) * (self.weights[0] * risks[:, 0])
-        rms = float(np.sqrt(np.mean(uncertainty**2)))
+        rms = self._rms(values[0])
         metadata: dict[str, Any] = {
             "total_traces_in_session": len(trace_ids),
             "traces_evaluated": len(rows),
@@ -310,15 +397,6 @@ class AgentConsistency(_SignalSessionMetric):
             "signal_weights": self.signal_weights,
             "aggregation": {"method": "weighted_rms", "rms_value": round(rms, 4)},
         }
-        self._add_per_trace(
-            metadata,
-            detail,
-            f"{self.per_trace_limit} most uncertain traces shown",
-            trace_ids,
-            rows,
-            risks,
-            {"weighted_uncertainty": uncertainty, "situational_penalty": penalty},
-        )
         return Score(1.0 - rms, f"RMS instability {rms:.4f} over {len(rows)} traces", metadata)
 
 
@@ -326,7 +404,10 @@ class IncrementalSession(SessionAccumulator):
     """Signals of one session, kept in a growing matrix; ``result()`` equals the batch score.
 
     ``update`` appends a trace or merges later signals (judge scores arrive after embedding
-    scores) into its row; amortised O(1). ``result`` is one vectorised pass.
+    scores) into its row: amortised O(1). ``result`` is one vectorised pass. ``snapshot``,
+    asked after every trace for a running view, derives the values of the traces updated
+    since the last one (their step risk, their uncertainty) and aggregates the values kept:
+    the same score, reason and aggregates as ``result``, without the per-trace table.
     """
 
     def __init__(self, metric: _SignalSessionMetric) -> None:
@@ -335,6 +416,12 @@ class IncrementalSession(SessionAccumulator):
         self._index: dict[str, int] = {}
         self._ids: list[str] = []
         self._matrix = np.full((16, len(COLUMNS)), np.nan)
+        self._updated: list[int] = []  # rows whose values the next snapshot derives
+        # the evaluated traces' row numbers, in order, and their values, one list per name
+        self._evaluated: list[int] = []
+        self._columns: list[list[float]] = [[] for _ in metric.value_names]
+        self._signalled: set[int] = set()  # rows with any signal at all
+        self._out_of_range = False  # a bad signal: snapshots take the batch path, which says so
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -353,17 +440,67 @@ class IncrementalSession(SessionAccumulator):
             value = signals.get(name)
             if value is not None:
                 self._matrix[row, column] = float(value)
+        if not self._updated or self._updated[-1] != row:
+            self._updated.append(row)
 
     def result(self, session_id: str | None = None) -> MetricResult:
-        return self._measure(session_id, detail=True)
+        return self._signal_metric.measure_matrix(
+            self._ids, self._matrix[: len(self._ids)], session_id=session_id
+        )
 
     def snapshot(self, session_id: str | None = None) -> MetricResult:
-        return self._measure(session_id, detail=False)
+        self._derive_updated()
+        if self._out_of_range:
+            return self._signal_metric.measure_matrix(
+                self._ids, self._matrix[: len(self._ids)], session_id=session_id, detail=False
+            )
+        return self._signal_metric._guarded(self._snapshot_score, session_id)
 
-    def _measure(self, session_id: str | None, *, detail: bool) -> MetricResult:
-        return self._signal_metric.measure_matrix(
-            self._ids, self._matrix[: len(self._ids)], session_id=session_id, detail=detail
-        )
+    def score(self) -> float | None:
+        """``snapshot().score``, from the kept values alone (no reason, aggregates or
+        result): what the results file records after each trace."""
+        self._derive_updated()
+        if self._out_of_range:
+            return None  # the snapshot is a failure
+        risk = self._signal_metric._risk(self._columns) if self._signalled else None
+        return None if risk is None else bounded(1.0 - risk)
+
+    def _derive_updated(self) -> None:
+        for row in self._updated:
+            self._derive(row)
+        self._updated.clear()
+
+    def _snapshot_score(self) -> Score:
+        if not self._signalled:
+            return _nothing(self._ids, "no traces or signals to evaluate")
+        return self._signal_metric._summary(self._ids, self._evaluated, self._columns)
+
+    def _derive(self, row: int) -> None:
+        """Derive ``row``'s values and keep them in place among the evaluated traces'
+        (usually the last row: O(1))."""
+        scores = self._matrix[row].tolist()
+        present = [score for score in scores if not math.isnan(score)]
+        if present:
+            self._signalled.add(row)
+        else:  # a signal given as NaN is no signal
+            self._signalled.discard(row)
+        if any(not 0.0 <= score <= 1.0 for score in present):
+            self._out_of_range = True
+        values = self._signal_metric._row_values(_row_risks(scores))
+        at = bisect.bisect_left(self._evaluated, row)
+        kept = at < len(self._evaluated) and self._evaluated[at] == row
+        if values is None:
+            if kept:
+                del self._evaluated[at]
+                for column in self._columns:
+                    del column[at]
+        elif kept:
+            for column, value in zip(self._columns, values, strict=True):
+                column[at] = value
+        else:
+            self._evaluated.insert(at, row)
+            for column, value in zip(self._columns, values, strict=True):
+                column.insert(at, value)
 
 
 def agent_reliability(

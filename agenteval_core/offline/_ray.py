@@ -160,7 +160,8 @@ class _RateLimiter:
 
 
 class _Collect(Sink):
-    wants_session_snapshots = True  # the results file keeps each trace's session scores
+    wants_session_snapshots = False  # the results file keeps each trace's session scores
+    wants_session_scores = True
 
     def __init__(self) -> None:
         self.lines: list[tuple[str, bytes]] = []

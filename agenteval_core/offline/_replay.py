@@ -132,6 +132,11 @@ class _ReportSink(Sink):
                     report.flagged_inputs[trace_id] = inputs[trace_id]
 
 
+RESULTS_BUFFER = 1 << 18
+"""Bytes of results lines a replay writes at once (a few hundred lines): a write of its own
+cost each line ~10 µs, about a sixth of what the results file added to a replay."""
+
+
 class NumberedResultsFile(ResultsFileSink):
     """A worker's share of the results file: each line starts with its place in capture
     order, so the shares merge back into the file one process writes. A trace's line takes
@@ -142,7 +147,7 @@ class NumberedResultsFile(ResultsFileSink):
     AFTER_EVERY_TRACE = 1 << 62
 
     def __init__(self, path: str | os.PathLike[str], numbers: deque[int]) -> None:
-        super().__init__(path)
+        super().__init__(path, buffer_size=RESULTS_BUFFER)
         self.numbers = numbers
         self.position = 0
         self.all_scored = False
@@ -217,7 +222,7 @@ async def replay_lines(
     report = ReplayReport(path=os.fspath(path))
     all_sinks: list[Sink] = [_ReportSink(report, options.get("on_trace"))]
     if output is not None:
-        all_sinks.append(ResultsFileSink(output))
+        all_sinks.append(ResultsFileSink(output, buffer_size=RESULTS_BUFFER))
     numbers: deque[int] = deque()
     numbered = NumberedResultsFile(numbered_output, numbers) if numbered_output else None
     if numbered is not None:

@@ -150,7 +150,7 @@ PATH_CHECK_INTERVAL = 0.5
 """Seconds between checks that the capture's path still leads to the open file."""
 
 
-def append_line(file: IO[bytes], line: bytes | memoryview, known_end: int = -1) -> int:
+def append_line(file: IO[bytes], line: bytes | bytearray | memoryview, known_end: int = -1) -> int:
     """Write one whole line (ending in a newline) to an unbuffered file opened for reading
     too, on a line of its own: a torn last line (a killed writer's, or a write that failed
     on a full disk) is first ended with a newline, so the file stays valid JSON Lines from

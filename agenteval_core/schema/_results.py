@@ -116,6 +116,10 @@ class TraceResults(BaseModel):
     """The session's metrics as they stand after this trace: scores, reasons and aggregates
     (agent_reliability and agent_consistency leave out ``per_trace_signals``, which the
     closed session's results carry)."""
+    session_scores: dict[str, float | None] = Field(default_factory=dict)
+    """The session metrics' scores after this trace, by name: those of ``session_results``,
+    or these alone when the sinks read only the numbers (see
+    :attr:`~agenteval_core.Sink.wants_session_scores`)."""
 
     def failing(self) -> list[MetricResult]:
         """Results that failed their threshold or ended in an error, in metric order."""
