@@ -330,6 +330,25 @@ def test_online_results_file_grows_linearly(tmp_path: Path) -> None:
     assert 3.8 < sizes[200] / sizes[50] < 4.1, sizes
 
 
+def test_an_evaluator_captures_into_a_directory_of_shards(tmp_path: Path) -> None:
+    submitted = [trace(f"answer {i}", session=f"s{i % 5}") for i in range(20)]
+    with OnlineEvaluator(capture=tmp_path / "capture", capture_shards=3, log=False) as ev:
+        for item in submitted:
+            ev.submit(item)
+        captured = ev.captured()
+    assert ev.capture_path == tmp_path / "capture"
+    assert sorted(p.name for p in ev.capture_path.iterdir()) == [
+        f"part-0000{i}-of-00003.jsonl" for i in range(3)
+    ]
+    assert sorted(t.id for t in captured) == sorted(t.id for t in submitted)
+    # shard by shard, each session's traces in the order they were submitted
+    for session in {t.session_id for t in submitted}:
+        assert [t.id for t in captured if t.session_id == session] == [
+            t.id for t in submitted if t.session_id == session
+        ]
+    assert ev.stats.captured == 20 and ev.stats.scored == 20
+
+
 def test_a_buffered_results_file_writes_whole_lines_in_chunks_and_the_rest_at_close(
     tmp_path: Path,
 ) -> None:

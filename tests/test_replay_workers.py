@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from agenteval_core import (
     AgentStep,
+    CaptureError,
     CaptureFormatError,
     CaptureWriter,
     EvalCase,
@@ -280,6 +281,98 @@ def test_cli_replay_with_workers(tmp_path: Path) -> None:
         env={"OTEL_SDK_DISABLED": None},  # the test session turns the SDK off
     )
     assert exported.exit_code == 2 and "cannot export to OpenTelemetry" in exported.output
+
+
+def _sharded_capture(directory: Path, shards: int) -> list[Trace]:
+    """The traces of :func:`_capture` (its bad line aside) written as a capture directory."""
+    skipped: list[CaptureFormatError] = []  # the capture's bad line, not written again
+    traces = list(read_capture(_capture(directory.parent / "flat.jsonl"), on_error=skipped.append))
+    assert [e.line for e in skipped] == [18]
+    with CaptureWriter(directory, shards=shards) as writer:
+        for trace in traces:
+            writer.write(trace)
+    assert writer.written == len(traces) == 61
+    return traces
+
+
+def test_a_capture_directory_holds_each_session_in_one_shard_in_order(tmp_path: Path) -> None:
+    traces = _sharded_capture(tmp_path / "capture", 3)
+    names = sorted(p.name for p in (tmp_path / "capture").iterdir())
+    assert names == [f"part-0000{i}-of-00003.jsonl" for i in range(3)]
+    shards = [list(read_capture(tmp_path / "capture" / name)) for name in names]
+    assert sorted(t.id for shard in shards for t in shard) == sorted(t.id for t in traces)
+    for shard in shards:  # each file keeps the order the traces were written in
+        assert [t.id for t in shard] == [t.id for t in traces if t in shard]
+    owner = {t.session_id: i for i, shard in enumerate(shards) for t in shard if t.session_id}
+    for index, shard in enumerate(shards):  # a session never spans two files
+        assert all(owner[t.session_id] == index for t in shard if t.session_id)
+    assert len({owner[t.session_id] for t in traces if t.session_id}) == 3  # all three used
+    # read as one capture: the shards one after another, every field as written
+    assert list(read_capture(tmp_path / "capture")) == [t for shard in shards for t in shard]
+    # read in two parts: whole files, shard 0 and 2, then shard 1
+    assert list(read_capture(tmp_path / "capture", shard=(0, 2))) == shards[0] + shards[2]
+    assert list(read_capture(tmp_path / "capture", shard=(1, 2))) == shards[1]
+
+
+def test_a_capture_directory_refuses_what_would_split_its_sessions(tmp_path: Path) -> None:
+    _sharded_capture(tmp_path / "capture", 3)
+    with pytest.raises(CaptureError, match=r"holds a capture in 3 shards; writing 4 would split"):
+        CaptureWriter(tmp_path / "capture", shards=4)
+    with CaptureWriter(tmp_path / "capture", shards=3) as again:  # appending is fine
+        again.write(_trace(99, "s0", "again"))
+    assert [t.id for t in read_capture(tmp_path / "capture")].count("t99") == 1
+    with pytest.raises(CaptureError, match=r"flat.jsonl: a file; CaptureWriter\(path, shards=N\)"):
+        CaptureWriter(tmp_path / "flat.jsonl", shards=2)
+    with pytest.raises(ValueError, match="shards must be a whole number >= 1, got 0"):
+        CaptureWriter(tmp_path / "other", shards=0)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(CaptureError, match=r"plain: a directory with no capture shards"):
+        next(read_capture(tmp_path / "plain"))
+
+
+def test_workers_read_whole_shards_of_a_capture_directory(tmp_path: Path) -> None:
+    _sharded_capture(tmp_path / "capture", 4)
+    # a bad line in one shard: reported with its file and line, by the worker that reads it
+    shard = tmp_path / "capture" / "part-00002-of-00004.jsonl"
+    shard.write_bytes(shard.read_bytes() + b"{not json\n")
+    outcomes = []
+    for workers in (1, 2, 3):
+        bad: list[CaptureFormatError] = []
+        output = tmp_path / f"results-{workers}.jsonl"
+        report = replay(
+            tmp_path / "capture", output=output, on_bad_line=bad.append, workers=workers
+        )
+        outcomes.append(
+            (
+                report.traces,
+                report.sessions,
+                [(Path(e.path).name, e.line, e.problem) for e in bad],
+                [_without_latency(line) for line in output.read_text().splitlines()],
+            )
+        )
+    lines = len(shard.read_bytes().splitlines())
+    problem = "not valid JSON (Invalid JSON: key must be a string at line 1 column 2)"
+    assert outcomes[0][:3] == (61, 7, [("part-00002-of-00004.jsonl", lines, problem)])
+    assert outcomes[1] == outcomes[0] and outcomes[2] == outcomes[0]
+    # one process over the directory scores what it scores over the file it came from
+    flat = replay(tmp_path / "flat.jsonl", output=tmp_path / "flat-results.jsonl")
+    flat_lines = [
+        _without_latency(x) for x in (tmp_path / "flat-results.jsonl").read_text().splitlines()
+    ]
+    assert sorted(map(json.dumps, outcomes[0][3])) == sorted(map(json.dumps, flat_lines))
+    assert flat.traces == 61
+
+
+def test_cli_replays_a_capture_directory_and_says_what_a_plain_one_lacks(tmp_path: Path) -> None:
+    _sharded_capture(tmp_path / "capture", 2)
+    runner = CliRunner()
+    done = runner.invoke(cli, ["replay", str(tmp_path / "capture"), "--workers", "2"])
+    assert done.exit_code == 0, done.output
+    assert "61 traces" in done.output
+    (tmp_path / "plain").mkdir()
+    refused = runner.invoke(cli, ["replay", str(tmp_path / "plain")])
+    assert refused.exit_code == 2
+    assert "plain: a directory with no capture shards (part-NNNNN-of-NNNNN.jsonl" in refused.output
 
 
 _INTERRUPTED = """

@@ -23,13 +23,20 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from .._errors import AgentEvalError, CaptureFormatError, ErrorKind, describe_os_error
+from .._errors import (
+    AgentEvalError,
+    CaptureError,
+    CaptureFormatError,
+    ErrorKind,
+    describe_os_error,
+)
 from .._tables import TextTable, line_width, show, unscored_note
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind
 from ..metrics._registry import list_metrics, metric_class
 from ..offline._processes import replay
 from ..offline._replay import ReplayReport
+from ..schema._capture import capture_parts
 from ..schema._results import MetricResult, flagged_traces
 
 if TYPE_CHECKING:
@@ -495,8 +502,10 @@ def replay_command(
     path = Path(capture)
     if not path.exists():
         raise UserError(f"{capture}: no such file; pass the path of a capture (.jsonl) file")
-    if path.is_dir():
-        raise UserError(f"{capture}: is a directory; pass the path of a capture (.jsonl) file")
+    try:  # a file, or a capture directory of shards
+        files = capture_parts(path)
+    except CaptureError as exc:
+        raise UserError(str(exc)) from None
     names = _split_names(metric_names)
     err = Console(stderr=True)
     show_progress = not quiet and err.is_terminal
@@ -527,7 +536,7 @@ def replay_command(
         disable=not show_progress,
     )
     with progress:
-        task = progress.add_task("replay", total=os.path.getsize(path))
+        task = progress.add_task("replay", total=sum(os.path.getsize(f) for f in files))
         report = replay(
             path,
             names,

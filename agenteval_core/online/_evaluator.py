@@ -125,6 +125,9 @@ class OnlineEvaluator:
 
     Args:
         capture: the capture file (JSON Lines, appended); ``None`` captures nothing.
+        capture_shards: write the capture as a directory of this many files, each session
+            in one (``CaptureWriter(capture, shards=N)``; the default capture is then the
+            directory ``agenteval-capture``): what workers and Ray read in parallel.
         metrics: trace metrics, names or instances (default: deterministic and embedding
             metrics, and judge metrics when a judge is given).
         session_metrics: default agent_reliability and agent_consistency.
@@ -157,6 +160,7 @@ class OnlineEvaluator:
         self,
         *,
         capture: str | os.PathLike[str] | None = DEFAULT_CAPTURE,
+        capture_shards: int | None = None,
         metrics: Sequence[str | Metric] | None = None,
         session_metrics: Sequence[str | SessionMetric] | None = None,
         judge: Any = None,
@@ -202,7 +206,7 @@ class OnlineEvaluator:
             judge_sample_rate=judge_sample_rate,
             seed=seed,
         )
-        self.capture_path, self._capture = _open_capture(capture)
+        self.capture_path, self._capture = _open_capture(capture, capture_shards)
         self.results_path = Path(results_path) if results_path is not None else None
         self.redactor = redactor
         for sink in all_sinks:
@@ -523,7 +527,7 @@ class OnlineEvaluator:
 
 
 def _open_capture(
-    capture: str | os.PathLike[str] | None,
+    capture: str | os.PathLike[str] | None, shards: int | None
 ) -> tuple[Path | None, CaptureWriter | None]:
     """The capture's path and writer. The default location falls back to the temporary
     directory when the working directory cannot be written (a read-only container root),
@@ -531,19 +535,20 @@ def _open_capture(
     behalf never raises into it. A path the user chose that cannot be written is an error."""
     if capture is None:
         return None, None
-    path = Path(capture)
+    default = os.fspath(capture) == DEFAULT_CAPTURE
+    path = Path(DEFAULT_CAPTURE).with_suffix("") if default and shards else Path(capture)
     try:
-        return path, CaptureWriter(path)
+        return path, CaptureWriter(path, shards=shards)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        if os.fspath(capture) != DEFAULT_CAPTURE:
+        if not default:
             raise CaptureError(
                 f"cannot write the capture file: {describe_os_error(exc, path)}; pass "
                 "capture= a path in a writable directory, or capture=None to capture nothing"
             ) from None
-    fallback = Path(tempfile.gettempdir()) / "agenteval" / DEFAULT_CAPTURE
+    fallback = Path(tempfile.gettempdir()) / "agenteval" / path.name
     try:
-        writer = CaptureWriter(fallback)
+        writer = CaptureWriter(fallback, shards=shards)
     except OSError as exc:
         logger.warning(
             "agenteval: cannot write %s (%s) nor %s (%s); capturing nothing (runs are still "

@@ -54,15 +54,29 @@ class CaptureWriter:
     rotation without ``copytruncate``), so later traces go to a new file at ``path``; this is
     logged once per reopening. After ``fork()`` the child reopens the file and renews its
     lock, so a lock held by a parent thread at the fork never blocks the child. Thread-safe.
+
+    ``shards=N`` makes ``path`` a capture directory of ``N`` files,
+    ``part-00000-of-0000N.jsonl`` and on, each trace in the file its session picks (a stable
+    hash of the session id; the trace id for a trace without one), so every session lies in
+    one file, in order: workers then each read whole files of their own, and
+    :func:`read_capture` reads the directory as one capture.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+    def __new__(
+        cls, path: str | os.PathLike[str], *, fsync: bool = False, shards: int | None = None
+    ) -> CaptureWriter:
+        if shards is not None and cls is CaptureWriter:
+            return super().__new__(_ShardedCaptureWriter)
+        return super().__new__(cls)
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, shards: int | None = None
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self.written = 0
-        self.reopened = 0
-        """How many times the file was reopened because its path had moved on."""
+        self._reopened = 0
         self._lock = threading.Lock()
         self._file = self._open()
         self._path_checked = time.monotonic()
@@ -105,12 +119,17 @@ class CaptureWriter:
         self._file.close()
         self._file = self._open()
         self._end = -1
-        self.reopened += 1
+        self._reopened += 1
         logger.warning(
             "agenteval: the capture file %s was deleted or renamed; reopened it at that path "
             "(later traces go to the new file)",
             self.path,
         )
+
+    @property
+    def reopened(self) -> int:
+        """How many times the file was reopened because its path had moved on."""
+        return self._reopened
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the file; later writes raise ``ValueError``. Waits at most ``timeout``
@@ -148,6 +167,107 @@ class CaptureWriter:
 
 PATH_CHECK_INTERVAL = 0.5
 """Seconds between checks that the capture's path still leads to the open file."""
+
+
+class _ShardedCaptureWriter(CaptureWriter):
+    """``CaptureWriter(directory, shards=N)``: one single-file writer per shard."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, shards: int | None = None
+    ) -> None:
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"shards must be a whole number >= 1, got {shards!r}")
+        self.path = Path(path)
+        self.fsync = fsync
+        self.written = 0
+        if self.path.exists() and not self.path.is_dir():
+            raise CaptureError(
+                f"{self.path}: a file; CaptureWriter(path, shards=N) writes a capture "
+                "directory: pass a directory path, or no shards for one file"
+            )
+        existing = _shard_counts(self.path) if self.path.is_dir() else set()
+        if existing - {shards}:
+            first = min(existing)
+            raise CaptureError(
+                f"{self.path} holds a capture in {first} shards; writing {shards} would split "
+                f"its sessions between files: pass shards={first}, or another directory"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.parts = [
+            CaptureWriter(self.path / shard_name(index, shards), fsync=fsync)
+            for index in range(shards)
+        ]
+
+    def write(self, trace: Trace) -> None:
+        key = trace.session_id if trace.session_id is not None else trace.id
+        shard = session_shard(key.encode("utf-8", "surrogatepass"), len(self.parts))
+        self.parts[shard].write(trace)
+        self.written += 1
+
+    @property
+    def reopened(self) -> int:
+        """How many times a shard's file was reopened because its path had moved on."""
+        return sum(part.reopened for part in self.parts)
+
+    def close(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        for part in self.parts:
+            part.close(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def closed(self) -> bool:
+        return all(part.closed for part in self.parts)
+
+
+def shard_name(index: int, count: int) -> str:
+    """The file name of shard ``index`` of a capture directory of ``count`` shards."""
+    return f"part-{index:05d}-of-{count:05d}.jsonl"
+
+
+_SHARD_NAME = re.compile(r"part-(\d{5,})-of-(\d{5,})\.jsonl")
+
+
+def _shard_counts(directory: Path) -> set[int]:
+    return {
+        int(match.group(2))
+        for child in directory.iterdir()
+        if (match := _SHARD_NAME.fullmatch(child.name))
+    }
+
+
+def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
+    """The files of a capture, in capture order: ``[path]`` for a file; a capture
+    directory's shards (see ``CaptureWriter(shards=N)``) in shard order.
+
+    Raises:
+        CaptureError: no such file; a directory that holds no capture shards, or shards of
+            two different counts.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        if not path.exists():
+            raise CaptureError(f"{path}: no such capture file")
+        return [path]
+    counts = _shard_counts(path)
+    if not counts:
+        raise CaptureError(
+            f"{path}: a directory with no capture shards (part-NNNNN-of-NNNNN.jsonl, as "
+            "CaptureWriter(path, shards=N) writes); pass a capture file, or replay with "
+            "engine='ray' to read every *.jsonl below a directory"
+        )
+    if len(counts) > 1:
+        raise CaptureError(
+            f"{path}: shards of {len(counts)} different counts ({sorted(counts)}); a capture "
+            "directory holds the shards of one writer"
+        )
+    (count,) = counts
+    return [path / shard_name(index, count) for index in range(count)]
+
+
+def session_shard(key: bytes, count: int) -> int:
+    """Which of ``count`` shards a session (its id's UTF-8) falls in: the same in every
+    process and every run."""
+    return zlib.crc32(key) % count
 
 
 def append_line(file: IO[bytes], line: bytes | bytearray | memoryview, known_end: int = -1) -> int:
@@ -252,7 +372,8 @@ def read_capture(
     max_line_bytes: int = MAX_LINE_BYTES,
     shard: tuple[int, int] | None = None,
 ) -> Iterator[Trace]:
-    """Stream the traces of a capture file, line by line.
+    """Stream the traces of a capture file, or of a capture directory (its shards one after
+    another, see ``CaptureWriter(shards=N)``), line by line.
 
     A bad line raises :class:`CaptureFormatError` (file, line number, field), or, when
     ``on_error`` is given, is passed to it and skipped, so every good line is still read. A
@@ -260,9 +381,11 @@ def read_capture(
     after every complete line before it. A line over ``max_line_bytes`` is refused without
     being held in memory whole. ``on_progress`` receives the bytes consumed per line.
 
-    ``shard=(index, count)`` reads only the lines :func:`line_shard` gives to shard
-    ``index`` of ``count`` (every line of a session falls in the same shard); the other lines
-    are skipped unparsed, their bad lines left to the shard that reads them.
+    ``shard=(index, count)`` reads one of ``count`` parts of the capture, every session
+    whole in one part: of a file, the lines :func:`line_shard` gives to part ``index`` (the
+    others are skipped unparsed, their bad lines left to the part that reads them); of a
+    capture directory, the shard files whose number is ``index`` modulo ``count``, the
+    others not opened.
     """
     for _, trace in read_numbered(
         path,
@@ -274,6 +397,10 @@ def read_capture(
         yield trace
 
 
+LINES_PER_FILE = 1 << 40
+"""A trace's place in a capture directory is its shard's number × this + its line number."""
+
+
 def read_numbered(
     path: str | os.PathLike[str],
     *,
@@ -282,16 +409,34 @@ def read_numbered(
     max_line_bytes: int = MAX_LINE_BYTES,
     shard: tuple[int, int] | None = None,
 ) -> Iterator[tuple[int, Trace]]:
-    """:func:`read_capture`, each trace with the number of the line it was read from."""
-    name = os.fspath(path)
+    """:func:`read_capture`, each trace with its place in capture order: the number of the
+    line it was read from (in a capture directory, plus its shard's number ×
+    :data:`LINES_PER_FILE`)."""
     if shard is not None and not 0 <= shard[0] < shard[1]:
         raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
+    files = capture_parts(path)
+    directory = Path(path).is_dir()  # sharded by file, else by line
+    for index, file in enumerate(files):
+        if shard is not None and directory and index % shard[1] != shard[0]:
+            continue
+        offset = index * LINES_PER_FILE
+        by_line = None if directory else shard
+        for number, trace in _read_file(file, on_error, on_progress, max_line_bytes, by_line):
+            yield offset + number, trace
+
+
+def _read_file(
+    path: Path,
+    on_error: Callable[[CaptureFormatError], None] | None,
+    on_progress: Callable[[int], None] | None,
+    max_line_bytes: int,
+    shard: tuple[int, int] | None,
+) -> Iterator[tuple[int, Trace]]:
+    name = os.fspath(path)
     try:
         handle = open(path, "rb")  # noqa: SIM115  (closed in finally; this is a generator)
     except FileNotFoundError:
         raise CaptureError(f"{name}: no such capture file") from None
-    except IsADirectoryError:
-        raise CaptureError(f"{name}: is a directory, not a capture file") from None
     try:
         for number, line, oversize in split_lines(handle, max_line_bytes, on_progress):
             if shard is not None and line_shard(line, number, shard[1]) != shard[0]:
@@ -398,7 +543,7 @@ def line_shard(line: bytes, number: int, count: int) -> int:
     line with no session, or that is not a JSON object, goes by its line number.
     """
     session = line_session(line)
-    return zlib.crc32(session) % count if session else number % count
+    return session_shard(session, count) if session else number % count
 
 
 def line_session(line: bytes) -> bytes | None:
