@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
     AgentStep,
@@ -36,6 +37,7 @@ from agenteval_core import (
     replay,
 )
 from agenteval_core.cli import cli
+from agenteval_core.judges import OpenAIJudge
 
 
 def _trace(index: int, session: str | None, output: str, **fields: Any) -> Trace:
@@ -231,8 +233,8 @@ def test_what_workers_cannot_do_is_refused_before_anything_runs(tmp_path: Path) 
     for workers in (0, -2, True, 1.5):
         with pytest.raises(ValueError, match="workers must be a whole number >= 1"):
             replay(path, workers=workers)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="runs without a judge"):
-        replay(path, judge=object(), workers=2)
+    with pytest.raises(ValueError, match=r"metrics, embedder or judge cannot be sent"):
+        replay(path, judge=_Locked(), workers=2)
     with pytest.raises(ValueError, match="cannot call sinks or on_trace"):
         replay(path, on_trace=lambda trace, results: None, workers=2)
     with pytest.raises(ValueError, match=r"cannot be sent to another process \(TypeError"):
@@ -270,17 +272,51 @@ def test_cli_replay_with_workers(tmp_path: Path) -> None:
     assert [_without_latency(x) for x in (tmp_path / "two.jsonl").read_text().splitlines()] == [
         _without_latency(x) for x in (tmp_path / "one.jsonl").read_text().splitlines()
     ]
-    judged = runner.invoke(
-        cli, ["replay", str(path), "--workers", "2", "--judge-model", "gpt-4o-mini"]
-    )
-    assert judged.exit_code == 2
-    assert "--workers 2 replays without a judge" in judged.output
     exported = runner.invoke(
         cli,
         ["replay", str(path), "--workers", "2", "--otel-endpoint", "http://127.0.0.1:9/v1/traces"],
         env={"OTEL_SDK_DISABLED": None},  # the test session turns the SDK off
     )
     assert exported.exit_code == 2 and "cannot export to OpenTelemetry" in exported.output
+
+
+def test_workers_share_one_judge_rate_limit_and_give_one_process_results(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    # the judge's confidence depends on the request: a score per answer, a reason per trace
+    def verdict(request: dict[str, Any]) -> Reply:
+        asked = json.dumps(request)
+        score = 0.9 if "shipped" in asked else 0.3
+        return Reply(json.dumps({"score": score, "reason": f"judged {len(asked) % 97}"}))
+
+    judge_server.responder = verdict
+    capture = tmp_path / "c.jsonl"
+    with CaptureWriter(capture) as writer:
+        for index in range(24):
+            answer = "Your order shipped." if index % 3 else "Still checking."
+            writer.write(_trace(index, f"s{index % 6}", answer))
+    judge = OpenAIJudge(
+        "judge-model",
+        base_url=judge_server.base_url,
+        cache=None,
+        requests_per_period=8,
+        period=1.0,
+        max_concurrency=4,
+    )
+    names = ["confidence", "agent_reliability", "agent_consistency"]
+    two = replay(capture, names, judge=judge, workers=2, output=tmp_path / "two.jsonl")
+    # 24 judge requests from two processes through one limit of 8 per second: the first
+    # and the last reach the server at least 23/8 s apart (two processes each at their own
+    # 8 per second would take 11/8 s)
+    paced = sorted(judge_server.arrivals)
+    assert len(paced) == 24 and paced[-1] - paced[0] >= 23 / 8 - 0.1
+    one = replay(capture, names, judge=judge, output=tmp_path / "one.jsonl")
+    confidence = two.summary.metrics["confidence"]
+    assert confidence.scored == one.summary.metrics["confidence"].scored == 24
+    assert confidence.mean == pytest.approx((16 * 0.9 + 8 * 0.3) / 24)
+    assert [_without_latency(x) for x in (tmp_path / "two.jsonl").read_text().splitlines()] == [
+        _without_latency(x) for x in (tmp_path / "one.jsonl").read_text().splitlines()
+    ]
 
 
 def _sharded_capture(directory: Path, shards: int) -> list[Trace]:

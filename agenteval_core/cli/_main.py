@@ -451,8 +451,8 @@ def _make_judge(
     show_default=True,
     envvar="AGENTEVAL_REPLAY_WORKERS",
     help="Processes that score at once, each a share of the sessions; up to one per CPU "
-    "core speeds up a large capture (without a judge or an export; also "
-    "$AGENTEVAL_REPLAY_WORKERS).",
+    "core speeds up a large capture. A judge's rate limit holds for all of them together "
+    "(its concurrency and budget per process); no export (also $AGENTEVAL_REPLAY_WORKERS).",
 )
 @click.option(
     "--engine",
@@ -516,11 +516,6 @@ def replay_command(
         report_errors.append(error)
 
     report_errors: list[CaptureFormatError] = []
-    if workers > 1 and judge is not None:
-        raise UserError(
-            f"--workers {workers} replays without a judge: a judge waits on its API, not on "
-            "this machine's cores; drop --workers and raise --judge-concurrency instead"
-        )
     if workers > 1 and (otel_endpoint or phoenix_url):
         raise UserError(
             f"--workers {workers} cannot export to OpenTelemetry: the export runs in one "
@@ -557,9 +552,12 @@ def replay_command(
     if judge is not None:
         cost = sum(m.cost_usd for m in report.summary.metrics.values())
         budget = f" of a ${judge.budget_usd:.4f} budget" if judge.budget_usd is not None else ""
+        if workers > 1:  # each worker's budget and cache counts are its own
+            budget = budget.replace("budget", "budget per worker")
+        hits = " in this process" if workers > 1 else ""
         click.echo(
             f"judge {judge.model}: {tokens} tokens, ${cost:.4f}{budget}; "
-            f"{judge.stats.cache_hits} cache hits"
+            f"{judge.stats.cache_hits} cache hits{hits}"
         )
         over = sum(s.error_kinds[ErrorKind.BUDGET] for s in report.summary.metrics.values())
         if over:

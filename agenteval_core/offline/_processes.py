@@ -9,7 +9,9 @@ import multiprocessing
 import os
 import pickle
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal, Unpack
@@ -53,9 +55,12 @@ def replay(
 
     ``workers`` processes (this one included) score at once, each the sessions of one shard
     of the file (see :func:`~agenteval_core.read_capture`); the report and the results file
-    are those of one process, apart from timings. Workers take no judge, ``sinks`` or
-    ``on_trace`` (``ValueError``); metrics and the embedder are sent to them pickled, and
-    they import the calling script, so call this under ``if __name__ == "__main__":``.
+    are those of one process, apart from timings. Metrics, the embedder and the judge are
+    sent to them pickled (a judge as its settings: each worker keeps up to its concurrency
+    in flight, and one rate limit in shared memory spaces the requests of all of them to its
+    ``requests_per_period``); they import the calling script, so call this under
+    ``if __name__ == "__main__":``. Workers take no ``sinks`` or ``on_trace``
+    (``ValueError``).
 
     ``engine="ray"`` scores on Ray Data (``pip install 'agenteval[ray]'``): on the cluster at
     ``ray_address`` (or ``$RAY_ADDRESS``), or in a local Ray started for the replay. ``path``
@@ -87,23 +92,18 @@ def replay(
             "replay takes one capture file; several files, globs, directories and URLs are "
             "read with engine='ray'"
         )
-    _check_workers(workers, judge=options.get("judge"), sinks=sinks, on_trace=on_trace)
+    _check_workers(workers, sinks=sinks, on_trace=on_trace)
     if workers > 1:
         return replay_in_workers(path, metrics, workers=workers, **options)
     with fewer_collections():
         return asyncio.run(areplay(Path(path), metrics, **options))
 
 
-def _check_workers(workers: int, *, judge: Any, sinks: Sequence[Sink], on_trace: Any) -> None:
+def _check_workers(workers: int, *, sinks: Sequence[Sink], on_trace: Any) -> None:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
     if workers == 1:
         return
-    if judge is not None:
-        raise ValueError(
-            f"replay with workers={workers} runs without a judge: a judge waits on its API, "
-            "not on this machine's cores; raise the judge's concurrency instead"
-        )
     if sinks or on_trace is not None:
         raise ValueError(
             f"replay with workers={workers} cannot call sinks or on_trace: they run in this "
@@ -121,19 +121,20 @@ def replay_in_workers(
 ) -> ReplayReport:
     """:func:`~agenteval_core.replay` with ``workers`` processes, this one included.
 
-    Each process reads the whole file and scores the lines of its shard (every trace of a
-    session in one shard, so each session is scored in order, as in one process). This
+    Each process scores the sessions of its shard (every trace of a session in one shard,
+    so each session is scored in order, as in one process): of a file, it reads the whole
+    file and parses its own lines; of a capture directory, it opens its own shard files. This
     process reports progress and its bad lines as it goes; the others' bad lines arrive
     when they finish. The shares of the results file merge back into capture order."""
     embedder, concurrency = options.get("embedder"), options.get("concurrency")
     output, on_bad_line = options.get("output"), options.get("on_bad_line")
-    on_progress = options.get("on_progress")
+    on_progress, judge = options.get("on_progress"), options.get("judge")
     try:  # before any process starts: what cannot be sent is said here, with its cause
-        payload = pickle.dumps((metrics, embedder))
+        payload = pickle.dumps((metrics, embedder, judge))
     except Exception as exc:
         raise ValueError(
-            f"replay with workers={workers}: the metrics or embedder cannot be sent to "
-            f"another process ({type(exc).__name__}: {exc}); pass metrics by registry "
+            f"replay with workers={workers}: the metrics, embedder or judge cannot be sent "
+            f"to another process ({type(exc).__name__}: {exc}); pass metrics by registry "
             "name, or replay with workers=1"
         ) from exc
     # the shares add up to the results file's size: they go where it goes, not to a /tmp
@@ -145,6 +146,7 @@ def replay_in_workers(
             for index in range(workers)
         ]
         context = multiprocessing.get_context("spawn")  # fork is unsafe with threads
+        pace = SharedPace.of(judge, context)
         others = _Workers()
         try:
             for index in range(1, workers):
@@ -152,24 +154,26 @@ def replay_in_workers(
                 process = context.Process(
                     target=_worker,
                     args=(sender, os.fspath(path), payload, (index, workers), parts[index]),
-                    kwargs={"concurrency": concurrency},
+                    kwargs={"concurrency": concurrency, "pace": pace},
                     name=f"agenteval-replay-{index}",
                     daemon=True,
                 )
                 process.start()
                 sender.close()  # the worker holds the only sending end: its death is seen
                 others.started.append((process, receiver))
-            own = _run_shard(
-                os.fspath(path),
-                metrics,
-                embedder,
-                (0, workers),
-                parts[0],
-                concurrency=concurrency,
-                on_bad_line=on_bad_line,
-                on_progress=on_progress,
-                between_batches=others.check,  # a worker that failed stops this one too
-            )
+            with _paced(judge, pace):
+                own = _run_shard(
+                    os.fspath(path),
+                    metrics,
+                    embedder,
+                    judge,
+                    (0, workers),
+                    parts[0],
+                    concurrency=concurrency,
+                    on_bad_line=on_bad_line,
+                    on_progress=on_progress,
+                    between_batches=others.check,  # a worker that failed stops this one too
+                )
             reports = others.wait()
         finally:  # also when this process failed or was interrupted: no worker outlives it
             others.stop()
@@ -220,15 +224,18 @@ def _worker(
     part: str | None,
     *,
     concurrency: int | None,
+    pace: SharedPace | None,
 ) -> None:
-    """A worker process: its share of the replay (its metrics arrive pickled), then the
-    report, or what went wrong, sent back."""
+    """A worker process: its share of the replay (its metrics and judge arrive pickled; the
+    judge waits on the rate limit every process shares), then the report, or what went
+    wrong, sent back."""
     try:
-        metrics, embedder = pickle.loads(payload)
-        outcome: tuple[bool, Any] = (
-            True,
-            _run_shard(path, metrics, embedder, shard, part, concurrency=concurrency),
-        )
+        metrics, embedder, judge = pickle.loads(payload)
+        with _paced(judge, pace):
+            report = _run_shard(
+                path, metrics, embedder, judge, shard, part, concurrency=concurrency
+            )
+        outcome: tuple[bool, Any] = (True, report)
     except BaseException as exc:  # sent back whole when it pickles, else as its text
         outcome = (False, exc)
     try:
@@ -260,6 +267,7 @@ def _run_shard(
     path: str,
     metrics: Sequence[str | Metric | SessionMetric] | None,
     embedder: Any,
+    judge: Any,
     shard: tuple[int, int],
     part: str | None,
     *,
@@ -274,6 +282,7 @@ def _run_shard(
                 path,
                 metrics,
                 embedder=embedder,
+                judge=judge,
                 concurrency=concurrency,
                 on_bad_line=on_bad_line,
                 on_progress=on_progress,
@@ -282,6 +291,45 @@ def _run_shard(
                 between_batches=between_batches,
             )
         )
+
+
+class SharedPace:
+    """One judge endpoint's rate limit for every process of a replay: the next free request
+    slot, in shared memory. Each request takes the next slot, ``period / requests`` after
+    the last one given out, and waits for it (on top of its own process's limits)."""
+
+    def __init__(self, next_free: Any, interval: float) -> None:
+        self.next_free = next_free  # a multiprocessing.Value("d"), inherited by the workers
+        self.interval = interval
+
+    @classmethod
+    def of(cls, judge: Any, context: Any) -> SharedPace | None:
+        """The shared limit of ``judge``'s rate, or None for no judge (or one without)."""
+        traffic = getattr(judge, "traffic", None)
+        if traffic is None:
+            return None
+        return cls(context.Value("d", 0.0), traffic.period / traffic.requests_per_period)
+
+    async def __call__(self) -> None:
+        with self.next_free.get_lock():  # time.monotonic is one clock for the whole machine
+            now = time.monotonic()
+            slot = max(now, self.next_free.value)
+            self.next_free.value = slot + self.interval
+        if slot > now:
+            await asyncio.sleep(slot - now)
+
+
+@contextmanager
+def _paced(judge: Any, pace: SharedPace | None) -> Iterator[None]:
+    """``judge`` waits on ``pace`` before each request while this lasts."""
+    if judge is None or pace is None:
+        yield
+        return
+    own, judge.traffic.pace = judge.traffic.pace, pace
+    try:
+        yield
+    finally:
+        judge.traffic.pace = own
 
 
 def _line_of(error: CaptureFormatError) -> int:
