@@ -1,5 +1,6 @@
 """Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency),
-the results file's overhead, and Ray Data's local mode against one process, on one capture.
+the results file's overhead, and Ray Data's local mode against one process, on one capture
+file and on the same traces as a capture directory of shards.
 
     python -m bench replay_scale [--quick]
 """
@@ -11,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agenteval_core import read_capture, replay
+from agenteval_core import CaptureWriter, read_capture, replay
 
 from ._synthetic import write_capture
 from .bench_replay import ROUNDS
@@ -42,14 +43,25 @@ def main(quick: bool = False) -> None:
         print(f"fastest of {ROUNDS} rounds for the next two lines")
         print(f"one process: {count / one:,.0f} traces/s; ratio to parse-only {parse / one:.3f}")
         print(f"writing the results file adds {100 * (written / one - 1):.0f}% (goal <= 25%)")
+        # the same traces as a capture directory: each worker, each Ray task, reads whole
+        # shards of its own
+        directory = Path(name) / "sharded"
+        with CaptureWriter(directory, shards=4 * cores) as writer:
+            for trace in read_capture(path):
+                writer.write(trace)
         counts = sorted({1, 2, 4, 8, 12, 16, cores} & set(range(1, cores + 1)))
-        for workers in counts:
-            seconds = one if workers == 1 else _seconds(lambda w=workers: replay(path, workers=w))
-            speedup = one / seconds
-            print(
-                f"{workers:>3} workers: {count / seconds:,.0f} traces/s, speedup {speedup:.2f}, "
-                f"efficiency {speedup / workers:.2f} (goal >= 0.8)"
-            )
+        for label, source in (("capture file", path), (f"{4 * cores} shards", directory)):
+            for workers in counts:
+                seconds = (
+                    one
+                    if workers == 1 and source == path
+                    else _seconds(lambda w=workers, s=source: replay(s, workers=w))
+                )
+                speedup = one / seconds
+                print(
+                    f"{label}, {workers:>2} workers: {count / seconds:,.0f} traces/s, speedup "
+                    f"{speedup:.2f}, efficiency {speedup / workers:.2f} (goal >= 0.8)"
+                )
         try:
             import ray
         except ImportError:
@@ -58,9 +70,11 @@ def main(quick: bool = False) -> None:
         ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR")
         try:
             on_ray = _seconds(lambda: replay(path, engine="ray"))
+            on_shards = _seconds(lambda: replay([directory], engine="ray"))
         finally:
             ray.shutdown()
-        print(
-            f"Ray local mode ({cores} CPUs, start-up excluded): {count / on_ray:,.0f} traces/s, "
-            f"{one / on_ray:.2f}x one process"
-        )
+        for label, seconds in (("capture file", on_ray), (f"{4 * cores} shards", on_shards)):
+            print(
+                f"Ray local mode ({cores} CPUs, start-up excluded), {label}: "
+                f"{count / seconds:,.0f} traces/s, {one / seconds:.2f}x one process"
+            )

@@ -175,6 +175,40 @@ def test_a_worker_lost_mid_task_loses_and_doubles_nothing(tmp_path: Path) -> Non
     assert report.traces == 24 and report.summary.metrics["crash_once"].scored == 24
 
 
+def test_a_capture_directory_is_scored_shard_by_shard_as_one_process_scores_it(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "capture"
+    with CaptureWriter(directory, shards=3) as writer:
+        for turn in range(30):
+            writer.write(a_trace(f"s{turn % 7}", turn, failed=turn == 11))
+    shard = directory / "part-00001-of-00003.jsonl"
+    shard.write_bytes(shard.read_bytes() + b"this is not json\n")
+    marker = tmp_path / "crashed"
+    names = [HistoryIds(), CrashOnce(victim="s3-10", marker=str(marker)), "agent_reliability"]
+    on_ray = replay([directory], names, engine="ray", output=tmp_path / "ray.results")
+    assert marker.read_text() == "crashed"  # a worker died mid-shard; Ray ran the task again
+    one = replay(directory, names, output=tmp_path / "one.results")
+    assert (on_ray.traces, on_ray.sessions) == (one.traces, one.sessions) == (30, 7)
+    # every line once, each trace with exactly the earlier traces of its session as history
+    assert timeless(tmp_path / "ray.results") == timeless(tmp_path / "one.results")
+    histories = {
+        line["trace_id"]: line["results"][0]["metadata"]["history"]
+        for line in map(json.loads, (tmp_path / "ray.results").read_text().splitlines())
+        if "trace_id" in line
+    }
+    assert histories == {
+        f"s{turn % 7}-{turn}": [f"s{turn % 7}-{t}" for t in range(turn % 7, turn, 7)]
+        for turn in range(30)
+    }
+    lines = len(shard.read_bytes().splitlines())
+    assert (
+        bad_lines_of(on_ray)
+        == bad_lines_of(one)
+        == [(str(shard), lines, bad_lines_of(one)[0][2], False)]
+    )
+
+
 def test_a_judge_on_every_worker_shares_one_rate_limit(
     tmp_path: Path, judge_server: JudgeServer
 ) -> None:

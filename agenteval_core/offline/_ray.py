@@ -5,7 +5,8 @@ and finds each line's session from its first bytes (no full parse); a groupby on
 brings each session's lines together; one long-lived scorer per worker (metrics, embedder
 and judge client built once) parses them with agenteval's own tolerant reader, sorts them
 into capture order and scores them with the same :class:`~agenteval_core.Engine` as one
-process. Judge requests from every worker go through one limiter per judge endpoint (a
+process. The shards of a capture directory need no groupby: each is scored whole by one
+scorer task. Judge requests from every worker go through one limiter per judge endpoint (a
 zero-CPU actor). A scorer's output is the data of its task, never a side effect, so a task
 that Ray retries after a failure neither loses nor doubles a result. The driver writes the
 results file and builds the report as the results stream back.
@@ -33,7 +34,13 @@ from .._errors import CaptureError
 from ..engine._engine import Engine
 from ..engine._sinks import Sink, encode_record, session_record, trace_record
 from ..metrics._protocol import Metric, SessionMetric
-from ..schema._capture import MAX_LINE_BYTES, line_session, parse_line, split_lines
+from ..schema._capture import (
+    MAX_LINE_BYTES,
+    is_capture_shard,
+    line_session,
+    parse_line,
+    split_lines,
+)
 from ..schema._results import MetricResult, ResultsLine, TraceResults
 from ..schema._trace import Trace
 from ._replay import ReplayOptions, ReplayReport, _batch_size
@@ -197,33 +204,66 @@ class _SessionScorer:
         self.loop = asyncio.new_event_loop()
 
     def __call__(self, group: dict[str, np.ndarray]) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {"kind": [], "file": [], "number": [], "payload": []}
-
-        def emit(kind: str, file: int, number: int, payload: bytes) -> None:
-            for column, value in zip(out.values(), (kind, file, number, payload), strict=True):
-                column.append(value)
-
-        traces: list[Trace] = []
-        places: list[tuple[int, int]] = []
+        scored = _Scored()
         for row in np.lexsort((group["number"], group["file"])):
-            file, number = int(group["file"][row]), int(group["number"][row])
-            problems, trace = parse_line(
-                self.names[file], number, bytes(group["line"][row]), int(group["size"][row])
+            scored.parse(
+                self.names,
+                int(group["file"][row]),
+                int(group["number"][row]),
+                bytes(group["line"][row]),
+                int(group["size"][row]),
             )
-            for problem in problems:  # sent as it pickles (its fields) for the driver to report
-                emit("bad", file, number, pickle.dumps(problem))
-            if trace is not None:
-                traces.append(trace)
-                places.append((file, number))
+        return self.score(scored)
+
+    def score(self, scored: _Scored) -> dict[str, list[Any]]:
+        """Score the parsed traces in capture order, close their sessions, and return every
+        line: bad lines, then each trace's results and each session's."""
+        traces = scored.traces
         batches = [traces[i : i + self.batch] for i in range(0, len(traces), self.batch)]
         self.loop.run_until_complete(self.engine.stream(batches))
         self.engine.close_all()
-        placed = iter(places)
-        last = places[-1] if places else (0, 0)
+        placed = iter(scored.places)
+        last = scored.places[-1] if scored.places else (0, 0)
         for kind, line in self.collect.lines:
-            emit(kind, *(next(placed) if kind == "trace" else last), line)
+            scored.emit(kind, *(next(placed) if kind == "trace" else last), line)
         self.collect.lines.clear()
-        return out
+        return scored.out
+
+
+class _FileScorer(_SessionScorer):
+    """A scorer of whole capture shards: every session of a shard lies in it (see
+    ``CaptureWriter(shards=N)``), so a shard is read and scored by one task, in line order,
+    with no shuffle. A shard's results are its task's one output, as a group's are."""
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        scored = _Scored()
+        for index, uri in zip(batch["file"], batch["uri"], strict=True):
+            with _open(str(uri)) as handle:
+                for number, line, oversize in split_lines(handle, MAX_LINE_BYTES):
+                    scored.parse(self.names, int(index), number, line, oversize)
+        return self.score(scored)
+
+
+class _Scored:
+    """What a scorer task returns, as it is built: the traces parsed (with their places in
+    capture order) and the rows of output."""
+
+    def __init__(self) -> None:
+        self.traces: list[Trace] = []
+        self.places: list[tuple[int, int]] = []
+        self.out: dict[str, list[Any]] = {"kind": [], "file": [], "number": [], "payload": []}
+
+    def parse(self, names: list[str], file: int, number: int, line: bytes, size: int) -> None:
+        problems, trace = parse_line(names[file], number, line, size)
+        for problem in problems:  # sent as it pickles (its fields) for the driver to report
+            self.emit("bad", file, number, pickle.dumps(problem))
+        if trace is not None:
+            self.traces.append(trace)
+            self.places.append((file, number))
+
+    def emit(self, kind: str, file: int, number: int, payload: bytes) -> None:
+        for column, value in zip(self.out.values(), (kind, file, number, payload), strict=True):
+            column.append(value)
 
 
 def replay_on_ray(
@@ -289,24 +329,27 @@ def replay_on_ray(
             [{"file": index, "uri": uri} for index, uri in enumerate(files)],
             override_num_blocks=len(files),
         )
-        scored = (
-            listed.map_batches(_read_files, batch_size=1, batch_format="numpy")
-            .groupby("group")
-            .map_groups(
-                _SessionScorer,
-                compute=ActorPoolStrategy(size=size),
-                fn_constructor_kwargs={
-                    "names": files,
-                    "metrics": metrics,
-                    "judge": judge,
-                    "embedder": embedder,
-                    "concurrency": concurrency,
-                    "limiter": limiter,
-                },
-                num_cpus=SCORER_CPUS,
-                batch_format="numpy",
+        scorer: dict[str, Any] = {
+            "compute": ActorPoolStrategy(size=size),
+            "fn_constructor_kwargs": {
+                "names": files,
+                "metrics": metrics,
+                "judge": judge,
+                "embedder": embedder,
+                "concurrency": concurrency,
+                "limiter": limiter,
+            },
+            "num_cpus": SCORER_CPUS,
+            "batch_format": "numpy",
+        }
+        if all(is_capture_shard(uri) for uri in files):  # sessions never cross files
+            scored = listed.map_batches(_FileScorer, batch_size=1, **scorer)
+        else:
+            scored = (
+                listed.map_batches(_read_files, batch_size=1, batch_format="numpy")
+                .groupby("group")
+                .map_groups(_SessionScorer, **scorer)
             )
-        )
         _gather(scored, report, output, on_progress)
     finally:
         if started_here:

@@ -227,6 +227,11 @@ def shard_name(index: int, count: int) -> str:
 _SHARD_NAME = re.compile(r"part-(\d{5,})-of-(\d{5,})\.jsonl")
 
 
+def is_capture_shard(name: str) -> bool:
+    """Whether a file (a path or URL) is named as a shard of a capture directory."""
+    return _SHARD_NAME.fullmatch(name.replace(os.sep, "/").rsplit("/", 1)[-1]) is not None
+
+
 def _shard_counts(directory: Path) -> set[int]:
     return {
         int(match.group(2))
