@@ -13,7 +13,16 @@ import pytest
 from click.testing import CliRunner
 from judge_server import JudgeServer, Reply
 
-from agenteval_core import CaptureWriter, RunStatus, Span, SpanKind, ToolCall, Trace, replay
+from agenteval_core import (
+    CaptureWriter,
+    RunStatus,
+    Span,
+    SpanKind,
+    ToolCall,
+    Trace,
+    read_capture,
+    replay,
+)
 from agenteval_core.cli import cli
 from agenteval_core.judges import OpenAIJudge
 
@@ -207,6 +216,18 @@ def test_a_capture_directory_is_scored_shard_by_shard_as_one_process_scores_it(
         == bad_lines_of(one)
         == [(str(shard), lines, bad_lines_of(one)[0][2], False)]
     )
+    # into a results directory: one results shard per capture shard, the same lines in all
+    replay([directory], names[:1], engine="ray", output=f"{tmp_path / 'results'}/")
+    replay(directory, names[:1], output=tmp_path / "one-history.results")
+    shards = sorted((tmp_path / "results").iterdir())
+    assert [p.name for p in shards] == [f"results-0000{i}-of-00003.jsonl" for i in range(3)]
+    for index, results in enumerate(shards):  # each holds its capture shard's traces
+        traced = [line["trace_id"] for line in map(json.loads, results.read_text().splitlines())]
+        captured = directory / f"part-0000{index}-of-00003.jsonl"
+        assert traced == [t.id for t in read_capture(captured, on_error=lambda e: None)]
+    merged = tmp_path / "merged.results"
+    merged.write_text("".join(p.read_text() for p in shards))
+    assert timeless(merged) == timeless(tmp_path / "one-history.results")
 
 
 def test_a_judge_on_every_worker_shares_one_rate_limit(

@@ -38,6 +38,7 @@ from agenteval_core import (
 )
 from agenteval_core.cli import cli
 from agenteval_core.judges import OpenAIJudge
+from agenteval_core.report._report import load_results
 
 
 def _trace(index: int, session: str | None, output: str, **fields: Any) -> Trace:
@@ -397,6 +398,35 @@ def test_workers_read_whole_shards_of_a_capture_directory(tmp_path: Path) -> Non
     ]
     assert sorted(map(json.dumps, outcomes[0][3])) == sorted(map(json.dumps, flat_lines))
     assert flat.traces == 61
+
+
+def test_results_go_to_a_directory_of_shards_that_the_report_reads_as_one(
+    tmp_path: Path,
+) -> None:
+    capture = tmp_path / "capture"
+    _sharded_capture(capture, 2)
+    replay(capture, output=tmp_path / "one.jsonl")
+    expected = sorted(
+        json.dumps(_without_latency(x)) for x in (tmp_path / "one.jsonl").read_text().splitlines()
+    )
+    results = tmp_path / "results"
+    for workers in (3, 2, 1):  # each run replaces the shards the one before left
+        replay(capture, output=f"{results}/", workers=workers)
+        shards = sorted(p.name for p in results.iterdir())
+        assert shards == [f"results-0000{i}-of-0000{workers}.jsonl" for i in range(workers)]
+        lines = [x for shard in shards for x in (results / shard).read_text().splitlines()]
+        assert sorted(json.dumps(_without_latency(x)) for x in lines) == expected
+    data = load_results(results, capture)  # the results directory and the capture directory
+    assert len(data.traces) == 61 and len(data.sessions) == 7 and len(data.captured) == 61
+    page = tmp_path / "r.html"
+    done = CliRunner().invoke(
+        cli, ["report", str(results), "--html", str(page), "--capture", str(capture)]
+    )
+    assert done.exit_code == 0, done.output
+    assert "question 59 about order 3" in page.read_text()  # a trace's input, from the capture
+    # results never go among a capture's shards: the report would read those as results
+    with pytest.raises(ValueError, match=r"capture holds a capture's shards; write the results"):
+        replay(capture, output=capture)
 
 
 def test_cli_replays_a_capture_directory_and_says_what_a_plain_one_lacks(tmp_path: Path) -> None:

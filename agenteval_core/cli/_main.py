@@ -422,8 +422,9 @@ def _make_judge(
 @click.option(
     "--json",
     "json_out",
-    type=click.Path(dir_okay=False),
-    help="Write per-trace results as JSON lines here.",
+    type=click.Path(),
+    help="Write per-trace results as JSON lines here: a file, or a directory (an existing "
+    "one, or a path ending in /) of results shards, one per worker or Ray input file.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option(
@@ -890,7 +891,13 @@ def report_command(
 
 
 def _is_capture(path: Path) -> bool:
-    """Whether a file's first record is a trace (a capture) rather than a result."""
+    """Whether a file's first record is a trace (a capture) rather than a result; a
+    directory is a capture when it holds capture shards."""
+    if path.is_dir():
+        try:
+            path = capture_parts(path)[0]
+        except CaptureError:
+            return False  # a results directory, or nothing the report's reader can use
     try:
         with open(path, encoding="utf-8") as handle:
             first = next((line for line in handle if line.strip()), "")

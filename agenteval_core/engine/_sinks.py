@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pydantic_core
 
 from .._fork import renew_after_fork
-from ..schema._capture import append_line
+from ..schema._capture import append_line, is_capture_shard
 from ..schema._results import RESULTS_VERSION, MetricResult, ResultsLine, TraceResults
 from ..schema._trace import LoopAlert, Trace
 
@@ -223,6 +224,34 @@ class ResultsFileSink(Sink):
 
     def __repr__(self) -> str:
         return f"ResultsFileSink({str(self.path)!r})"
+
+
+def is_results_directory(output: str | os.PathLike[str]) -> bool:
+    """Whether ``output`` names a directory of results shards rather than a results file:
+    an existing directory, or a path that ends with a separator."""
+    name = os.fspath(output)
+    return os.path.isdir(name) or name.endswith(("/", os.sep))
+
+
+def results_shards(output: str | os.PathLike[str], count: int) -> list[Path]:
+    """The ``count`` shard files of the results directory ``output``
+    (``results-00000-of-0000N.jsonl`` and on), made ready to write: the directory is
+    created, and results shards an earlier run left in it are removed (a report reads every
+    ``*.jsonl`` there as one results file); nothing else in it is touched."""
+    directory = Path(output)
+    directory.mkdir(parents=True, exist_ok=True)
+    if any(is_capture_shard(inside.name) for inside in directory.iterdir()):
+        raise ValueError(
+            f"{directory} holds a capture's shards; write the results to a directory of "
+            "their own (a report reads every *.jsonl in it as results)"
+        )
+    for earlier in directory.iterdir():
+        if _RESULTS_SHARD.fullmatch(earlier.name):
+            earlier.unlink()
+    return [directory / f"results-{index:05d}-of-{count:05d}.jsonl" for index in range(count)]
+
+
+_RESULTS_SHARD = re.compile(r"results-\d{5,}-of-\d{5,}\.jsonl")
 
 
 results_logger = logging.getLogger("agenteval.results")

@@ -18,7 +18,7 @@ from typing import Any, Literal, Unpack
 
 from .._errors import CaptureFormatError
 from .._options import check_options
-from ..engine._sinks import Sink
+from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._results import flagged_traces
 from ._ray import replay_on_ray
@@ -49,7 +49,11 @@ def replay(
     :class:`~agenteval_core.Engine` as online: up to ``concurrency`` at once (default: the
     judge's bound), a session's traces too, folded into the session in order. Bad lines go to ``on_bad_line`` and are skipped,
     so every good line is scored. With ``output``, the results file is written (see
-    :class:`~agenteval_core.ResultsFileSink`); ``sinks`` receive every result too. A judge's
+    :class:`~agenteval_core.ResultsFileSink`), or, when ``output`` is a directory (an
+    existing one, or a path ending in a separator), results shards in it
+    (``results-00000-of-0000N.jsonl``: one per process, or per input file on Ray; earlier
+    shards there are replaced), which ``agenteval report`` reads as one results file;
+    ``sinks`` receive every result too. A judge's
     preflight check runs first: a missing key, a bad URL, an unreachable server or a
     rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
 
@@ -125,7 +129,8 @@ def replay_in_workers(
     so each session is scored in order, as in one process): of a file, it reads the whole
     file and parses its own lines; of a capture directory, it opens its own shard files. This
     process reports progress and its bad lines as it goes; the others' bad lines arrive
-    when they finish. The shares of the results file merge back into capture order."""
+    when they finish. The shares of the results file merge back into capture order; an
+    ``output`` directory gets them as they are, one results shard per process."""
     embedder, concurrency = options.get("embedder"), options.get("concurrency")
     output, on_bad_line = options.get("output"), options.get("on_bad_line")
     on_progress, judge = options.get("on_progress"), options.get("judge")
@@ -140,11 +145,13 @@ def replay_in_workers(
     # the shares add up to the results file's size: they go where it goes, not to a /tmp
     # that may be small
     location = Path(output).parent if output is not None else None
+    numbered = output is not None and not is_results_directory(output)
     with tempfile.TemporaryDirectory(prefix="agenteval-replay-", dir=location) as shares:
-        parts = [
-            os.path.join(shares, f"{index}.jsonl") if output is not None else None
-            for index in range(workers)
+        parts: list[str | None] = [
+            os.path.join(shares, f"{index}.jsonl") if numbered else None for index in range(workers)
         ]
+        if output is not None and not numbered:
+            parts = [os.fspath(part) for part in results_shards(output, workers)]
         context = multiprocessing.get_context("spawn")  # fork is unsafe with threads
         pace = SharedPace.of(judge, context)
         others = _Workers()
@@ -154,7 +161,7 @@ def replay_in_workers(
                 process = context.Process(
                     target=_worker,
                     args=(sender, os.fspath(path), payload, (index, workers), parts[index]),
-                    kwargs={"concurrency": concurrency, "pace": pace},
+                    kwargs={"concurrency": concurrency, "pace": pace, "numbered": numbered},
                     name=f"agenteval-replay-{index}",
                     daemon=True,
                 )
@@ -169,6 +176,7 @@ def replay_in_workers(
                     judge,
                     (0, workers),
                     parts[0],
+                    numbered=numbered,
                     concurrency=concurrency,
                     on_bad_line=on_bad_line,
                     on_progress=on_progress,
@@ -177,7 +185,7 @@ def replay_in_workers(
             reports = others.wait()
         finally:  # also when this process failed or was interrupted: no worker outlives it
             others.stop()
-            if output is not None:  # what was scored is kept, also when a worker failed
+            if numbered and output is not None:  # kept, also when a worker failed
                 _merge_shares([part for part in parts if part is not None], Path(output))
         report = _merged(own, reports)
         if on_bad_line is not None:
@@ -225,6 +233,7 @@ def _worker(
     *,
     concurrency: int | None,
     pace: SharedPace | None,
+    numbered: bool,
 ) -> None:
     """A worker process: its share of the replay (its metrics and judge arrive pickled; the
     judge waits on the rate limit every process shares), then the report, or what went
@@ -233,7 +242,14 @@ def _worker(
         metrics, embedder, judge = pickle.loads(payload)
         with _paced(judge, pace):
             report = _run_shard(
-                path, metrics, embedder, judge, shard, part, concurrency=concurrency
+                path,
+                metrics,
+                embedder,
+                judge,
+                shard,
+                part,
+                numbered=numbered,
+                concurrency=concurrency,
             )
         outcome: tuple[bool, Any] = (True, report)
     except BaseException as exc:  # sent back whole when it pickles, else as its text
@@ -271,6 +287,7 @@ def _run_shard(
     shard: tuple[int, int],
     part: str | None,
     *,
+    numbered: bool,
     concurrency: int | None,
     on_bad_line: Callable[[CaptureFormatError], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
@@ -287,7 +304,8 @@ def _run_shard(
                 on_bad_line=on_bad_line,
                 on_progress=on_progress,
                 shard=shard,
-                numbered_output=part,
+                numbered_output=part if numbered else None,
+                output=None if numbered else part,
                 between_batches=between_batches,
             )
         )

@@ -26,13 +26,20 @@ import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Unpack
+from typing import IO, Any, Unpack
 
 import numpy as np
 
 from .._errors import CaptureError
 from ..engine._engine import Engine
-from ..engine._sinks import Sink, encode_record, session_record, trace_record
+from ..engine._sinks import (
+    Sink,
+    encode_record,
+    is_results_directory,
+    results_shards,
+    session_record,
+    trace_record,
+)
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import (
     MAX_LINE_BYTES,
@@ -284,8 +291,11 @@ def replay_on_ray(
     per CPU of the cluster, each reserving half a CPU). ``on_progress`` receives the number
     of traces scored so far as their results arrive.
 
-    The results file holds the same lines as a one-process replay's, ordered session by
-    session: each session's traces in capture order, then the session's line.
+    The results file (or, for an ``output`` directory, the results shard of each input
+    file) holds the same lines as a one-process replay's, ordered session by session: each
+    session's traces in capture order, then the session's line; from the shards of a
+    capture directory, shard by shard in line order, each shard's session lines after its
+    traces.
     """
     try:
         import ray
@@ -350,7 +360,7 @@ def replay_on_ray(
                 .groupby("group")
                 .map_groups(_SessionScorer, **scorer)
             )
-        _gather(scored, report, output, on_progress)
+        _gather(scored, report, output, len(files), on_progress)
     finally:
         if started_here:
             ray.shutdown()
@@ -361,23 +371,52 @@ def replay_on_ray(
     return report
 
 
+class _ResultsOut:
+    """Where the driver writes results lines: the results file, or in a results directory
+    one shard per capture file (the results of the traces read from it, and of the
+    sessions whose last trace it holds)."""
+
+    def __init__(self, output: str | os.PathLike[str], files: int) -> None:
+        self.shards = results_shards(output, files) if is_results_directory(output) else None
+        self.opened: dict[int, IO[bytes]] = {}
+        if self.shards is None:
+            self.opened[0] = open(output, "wb")  # noqa: SIM115  (closed by __exit__)
+
+    def write(self, file: int, line: bytes) -> None:
+        if self.shards is None:
+            file = 0
+        elif file not in self.opened:
+            self.opened[file] = open(self.shards[file], "wb")  # noqa: SIM115
+        self.opened[file].write(line)
+
+    def __enter__(self) -> _ResultsOut:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for handle in self.opened.values():
+            handle.close()
+
+
 def _gather(
     scored: Any,
     report: ReplayReport,
     output: str | os.PathLike[str] | None,
+    files: int,
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Write the results file and fill the report as the scorers' results stream back."""
-    results_file = open(output, "wb") if output is not None else None  # noqa: SIM115
-    with results_file or contextlib.nullcontext():
+    results = _ResultsOut(output, files) if output is not None else None
+    with results or contextlib.nullcontext():
         for batch in scored.iter_batches(batch_format="numpy", batch_size=None):
-            for kind, payload in zip(batch["kind"], batch["payload"], strict=True):
+            for kind, file, payload in zip(
+                batch["kind"], batch["file"], batch["payload"], strict=True
+            ):
                 line = bytes(payload)
                 if kind == "bad":
                     report.bad_lines.append(pickle.loads(line))
                     continue
-                if results_file is not None:
-                    results_file.write(line)
+                if results is not None:
+                    results.write(int(file), line)
                 scores = ResultsLine.model_validate_json(line)
                 if kind == "trace":
                     report.traces += 1

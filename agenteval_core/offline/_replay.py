@@ -17,7 +17,7 @@ from .._options import check_options
 from .._text import first_words
 from ..embedders._local import LocalEmbedder
 from ..engine._engine import Engine
-from ..engine._sinks import ResultsFileSink, Sink
+from ..engine._sinks import ResultsFileSink, Sink, is_results_directory, results_shards
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import read_numbered
@@ -222,6 +222,8 @@ async def replay_lines(
     report = ReplayReport(path=os.fspath(path))
     all_sinks: list[Sink] = [_ReportSink(report, options.get("on_trace"))]
     if output is not None:
+        if is_results_directory(output):  # one process: a directory of one shard
+            (output,) = results_shards(output, 1)
         all_sinks.append(ResultsFileSink(output, buffer_size=RESULTS_BUFFER))
     numbers: deque[int] = deque()
     numbered = NumberedResultsFile(numbered_output, numbers) if numbered_output else None

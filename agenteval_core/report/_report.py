@@ -57,6 +57,24 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, record
 
 
+def _results_lines(path: Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    """The records of a results file, or of every ``*.jsonl`` in a results directory."""
+    if path.is_dir():
+        files = sorted(path.glob("*.jsonl"))
+        if not files:
+            raise CaptureError(
+                f"{path}: a directory with no results files (*.jsonl) in it; pass the --json "
+                "output of a replay"
+            )
+    elif path.is_file():
+        files = [path]
+    else:
+        raise CaptureError(f"{path}: no such results file; pass the --json output of a replay")
+    for file in files:
+        for number, record in _lines(file):
+            yield file, number, record
+
+
 def load_results(
     path: str | os.PathLike[str],
     capture: str | os.PathLike[str] | None = None,
@@ -66,22 +84,20 @@ def load_results(
     """Read per-trace and per-session results, and optionally the captured traces (for the
     drill-down into spans and tool calls), redacted with ``redactor`` (default: the default
     rules and those of ``configure_redaction``): pass the one your evaluator used, so the
-    report hides what it hid."""
-    source = Path(path)
-    if not source.is_file():
-        raise CaptureError(f"{path}: no such results file; pass the --json output of a replay")
+    report hides what it hid. ``path`` may be a results directory (written by a replay given
+    one as its output): its ``*.jsonl`` files are read as one results file."""
     data = ReportData(source=str(path))
-    for number, record in _lines(source):
+    for source, number, record in _results_lines(Path(path)):
         if "spans" in record or "schema_version" in record:
             raise CaptureError(
-                f"{path}:{number}: this is a capture (traces), not results; score it first, "
-                f"or give it to `agenteval report {path}` alone, which scores it"
+                f"{source}:{number}: this is a capture (traces), not results; score it "
+                f"first, or give it to `agenteval report {path}` alone, which scores it"
             )
         try:
             line = ResultsLine.model_validate(record)
         except ValidationError as exc:
             raise CaptureError(
-                f"{path}:{number}: not a results line: {describe_validation(exc)}"
+                f"{source}:{number}: not a results line: {describe_validation(exc)}"
             ) from None
         if line.trace_id is not None and line.results is not None:
             data.traces[line.trace_id] = (line.session_id, line.results)
