@@ -37,11 +37,20 @@ def _install_chromium(session: nox.Session) -> None:
 
 
 def _install_ray(session: nox.Session) -> None:
-    """Ray Data for the replay tests in Ray's local mode. A machine that cannot install it
-    (no wheel for its platform) still runs every other test; the Ray tests then skip, each
-    saying why."""
+    """Ray Data for the replay tests in Ray's local mode, and moto's S3-compatible server,
+    which those tests read object-store captures from on 127.0.0.1. A machine that cannot
+    install them (no wheel for its platform) still runs every other test; the tests that
+    need them then skip, each saying why."""
     session.run(
-        "python", "-m", "pip", "install", "--quiet", "-e", ".[ray]", success_codes=range(256)
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "-e",
+        ".[ray]",
+        "moto[server]>=5",
+        success_codes=range(256),
     )
 
 

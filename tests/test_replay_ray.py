@@ -32,6 +32,8 @@ ray = pytest.importorskip(
 from ray_helpers import CrashOnce, HistoryIds  # noqa: E402  (after the skip)
 
 TESTS = str(Path(__file__).parent)
+STORE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "agenteval", "AWS_SECRET_ACCESS_KEY": "agenteval"}
+"""The local S3-compatible store's (any pair works): the workers read with them too."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,7 +42,7 @@ def local_ray() -> Iterator[None]:
     ray.init(
         num_cpus=2,
         include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": TESTS}},
+        runtime_env={"env_vars": {"PYTHONPATH": TESTS, **STORE_CREDENTIALS}},
     )
     yield
     ray.shutdown()
@@ -228,6 +230,56 @@ def test_a_capture_directory_is_scored_shard_by_shard_as_one_process_scores_it(
     merged = tmp_path / "merged.results"
     merged.write_text("".join(p.read_text() for p in shards))
     assert timeless(merged) == timeless(tmp_path / "one-history.results")
+
+
+def test_a_capture_in_an_s3_compatible_store_replays_as_the_same_files_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    moto_server = pytest.importorskip(
+        "moto.server", reason="moto is not installed (nox installs it): S3 test skipped"
+    )
+    from pyarrow import fs
+
+    for name, value in STORE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    directory = tmp_path / "capture"
+    with CaptureWriter(directory, shards=2) as writer:
+        for turn in range(12):
+            writer.write(a_trace(f"s{turn % 4}", turn, failed=turn == 7))
+    shard = directory / "part-00001-of-00002.jsonl"
+    shard.write_bytes(shard.read_bytes() + b"this is not json\n")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        store = fs.S3FileSystem(
+            endpoint_override=f"{host}:{port}",
+            scheme="http",
+            region="us-east-1",
+            allow_bucket_creation=True,
+            access_key=STORE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            secret_key=STORE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+        store.create_dir("captures")
+        for local in sorted(directory.iterdir()):
+            with store.open_output_stream(f"captures/day/{local.name}") as remote:
+                remote.write(local.read_bytes())
+        options = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+        names = [HistoryIds(), "coherence", "agent_reliability"]
+        on_ray = replay(
+            [f"s3://captures/day?{options}"], names, engine="ray", output=tmp_path / "s3.results"
+        )
+    finally:
+        server.stop()
+    one = replay(directory, names, output=tmp_path / "one.results")
+    assert (on_ray.traces, on_ray.sessions) == (one.traces, one.sessions) == (12, 4)
+    assert timeless(tmp_path / "s3.results") == timeless(tmp_path / "one.results")
+    # the bad line, named by the file it is in: the store's URL (with its options)
+    lines = len(shard.read_bytes().splitlines())
+    problem = bad_lines_of(one)[0][2]
+    assert bad_lines_of(on_ray) == [
+        (f"s3://captures/day/part-00001-of-00002.jsonl?{options}", lines, problem, False)
+    ]
 
 
 def test_a_judge_on_every_worker_shares_one_rate_limit(

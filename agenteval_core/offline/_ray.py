@@ -98,12 +98,16 @@ def _remote_files(url: str) -> list[str]:
     filesystem, where = fs.FileSystem.from_uri(url)
     info = filesystem.get_file_info(where)
     scheme = url.split("://", 1)[0]
+    # the URL's options (an S3-compatible store's endpoint_override, scheme, region) hold
+    # for every file below it: each listed file keeps them
+    options = url.partition("?")[2]
+    suffix = f"?{options}" if options else ""
     if info.type == fs.FileType.File:
         return [url]
     if info.type != fs.FileType.Directory:
         raise CaptureError(f"{url}: no such capture file or prefix")
     inside = sorted(
-        f"{scheme}://{entry.path}"
+        f"{scheme}://{entry.path}{suffix}"
         for entry in filesystem.get_file_info(fs.FileSelector(where, recursive=True))
         if entry.type == fs.FileType.File and entry.path.endswith(".jsonl")
     )

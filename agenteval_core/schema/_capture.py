@@ -228,7 +228,10 @@ _SHARD_NAME = re.compile(r"part-(\d{5,})-of-(\d{5,})\.jsonl")
 
 
 def is_capture_shard(name: str) -> bool:
-    """Whether a file (a path or URL) is named as a shard of a capture directory."""
+    """Whether a file (a path, or a URL with or without options) is named as a shard of a
+    capture directory."""
+    if "://" in name:
+        name = name.partition("?")[0]
     return _SHARD_NAME.fullmatch(name.replace(os.sep, "/").rsplit("/", 1)[-1]) is not None
 
 
