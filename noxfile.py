@@ -41,17 +41,8 @@ def _install_ray(session: nox.Session) -> None:
     which those tests read object-store captures from on 127.0.0.1. A machine that cannot
     install them (no wheel for its platform) still runs every other test; the tests that
     need them then skip, each saying why."""
-    session.run(
-        "python",
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "-e",
-        ".[ray]",
-        "moto[server]>=5",
-        success_codes=range(256),
-    )
+    for wanted in (["-e", ".[ray]"], ["moto[server]>=5"]):  # each without the other
+        session.run("python", "-m", "pip", "install", "--quiet", *wanted, success_codes=range(256))
 
 
 @nox.session(python=PYTHON)
