@@ -439,18 +439,45 @@ class Redactor:
                 redacted = seen[value] = self.text(value)
             return redacted
         if isinstance(value, dict):
-            fields = self._current()[2]
-            return {
-                (self._value(key, seen, kinds) if isinstance(key, str) else key): "[REDACTED]"
-                if isinstance(key, str) and _is_secret_field(key, item, fields, kinds)
-                else self._value(item, seen, kinds)
-                for key, item in value.items()
-            }
+            return self._fields(value, seen, kinds)
         if isinstance(value, list | tuple):
             return [self._value(item, seen, kinds) for item in self._joined_pieces(list(value))]
         if type(value) is int:
             return safe_int(value)
         return value
+
+    def _fields(
+        self, value: dict[Any, Any], seen: dict[str, str], kinds: dict[str, int]
+    ) -> dict[Any, Any]:
+        """:meth:`_value` of a dict. Written out for the common case (string keys, string
+        and number values), with no call per field: a tool's 20,000 records took ~80 ms a
+        walk through a call per key and per value, on the recorder thread that a finished
+        run's line waits on."""
+        fields = self._current()[2]
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            if type(key) is str:
+                kind = kinds.get(key)
+                if kind is None:
+                    kind = kinds[key] = _field_kind(key, fields)
+                if kind != _NEVER and _is_secret_field(key, item, fields, kinds):
+                    item = "[REDACTED]"
+                elif type(item) is str:
+                    redacted = seen.get(item)
+                    if redacted is None:
+                        redacted = seen[item] = self.text(item)
+                    item = redacted
+                elif type(item) is int:
+                    item = safe_int(item)
+                elif not (item is None or type(item) is float or type(item) is bool):
+                    item = self._value(item, seen, kinds)
+                redacted_key = seen.get(key)
+                if redacted_key is None:
+                    redacted_key = seen[key] = self.text(key)
+                out[redacted_key] = item
+            else:
+                out[key] = self._value(item, seen, kinds)
+        return out
 
     def _joined_pieces(self, items: list[Any]) -> list[Any]:
         """Streamed chunks (a list of strings or text blocks) with a secret split across two

@@ -8,6 +8,8 @@ from pathlib import Path
 import hotel_agent
 import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agenteval_core import (
     AgentStep,
@@ -20,6 +22,7 @@ from agenteval_core import (
     agent_reliability,
     default_metric_names,
     replay,
+    text_of,
 )
 from agenteval_core.metrics import ToolFailures
 
@@ -132,3 +135,36 @@ def test_a_session_whose_tools_failed_scores_below_a_healthy_one(tmp_path: Path)
     assert failing.score == pytest.approx(0.5)
     assert healthy.score > failing.score
     assert {e["tool_failure_risk"] for e in healthy.metadata["per_trace_signals"].values()} == {0.0}
+
+
+# --- what counts as a result that mentions an error -------------------------------------------
+
+_words = st.sampled_from(["ok", "Error", "ERROR: no stock", "errors", "err or", "fine", "x" * 5])
+_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), _words),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(_words, inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(result=_json)
+def test_a_result_fails_when_its_text_says_error_however_it_is_nested(result: object) -> None:
+    # the definition: the result written as text mentions "error" in any case
+    call = ToolCall(name="lookup", arguments={}, result=result)
+    mentions = "error" in text_of(result).lower()
+    assert call.failed == (mentions or (isinstance(result, dict) and "Error" in result))
+
+
+def test_a_shared_or_self_containing_result_is_looked_at_once() -> None:
+    page: list[object] = [{"status": "shipped"}]
+    looped: list[object] = ["fine"]
+    looped.append(looped)  # JSON cannot write it; its str() is what the text would be
+    shared = [page, page, [page, {"note": "ERROR in line 3"}]]
+    assert ToolCall(name="t", arguments={}, result=shared).failed
+    assert not ToolCall(name="t", arguments={}, result=[page] * 1000).failed
+    assert not ToolCall(name="t", arguments={}, result=looped).failed
+    assert ToolCall(name="t", arguments={}, result={"detail": ValueError("boom")}).failed is False
+    assert ToolCall(name="t", arguments={}, result={"detail": RuntimeError("an Error")}).failed

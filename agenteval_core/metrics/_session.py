@@ -421,7 +421,8 @@ class IncrementalSession(SessionAccumulator):
         self._evaluated: list[int] = []
         self._columns: list[list[float]] = [[] for _ in metric.value_names]
         self._signalled: set[int] = set()  # rows with any signal at all
-        self._out_of_range = False  # a bad signal: snapshots take the batch path, which says so
+        # a signal out of range was given: snapshots take the batch path, which reports it
+        self._out_of_range = False
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -460,8 +461,8 @@ class IncrementalSession(SessionAccumulator):
         """``snapshot().score``, from the kept values alone (no reason, aggregates or
         result): what the results file records after each trace."""
         self._derive_updated()
-        if self._out_of_range:
-            return None  # the snapshot is a failure
+        if self._out_of_range:  # the batch path says whether a bad signal is still there
+            return self.snapshot().score
         risk = self._signal_metric._risk(self._columns) if self._signalled else None
         return None if risk is None else bounded(1.0 - risk)
 
