@@ -73,6 +73,17 @@ def write_capture(path: Path, traces: list[Trace]) -> None:
             writer.write(trace)
 
 
+def sharded_capture(directory: Path, shards: int, traces: int, sessions: int) -> Path:
+    """A capture directory of ``traces`` turns over ``sessions`` sessions (turn 7 a failed
+    run), with a line that is not JSON at the end of shard 1; returns that shard."""
+    with CaptureWriter(directory, shards=shards) as writer:
+        for turn in range(traces):
+            writer.write(a_trace(f"s{turn % sessions}", turn, failed=turn == 7))
+    shard = directory / f"part-00001-of-{shards:05d}.jsonl"
+    shard.write_bytes(shard.read_bytes() + b"this is not json\n")
+    return shard
+
+
 def timeless(results_file: Path) -> list[dict[str, Any]]:
     """The results file's lines without timings (the one thing allowed to differ), sorted."""
     lines = []
@@ -189,12 +200,7 @@ def test_a_worker_lost_mid_task_loses_and_doubles_nothing(tmp_path: Path) -> Non
 def test_a_capture_directory_is_scored_shard_by_shard_as_one_process_scores_it(
     tmp_path: Path,
 ) -> None:
-    directory = tmp_path / "capture"
-    with CaptureWriter(directory, shards=3) as writer:
-        for turn in range(30):
-            writer.write(a_trace(f"s{turn % 7}", turn, failed=turn == 11))
-    shard = directory / "part-00001-of-00003.jsonl"
-    shard.write_bytes(shard.read_bytes() + b"this is not json\n")
+    directory, shard = tmp_path / "capture", sharded_capture(tmp_path / "capture", 3, 30, 7)
     marker = tmp_path / "crashed"
     names = [HistoryIds(), CrashOnce(victim="s3-10", marker=str(marker)), "agent_reliability"]
     on_ray = replay([directory], names, engine="ray", output=tmp_path / "ray.results")
@@ -242,12 +248,7 @@ def test_a_capture_in_an_s3_compatible_store_replays_as_the_same_files_here(
 
     for name, value in STORE_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
-    directory = tmp_path / "capture"
-    with CaptureWriter(directory, shards=2) as writer:
-        for turn in range(12):
-            writer.write(a_trace(f"s{turn % 4}", turn, failed=turn == 7))
-    shard = directory / "part-00001-of-00002.jsonl"
-    shard.write_bytes(shard.read_bytes() + b"this is not json\n")
+    directory, shard = tmp_path / "capture", sharded_capture(tmp_path / "capture", 2, 12, 4)
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     try:
