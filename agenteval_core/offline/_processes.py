@@ -153,7 +153,7 @@ def replay_in_workers(
         if output is not None and not numbered:
             parts = [os.fspath(part) for part in results_shards(output, workers)]
         context = multiprocessing.get_context("spawn")  # fork is unsafe with threads
-        pace = SharedPace.of(judge, context)
+        pace = _ProcessPace.of(judge, context)
         others = _Workers()
         try:
             for index in range(1, workers):
@@ -232,7 +232,7 @@ def _worker(
     part: str | None,
     *,
     concurrency: int | None,
-    pace: SharedPace | None,
+    pace: _ProcessPace | None,
     numbered: bool,
 ) -> None:
     """A worker process: its share of the replay (its metrics and judge arrive pickled; the
@@ -311,7 +311,7 @@ def _run_shard(
         )
 
 
-class SharedPace:
+class _ProcessPace:
     """One judge endpoint's rate limit for every process of a replay: the next free request
     slot, in shared memory. Each request takes the next slot, ``period / requests`` after
     the last one given out, and waits for it (on top of its own process's limits)."""
@@ -321,7 +321,7 @@ class SharedPace:
         self.interval = interval
 
     @classmethod
-    def of(cls, judge: Any, context: Any) -> SharedPace | None:
+    def of(cls, judge: Any, context: Any) -> _ProcessPace | None:
         """The shared limit of ``judge``'s rate, or None for no judge (or one without)."""
         traffic = getattr(judge, "traffic", None)
         if traffic is None:
@@ -338,7 +338,7 @@ class SharedPace:
 
 
 @contextmanager
-def _paced(judge: Any, pace: SharedPace | None) -> Iterator[None]:
+def _paced(judge: Any, pace: _ProcessPace | None) -> Iterator[None]:
     """``judge`` waits on ``pace`` before each request while this lasts."""
     if judge is None or pace is None:
         yield
