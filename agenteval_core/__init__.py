@@ -86,7 +86,7 @@ if TYPE_CHECKING:
         default_evaluator,
     )
     from .report._report import write_report
-    from .schema._capture import CaptureWriter, line_shard, read_capture
+    from .schema._capture import CaptureWriter, line_shard, read_capture, shard_capture
     from .schema._results import RESULTS_VERSION, MetricResult, ResultsLine, TraceResults
     from .schema._trace import (
         AGENT_NAME,
@@ -140,6 +140,7 @@ _EXPORTS: dict[str, str] = {
     "CaptureWriter": ".schema._capture",
     "read_capture": ".schema._capture",
     "line_shard": ".schema._capture",
+    "shard_capture": ".schema._capture",
     "plain": ".schema._values",
     "Embedder": ".embedders._hashing",
     "HashingEmbedder": ".embedders._hashing",

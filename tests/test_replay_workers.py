@@ -429,6 +429,38 @@ def test_results_go_to_a_directory_of_shards_that_the_report_reads_as_one(
         replay(capture, output=capture)
 
 
+def test_an_existing_capture_is_split_into_shards_that_replay_as_it_does(
+    tmp_path: Path,
+) -> None:
+    path = _capture(tmp_path / "capture.jsonl")  # bad line, foreign key order, no sessions
+    raw = path.read_bytes().splitlines(keepends=True)
+    done = CliRunner().invoke(cli, ["shard", str(path), str(tmp_path / "shards"), "--shards", "3"])
+    assert done.exit_code == 0, done.output
+    assert "62 line(s) of" in done.output and "3 shard(s)" in done.output
+    parts = sorted((tmp_path / "shards").iterdir())
+    assert [p.name for p in parts] == [f"part-0000{i}-of-00003.jsonl" for i in range(3)]
+    copied = [line for part in parts for line in part.read_bytes().splitlines(keepends=True)]
+    assert sorted(copied) == sorted(raw)  # every line, byte for byte
+    for part in parts:  # each shard keeps the capture's order
+        lines = part.read_bytes().splitlines(keepends=True)
+        assert lines == [line for line in raw if line in lines]
+    # the same shard a CaptureWriter(shards=3) gives each session: one file per session
+    traces = {t.id: t for t in read_capture(path, on_error=lambda error: None)}
+    owner: dict[str, int] = {}
+    for index, part in enumerate(parts):
+        for trace in read_capture(part, on_error=lambda error: None):
+            if trace.session_id:
+                assert owner.setdefault(trace.session_id, index) == index
+    assert set(owner) == {t.session_id for t in traces.values() if t.session_id}
+    bad: list[CaptureFormatError] = []
+    sharded = replay(tmp_path / "shards", output=tmp_path / "r.jsonl", on_bad_line=bad.append)
+    one = replay(path, output=tmp_path / "one.jsonl", on_bad_line=lambda error: None)
+    assert (sharded.traces, sharded.sessions) == (one.traces, one.sessions) == (61, 7)
+    assert [e.problem for e in bad] == [one.bad_lines[0].problem]
+    again = CliRunner().invoke(cli, ["shard", str(path), str(tmp_path / "shards")])
+    assert again.exit_code == 2 and "already holds a capture's shards" in again.output
+
+
 def test_cli_replays_a_capture_directory_and_says_what_a_plain_one_lacks(tmp_path: Path) -> None:
     _sharded_capture(tmp_path / "capture", 2)
     runner = CliRunner()

@@ -712,6 +712,32 @@ def import_command(spans: str, output: str) -> None:
     click.echo(f"score them with: agenteval replay {output}")
 
 
+@cli.command("shard")
+@click.argument("capture", type=click.Path(dir_okay=False))
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=lambda: 4 * (os.cpu_count() or 1),
+    show_default="4 per CPU core",
+    help="How many files to split the capture into.",
+)
+def shard_command(capture: str, directory: str, shards: int) -> None:
+    """Split CAPTURE into a capture directory of shards, each session in one file, for
+    replay workers and Ray to read in parallel (lines are copied as they are)."""
+    from ..schema._capture import shard_capture
+
+    try:
+        counts = shard_capture(capture, directory, shards)
+    except AgentEvalError as exc:
+        raise UserError(str(exc)) from None
+    click.echo(
+        f"{sum(counts)} line(s) of {capture} in {shards} shard(s) in {directory} "
+        f"(fewest {min(counts)}, most {max(counts)}); replay them with: "
+        f"agenteval replay {directory} --workers N"
+    )
+
+
 @cli.command("compare")
 @click.argument("captures", nargs=-1, required=True)
 @_judge_options(model_help="Judge model name (required): it decides each pair.")

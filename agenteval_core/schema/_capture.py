@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ __all__ = [
     "line_shard",
     "parse_line",
     "read_capture",
+    "shard_capture",
     "split_lines",
 ]
 
@@ -270,6 +272,44 @@ def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
         )
     (count,) = counts
     return [path / shard_name(index, count) for index in range(count)]
+
+
+def shard_capture(
+    source: str | os.PathLike[str], directory: str | os.PathLike[str], shards: int
+) -> list[int]:
+    """Split the capture file ``source`` into the capture directory ``directory`` of
+    ``shards`` files, each session in one (the shard ``CaptureWriter(directory,
+    shards=N)`` would give it), so workers and Ray read it in parallel. Lines are copied as
+    they are, in order, without being parsed (a line's session is read from its first
+    bytes); a line with no session goes by its line number, a bad one too, for the reader
+    to report as it would have. Returns how many lines each shard got.
+
+    Raises:
+        CaptureError: ``source`` is missing, or ``directory`` already holds shards.
+        ValueError: ``shards`` is not a whole number >= 1.
+    """
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"shards must be a whole number >= 1, got {shards!r}")
+    target = Path(directory)
+    if target.is_dir() and _shard_counts(target):
+        raise CaptureError(f"{target} already holds a capture's shards; shard into a new directory")
+    try:
+        reader = open(source, "rb")  # noqa: SIM115  (closed below)
+    except FileNotFoundError:
+        raise CaptureError(f"{os.fspath(source)}: no such capture file") from None
+    target.mkdir(parents=True, exist_ok=True)
+    counts = [0] * shards
+    with reader, contextlib.ExitStack() as stack:
+        files = [
+            stack.enter_context(open(target / shard_name(index, shards), "xb"))
+            for index in range(shards)
+        ]
+        for number, line in enumerate(reader, start=1):  # a huge line is copied whole
+            session = line_session(line)
+            index = session_shard(session, shards) if session else number % shards
+            files[index].write(line if line.endswith(b"\n") else line + b"\n")
+            counts[index] += 1
+    return counts
 
 
 def session_shard(key: bytes, count: int) -> int:
