@@ -82,8 +82,8 @@ def cli() -> None:
     """Evaluate AI agents. Score captured runs (replay), turn captured failures into
     regression cases (cases) and run them k times as a suite (suite), write an HTML report
     (report), compare agents with a judge (compare), check metrics against human labels
-    (calibrate), import OpenTelemetry spans (import), list the metrics (metrics), run the
-    demo (demo)."""
+    (calibrate), import OpenTelemetry spans (import), split a capture into shards for
+    parallel replay (shard), list the metrics (metrics), run the demo (demo)."""
 
 
 def _plain(text: str) -> str:
