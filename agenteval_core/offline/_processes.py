@@ -4,14 +4,13 @@ sessions of one shard of the capture."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import multiprocessing
 import os
 import pickle
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal, Unpack
@@ -21,7 +20,7 @@ from .._options import check_options
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._results import flagged_traces
-from ._ray import replay_on_ray
+from ._ray import replay_on_ray, reserve_slot
 from ._replay import ReplayOptions, ReplayReport, areplay, fewer_collections, replay_lines
 
 __all__ = ["replay", "replay_in_workers"]
@@ -142,15 +141,18 @@ def replay_in_workers(
             f"to another process ({type(exc).__name__}: {exc}); pass metrics by registry "
             "name, or replay with workers=1"
         ) from exc
-    # the shares add up to the results file's size: they go where it goes, not to a /tmp
-    # that may be small
-    location = Path(output).parent if output is not None else None
     numbered = output is not None and not is_results_directory(output)
-    with tempfile.TemporaryDirectory(prefix="agenteval-replay-", dir=location) as shares:
-        parts: list[str | None] = [
-            os.path.join(shares, f"{index}.jsonl") if numbered else None for index in range(workers)
-        ]
-        if output is not None and not numbered:
+    # the shares add up to the results file's size: they go where it goes, not to a /tmp
+    # that may be small; a results directory takes each worker's share as it is
+    with (
+        tempfile.TemporaryDirectory(prefix="agenteval-replay-", dir=Path(output).parent)
+        if numbered and output is not None
+        else contextlib.nullcontext()
+    ) as shares:
+        parts: list[str | None] = [None] * workers
+        if shares is not None:
+            parts = [os.path.join(shares, f"{index}.jsonl") for index in range(workers)]
+        elif output is not None:
             parts = [os.fspath(part) for part in results_shards(output, workers)]
         context = multiprocessing.get_context("spawn")  # fork is unsafe with threads
         pace = _ProcessPace.of(judge, context)
@@ -330,14 +332,12 @@ class _ProcessPace:
 
     async def __call__(self) -> None:
         with self.next_free.get_lock():  # time.monotonic is one clock for the whole machine
-            now = time.monotonic()
-            slot = max(now, self.next_free.value)
-            self.next_free.value = slot + self.interval
-        if slot > now:
-            await asyncio.sleep(slot - now)
+            delay, self.next_free.value = reserve_slot(self.next_free.value, self.interval)
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _paced(judge: Any, pace: _ProcessPace | None) -> Iterator[None]:
     """``judge`` waits on ``pace`` before each request while this lasts."""
     if judge is None or pace is None:

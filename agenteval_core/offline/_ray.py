@@ -52,7 +52,7 @@ from ..schema._results import MetricResult, ResultsLine, TraceResults
 from ..schema._trace import Trace
 from ._replay import ReplayOptions, ReplayReport, _batch_size
 
-__all__ = ["capture_files", "replay_on_ray"]
+__all__ = ["capture_files", "replay_on_ray", "reserve_slot"]
 
 RAY_MISSING = (
     "replay with engine='ray' needs Ray Data, which is not installed: pip install 'agenteval[ray]'"
@@ -171,10 +171,17 @@ class _RateLimiter:
         self.next_free = 0.0
 
     def reserve(self) -> float:
-        now = time.monotonic()
-        slot = max(now, self.next_free)
-        self.next_free = slot + self.interval
-        return slot - now
+        delay, self.next_free = reserve_slot(self.next_free, self.interval)
+        return delay
+
+
+def reserve_slot(next_free: float, interval: float) -> tuple[float, float]:
+    """A request's turn under a rate limit kept as the next free slot: how long it waits
+    (0 when the slot is free now) and the slot after it, ``interval`` later. Every limiter
+    that several processes share (a Ray actor's, a replay's shared memory) takes turns here."""
+    now = time.monotonic()
+    slot = max(now, next_free)
+    return slot - now, slot + interval
 
 
 class _Collect(Sink):
