@@ -177,6 +177,15 @@ def refund(order_id: str) -> str:
     return "refunded"
 
 
+def _step_agents(trace: Trace) -> list[tuple[SpanKind, str, str | None, Any]]:
+    """Each LLM and tool span: its kind, name, enclosing agent span and recorded agent name."""
+    return [
+        (s.kind, s.name, _agent_of(trace, s), s.attributes.get("gen_ai.agent.name"))
+        for s in trace.spans
+        if s.kind in (SpanKind.LLM, SpanKind.TOOL)
+    ]
+
+
 def _agent_of(trace: Trace, span: Span) -> str | None:
     """The name of the nearest agent span above ``span`` (the root aside)."""
     spans = {s.id: s for s in trace.spans}
@@ -241,12 +250,7 @@ def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEval
             {"gen_ai.agent.name": "refunds_agent"},
         ),
     ]
-    steps = [
-        (s.kind, s.name, _agent_of(trace, s), s.attributes.get("gen_ai.agent.name"))
-        for s in trace.spans
-        if s.kind in (SpanKind.LLM, SpanKind.TOOL)
-    ]
-    assert steps == [
+    assert _step_agents(trace) == [
         (SpanKind.LLM, "scripted-model", "orders_agent", "orders_agent"),
         (SpanKind.TOOL, "lookup_order", "orders_agent", "orders_agent"),
         (SpanKind.LLM, "scripted-model", "orders_agent", "orders_agent"),
@@ -328,12 +332,7 @@ def test_a_supervisors_react_agents_get_agent_spans_and_names(
             {"gen_ai.agent.name": "supervisor"},
         ),
     ]
-    steps = [
-        (s.kind, s.name, _agent_of(trace, s), s.attributes.get("gen_ai.agent.name"))
-        for s in trace.spans
-        if s.kind in (SpanKind.LLM, SpanKind.TOOL)
-    ]
-    assert steps == [
+    assert _step_agents(trace) == [
         (SpanKind.LLM, "scripted-model", "supervisor", "supervisor"),
         (SpanKind.TOOL, "transfer_to_orders_agent", "supervisor", "supervisor"),
         (SpanKind.LLM, "scripted-model", "orders_agent", "orders_agent"),
