@@ -4,6 +4,9 @@ results."""
 from __future__ import annotations
 
 import math
+import os
+import random
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -262,3 +265,30 @@ def test_an_unvalidated_result_needs_every_field_in_order() -> None:
     values = dict(reversed(list(fields.__dict__.items())))
     with pytest.raises(ValueError, match="fields, in order, are"):
         unvalidated_result(values)
+
+
+def test_ids_stay_unique_when_the_program_seeds_random_or_forks() -> None:
+    # ids come from a private generator seeded by the OS: a program's random.seed (common in
+    # evaluation code) must not make them repeat, nor two forked workers share a sequence
+    random.seed(7)
+    first = Trace(input="q").id
+    random.seed(7)
+    second = Trace(input="q").id
+    assert first != second
+    assert re.fullmatch("[0-9a-f]{32}", first)
+    if not hasattr(os, "fork"):
+        return
+    children = []
+    for _ in range(2):
+        reading, writing = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: three ids, then out without running the parent's cleanup
+            os.write(writing, " ".join(Trace(input="q").id for _ in range(3)).encode())
+            os._exit(0)
+        os.close(writing)
+        with os.fdopen(reading) as pipe:
+            children.append(pipe.read().split())
+        os.waitpid(pid, 0)
+    parents = [Trace(input="q").id for _ in range(3)]
+    every = [*children[0], *children[1], *parents]
+    assert len(every) == len(set(every)) == 9

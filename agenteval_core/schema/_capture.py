@@ -349,9 +349,9 @@ def encode_trace(trace: Trace) -> bytes:
     surrogate, an object of no JSON type, a cycle: possible in a trace built by hand) is
     converted with :func:`~agenteval_core.plain` first, so it is written, not lost."""
     try:
-        return trace.to_json().encode()
+        return trace.json_bytes()
     except (PydanticSerializationError, ValueError, RecursionError):
-        return Trace.model_validate(plain(trace)).to_json().encode()
+        return Trace.model_validate(plain(trace)).json_bytes()
 
 
 if sys.platform != "win32":

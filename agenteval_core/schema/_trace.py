@@ -7,14 +7,15 @@ Span kinds and attribute names follow the OpenTelemetry GenAI semantic conventio
 from __future__ import annotations
 
 import math
+import random
 import time
-import uuid
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .._errors import MetricInputError
+from .._fork import renew_after_fork
 
 __all__ = [
     "AGENT_NAME",
@@ -95,9 +96,25 @@ def known_version(value: int, newest: int, what: str) -> int:
     return value
 
 
+class _Ids(random.Random):
+    """The source of ids: seeded from the OS once (and again in a forked child, so parent
+    and child never share a sequence), then no system call per id. An id is made on the
+    recorder thread for every span, and each system call there gives up the interpreter lock
+    to agent threads that may hold it for tens of milliseconds (serialising a tool's large
+    result), which delays every finished run's line behind it. Private: a program that seeds
+    ``random`` for its own reproducibility must not make ids repeat. Ids are not secrets."""
+
+    def _after_fork(self) -> None:
+        self.seed()
+
+
+_ids = _Ids()
+renew_after_fork(_ids)
+
+
 def new_id() -> str:
     """A fresh random identifier (32 hex characters, like an OpenTelemetry trace id)."""
-    return uuid.uuid4().hex
+    return f"{_ids.getrandbits(128):032x}"
 
 
 def text_of(value: Any) -> str:
@@ -420,7 +437,12 @@ class Trace(_Model):
     def to_json(self) -> str:
         """The trace as one line of a capture: each tool call written once (a tool span's
         input, output and error are left out where they equal its call's)."""
-        return self.model_dump_json(exclude=self._call_copies())
+        return self.json_bytes().decode()
+
+    def json_bytes(self) -> bytes:
+        """:meth:`to_json` as UTF-8, made without a ``str`` in between (the capture writes
+        bytes; for a trace of megabytes the round trip costs about a millisecond)."""
+        return self.__pydantic_serializer__.to_json(self, exclude=self._call_copies())
 
     def to_jsonable(self) -> dict[str, Any]:
         """The trace as JSON-ready data with each tool call once, as :meth:`to_json` writes
