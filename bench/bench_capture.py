@@ -16,11 +16,13 @@ text and for results that are 2.6 MB of JSON records.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import statistics
 import tempfile
 import threading
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -55,35 +57,13 @@ def _lags(capture: Path, result: Any, threads: int, runs: int) -> list[float]:
 
     evaluator = OnlineEvaluator(capture=capture, log=False)
     returned: dict[str, float] = {}
-    on_disk: dict[str, float] = {}
-    done = threading.Event()
-    request = re.compile(rb'"input":"(export [0-9-]+)"')
-
-    def tail() -> None:
-        # keeps only the start of the line being read (where its request is) and looks for
-        # its end in each new chunk: linear in the bytes read, so the reader takes no more
-        # of the interpreter than a consumer of the capture would
-        with open(capture, "rb") as file:
-            head = b""
-            while True:
-                chunk = file.read(1 << 20)
-                if not chunk:
-                    if done.is_set():
-                        return
-                    time.sleep(0.001)  # polling the file: the reader's pace, not a wait
-                    continue
-                start = 0
-                while True:
-                    end = chunk.find(b"\n", start)
-                    stop = len(chunk) if end < 0 else end
-                    if len(head) < 4096:
-                        head += chunk[start : min(stop, start + 4096 - len(head))]
-                    if end < 0:
-                        break
-                    found = request.search(head)
-                    if found:
-                        on_disk[found[1].decode()] = time.monotonic()
-                    head, start = b"", end + 1
+    # the reader is a process of its own, as a log shipper tailing the capture would be: in
+    # this process it would compete with the recorder for the interpreter it measures
+    spawn = multiprocessing.get_context("spawn")
+    connection, readers_end = spawn.Pipe()
+    reader = spawn.Process(target=_tail, args=(capture, readers_end))
+    reader.start()
+    connection.recv()  # the reader has the file open: no run ends before it looks
 
     def agent_thread(thread: int) -> None:
         handler = AgentEvalCallbackHandler(evaluator, session_id=f"orders-{thread}")
@@ -97,18 +77,51 @@ def _lags(capture: Path, result: Any, threads: int, runs: int) -> list[float]:
             agent.invoke({"messages": [("user", text)]}, {"callbacks": [handler]})
             returned[text] = time.monotonic()
 
-    reader = threading.Thread(target=tail)
-    reader.start()
     agents = [threading.Thread(target=agent_thread, args=(k,)) for k in range(threads)]
     for agent in agents:
         agent.start()
     for agent in agents:
         agent.join()
     evaluator.flush(120)
-    done.set()
+    connection.send("complete")
+    on_disk: dict[str, float] = connection.recv()
     reader.join()
     evaluator.close()
     return sorted((on_disk[k] - ended) * 1000 for k, ended in returned.items() if k in on_disk)
+
+
+def _tail(capture: Path, connection: Connection) -> None:
+    """Note when each run's line is whole in the capture (``time.monotonic`` is the same
+    clock in every process), until told the capture is complete; send back what it saw."""
+    request = re.compile(rb'"input":"(export [0-9-]+)"')
+    on_disk: dict[str, float] = {}
+    complete = False
+    # keeps only the start of the line being read (where its request is) and looks for its
+    # end in each new chunk: linear in the bytes read
+    with open(capture, "rb") as file:
+        connection.send("ready")
+        head = b""
+        while True:
+            chunk = file.read(1 << 20)
+            if not chunk:
+                if complete:  # read to the end once more after the last write
+                    break
+                complete = connection.poll()
+                time.sleep(0.001)  # polling the file: the reader's pace, not a wait
+                continue
+            start = 0
+            while True:
+                end = chunk.find(b"\n", start)
+                stop = len(chunk) if end < 0 else end
+                if len(head) < 4096:
+                    head += chunk[start : min(stop, start + 4096 - len(head))]
+                if end < 0:
+                    break
+                found = request.search(head)
+                if found:
+                    on_disk[found[1].decode()] = time.monotonic()
+                head, start = b"", end + 1
+    connection.send(on_disk)
 
 
 RECORDS = [
