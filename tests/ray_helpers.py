@@ -1,13 +1,26 @@
-"""Metrics the Ray replay tests send to Ray's workers (which import them from here)."""
+"""Metrics the Ray replay tests send to Ray's workers (which import them from here), and the
+captures and results those tests compare."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from agenteval_core import EvalCase, Metric, MetricKind, Score, Trace
+from agenteval_core import (
+    CaptureWriter,
+    EvalCase,
+    Metric,
+    MetricKind,
+    RunStatus,
+    Score,
+    Span,
+    SpanKind,
+    ToolCall,
+    Trace,
+)
 
 
 class HistoryIds(Metric):
@@ -39,3 +52,39 @@ class CrashOnce(Metric):
             Path(self.marker).write_text("crashed")
             os._exit(1)
         return Score(1.0)
+
+
+def a_trace(session: str | None, turn: int, *, failed: bool = False) -> Trace:
+    name = f"{session or 'alone'}-{turn}"
+    return Trace(
+        id=name,
+        session_id=session,
+        input=f"where is order {turn} of {session}?",
+        output=f"order {turn} ships on day {turn % 3}",
+        status=RunStatus.ERROR if failed else RunStatus.OK,
+        spans=[
+            Span(
+                id=f"{name}-tool",
+                kind=SpanKind.TOOL,
+                name="lookup",
+                tool_call=ToolCall(name="lookup", arguments={"order": turn}, result=turn),
+            )
+        ],
+    )
+
+
+def write_capture(path: Path, traces: list[Trace]) -> None:
+    with CaptureWriter(path) as writer:
+        for trace in traces:
+            writer.write(trace)
+
+
+def timeless(results_file: Path) -> list[dict[str, Any]]:
+    """The results file's lines without timings (the one thing allowed to differ), sorted."""
+    lines = []
+    for line in results_file.read_text().splitlines():
+        record = json.loads(line)
+        for result in record.get("results", []) + record.get("session_results", []):
+            result.pop("latency_ms", None)
+        lines.append(record)
+    return sorted(lines, key=lambda r: json.dumps(r, sort_keys=True))

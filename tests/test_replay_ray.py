@@ -15,11 +15,6 @@ from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
     CaptureWriter,
-    RunStatus,
-    Span,
-    SpanKind,
-    ToolCall,
-    Trace,
     read_capture,
     replay,
 )
@@ -29,7 +24,13 @@ from agenteval_core.judges import OpenAIJudge
 ray = pytest.importorskip(
     "ray", reason="Ray Data is not installed (pip install 'agenteval[ray]'): Ray tests skipped"
 )
-from ray_helpers import CrashOnce, HistoryIds  # noqa: E402  (after the skip)
+from ray_helpers import (  # noqa: E402  (after the skip)
+    CrashOnce,
+    HistoryIds,
+    a_trace,
+    timeless,
+    write_capture,
+)
 
 TESTS = str(Path(__file__).parent)
 STORE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "agenteval", "AWS_SECRET_ACCESS_KEY": "agenteval"}
@@ -48,31 +49,6 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def a_trace(session: str | None, turn: int, *, failed: bool = False) -> Trace:
-    name = f"{session or 'alone'}-{turn}"
-    return Trace(
-        id=name,
-        session_id=session,
-        input=f"where is order {turn} of {session}?",
-        output=f"order {turn} ships on day {turn % 3}",
-        status=RunStatus.ERROR if failed else RunStatus.OK,
-        spans=[
-            Span(
-                id=f"{name}-tool",
-                kind=SpanKind.TOOL,
-                name="lookup",
-                tool_call=ToolCall(name="lookup", arguments={"order": turn}, result=turn),
-            )
-        ],
-    )
-
-
-def write_capture(path: Path, traces: list[Trace]) -> None:
-    with CaptureWriter(path) as writer:
-        for trace in traces:
-            writer.write(trace)
-
-
 def sharded_capture(directory: Path, shards: int, traces: int, sessions: int) -> Path:
     """A capture directory of ``traces`` turns over ``sessions`` sessions (turn 7 a failed
     run), with a line that is not JSON at the end of shard 1; returns that shard."""
@@ -82,17 +58,6 @@ def sharded_capture(directory: Path, shards: int, traces: int, sessions: int) ->
     shard = directory / f"part-00001-of-{shards:05d}.jsonl"
     shard.write_bytes(shard.read_bytes() + b"this is not json\n")
     return shard
-
-
-def timeless(results_file: Path) -> list[dict[str, Any]]:
-    """The results file's lines without timings (the one thing allowed to differ), sorted."""
-    lines = []
-    for line in results_file.read_text().splitlines():
-        record = json.loads(line)
-        for result in record.get("results", []) + record.get("session_results", []):
-            result.pop("latency_ms", None)
-        lines.append(record)
-    return sorted(lines, key=lambda r: json.dumps(r, sort_keys=True))
 
 
 def bad_lines_of(report: Any) -> list[tuple[str, int, str, bool]]:
