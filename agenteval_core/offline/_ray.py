@@ -351,7 +351,6 @@ def replay_on_ray(
             override_num_blocks=len(files),
         )
         scorer: dict[str, Any] = {
-            "compute": ActorPoolStrategy(size=size),
             "fn_constructor_kwargs": {
                 "names": files,
                 "metrics": metrics,
@@ -364,12 +363,18 @@ def replay_on_ray(
             "batch_format": "numpy",
         }
         if all(is_capture_shard(uri) for uri in files):  # sessions never cross files
-            scored = listed.map_batches(_FileScorer, batch_size=1, **scorer)
+            pool = ActorPoolStrategy(size=size)
+            scored = listed.map_batches(_FileScorer, batch_size=1, compute=pool, **scorer)
         else:
+            # the groupby's shuffle tasks each need a whole CPU on one node: scorers started
+            # before it (half a CPU each, spread over the nodes) could leave no node with one,
+            # and the replay would wait for ever (two one-CPU nodes did). One scorer waits
+            # for the shuffle; the pool grows once its groups arrive, when no task needs a CPU
+            pool = ActorPoolStrategy(min_size=1, max_size=size)
             scored = (
                 listed.map_batches(_read_files, batch_size=1, batch_format="numpy")
                 .groupby("group")
-                .map_groups(_SessionScorer, **scorer)
+                .map_groups(_SessionScorer, compute=pool, **scorer)
             )
         _gather(scored, report, output, len(files), on_progress)
     finally:

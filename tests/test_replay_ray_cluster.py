@@ -1,0 +1,172 @@
+"""Replay on a real Ray cluster: two nodes on 127.0.0.1 (a head and a worker, one CPU each,
+with token authentication, which Ray turns on for the clusters it starts), and the CLI as
+the driver, a process of its own that connects with ``--ray-address`` as it would to a
+KubeRay cluster. The results equal one process's trace by trace and metric by metric, from
+a capture file (sessions brought together by Ray's groupby) and from a capture directory
+(whole shards per task), and a bad line is reported as one process reports it."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from ray_helpers import a_trace, timeless, write_capture
+
+from agenteval_core import shard_capture
+
+pytest.importorskip(
+    "ray", reason="Ray Data is not installed (pip install 'agenteval[ray]'): Ray tests skipped"
+)
+
+RAY = Path(sys.executable).parent / "ray"
+STARTUP = 120.0
+"""Seconds a node may take to join (two cores shared with the rest of the suite)."""
+
+
+@dataclass
+class Cluster:
+    address: str
+    env: dict[str, str]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_node(arguments: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    # a session of its own: the node's processes are stopped together, and only they (`ray
+    # stop` would stop every Ray on the machine)
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            [str(RAY), "start", "--block", *arguments],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _wait_for_nodes(cluster: Cluster, count: int, nodes: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + STARTUP
+    while time.monotonic() < deadline:
+        for node in nodes:
+            assert node.poll() is None, f"a Ray node exited with {node.returncode}"
+        status = subprocess.run(
+            [str(RAY), "status", "--address", cluster.address],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+        )
+        if len(re.findall(r"^\s*1 node_", status.stdout, re.MULTILINE)) == count:
+            return
+    raise TimeoutError(f"the Ray cluster did not have {count} node(s) after {STARTUP} s")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    if not RAY.exists():
+        pytest.skip(f"no `ray` command next to {sys.executable}: the cluster test skipped")
+    temporary = Path(tempfile.mkdtemp(prefix="agenteval-ray-"))  # short: Ray's socket paths
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env.pop("RAY_ADDRESS", None)
+    port = _free_port()
+    cluster = Cluster(f"127.0.0.1:{port}", env)
+    each = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    nodes: list[subprocess.Popen[bytes]] = []
+    try:
+        head = ["--head", "--port", str(port), "--include-dashboard", "false"]
+        head += ["--ray-client-server-port", str(_free_port())]
+        nodes.append(
+            _start_node(
+                [*head, "--temp-dir", str(temporary / "head"), *each], env, temporary / "head.log"
+            )
+        )
+        _wait_for_nodes(cluster, 1, nodes)
+        worker = ["--address", cluster.address, "--temp-dir", str(temporary / "worker")]
+        nodes.append(_start_node([*worker, *each], env, temporary / "worker.log"))
+        _wait_for_nodes(cluster, 2, nodes)
+        yield cluster
+    finally:
+        for node in reversed(nodes):
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait(30)
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _replay(cluster: Cluster, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agenteval_core.cli", "replay", *arguments, "-q"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a replay that waits for resources never ends: fail instead
+    )
+
+
+def test_a_capture_file_scored_on_two_nodes_equals_one_process(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    capture = tmp_path / "capture.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 5}", turn, failed=turn == 7) for turn in range(40)])
+    with capture.open("ab") as handle:
+        handle.write(b"this is not json\n")
+    on_ray = _replay(
+        cluster,
+        str(capture),
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--json",
+        str(tmp_path / "ray.results"),
+    )
+    one = _replay(cluster, str(capture), "--json", str(tmp_path / "one.results"))
+    bad = f"agenteval: error: {capture}:41: not valid JSON"
+    for done in (on_ray, one):  # exit 1: a bad line was skipped, the rest scored
+        assert done.returncode == 1, done.stderr
+        assert bad in done.stderr
+        assert "1 bad line(s) skipped; the other 40 were scored" in done.stderr
+    lines = timeless(tmp_path / "ray.results")
+    assert lines == timeless(tmp_path / "one.results")
+    assert len(lines) == 45  # 40 traces and 5 sessions
+    assert {line["session_id"] for line in lines if "trace_id" not in line} == {
+        f"s{k}" for k in range(5)
+    }
+
+
+def test_a_capture_directory_scored_on_two_nodes_equals_one_process(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    capture, directory = tmp_path / "capture.jsonl", tmp_path / "shards"
+    write_capture(capture, [a_trace(f"s{turn % 7}", turn) for turn in range(30)])
+    assert sum(shard_capture(capture, directory, shards=3)) == 30
+    on_ray = _replay(
+        cluster,
+        str(directory),
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--json",
+        str(tmp_path / "ray.results"),
+    )
+    assert on_ray.returncode == 0, on_ray.stderr
+    one = _replay(cluster, str(capture), "--json", str(tmp_path / "one.results"))
+    assert one.returncode == 0, one.stderr
+    lines = timeless(tmp_path / "ray.results")
+    assert lines == timeless(tmp_path / "one.results")
+    assert len(lines) == 37  # 30 traces and 7 sessions
