@@ -117,6 +117,19 @@ def _replay(cluster: Cluster, *arguments: str) -> subprocess.CompletedProcess[st
     )
 
 
+def _replay_on(cluster: Cluster, source: Path, results: Path) -> subprocess.CompletedProcess[str]:
+    return _replay(
+        cluster,
+        str(source),
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--json",
+        str(results),
+    )
+
+
 def test_a_capture_file_scored_on_two_nodes_equals_one_process(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -124,16 +137,7 @@ def test_a_capture_file_scored_on_two_nodes_equals_one_process(
     write_capture(capture, [a_trace(f"s{turn % 5}", turn, failed=turn == 7) for turn in range(40)])
     with capture.open("ab") as handle:
         handle.write(b"this is not json\n")
-    on_ray = _replay(
-        cluster,
-        str(capture),
-        "--engine",
-        "ray",
-        "--ray-address",
-        cluster.address,
-        "--json",
-        str(tmp_path / "ray.results"),
-    )
+    on_ray = _replay_on(cluster, capture, tmp_path / "ray.results")
     one = _replay(cluster, str(capture), "--json", str(tmp_path / "one.results"))
     bad = f"agenteval: error: {capture}:41: not valid JSON"
     for done in (on_ray, one):  # exit 1: a bad line was skipped, the rest scored
@@ -154,16 +158,7 @@ def test_a_capture_directory_scored_on_two_nodes_equals_one_process(
     capture, directory = tmp_path / "capture.jsonl", tmp_path / "shards"
     write_capture(capture, [a_trace(f"s{turn % 7}", turn) for turn in range(30)])
     assert sum(shard_capture(capture, directory, shards=3)) == 30
-    on_ray = _replay(
-        cluster,
-        str(directory),
-        "--engine",
-        "ray",
-        "--ray-address",
-        cluster.address,
-        "--json",
-        str(tmp_path / "ray.results"),
-    )
+    on_ray = _replay_on(cluster, directory, tmp_path / "ray.results")
     assert on_ray.returncode == 0, on_ray.stderr
     one = _replay(cluster, str(capture), "--json", str(tmp_path / "one.results"))
     assert one.returncode == 0, one.stderr
