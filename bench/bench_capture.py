@@ -6,8 +6,8 @@ whose two tool calls returned 2 MB each (the results also appear in the next LLM
 input), against writing the same trace as JSON with no redaction (goal: at most 50 ms).
 
 Then under load: four agent threads run real LangGraph agents at once, each run calling a
-tool twice that returns 2 MB, with the default metrics scoring in the background; a reader
-tails the capture and notes when each run's line is whole on disk. It prints the lag from a
+tool twice that returns 2 MB, with the default metrics scoring in the background; another
+process tails the capture and notes when each run's line is whole on disk. It prints the lag from a
 run's return to its line, p50 and p95 (goal: p95 at most 100 ms), for tool results that are
 text and for results that are 2.6 MB of JSON records.
 
