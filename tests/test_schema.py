@@ -267,6 +267,28 @@ def test_an_unvalidated_result_needs_every_field_in_order() -> None:
         unvalidated_result(values)
 
 
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [("Where is my order?", "It ships today."), ({"messages": ["hi"]}, None), (None, 42)],
+)
+def test_a_case_made_from_a_trace_equals_the_validated_case(question: Any, answer: Any) -> None:
+    # the engine builds every trace's case without validating it: it must be the same case
+    trace = Trace.from_steps(question, [], output=answer, session_id="s1")
+    validated = EvalCase(id=trace.id, trace=trace, input=trace.input, actual_output=trace.output)
+    case = EvalCase.of(trace)
+    assert case == validated
+    assert case.__dict__ == validated.__dict__
+    assert list(case.__dict__) == list(validated.__dict__)  # the same fields in the same order
+    assert (
+        case.model_fields_set
+        == validated.model_fields_set
+        == {"id", "trace", "input", "actual_output"}
+    )
+    assert case.model_dump_json() == validated.model_dump_json()
+    assert case.trace is trace and case.id == trace.id
+    assert case.metadata == {} and case.metadata is not EvalCase.of(trace).metadata
+
+
 def test_ids_stay_unique_when_the_program_seeds_random_or_forks() -> None:
     # ids come from a private generator seeded by the OS: a program's random.seed (common in
     # evaluation code) must not make them repeat, nor two forked workers share a sequence

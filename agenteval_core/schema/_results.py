@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ._unvalidated import unvalidated
+
 __all__ = [
     "RESULTS_VERSION",
     "SUCCESS_TOLERANCE",
@@ -96,13 +98,7 @@ def unvalidated_result(values: dict[str, Any]) -> MetricResult:
     checks that both ways give equal results."""
     if list(values) != _FIELDS:
         raise ValueError(f"a MetricResult's fields, in order, are {_FIELDS}")
-    result = MetricResult.__new__(MetricResult)
-    # what pydantic's own model_construct sets, without its per-field work
-    object.__setattr__(result, "__dict__", values)
-    object.__setattr__(result, "__pydantic_fields_set__", _FIELD_SET.copy())
-    object.__setattr__(result, "__pydantic_extra__", None)
-    object.__setattr__(result, "__pydantic_private__", None)
-    return result
+    return unvalidated(MetricResult, values, _FIELD_SET.copy())
 
 
 class TraceResults(BaseModel):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .._errors import MetricInputError
 from .._fork import renew_after_fork
+from ._unvalidated import unvalidated
 
 __all__ = [
     "AGENT_NAME",
@@ -647,6 +648,14 @@ class EvalCase(_Model):
     @classmethod
     def from_trace(cls, trace: Trace, **expectations: Any) -> EvalCase:
         """A case for one captured trace, with optional expectations."""
+        if not expectations and cls is EvalCase:
+            # a replay makes a case of every trace: the values validation would keep as they
+            # are (a trace's fields were validated when it was made), without validating
+            values = dict(_NO_EXPECTATIONS)
+            values.update(
+                id=trace.id, input=trace.input, trace=trace, actual_output=trace.output, metadata={}
+            )
+            return unvalidated(cls, values, {"id", "input", "trace", "actual_output"})
         given = {"input": trace.input, "actual_output": trace.output, **expectations}
         return cls(id=trace.id, trace=trace, **given)
 
@@ -677,3 +686,8 @@ class EvalCase(_Model):
         if self.reference_arguments:
             return self.reference_arguments.get(expected.name)
         return None
+
+
+_NO_EXPECTATIONS = {name: field.default for name, field in EvalCase.model_fields.items()}
+"""A case's fields in order, each at its default (those with a default factory are set by
+:meth:`EvalCase.from_trace`)."""
