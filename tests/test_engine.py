@@ -539,6 +539,46 @@ def test_a_metric_whose_batch_code_breaks_fails_alone() -> None:
     assert [r.results[1].score for r in scored] == [coherence] * 5
 
 
+class DictBatch(Metric):
+    """A metric whose own batch code returns its results as plain mappings."""
+
+    name = "dict_batch"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return Score(0.25)
+
+    def measure_batch(
+        self, cases: Sequence[EvalCase], histories: Sequence[Sequence[Trace]]
+    ) -> list[MetricResult]:
+        results = super().measure_batch(cases, histories)
+        return [result.model_dump() for result in results]  # type: ignore[misc]
+
+
+def test_a_batch_that_returns_anything_but_results_fails_alone() -> None:
+    scored: list[TraceResults] = []
+    engine = Engine([DictBatch(), "coherence"], sinks=[CallbackSink(lambda t, r: scored.append(r))])
+    traces = [Trace(id=f"t{i}", input="q", output="a", session_id="s") for i in range(2)]
+    asyncio.run(engine.stream([traces]))
+    assert [
+        [(r.name, r.trace_id, r.session_id, r.score, r.error) for r in t.results[:1]]
+        for t in scored
+    ] == [
+        [
+            (
+                "dict_batch",
+                f"t{i}",
+                "s",
+                None,
+                "TypeError: measure_batch returned a dict, not a MetricResult",
+            )
+        ]
+        for i in range(2)
+    ]
+    coherence = create_metric("coherence").measure(traces[0]).score
+    assert [t.results[1].score for t in scored] == [coherence] * 2
+
+
 def test_sessions_past_the_limit_close_after_their_batch() -> None:
     # one open session at most, a batch of x, y, x: closing x when y arrived would lose x's
     # second trace; the least recently active session (y) closes after the batch instead

@@ -508,6 +508,11 @@ async def _measure_batch(
             raise RuntimeError(
                 f"measure_batch returned {len(results)} results for {len(cases)} cases"
             )
+        for result in results:
+            if not isinstance(result, MetricResult):
+                raise TypeError(
+                    f"measure_batch returned a {type(result).__name__}, not a MetricResult"
+                )
         return results
     except Exception as exc:  # a metric's own batch code broke: each case says so
         failure = Score.from_exception(exc)
