@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agenteval_core import (
     SCHEMA_VERSION,
@@ -287,6 +287,35 @@ def test_a_case_made_from_a_trace_equals_the_validated_case(question: Any, answe
     assert case.model_dump_json() == validated.model_dump_json()
     assert case.trace is trace and case.id == trace.id
     assert case.metadata == {} and case.metadata is not EvalCase.of(trace).metadata
+
+
+def _model_cases() -> list[tuple[type[BaseModel], dict[str, Any]]]:
+    # what a session's history keeps of a trace
+    return [
+        (Trace, {"output": "It ships today.", "id": "t1", "session_id": "s1"}),
+        (Trace, {"output": {"answer": [1, 2]}, "id": "t2", "session_id": None}),
+    ]
+
+
+@pytest.mark.parametrize(("model", "given"), _model_cases())
+def test_a_model_built_without_validation_equals_the_validated_one(
+    model: type[BaseModel], given: dict[str, Any]
+) -> None:
+    from agenteval_core.schema._unvalidated import unvalidated_with_defaults
+
+    validated = model(**given)
+    built = unvalidated_with_defaults(model, given)
+    assert built == validated
+    assert list(built.__dict__) == list(validated.__dict__)
+    assert built.model_fields_set == set(given)
+    # a trace's validator marks the schema version it read as set; nothing reads that mark
+    assert validated.model_fields_set - {"schema_version"} == set(given)
+    assert built.model_dump_json() == validated.model_dump_json()
+    # a default factory's value is made for each model, never shared
+    again = unvalidated_with_defaults(model, given)
+    for name, field in model.model_fields.items():
+        if field.default_factory is not None and name not in given:
+            assert getattr(built, name) is not getattr(again, name)
 
 
 def test_ids_stay_unique_when_the_program_seeds_random_or_forks() -> None:

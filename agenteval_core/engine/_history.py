@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import overload
 
 from ..schema._trace import Trace, text_of
+from ..schema._unvalidated import unvalidated_with_defaults
 
 __all__ = ["SessionHistory"]
 
@@ -69,6 +70,9 @@ class SessionHistory(Sequence[Trace]):
             if self.fields is not None:
                 # a copy of the few fields read: the whole trace is freed now, while it is
                 # still in the CPU's cache, not a thousand traces later
-                trace = Trace(**{name: getattr(trace, name) for name in self.fields})
+                # (the values of a validated trace, so validating them again changes nothing)
+                trace = unvalidated_with_defaults(
+                    Trace, {name: getattr(trace, name) for name in self.fields}
+                )
             self._kept.append((self._count, trace))
         self._count += 1

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .._errors import MetricInputError
 from .._fork import renew_after_fork
-from ._unvalidated import unvalidated
+from ._unvalidated import unvalidated_with_defaults
 
 __all__ = [
     "AGENT_NAME",
@@ -651,11 +651,15 @@ class EvalCase(_Model):
         if not expectations and cls is EvalCase:
             # a replay makes a case of every trace: the values validation would keep as they
             # are (a trace's fields were validated when it was made), without validating
-            values = dict(_NO_EXPECTATIONS)
-            values.update(
-                id=trace.id, input=trace.input, trace=trace, actual_output=trace.output, metadata={}
+            return unvalidated_with_defaults(
+                cls,
+                {
+                    "id": trace.id,
+                    "input": trace.input,
+                    "trace": trace,
+                    "actual_output": trace.output,
+                },
             )
-            return unvalidated(cls, values, {"id", "input", "trace", "actual_output"})
         given = {"input": trace.input, "actual_output": trace.output, **expectations}
         return cls(id=trace.id, trace=trace, **given)
 
@@ -686,8 +690,3 @@ class EvalCase(_Model):
         if self.reference_arguments:
             return self.reference_arguments.get(expected.name)
         return None
-
-
-_NO_EXPECTATIONS = {name: field.default for name, field in EvalCase.model_fields.items()}
-"""A case's fields in order, each at its default (those with a default factory are set by
-:meth:`EvalCase.from_trace`)."""
