@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         JudgeUnsupportedRequestError,
         JudgeUsage,
         MetricInputError,
+        ResultsWriteError,
         SchemaVersionError,
         UnknownMetricError,
     )
@@ -169,6 +170,7 @@ _EXPORTS: dict[str, str] = {
     "JudgeUnsupportedRequestError": "._errors",
     "JudgeUsage": "._errors",
     "MetricInputError": "._errors",
+    "ResultsWriteError": "._errors",
     "SchemaVersionError": "._errors",
     "UnknownMetricError": "._errors",
     "HTTPEmbedder": ".embedders._http",

@@ -6,6 +6,8 @@
     ├── CaptureError                a capture file cannot be read
     │   └── CaptureFormatError      a line is not a valid trace (carries file, line number and field)
     │       └── SchemaVersionError  a line was written by a newer schema version
+    ├── ResultsWriteError           a replay's results file lacks lines whose write failed
+    │                               (a full disk); carries the replay's report
     └── JudgeError                  a judge could not produce a usable reply (``kind`` says
         │                           which way, ``usage`` what the attempt cost)
         ├── JudgeConfigError        found before scoring: no API key, a bad URL, a refused
@@ -52,6 +54,7 @@ __all__ = [
     "JudgeUnsupportedRequestError",
     "JudgeUsage",
     "MetricInputError",
+    "ResultsWriteError",
     "SchemaVersionError",
     "UnknownMetricError",
     "describe_os_error",
@@ -114,6 +117,44 @@ class UnknownMetricError(AgentEvalError, KeyError):
 
 class CaptureError(AgentEvalError):
     """A capture file cannot be read."""
+
+
+class ResultsWriteError(AgentEvalError):
+    """A replay scored every trace, but some of its results lines could not be written (a
+    full disk): the results file is incomplete. ``report`` is the replay's report (``None``
+    when the failed write was a worker process's); ``lines_lost`` counts the lines the file
+    lacks (with ``at_least``, those of one worker's share; others may lack lines too) and
+    ``cause`` is the first failed write's error."""
+
+    def __init__(
+        self,
+        path: str,
+        lines_lost: int,
+        cause: OSError,
+        report: Any = None,
+        *,
+        at_least: bool = False,
+    ) -> None:
+        self.path = path
+        self.lines_lost = lines_lost
+        self.cause = cause
+        self.report = report
+        self.at_least = at_least
+        count = f"{'at least ' if at_least else ''}{lines_lost:,}"
+        super().__init__(
+            f"{describe_os_error(cause, path)}: {count} results line(s) were not written, so "
+            "the results file is incomplete (the traces were scored); make room and replay again"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a worker process sends it back; its report stays behind (the parent has its own)
+        return (_rebuild_results_error, (self.path, self.lines_lost, self.cause, self.at_least))
+
+
+def _rebuild_results_error(
+    path: str, lines_lost: int, cause: OSError, at_least: bool
+) -> ResultsWriteError:
+    return ResultsWriteError(path, lines_lost, cause, at_least=at_least)
 
 
 class CaptureFormatError(CaptureError):

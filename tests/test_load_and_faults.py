@@ -25,11 +25,13 @@ from agenteval_core import (
     CaptureError,
     OnlineEvaluator,
     ResultsFileSink,
+    ResultsWriteError,
     Span,
     SpanKind,
     Trace,
     plain,
     read_capture,
+    replay,
 )
 
 # --- hostile values ------------------------------------------------------------------------
@@ -377,3 +379,114 @@ def test_a_capture_path_that_cannot_be_written_is_one_clear_error(tmp_path: Path
         f"{tmp_path / 'a-file'} is a file, not a directory; "
         "pass capture= a path in a writable directory, or capture=None to capture nothing"
     )
+
+
+class DiskFullOnce(FullDisk):
+    """A file whose disk is full for its ``nth`` write only: that write stores ``room``
+    bytes and raises ENOSPC; then space returns."""
+
+    def __init__(self, file: Any, nth: int, room: int = 100) -> None:
+        super().__init__(file, room)
+        self.writes, self.nth = 0, nth
+
+    def write(self, data: Any) -> int:
+        self.writes += 1
+        self.full = self.writes == self.nth
+        return super().write(data)
+
+
+def _results_disk_fills_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A capture of 70 sessions of 10 traces, whose replay's results file (about 1 MB, four
+    256 KiB writes) meets a full disk on its second write."""
+    from ray_helpers import a_trace, write_capture
+
+    from agenteval_core.engine import _sinks
+
+    capture = tmp_path / "capture.jsonl"
+    write_capture(capture, [a_trace(f"s{i // 10}", i % 10) for i in range(700)])
+    real_open = open
+    monkeypatch.setattr(
+        _sinks, "open", lambda *a, **k: DiskFullOnce(real_open(*a, **k), nth=2), raising=False
+    )
+    return capture
+
+
+def test_a_replay_whose_results_file_lost_lines_says_so_and_keeps_its_report(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    capture, results = _results_disk_fills_once(monkeypatch, tmp_path), tmp_path / "r.jsonl"
+    with pytest.raises(ResultsWriteError) as raised:
+        replay(capture, output=results)
+    error = raised.value
+    # every trace was scored and the report says so; only the file is short
+    assert error.report is not None and error.report.traces == 700
+    assert error.report.sessions == 70
+    assert error.path == str(results) and isinstance(error.cause, OSError)
+    assert error.cause.errno == errno.ENOSPC
+    lines = results.read_text(encoding="utf-8").splitlines()
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            parsed.append(None)
+    assert parsed.count(None) == 1  # the one torn fragment, on a line of its own
+    whole = [record for record in parsed if record is not None]
+    # 700 trace lines and 70 session lines were due: what is missing is what was counted
+    assert 0 < error.lines_lost < 770
+    assert len(whole) + error.lines_lost == 770
+    assert str(error) == (
+        f"{results}: no space left on device: {error.lines_lost:,} results line(s) were not "
+        "written, so the results file is incomplete (the traces were scored); make room and "
+        "replay again"
+    )
+
+
+def test_the_replay_command_fails_when_its_results_file_lost_lines(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from agenteval_core.cli import cli
+
+    capture, results = _results_disk_fills_once(monkeypatch, tmp_path), tmp_path / "r.jsonl"
+    done = CliRunner().invoke(cli, ["replay", str(capture), "--json", str(results)])
+    assert done.exit_code == 1
+    assert f"agenteval: error: {results}: no space left on device: " in done.stderr
+    assert "were not written, so the results file is incomplete" in done.stderr
+    assert "per-trace results written to" not in done.output
+
+
+def test_a_results_write_error_crosses_from_a_worker_whole() -> None:
+    import pickle
+
+    cause = OSError(errno.ENOSPC, "No space left on device")
+    sent = ResultsWriteError("out/r.jsonl", 12, cause, report=object(), at_least=True)
+    received = pickle.loads(pickle.dumps(sent))
+    assert (received.path, received.lines_lost, received.at_least, received.report) == (
+        "out/r.jsonl",
+        12,
+        True,
+        None,  # the worker's own report stays behind
+    )
+    assert received.cause.errno == errno.ENOSPC
+    assert str(received) == str(sent)
+    assert "at least 12 results line(s) were not written" in str(received)
+
+
+def test_a_multi_process_replay_names_its_results_file_when_a_share_lost_lines(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # this process scores the first shard, and its share of the results file meets the
+    # full disk (the worker process writes its own share as usual)
+    capture, results = _results_disk_fills_once(monkeypatch, tmp_path), tmp_path / "r.jsonl"
+    with pytest.raises(ResultsWriteError) as raised:
+        replay(capture, workers=2, output=results)
+    error = raised.value
+    assert (error.path, error.at_least, error.report) == (str(results), True, None)
+    assert error.lines_lost > 0 and error.cause.errno == errno.ENOSPC
+    assert str(error).startswith(f"{results}: no space left on device: at least ")
+    # the shares that were written are merged all the same: whole lines, in capture order
+    whole = [json.loads(line) for line in results.read_text().splitlines() if line.endswith("}")]
+    assert whole and len(whole) + error.lines_lost <= 770
+    assert not list(tmp_path.glob("agenteval-replay-*"))  # its shares are cleaned up

@@ -28,6 +28,7 @@ from .._errors import (
     CaptureError,
     CaptureFormatError,
     ErrorKind,
+    ResultsWriteError,
     describe_os_error,
 )
 from .._tables import TextTable, line_width, show, unscored_note
@@ -67,6 +68,8 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ResultsWriteError as exc:  # the run went through; its file did not
+            raise RunProblem(str(exc)) from exc
         except AgentEvalError as exc:
             raise UserError(str(exc)) from exc
         except BrokenPipeError:  # the reader went away (`| head`): nothing left to say

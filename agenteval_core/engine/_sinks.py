@@ -179,6 +179,10 @@ class ResultsFileSink(Sink):
         )
         self._lock = threading.Lock()
         self._end = -1  # where the last line ended
+        self.lines_lost = 0
+        """Lines whose write failed (a full disk): the file lacks them."""
+        self.write_error: OSError | None = None
+        """The first failed write's error."""
         renew_after_fork(self)
 
     def _after_fork(self) -> None:
@@ -193,7 +197,7 @@ class ResultsFileSink(Sink):
             if self._file is None:
                 return
             if not self.buffer_size:
-                self._end = append_line(self._file, line, self._end)
+                self._append(line)
                 return
             self._pending += line
             if len(self._pending) >= self.buffer_size:
@@ -201,8 +205,23 @@ class ResultsFileSink(Sink):
 
     def _write_pending(self) -> None:
         pending, self._pending = self._pending, bytearray()
-        if pending and self._file is not None:  # a failed write loses these lines only
-            self._end = append_line(self._file, pending, self._end)
+        if pending:  # a failed write loses these lines only
+            self._append(pending)
+
+    def _append(self, lines: bytes | bytearray) -> None:
+        if self._file is None:
+            return
+        fd = self._file.fileno()
+        start = self._end if self._end >= 0 else os.fstat(fd).st_size
+        try:
+            self._end = append_line(self._file, lines, self._end)
+        except OSError as exc:  # counted here, raised for the caller to report as it does
+            # the whole lines a full disk still took are in the file; the rest are lost
+            stored = max(0, os.fstat(fd).st_size - start)
+            self.lines_lost += lines.count(b"\n") - lines.count(b"\n", 0, stored)
+            if self.write_error is None:
+                self.write_error = exc
+            raise
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         self._write(trace_record(trace, results))

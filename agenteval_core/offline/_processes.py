@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
-from .._errors import CaptureFormatError
+from .._errors import CaptureFormatError, ResultsWriteError
 from .._options import check_options
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
@@ -52,7 +52,9 @@ def replay(
     existing one, or a path ending in a separator), results shards in it
     (``results-00000-of-0000N.jsonl``: one per process, or per input file on Ray; earlier
     shards there are replaced), which ``agenteval report`` reads as one results file;
-    ``sinks`` receive every result too. A judge's
+    ``sinks`` receive every result too. A results file that lacks lines once every trace is
+    scored (a write failed on a full disk) raises :class:`~agenteval_core.ResultsWriteError`,
+    which carries the report. A judge's
     preflight check runs first: a missing key, a bad URL, an unreachable server or a
     rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
 
@@ -185,6 +187,13 @@ def replay_in_workers(
                     between_batches=others.check,  # a worker that failed stops this one too
                 )
             reports = others.wait()
+        except ResultsWriteError as exc:
+            if not numbered or output is None:  # a results directory: the error names its shard
+                raise
+            # a share of the results file failed: the results file is what lacks the lines
+            raise ResultsWriteError(
+                os.fspath(output), exc.lines_lost, exc.cause, at_least=True
+            ) from exc
         finally:  # also when this process failed or was interrupted: no worker outlives it
             others.stop()
             if numbered and output is not None:  # kept, also when a worker failed
@@ -377,9 +386,12 @@ def _merged(own: ReplayReport, others: Sequence[ReplayReport]) -> ReplayReport:
 def _merge_shares(parts: Sequence[str], output: Path) -> None:
     """Write the results file from the shards' numbered shares, in capture order (each share
     already is, so one merge pass does it); a session closed at the end follows every trace."""
-    with output.open("wb") as merged:
-        for _, line in heapq.merge(*(_numbered_lines(part) for part in parts), key=_position):
-            merged.write(line)
+    try:
+        with output.open("wb") as merged:
+            for _, line in heapq.merge(*(_numbered_lines(part) for part in parts), key=_position):
+                merged.write(line)
+    except OSError as exc:  # a buffered write's error does not name its file
+        raise OSError(exc.errno, exc.strerror, os.fspath(output)) from exc
 
 
 def _numbered_lines(part: str) -> Iterator[tuple[int, bytes]]:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
-from .._errors import CaptureFormatError
+from .._errors import CaptureFormatError, ResultsWriteError
 from .._options import check_options
 from .._text import first_words
 from ..embedders._local import LocalEmbedder
@@ -221,14 +221,16 @@ async def replay_lines(
             logger.warning("agenteval: %s", note)
     report = ReplayReport(path=os.fspath(path))
     all_sinks: list[Sink] = [_ReportSink(report, options.get("on_trace"))]
+    written: list[ResultsFileSink] = []  # the results file, or this worker's share of it
     if output is not None:
         if is_results_directory(output):  # one process: a directory of one shard
             (output,) = results_shards(output, 1)
-        all_sinks.append(ResultsFileSink(output, buffer_size=RESULTS_BUFFER))
+        written.append(ResultsFileSink(output, buffer_size=RESULTS_BUFFER))
     numbers: deque[int] = deque()
     numbered = NumberedResultsFile(numbered_output, numbers) if numbered_output else None
     if numbered is not None:
-        all_sinks.append(numbered)
+        written.append(numbered)
+    all_sinks += written
     all_sinks += options.get("sinks", ())
     engine = Engine(
         metrics,
@@ -268,5 +270,12 @@ async def replay_lines(
         engine.close_all()
     finally:
         for sink in all_sinks:
-            sink.close()
+            try:
+                sink.close()
+            except OSError:
+                if sink not in written or sink.write_error is None:
+                    raise  # otherwise counted by the sink and reported below
+    for sink in written:
+        if sink.write_error is not None:  # a full disk: never a results file that looks whole
+            raise ResultsWriteError(str(sink.path), sink.lines_lost, sink.write_error, report)
     return report
