@@ -186,6 +186,18 @@ class FullDisk:
         return getattr(self.file, name)
 
 
+def _json_lines(path: Path) -> list[Any]:
+    """Each line of a JSON Lines file parsed; ``None`` for a line that is not JSON (a torn
+    fragment)."""
+    parsed = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            parsed.append(None)
+    return parsed
+
+
 def _finished(index: int) -> Trace:
     return Trace(input=f"request {index}", output=f"answer {index}", session_id="s")
 
@@ -231,14 +243,8 @@ def test_a_full_results_disk_never_wedges_scoring_and_both_files_recover(
         f"request {i}" for i in (0, 1, 2, 23, 24, 25)
     ]
     assert [e.truncated for e in errors] == [True]
-    lines = results.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 3 + 1 + 3  # before, the fragment, after
-    parsed = []
-    for line in lines:
-        try:
-            parsed.append(json.loads(line))
-        except ValueError:
-            parsed.append(None)
+    parsed = _json_lines(results)
+    assert len(parsed) == 3 + 1 + 3  # before, the fragment, after
     assert parsed[3] is None
     assert [r["trace_id"] for r in parsed if r is not None] == [
         t.id for t in read_capture(capture, on_error=lambda e: None)
@@ -423,13 +429,7 @@ def test_a_replay_whose_results_file_lost_lines_says_so_and_keeps_its_report(
     assert error.report.sessions == 70
     assert error.path == str(results) and isinstance(error.cause, OSError)
     assert error.cause.errno == errno.ENOSPC
-    lines = results.read_text(encoding="utf-8").splitlines()
-    parsed = []
-    for line in lines:
-        try:
-            parsed.append(json.loads(line))
-        except ValueError:
-            parsed.append(None)
+    parsed = _json_lines(results)
     assert parsed.count(None) == 1  # the one torn fragment, on a line of its own
     whole = [record for record in parsed if record is not None]
     # 700 trace lines and 70 session lines were due: what is missing is what was counted
@@ -487,6 +487,6 @@ def test_a_multi_process_replay_names_its_results_file_when_a_share_lost_lines(
     assert error.lines_lost > 0 and error.cause.errno == errno.ENOSPC
     assert str(error).startswith(f"{results}: no space left on device: at least ")
     # the shares that were written are merged all the same: whole lines, in capture order
-    whole = [json.loads(line) for line in results.read_text().splitlines() if line.endswith("}")]
+    whole = [record for record in _json_lines(results) if record is not None]
     assert whole and len(whole) + error.lines_lost <= 770
     assert not list(tmp_path.glob("agenteval-replay-*"))  # its shares are cleaned up
