@@ -183,6 +183,66 @@ def test_report_refuses_malformed_results_in_one_line(
     assert not (tmp_path / "r.html").exists()
 
 
+def test_lines_their_writer_cut_short_are_skipped_and_named(
+    results: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # what a killed process or a full disk leaves in a results file: a line that stops
+    # mid-JSON, and the writer's next line on a line of its own
+    lines = results.read_bytes().splitlines(keepends=True)
+    whole = load_results(results)
+    first, second, third = lines[0], lines[1], lines[2]
+    assert b'"reason":"' in first
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(
+        first[: first.index(b'"reason":"') + 14]  # cut inside a string
+        + b"\n"
+        + second
+        + third[: third.index(b",") + 1]  # cut after a comma
+        + b"\n"
+        + '{"trace_id":"caf\u00e9'.encode()[:-1]  # cut inside a two-byte character
+        + b"\n"
+        + b"".join(lines[3:])
+        + lines[0][:40]  # a torn last line, with no newline
+    )
+    with caplog.at_level("WARNING", logger="agenteval"):
+        data = load_results(torn)
+    assert data.torn_lines == [f"{torn}:1", f"{torn}:3", f"{torn}:4", f"{torn}:{len(lines) + 2}"]
+    # the whole lines are all read: only the first and third traces are missing
+    lost = {json.loads(line)["trace_id"] for line in (first, third)}
+    assert set(data.traces) == set(whole.traces) - lost
+    assert data.sessions == whole.sessions
+    assert [r.getMessage() for r in caplog.records] == [
+        f"agenteval: 4 results line(s) were cut short by their writer (a killed process or a "
+        f"full disk) and skipped: {torn}:1, {torn}:3, {torn}:4, ...; the results they held are "
+        "missing"
+    ]
+    done = report(torn, "--html", tmp_path / "r.html")
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert (
+        f'id="torn-lines">4 line(s) of the results file were cut short by their writer (a '
+        f"killed process or a full disk) and skipped ({torn}:1, {torn}:3, {torn}:4, …): the "
+        "results they held are missing from this report.</p>"
+    ) in page
+    assert 'id="torn-lines"' not in render_html(whole)
+
+
+def test_a_file_that_is_not_utf8_or_not_json_is_refused_in_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\x83\x00\xff\xfe binary\n")
+    done = report(binary, "--html", tmp_path / "r.html")
+    assert (done.returncode, done.stderr.strip()) == (
+        2,
+        f"agenteval: error: {binary}:1: not UTF-8 text; pass the --json output of a replay",
+    )
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text('{"trace_id": "t"} trailing words\n')  # whole, but not JSON: refused
+    done = report(garbage, "--html", tmp_path / "r.html")
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"agenteval: error: {garbage}:1: not a JSON line (")
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_report_on_a_capture_scores_it_first(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     done = report(EXAMPLE, "--html", out)

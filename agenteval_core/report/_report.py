@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pydantic_core
 from pydantic import ValidationError
 
 from .._errors import CaptureError, describe_validation
@@ -22,6 +24,8 @@ from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces
 from ..schema._trace import Trace, text_of
 
 __all__ = ["ReportData", "load_results", "render_html", "write_report"]
+
+logger = logging.getLogger("agenteval")
 
 MAX_SESSIONS = 100
 MAX_TRACES = 500
@@ -41,23 +45,51 @@ class ReportData:
     """Per trace, its session's scores as they stood after it (for the charts over time)."""
     calibration: CalibrationReport | None = None
     """How far each judged metric agrees with human labels, when a calibration was given."""
+    torn_lines: list[str] = field(default_factory=list)
+    """Lines whose writer stopped in the middle of them (a killed process, a full disk), as
+    ``file:line``: skipped, so the results they held are missing."""
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+def _lines(path: Path, torn: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON object on each line of a results file. A line cut short by its writer (the
+    writer's next line starts on a line of its own) is listed in ``torn`` and skipped; any
+    other line that is not a JSON object is refused."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 continue
+            try:
+                line = raw.rstrip(b"\r\n").decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if exc.reason == "unexpected end of data":  # cut inside a character
+                    torn.append(f"{path}:{number}")
+                    continue
+                raise CaptureError(
+                    f"{path}:{number}: not UTF-8 text; pass the --json output of a replay"
+                ) from None
             try:
                 record = json.loads(line)
             except ValueError as exc:
+                if _cut_short(line):
+                    torn.append(f"{path}:{number}")
+                    continue
                 raise CaptureError(f"{path}:{number}: not a JSON line ({exc})") from exc
             if not isinstance(record, dict):
                 raise CaptureError(f"{path}:{number}: expected a JSON object per line")
             yield number, record
 
 
-def _results_lines(path: Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+def _cut_short(line: str) -> bool:
+    """Whether ``line`` is JSON that ends before it is complete, as a writer that stopped
+    mid-line leaves it (rather than text that is not JSON at all)."""
+    try:
+        pydantic_core.from_json(line)
+    except ValueError as exc:
+        return "EOF while parsing" in str(exc)
+    return False
+
+
+def _results_lines(path: Path, torn: list[str]) -> Iterator[tuple[Path, int, dict[str, Any]]]:
     """The records of a results file, or of every ``*.jsonl`` in a results directory."""
     if path.is_dir():
         files = sorted(path.glob("*.jsonl"))
@@ -71,7 +103,7 @@ def _results_lines(path: Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
     else:
         raise CaptureError(f"{path}: no such results file; pass the --json output of a replay")
     for file in files:
-        for number, record in _lines(file):
+        for number, record in _lines(file, torn):
             yield file, number, record
 
 
@@ -87,7 +119,7 @@ def load_results(
     report hides what it hid. ``path`` may be a results directory (written by a replay given
     one as its output): its ``*.jsonl`` files are read as one results file."""
     data = ReportData(source=str(path))
-    for source, number, record in _results_lines(Path(path)):
+    for source, number, record in _results_lines(Path(path), data.torn_lines):
         if "spans" in record or "schema_version" in record:
             raise CaptureError(
                 f"{source}:{number}: this is a capture (traces), not results; score it "
@@ -111,6 +143,14 @@ def load_results(
         raise CaptureError(
             f"{path}: no results in the file; pass the --json output of `agenteval replay` "
             "or an online evaluator's results_path"
+        )
+    if data.torn_lines:
+        shown = ", ".join(data.torn_lines[:3]) + (", ..." if len(data.torn_lines) > 3 else "")
+        logger.warning(
+            "agenteval: %d results line(s) were cut short by their writer (a killed process or "
+            "a full disk) and skipped: %s; the results they held are missing",
+            len(data.torn_lines),
+            shown,
         )
     if capture is not None:
         wanted = set(data.traces)
@@ -356,6 +396,7 @@ def render_html(data: ReportData) -> str:
     )
     page = _template().render(
         source=data.source,
+        torn_lines=data.torn_lines,
         trace_count=len(data.traces),
         session_count=len(data.sessions),
         metrics=metrics,
