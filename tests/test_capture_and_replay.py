@@ -584,3 +584,26 @@ def test_replay_options_are_defined_once_and_a_misspelt_one_is_refused(tmp_path:
         asyncio.run(areplay(EXAMPLE, concurency=2))  # type: ignore[call-arg]
     report = replay(EXAMPLE, ["coherence"], output=tmp_path / "r.jsonl", concurrency=2)
     assert report.traces == 9 and len((tmp_path / "r.jsonl").read_text().splitlines()) == 9
+
+
+def test_the_summary_names_a_few_flagged_traces_per_session(tmp_path: Path) -> None:
+    from ray_helpers import a_trace, write_capture
+
+    capture = tmp_path / "c.jsonl"
+    # every run of "busy" failed (risk 1: all six flagged); "calm" flags one of two
+    write_capture(
+        capture,
+        [a_trace("busy", turn, failed=True) for turn in range(6)]
+        + [a_trace("calm", 0, failed=True), a_trace("calm", 1)],
+    )
+    result = CliRunner().invoke(
+        cli, ["replay", str(capture), "--metrics", "agent_reliability"], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if " flagged: " in line]
+    assert notes == [
+        "busy flagged: busy-0 “where is order 0 of busy?”, busy-1 “where is order 1 of "
+        "busy?”, busy-2 “where is order 2 of busy?” and 3 more (agenteval report lists every "
+        "one)",
+        "calm flagged: calm-0 “where is order 0 of calm?”",
+    ]

@@ -47,6 +47,8 @@ __all__ = ["RunProblem", "UserError", "cli", "main"]
 
 MAX_BAD_LINES_SHOWN = 10
 MAX_SESSIONS_SHOWN = 20
+MAX_FLAGGED_SHOWN = 3
+"""Flagged traces named per session under the replay's session table."""
 
 
 class UserError(click.ClickException):
@@ -258,7 +260,13 @@ def _print_report(console: Console, report: ReplayReport) -> None:
             for trace_id in flagged_traces(results)
         ]
         if flagged:
-            table.notes.append(f"{session_id} flagged: {', '.join(flagged)}")
+            # a long session can flag dozens of traces: the first few say where to look
+            more = len(flagged) - MAX_FLAGGED_SHOWN
+            listed = ", ".join(flagged[:MAX_FLAGGED_SHOWN])
+            table.notes.append(
+                f"{session_id} flagged: {listed}"
+                + (f" and {more} more (agenteval report lists every one)" if more > 0 else "")
+            )
     show(console, table)
 
 
