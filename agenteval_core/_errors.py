@@ -59,6 +59,7 @@ __all__ = [
     "UnknownMetricError",
     "describe_os_error",
     "describe_validation",
+    "os_error_at",
 ]
 
 
@@ -293,6 +294,12 @@ def describe_validation(exc: ValidationError) -> str:
     error = exc.errors(include_url=False)[0]
     where = ".".join(str(part) for part in error["loc"])[:120] or "value"
     return f"{where}: {str(error['msg']).removeprefix('Value error, ')[:200]}"
+
+
+def os_error_at(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``exc`` naming ``path``: a failed write of a buffered file (a full disk) does not say
+    which file it was, and the command line's one-line error should."""
+    return OSError(exc.errno, exc.strerror, os.fspath(path))
 
 
 def describe_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> str:

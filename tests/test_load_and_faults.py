@@ -490,3 +490,34 @@ def test_a_multi_process_replay_names_its_results_file_when_a_share_lost_lines(
     whole = [record for record in _json_lines(results) if record is not None]
     assert whole and len(whole) + error.lines_lost <= 770
     assert not list(tmp_path.glob("agenteval-replay-*"))  # its shares are cleaned up
+
+
+needs_dev_full = pytest.mark.skipif(
+    not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails ENOSPC"
+)
+
+
+@needs_dev_full
+def test_a_results_file_on_a_full_device_fails_the_replay_command_in_one_line() -> None:
+    from click.testing import CliRunner
+
+    from agenteval_core.cli import cli
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "captures" / "support_agent.jsonl"
+    done = CliRunner().invoke(cli, ["replay", str(example), "--json", "/dev/full"])
+    assert done.exit_code == 1
+    # 9 traces and 3 sessions: not one line could be written
+    assert done.stderr.splitlines()[-1] == (
+        "agenteval: error: /dev/full: no space left on device: 12 results line(s) were not "
+        "written, so the results file is incomplete (the traces were scored); make room and "
+        "replay again"
+    )
+
+
+@needs_dev_full
+def test_the_ray_results_writer_names_the_file_a_full_disk_refused() -> None:
+    from agenteval_core.offline._ray import _ResultsOut
+
+    with pytest.raises(OSError) as raised, _ResultsOut("/dev/full", 1) as results:
+        results.write(0, b'{"trace_id": "t"}\n')  # buffered: the disk refuses it at close
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, "/dev/full")

@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
-from .._errors import CaptureFormatError, ResultsWriteError
+from .._errors import CaptureFormatError, ResultsWriteError, os_error_at
 from .._options import check_options
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
@@ -390,8 +390,8 @@ def _merge_shares(parts: Sequence[str], output: Path) -> None:
         with output.open("wb") as merged:
             for _, line in heapq.merge(*(_numbered_lines(part) for part in parts), key=_position):
                 merged.write(line)
-    except OSError as exc:  # a buffered write's error does not name its file
-        raise OSError(exc.errno, exc.strerror, os.fspath(output)) from exc
+    except OSError as exc:
+        raise os_error_at(exc, output) from exc
 
 
 def _numbered_lines(part: str) -> Iterator[tuple[int, bytes]]:

@@ -30,7 +30,7 @@ from typing import IO, Any, Unpack
 
 import numpy as np
 
-from .._errors import CaptureError
+from .._errors import CaptureError, os_error_at
 from ..engine._engine import Engine
 from ..engine._sinks import (
     Sink,
@@ -403,14 +403,24 @@ class _ResultsOut:
             file = 0
         elif file not in self.opened:
             self.opened[file] = open(self.shards[file], "wb")  # noqa: SIM115
-        self.opened[file].write(line)
+        handle = self.opened[file]
+        try:
+            handle.write(line)
+        except OSError as exc:  # a full disk: the error names the file
+            raise os_error_at(exc, handle.name) from exc
 
     def __enter__(self) -> _ResultsOut:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for handle in self.opened.values():
-            handle.close()
+        failed: OSError | None = None
+        for handle in self.opened.values():  # each closed, each writing what it buffers
+            try:
+                handle.close()
+            except OSError as exc:
+                failed = failed or os_error_at(exc, handle.name)
+        if failed is not None:
+            raise failed
 
 
 def _gather(
