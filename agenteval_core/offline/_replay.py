@@ -276,6 +276,6 @@ async def replay_lines(
                 if sink not in written or sink.write_error is None:
                     raise  # otherwise counted by the sink and reported below
     for sink in written:
-        if sink.write_error is not None:  # a full disk: never a results file that looks whole
+        if sink.lines_lost and sink.write_error is not None:  # never a file that looks whole
             raise ResultsWriteError(str(sink.path), sink.lines_lost, sink.write_error, report)
     return report
