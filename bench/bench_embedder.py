@@ -39,7 +39,7 @@ def _microseconds_per_text(
     for start in range(0, len(texts), batch):
         embedder._cache.clear()
         if cold and isinstance(embedder, StaticEmbedder):
-            embedder._piece_ids.clear()
+            embedder._word_ids.clear()
         embedder.embed(texts[start : start + batch])
     return (time.perf_counter() - started) / len(texts) * 1e6
 
