@@ -13,6 +13,7 @@ __all__ = [
     "first_words",
     "jaccard",
     "loop_tokens",
+    "words",
 ]
 
 _WORD = re.compile(r"\w+")
@@ -45,10 +46,19 @@ loop_detection scores as PandaProbe's does. Fixed here, so token sets never chan
 library's version."""
 
 
+# every ASCII character \w does not match, as a space: on ASCII text, the runs of word
+# characters are then what str.split finds (a third faster than the regular expression)
+_NOT_WORD = str.maketrans({chr(c): " " for c in range(128) if not _WORD.fullmatch(chr(c))})
+
+
+def words(text: str) -> list[str]:
+    """The lower-cased ``\\w+`` runs of ``text``, in order."""
+    lowered = text.lower()
+    return lowered.translate(_NOT_WORD).split() if lowered.isascii() else _WORD.findall(lowered)
+
+
 def _content_words(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
-    return [
-        word for word in _WORD.findall(text.lower()) if len(word) > 1 and word not in stop_words
-    ]
+    return [word for word in words(text) if len(word) > 1 and word not in stop_words]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agenteval_core import EvalCase, HashingEmbedder, Trace, create_metric
-from agenteval_core._text import content_tokens, jaccard, loop_tokens
+from agenteval_core._text import content_tokens, jaccard, loop_tokens, words
 from agenteval_core.metrics import Coherence, LoopDetection
 
 
@@ -158,6 +159,18 @@ def test_scores_in_unit_interval(current: str, previous: list[str], source: str)
     coherence = Coherence().measure(case)
     for result in (loop, coherence):
         assert result.score is not None and 0.0 <= result.score <= 1.0
+
+
+@settings(max_examples=300)
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.text(alphabet=st.characters(max_codepoint=127), max_size=60),  # every ASCII mark
+    )
+)
+def test_words_are_the_regular_expressions_word_runs(text: str) -> None:
+    # the ASCII path cuts with str.translate and str.split; \w+ is what it must equal
+    assert words(text) == re.findall(r"\w+", text.lower())
 
 
 @given(a=st.text(max_size=60), b=st.text(max_size=60))
