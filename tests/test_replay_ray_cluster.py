@@ -3,10 +3,12 @@ with token authentication, which Ray turns on for the clusters it starts), and t
 the driver, a process of its own that connects with ``--ray-address`` as it would to a
 KubeRay cluster. The results equal one process's trace by trace and metric by metric, from
 a capture file (sessions brought together by Ray's groupby) and from a capture directory
-(whole shards per task), and a bad line is reported as one process reports it."""
+(whole shards per task), and a bad line is reported as one process reports it. A single
+node of one CPU, the smallest machine Ray runs on, replays a capture file too."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -76,8 +78,9 @@ def _wait_for_nodes(cluster: Cluster, count: int, nodes: list[subprocess.Popen[b
     raise TimeoutError(f"the Ray cluster did not have {count} node(s) after {STARTUP} s")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+@contextlib.contextmanager
+def _started(nodes: int) -> Iterator[Cluster]:
+    """A Ray cluster of ``nodes`` nodes on 127.0.0.1, one CPU each."""
     if not RAY.exists():
         pytest.skip(f"no `ray` command next to {sys.executable}: the cluster test skipped")
     temporary = Path(tempfile.mkdtemp(prefix="agenteval-ray-"))  # short: Ray's socket paths
@@ -86,25 +89,32 @@ def cluster() -> Iterator[Cluster]:
     port = _free_port()
     cluster = Cluster(f"127.0.0.1:{port}", env)
     each = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
-    nodes: list[subprocess.Popen[bytes]] = []
+    started: list[subprocess.Popen[bytes]] = []
     try:
         head = ["--head", "--port", str(port), "--include-dashboard", "false"]
         head += ["--ray-client-server-port", str(_free_port())]
-        nodes.append(
+        started.append(
             _start_node(
                 [*head, "--temp-dir", str(temporary / "head"), *each], env, temporary / "head.log"
             )
         )
-        _wait_for_nodes(cluster, 1, nodes)
-        worker = ["--address", cluster.address, "--temp-dir", str(temporary / "worker")]
-        nodes.append(_start_node([*worker, *each], env, temporary / "worker.log"))
-        _wait_for_nodes(cluster, 2, nodes)
+        _wait_for_nodes(cluster, 1, started)
+        for number in range(1, nodes):
+            worker = ["--address", cluster.address, "--temp-dir", str(temporary / f"w{number}")]
+            started.append(_start_node([*worker, *each], env, temporary / f"w{number}.log"))
+            _wait_for_nodes(cluster, number + 1, started)
         yield cluster
     finally:
-        for node in reversed(nodes):
+        for node in reversed(started):
             os.killpg(node.pid, signal.SIGKILL)
             node.wait(30)
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with _started(2) as two_nodes:
+        yield two_nodes
 
 
 def _replay(cluster: Cluster, *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -165,3 +175,18 @@ def test_a_capture_directory_scored_on_two_nodes_equals_one_process(
     lines = timeless(tmp_path / "ray.results")
     assert lines == timeless(tmp_path / "one.results")
     assert len(lines) == 37  # 30 traces and 7 sessions
+
+
+def test_a_capture_file_scored_on_one_node_of_one_cpu_equals_one_process(tmp_path: Path) -> None:
+    # the groupby's read and shuffle tasks each need a whole CPU: scorers that reserved half
+    # of the only one left them none, and the replay waited for ever
+    capture = tmp_path / "capture.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 4}", turn, failed=turn == 5) for turn in range(20)])
+    with _started(1) as one_cpu:
+        on_ray = _replay_on(one_cpu, capture, tmp_path / "ray.results")
+        assert on_ray.returncode == 0, on_ray.stderr
+        one = _replay(one_cpu, str(capture), "--json", str(tmp_path / "one.results"))
+        assert one.returncode == 0, one.stderr
+    lines = timeless(tmp_path / "ray.results")
+    assert lines == timeless(tmp_path / "one.results")
+    assert len(lines) == 24  # 20 traces and 4 sessions

@@ -64,6 +64,17 @@ SCORER_CPUS = 0.5
 tasks (a replay on two cores then never finishes)."""
 
 
+def scorer_cpus(node_cpus: Sequence[float]) -> float:
+    """The CPUs each scorer reserves when the groupby brings sessions to the scorers, on a
+    cluster whose live nodes have ``node_cpus``: :data:`SCORER_CPUS`, or none where that
+    would leave no node a whole CPU for the groupby's read and shuffle tasks (a single
+    one-CPU node, where the replay would wait for ever). Reservations only schedule: a
+    scorer that reserves none still works, sharing the CPU with the tasks it waits on."""
+    whole = [cpus for cpus in node_cpus if cpus >= 1]
+    room = len(whole) >= 2 or any(cpus >= 1 + SCORER_CPUS for cpus in whole)
+    return SCORER_CPUS if room else 0.0
+
+
 def capture_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     """The capture files that ``paths`` name, in order: files, globs and directories on this
     machine (every ``*.jsonl`` below a directory, sorted), and object-store URLs
@@ -299,8 +310,9 @@ def replay_on_ray(
     :func:`capture_files`). ``address`` is the cluster's (default: ``$RAY_ADDRESS``, or a
     local Ray started for this replay and stopped after it); a Ray already initialised in
     this process is used as it is. ``scorers`` long-lived scorers run at once (default: one
-    per CPU of the cluster, each reserving half a CPU). ``on_progress`` receives the number
-    of traces scored so far as their results arrive.
+    per CPU of the cluster, each reserving half a CPU, or none on a single one-CPU node; see
+    :func:`scorer_cpus`). ``on_progress`` receives the number of traces scored so far as
+    their results arrive.
 
     The results file (or, for an ``output`` directory, the results shard of each input
     file) holds the same lines as a one-process replay's, ordered session by session: each
@@ -371,6 +383,8 @@ def replay_on_ray(
             # and the replay would wait for ever (two one-CPU nodes did). One scorer waits
             # for the shuffle; the pool grows once its groups arrive, when no task needs a CPU
             pool = ActorPoolStrategy(min_size=1, max_size=size)
+            nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
+            scorer["num_cpus"] = scorer_cpus(nodes)
             scored = (
                 listed.map_batches(_read_files, batch_size=1, batch_format="numpy")
                 .groupby("group")
