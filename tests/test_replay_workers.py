@@ -229,6 +229,31 @@ def test_a_worker_that_fails_stops_the_replay_before_this_process_scores_its_sha
     assert multiprocessing.active_children() == []
 
 
+class _ReadsTheEnvironment(Metric):
+    """Scores 1 where the process sees ``AGENTEVAL_TEST_MARK`` as the test set it."""
+
+    name = "reads_the_environment"
+    kind = MetricKind.DETERMINISTIC
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return Score(float(os.environ.get("AGENTEVAL_TEST_MARK") == "after"))
+
+
+def test_workers_see_the_environment_as_the_replay_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # workers fork from a server that started with the first replay's environment; what
+    # changed since (a key, a cache directory) reaches them as it would a new process
+    path = _capture(tmp_path / "capture.jsonl")
+    monkeypatch.setenv("AGENTEVAL_TEST_MARK", "before")
+    before = replay(path, [_ReadsTheEnvironment()], workers=3, on_bad_line=lambda error: None)
+    monkeypatch.setenv("AGENTEVAL_TEST_MARK", "after")
+    after = replay(path, [_ReadsTheEnvironment()], workers=3, on_bad_line=lambda error: None)
+    assert before.traces == after.traces == 61
+    assert before.summary.metrics["reads_the_environment"].mean == 0.0
+    assert after.summary.metrics["reads_the_environment"].mean == 1.0
+
+
 def test_what_workers_cannot_do_is_refused_before_anything_runs(tmp_path: Path) -> None:
     path = _capture(tmp_path / "capture.jsonl")
     for workers in (0, -2, True, 1.5):
