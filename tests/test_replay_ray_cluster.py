@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ray_helpers import a_trace, timeless, write_capture
@@ -140,6 +141,20 @@ def _replay_on(cluster: Cluster, source: Path, results: Path) -> subprocess.Comp
     )
 
 
+def _scored_as_one_process_scores(
+    cluster: Cluster, source: Path, capture: Path, tmp_path: Path
+) -> list[dict[str, Any]]:
+    """Replays ``source`` on the cluster and ``capture`` (the same traces) in one process,
+    both without a problem; the results lines, which must be equal but for timings."""
+    on_ray = _replay_on(cluster, source, tmp_path / "ray.results")
+    assert on_ray.returncode == 0, on_ray.stderr
+    one = _replay(cluster, str(capture), "--json", str(tmp_path / "one.results"))
+    assert one.returncode == 0, one.stderr
+    lines = timeless(tmp_path / "ray.results")
+    assert lines == timeless(tmp_path / "one.results")
+    return lines
+
+
 def test_a_capture_file_scored_on_two_nodes_equals_one_process(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -168,12 +183,7 @@ def test_a_capture_directory_scored_on_two_nodes_equals_one_process(
     capture, directory = tmp_path / "capture.jsonl", tmp_path / "shards"
     write_capture(capture, [a_trace(f"s{turn % 7}", turn) for turn in range(30)])
     assert sum(shard_capture(capture, directory, shards=3)) == 30
-    on_ray = _replay_on(cluster, directory, tmp_path / "ray.results")
-    assert on_ray.returncode == 0, on_ray.stderr
-    one = _replay(cluster, str(capture), "--json", str(tmp_path / "one.results"))
-    assert one.returncode == 0, one.stderr
-    lines = timeless(tmp_path / "ray.results")
-    assert lines == timeless(tmp_path / "one.results")
+    lines = _scored_as_one_process_scores(cluster, directory, capture, tmp_path)
     assert len(lines) == 37  # 30 traces and 7 sessions
 
 
@@ -183,10 +193,5 @@ def test_a_capture_file_scored_on_one_node_of_one_cpu_equals_one_process(tmp_pat
     capture = tmp_path / "capture.jsonl"
     write_capture(capture, [a_trace(f"s{turn % 4}", turn, failed=turn == 5) for turn in range(20)])
     with _started(1) as one_cpu:
-        on_ray = _replay_on(one_cpu, capture, tmp_path / "ray.results")
-        assert on_ray.returncode == 0, on_ray.stderr
-        one = _replay(one_cpu, str(capture), "--json", str(tmp_path / "one.results"))
-        assert one.returncode == 0, one.stderr
-    lines = timeless(tmp_path / "ray.results")
-    assert lines == timeless(tmp_path / "one.results")
+        lines = _scored_as_one_process_scores(one_cpu, capture, capture, tmp_path)
     assert len(lines) == 24  # 20 traces and 4 sessions
