@@ -24,6 +24,31 @@ def _seconds(run: object) -> float:
     return time.perf_counter() - started
 
 
+NO_LINES = (0, 2**31 - 1)
+"""A shard that holds none of the capture's lines (no session's hash, no line number, is a
+multiple of 2**31 - 1): reading it is what a worker does with the other workers' lines."""
+
+CURVE = (8, 16, 32, 64)
+"""Worker counts whose bound on a capture file's efficiency the benchmark works out."""
+
+
+def _passing_over(path: Path, count: int, one: float) -> None:
+    """What a worker pays for each of the other workers' lines of a capture file (read,
+    and its session found from its first bytes), and the efficiency that leaves N workers
+    on N cores, worked out: each scores 1/N of the traces and passes over the rest."""
+    passed = min(_seconds(lambda: sum(1 for _ in read_capture(path, shard=NO_LINES))) for _ in "ab")
+    scored, passed = one / count * 1e6, passed / count * 1e6
+    print(
+        f"capture file: a worker passes over another's line in {passed:.1f} µs "
+        f"(one process scores one in {scored:.0f} µs)"
+    )
+    bounds = ", ".join(
+        f"{workers} → {scored / (scored + (workers - 1) * passed):.2f}" for workers in CURVE
+    )
+    print(f"  so N workers on N cores reach at most an efficiency of {bounds}")
+    print("  (a capture directory's workers read only their own shards: no such cost)")
+
+
 def main(quick: bool = False) -> None:
     count = 20_000 if quick else 200_000
     cores = os.cpu_count() or 1
@@ -50,6 +75,13 @@ def main(quick: bool = False) -> None:
             for trace in read_capture(path):
                 writer.write(trace)
         counts = sorted({1, 2, 4, 8, 12, 16, cores} & set(range(1, cores + 1)))
+        if cores > 1:  # a process's first replay with workers also starts their fork server
+            small = write_capture(Path(name) / "small.jsonl", 10 * cores, session_length=1)
+            first, then = (_seconds(lambda: replay(small, workers=cores)) for _ in "ab")
+            print(
+                f"{cores} workers replay {10 * cores} traces in {first:.2f} s the first time, "
+                f"{then:.2f} s the next (one process: {_seconds(lambda: replay(small)):.2f} s)"
+            )
         for label, source in (("capture file", path), (f"{4 * cores} shards", directory)):
             for workers in counts:
                 seconds = (
@@ -62,6 +94,7 @@ def main(quick: bool = False) -> None:
                     f"{label}, {workers:>2} workers: {count / seconds:,.0f} traces/s, speedup "
                     f"{speedup:.2f}, efficiency {speedup / workers:.2f} (goal >= 0.8)"
                 )
+        _passing_over(path, count, one)
         try:
             import ray
         except ImportError:
