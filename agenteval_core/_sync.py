@@ -4,16 +4,47 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
-__all__ = ["run_sync"]
+__all__ = ["close_on_this_loop", "run_sync"]
+
+logger = logging.getLogger("agenteval")
 
 
-def run_sync(coroutine: Any) -> Any:
-    """Run a coroutine to completion from sync code, even when called inside a running loop."""
+def run_sync(coroutine: Coroutine[Any, Any, Any], *, closing: Iterable[object] = ()) -> Any:
+    """Run a coroutine to completion from sync code, even when called inside a running loop.
+
+    It runs on an event loop of its own, which ends with it: what ``closing`` (judges)
+    opened on that loop, their connections, is closed first (see
+    :func:`close_on_this_loop`), where it would otherwise stay open until collected."""
+    owners = [owner for owner in closing if owner is not None]
+    run = _then_close(coroutine, owners) if owners else coroutine
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        return asyncio.run(run)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(asyncio.run, run).result()
+
+
+async def _then_close(coroutine: Coroutine[Any, Any, Any], owners: list[object]) -> Any:
+    try:
+        return await coroutine
+    finally:
+        await close_on_this_loop(owners)
+
+
+async def close_on_this_loop(owners: Iterable[object]) -> None:
+    """Await each distinct owner's ``aclose()``, which closes what it opened on the running
+    event loop (a judge's HTTP connections); owners without one are passed over. Never
+    raises: a judge used again opens new connections."""
+    for owner in {id(owner): owner for owner in owners if owner is not None}.values():
+        aclose = getattr(owner, "aclose", None)
+        if aclose is None:
+            continue
+        try:
+            await aclose()
+        except Exception as exc:
+            logger.debug("closing %r's connections failed: %s", owner, exc)

@@ -61,6 +61,8 @@ class JudgeServer:
         self.models_status = 200
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.open_connections = 0
+        """Client connections open now (a keep-alive connection stays open between requests)."""
         self._lock = threading.Lock()
         server = self
 
@@ -72,6 +74,16 @@ class JudgeServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.open_connections += 1
+
+            def finish(self) -> None:
+                with server._lock:
+                    server.open_connections -= 1
+                super().finish()
 
             def do_GET(self) -> None:  # GET /v1/models: the judges' preflight check
                 body = json.dumps({"data": [{"id": "judge-model"}]}).encode()

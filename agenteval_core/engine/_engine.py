@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import MetricInputError
-from .._sync import run_sync
+from .._sync import close_on_this_loop, run_sync
 from ..metrics._protocol import Metric, MetricKind, Score, SessionAccumulator, SessionMetric
 from ..metrics._registry import create_metric, list_metrics, metric_class
 from ..schema._results import MetricResult, TraceResults
@@ -488,11 +488,21 @@ class Engine:
         for session_id in list(self._sessions):
             self.close_session(session_id)
 
+    async def aclose(self) -> None:
+        """Close the connections the judges (the engine's and its judge metrics') opened on
+        this event loop. A run's own loop (``replay``, ``Suite.run``) ends with the run, and
+        a keep-alive socket left open would outlive it until collected. Never raises; a
+        judge used again opens new ones."""
+        await close_on_this_loop(self._judges())
+
+    def _judges(self) -> list[Any]:
+        return [self.judge, *(getattr(metric, "judge", None) for metric in self._judged)]
+
     # --- sync driver -----------------------------------------------------------------------
 
     def score_sync(self, items: Sequence[EvalCase | Trace]) -> list[TraceResults]:
         """:meth:`score` from synchronous code (also from inside a running event loop)."""
-        return run_sync(self.score(items))
+        return run_sync(self.score(items), closing=self._judges())
 
 
 async def _measure_batch(

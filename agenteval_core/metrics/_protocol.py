@@ -220,7 +220,8 @@ class Metric(MetricBase):
             raise NotImplementedError(
                 f"{type(self).__name__} implements neither compute nor acompute"
             )
-        return run_sync(self.acompute(case, history))
+        # a judge metric's judge opens connections on run_sync's loop, which ends here
+        return run_sync(self.acompute(case, history), closing=[getattr(self, "judge", None)])
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         """Score one case asynchronously. Default: call ``compute`` inline (it is cheap)."""

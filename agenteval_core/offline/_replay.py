@@ -269,6 +269,7 @@ async def replay_lines(
             numbered.all_scored = True
         engine.close_all()
     finally:
+        await engine.aclose()
         for sink in all_sinks:
             try:
                 sink.close()

@@ -430,9 +430,13 @@ class EvalSuite:
                 bar.advance(task)
                 return result
 
-            runs = await asyncio.gather(
-                *(attempt(case, index) for case in self.cases for index in range(attempts))
-            )
+            try:
+                runs = await asyncio.gather(
+                    *(attempt(case, index) for case in self.cases for index in range(attempts))
+                )
+            finally:
+                for engine in engines.values():
+                    await engine.aclose()
         ci_level, prior = options.get("ci_level", 0.95), options.get("prior", (1.0, 1.0))
         return self._report(list(runs), k, attempts, estimator, ci_level, prior)
 
