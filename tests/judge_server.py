@@ -64,6 +64,7 @@ class JudgeServer:
         self.open_connections = 0
         """Client connections open now (a keep-alive connection stays open between requests)."""
         self._lock = threading.Lock()
+        self._connections_changed = threading.Condition(self._lock)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -77,12 +78,13 @@ class JudgeServer:
 
             def setup(self) -> None:
                 super().setup()
-                with server._lock:
+                with server._connections_changed:
                     server.open_connections += 1
 
             def finish(self) -> None:
-                with server._lock:
+                with server._connections_changed:
                     server.open_connections -= 1
+                    server._connections_changed.notify_all()
                 super().finish()
 
             def do_GET(self) -> None:  # GET /v1/models: the judges' preflight check
@@ -191,6 +193,14 @@ class JudgeServer:
             elif isinstance(item, str):
                 item = Reply(item)
             self.script.append(item)
+
+    def all_connections_closed(self, within: float) -> bool:
+        """Whether every client connection is closed, waiting up to ``within`` seconds (the
+        server sees a close a moment after the client makes it)."""
+        with self._connections_changed:
+            return self._connections_changed.wait_for(
+                lambda: self.open_connections == 0, timeout=within
+            )
 
     def close(self) -> None:
         self._server.shutdown()

@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -321,14 +319,21 @@ def test_prompt_text_changes_the_version() -> None:
     )
 
 
+def _one_session_judged_075(judge_server: JudgeServer, tmp_path: Path, traces: int) -> Path:
+    """A capture of one session of ``traces`` question-and-answer traces, and a server
+    whose judge scores every one 0.75."""
+    capture = tmp_path / "c.jsonl"
+    with CaptureWriter(capture) as writer:
+        for i in range(traces):
+            writer.write(Trace(input=f"question {i}", output=f"answer {i}", session_id="s"))
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 0.75, "reason": "ok"}))
+    return capture
+
+
 def test_replay_runs_judge_metrics_and_a_cached_rerun_makes_no_call(
     judge_server: JudgeServer, tmp_path: Path
 ) -> None:
-    capture = tmp_path / "c.jsonl"
-    with CaptureWriter(capture) as writer:
-        for i in range(3):
-            writer.write(Trace(input=f"question {i}", output=f"answer {i}", session_id="s"))
-    judge_server.responder = lambda request: Reply(json.dumps({"score": 0.75, "reason": "ok"}))
+    capture = _one_session_judged_075(judge_server, tmp_path, 3)
     env_cache = {"AGENTEVAL_CACHE_DIR": str(tmp_path / "cache")}
 
     def replay() -> subprocess.CompletedProcess[str]:
@@ -368,11 +373,7 @@ def test_sync_entry_points_close_their_judge_connections(
     # replay(), Suite.run(), Engine.score_sync() and a judge metric's measure() each run on
     # an event loop of their own, which ends with them: the judge's keep-alive connections
     # used to stay open until a garbage collection found them (with gc off, for good)
-    capture = tmp_path / "c.jsonl"
-    with CaptureWriter(capture) as writer:
-        for i in range(6):
-            writer.write(Trace(input=f"question {i}", output=f"answer {i}", session_id="s"))
-    judge_server.responder = lambda request: Reply(json.dumps({"score": 0.75, "reason": "ok"}))
+    capture = _one_session_judged_075(judge_server, tmp_path, 6)
     judge = OpenAIJudge(
         "judge-model", base_url=judge_server.base_url, cache=None, max_concurrency=3
     )
@@ -382,28 +383,19 @@ def test_sync_entry_points_close_their_judge_connections(
     try:
         report = replay(capture, ["confidence"], judge=judge)
         assert report.summary.metrics["confidence"].mean == 0.75
-        _wait_until(lambda: judge_server.open_connections == 0)
+        assert judge_server.all_connections_closed(within=10.0)
         ran = suite.run(lambda question: "answer", k=2, progress=False)
         assert [run.results[0].score for run in ran.cases[0].runs] == [0.75, 0.75]
-        _wait_until(lambda: judge_server.open_connections == 0)
+        assert judge_server.all_connections_closed(within=10.0)
         trace = Trace(input="question 9", output="answer 9")
         assert Confidence(judge=judge).measure(trace).score == 0.75
-        _wait_until(lambda: judge_server.open_connections == 0)
+        assert judge_server.all_connections_closed(within=10.0)
         (scored,) = Engine(["confidence"], judge=judge).score_sync([trace])
         assert [result.score for result in scored.results] == [0.75]
-        _wait_until(lambda: judge_server.open_connections == 0)
+        assert judge_server.all_connections_closed(within=10.0)
     finally:
         gc.enable()
     assert len(judge_server.requests) == 10
-
-
-def _wait_until(condition: Callable[[], bool], deadline: float = 10.0) -> None:
-    """Polls ``condition`` (the server sees a closed connection a moment after the client
-    closes it) until it holds, or fails after ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    while not condition():
-        assert time.monotonic() < end, "the judge's connections were still open"
-        time.sleep(0.01)
 
 
 def test_agentic_end_to_end_with_the_answer_judge(judge_server: JudgeServer) -> None:
