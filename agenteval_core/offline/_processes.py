@@ -219,7 +219,7 @@ WORKER_MODULES = ["agenteval_core.offline._processes", "agenteval_core.metrics"]
 
 def _start_method() -> SpawnContext | ForkServerContext:
     """How workers start: forked from a fork server where the platform has one (it imports
-    agenteval once; a worker then starts in milliseconds, not the 0.4 s of CPU that a new
+    agenteval once; a worker then forks in milliseconds, not the 0.4 s of CPU that a new
     Python importing it takes, paid again by every worker of every replay), else as new
     Python processes (Windows). Forking this process itself is unsafe once it has threads."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
