@@ -19,7 +19,7 @@ def run_sync(coroutine: Coroutine[Any, Any, Any], *, closing: Iterable[object] =
     It runs on an event loop of its own, which ends with it: what ``closing`` (judges)
     opened on that loop, their connections, is closed first (see
     :func:`close_on_this_loop`), where it would otherwise stay open until collected."""
-    owners = [owner for owner in closing if owner is not None]
+    owners = list(closing)
     run = _then_close(coroutine, owners) if owners else coroutine
     try:
         asyncio.get_running_loop()
