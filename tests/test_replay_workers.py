@@ -38,7 +38,14 @@ from agenteval_core import (
 )
 from agenteval_core.cli import cli
 from agenteval_core.judges import OpenAIJudge
+from agenteval_core.offline._line_index import (
+    byte_ranges,
+    index_range,
+    lines_by_worker,
+    read_own_lines,
+)
 from agenteval_core.report._report import load_results
+from agenteval_core.schema._capture import read_numbered
 
 
 def _trace(index: int, session: str | None, output: str, **fields: Any) -> Trace:
@@ -157,6 +164,70 @@ def test_a_session_lands_in_one_shard_however_its_line_is_written(
     unsessioned = Trace(id="t", output="x").model_dump_json().encode()
     assert line_shard(unsessioned, number, count) == number % count
     assert line_shard(b"[1, 2]", number, count) == number % count
+
+
+LIMIT = 2000
+"""The longest line the test below reads: a trace with a long output is over it."""
+
+
+def _line_kinds() -> list[bytes]:
+    """Every kind of line a capture holds: ours, another writer's, unsessioned, blank, CRLF,
+    not JSON, not UTF-8, oversized, and a torn fragment glued to a whole trace."""
+    ours = [_trace(i, f"s{i % 3}", "ok").model_dump_json().encode() for i in range(3)]
+    theirs = json.dumps(_trace(3, "s1", "ok").model_dump(mode="json"), sort_keys=True).encode()
+    loose = _trace(4, None, "ok").model_dump_json().encode()
+    long = _trace(5, "s2", "x" * LIMIT).model_dump_json().encode()
+    glued = ours[0][:30] + _trace(6, "s0", "ok").model_dump_json().encode()
+    bad = [b"", b"  ", ours[1] + b"\r", b"{not json", b"\xff\xfe"]
+    return [*ours, theirs, loose, long, glued, *bad]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kinds=st.lists(st.integers(0, len(_line_kinds()) - 1), max_size=40),
+    torn=st.booleans(),
+    count=st.integers(1, 6),
+)
+def test_each_process_reads_exactly_its_shard_of_a_capture_file_from_the_ranges_indexes(
+    tmp_path_factory: pytest.TempPathFactory, kinds: list[int], torn: bool, count: int
+) -> None:
+    # a worker of a replay indexes one byte range and reads the lines the ranges' indexes
+    # give it: exactly what read_capture's shard=(worker, count) reads of the whole file,
+    # problems and progress included, however odd the lines
+    content = b"".join(_line_kinds()[kind] + b"\n" for kind in kinds)
+    if torn:  # its writer stopped mid-line
+        content += _trace(8, "s1", "ok").model_dump_json().encode()[:50]
+    path = tmp_path_factory.mktemp("index") / "capture.jsonl"
+    path.write_bytes(content)
+    found = [index_range(path, span, count, LIMIT) for span in byte_ranges(path, count)]
+    progress = 0
+    for worker, lines in enumerate(lines_by_worker(found, count)):
+        problems: list[CaptureFormatError] = []
+        expected_problems: list[CaptureFormatError] = []
+        sizes: list[int] = []
+        read = read_own_lines(
+            path,
+            lines,
+            on_error=problems.append,
+            on_progress=sizes.append,
+            max_line_bytes=LIMIT,
+        )
+        expected = read_numbered(
+            path, shard=(worker, count), on_error=expected_problems.append, max_line_bytes=LIMIT
+        )
+        assert list(read) == list(expected)
+        assert [(e.line, e.problem, e.truncated) for e in problems] == [
+            (e.line, e.problem, e.truncated) for e in expected_problems
+        ]
+        progress += sum(sizes)
+    assert progress == len(content)  # every byte read once, by one process
+
+
+def test_workers_tell_the_progress_of_every_process(tmp_path: Path) -> None:
+    path = _capture(tmp_path / "capture.jsonl")
+    read: list[int] = []
+    replay(path, workers=3, on_progress=read.append, on_bad_line=lambda error: None)
+    assert sum(read) == path.stat().st_size
 
 
 class _Locked(Metric):

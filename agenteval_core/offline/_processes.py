@@ -20,6 +20,7 @@ from .._options import check_options
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._results import flagged_traces
+from ._line_index import OwnLines, RangeIndex, byte_ranges, index_range, lines_by_worker
 from ._ray import replay_on_ray, reserve_slot
 from ._replay import ReplayOptions, ReplayReport, areplay, fewer_collections, replay_lines
 
@@ -62,8 +63,10 @@ def replay(
     rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
 
     ``workers`` processes (this one included) score at once, each the sessions of one shard
-    of the file (see :func:`~agenteval_core.read_capture`); the report and the results file
-    are those of one process, apart from timings. Metrics, the embedder and the judge are
+    of the capture (every session whole in one): of a capture file, each process first finds
+    which shard every line of one byte range of the file belongs to, from the line's first
+    bytes, and then reads only its own lines; of a capture directory, its own shard files.
+    The report and the results file are those of one process, apart from timings. Metrics, the embedder and the judge are
     sent to them pickled (a judge as its settings: each worker keeps up to its concurrency
     in flight, and one rate limit in shared memory spaces the requests of all of them to its
     ``requests_per_period``); they import the calling script, so call this under
@@ -130,10 +133,11 @@ def replay_in_workers(
     """:func:`~agenteval_core.replay` with ``workers`` processes, this one included.
 
     Each process scores the sessions of its shard (every trace of a session in one shard,
-    so each session is scored in order, as in one process): of a file, it reads the whole
-    file and parses its own lines; of a capture directory, it opens its own shard files. This
-    process reports progress and its bad lines as it goes; the others' bad lines arrive
-    when they finish. The shares of the results file merge back into capture order; an
+    so each session is scored in order, as in one process): of a file, each process first
+    finds the shard of every line in one byte range of the file, and then reads only its own
+    shard's lines (so no process reads the whole file); of a capture directory, it opens its
+    own shard files. This process reports progress (every process's) and its bad lines as it
+    goes; the others' bad lines arrive when they finish. The shares of the results file merge back into capture order; an
     ``output`` directory gets them as they are, one results shard per process."""
     embedder, concurrency = options.get("embedder"), options.get("concurrency")
     output, on_bad_line = options.get("output"), options.get("on_bad_line")
@@ -161,16 +165,21 @@ def replay_in_workers(
             parts = [os.fspath(part) for part in results_shards(output, workers)]
         context = _start_method()
         pace = _ProcessPace.of(judge, context)
+        progress = _SharedProgress(context.Value("q", 0)) if on_progress is not None else None
+        # a capture file is split by byte ranges, one per process; a directory by its files
+        spans = None if Path(path).is_dir() else byte_ranges(path, workers)
         others = _Workers()
         try:
             for index in range(1, workers):
-                receiver, sender = context.Pipe(duplex=False)
+                here, there = context.Pipe()
                 process = context.Process(
                     target=_worker,
-                    args=(sender, os.fspath(path), payload, (index, workers), parts[index]),
+                    args=(there, os.fspath(path), payload, (index, workers), parts[index]),
                     kwargs={
+                        "span": None if spans is None else spans[index],
                         "concurrency": concurrency,
                         "pace": pace,
+                        "progress": progress,
                         "numbered": numbered,
                         "environ": dict(os.environ),
                     },
@@ -178,23 +187,39 @@ def replay_in_workers(
                     daemon=True,
                 )
                 process.start()
-                sender.close()  # the worker holds the only sending end: its death is seen
-                others.started.append((process, receiver))
+                there.close()  # the worker holds the only other end: its death is seen
+                others.started.append((process, here))
+            shard: tuple[int, int] | OwnLines = (0, workers)
+            if spans is not None:  # every range's index, joined into each process's lines
+                found = [index_range(path, spans[0], workers), *others.indexes()]
+                shard, *theirs = lines_by_worker(found, workers)
+                for lines, (_, connection) in zip(theirs, others.started, strict=True):
+                    connection.send(lines)
+
+            def report_progress() -> None:
+                if progress is not None and on_progress is not None:
+                    progress.report(on_progress)
+
+            def between_batches() -> None:
+                others.check()  # a worker that failed stops this one too
+                report_progress()
+
             with _paced(judge, pace):
                 own = _run_shard(
                     os.fspath(path),
                     metrics,
                     embedder,
                     judge,
-                    (0, workers),
+                    shard,
                     parts[0],
                     numbered=numbered,
                     concurrency=concurrency,
                     on_bad_line=on_bad_line,
                     on_progress=on_progress,
-                    between_batches=others.check,  # a worker that failed stops this one too
+                    between_batches=between_batches,
                 )
-            reports = others.wait()
+            reports = others.wait(while_waiting=report_progress)
+            report_progress()
         except ResultsWriteError as exc:
             if not numbered or output is None:  # a results directory: the error names its shard
                 raise
@@ -230,82 +255,112 @@ def _start_method() -> SpawnContext | ForkServerContext:
 
 
 class _Workers:
-    """The worker processes of one replay, each with the pipe it reports on."""
+    """The worker processes of one replay, each with the pipe it talks on."""
 
     def __init__(self) -> None:
         self.started: list[tuple[Any, Connection]] = []
         self._reports: dict[int, ReplayReport] = {}
 
+    def indexes(self) -> list[RangeIndex]:
+        """Every worker's index of its byte range of the capture file, in worker order."""
+        return [_received(process, connection, "index") for process, connection in self.started]
+
     def check(self) -> None:
         """Take the report of each worker that has finished, without waiting; raise the
         error of one that failed (or died)."""
-        for index, (process, receiver) in enumerate(self.started):
-            if index not in self._reports and receiver.poll():
-                self._reports[index] = _report_of(process, receiver)
+        for index, (process, connection) in enumerate(self.started):
+            if index not in self._reports and connection.poll():
+                self._reports[index] = _received(process, connection, "report")
 
-    def wait(self) -> list[ReplayReport]:
-        """Every worker's report, in worker order, once each has sent it."""
-        for index, (process, receiver) in enumerate(self.started):
+    def wait(self, while_waiting: Callable[[], None]) -> list[ReplayReport]:
+        """Every worker's report, in worker order, once each has sent it; ``while_waiting``
+        is called every so often until then."""
+        for index, (process, connection) in enumerate(self.started):
             if index not in self._reports:
-                self._reports[index] = _report_of(process, receiver)
+                self._reports[index] = _received(process, connection, "report", while_waiting)
         return [self._reports[index] for index in range(len(self.started))]
 
     def stop(self) -> None:
         """End every worker still running and close the pipes."""
-        for process, receiver in self.started:
+        for process, connection in self.started:
             if process.is_alive():
                 process.terminate()
             process.join()
-            receiver.close()
+            connection.close()
 
 
 def _worker(
-    sender: Connection,
+    connection: Connection,
     path: str,
     payload: bytes,
     shard: tuple[int, int],
     part: str | None,
     *,
+    span: tuple[int, int | None] | None,
     concurrency: int | None,
     pace: _ProcessPace | None,
+    progress: _SharedProgress | None,
     numbered: bool,
     environ: dict[str, str],
 ) -> None:
-    """A worker process: its share of the replay (its metrics and judge arrive pickled; the
-    judge waits on the rate limit every process shares), then the report, or what went
-    wrong, sent back."""
+    """A worker process: of a capture file, the index of its byte range ``span`` sent, and
+    its own lines received; then its share of the replay (its metrics and judge arrive
+    pickled; the judge waits on the rate limit every process shares), then the report, or
+    what went wrong, sent back."""
     # the environment as the replay started, as a new process would inherit it: the fork
     # server kept the one it started with
     os.environ.clear()
     os.environ.update(environ)
     try:
+        if span is not None:  # sent first: every process waits for every range's index
+            connection.send(("index", index_range(path, span, shard[1])))
         metrics, embedder, judge = pickle.loads(payload)
+        lines: tuple[int, int] | OwnLines = shard if span is None else connection.recv()
         with _paced(judge, pace):
             report = _run_shard(
                 path,
                 metrics,
                 embedder,
                 judge,
-                shard,
+                lines,
                 part,
                 numbered=numbered,
                 concurrency=concurrency,
+                on_progress=None if progress is None else progress.add,
+                between_batches=None if progress is None else progress.flush,
             )
-        outcome: tuple[bool, Any] = (True, report)
+        if progress is not None:
+            progress.flush()
+        outcome: tuple[str, Any] = ("report", report)
     except BaseException as exc:  # sent back whole when it pickles, else as its text
-        outcome = (False, exc)
+        outcome = ("error", exc)
     try:
-        sender.send(outcome)
+        connection.send(outcome)
     except Exception as exc:
-        sender.send((False, RuntimeError(f"{type(outcome[1]).__name__}: {outcome[1]} ({exc})")))
-    sender.close()
+        connection.send(
+            ("error", RuntimeError(f"{type(outcome[1]).__name__}: {outcome[1]} ({exc})"))
+        )
+    connection.close()
 
 
-def _report_of(process: Any, receiver: Connection) -> ReplayReport:
-    """A worker's report; its error raised here; a worker that died says so."""
-    wait([receiver, process.sentinel])
+WAITING_CALLS_EVERY = 0.25
+"""Seconds between calls of what runs while this process waits for a worker (progress)."""
+
+
+def _received(
+    process: Any,
+    connection: Connection,
+    kind: str,
+    while_waiting: Callable[[], None] | None = None,
+) -> Any:
+    """What a worker sends next (its ``kind``: its index, or its report); its error raised
+    here; a worker that died says so."""
+    timeout = None if while_waiting is None else WAITING_CALLS_EVERY
+    while not wait([connection, process.sentinel], timeout):
+        if while_waiting is not None:
+            while_waiting()
     try:
-        ok, value = receiver.recv()
+        sent, value = connection.recv()
     except EOFError:  # it died without a word: its end of the pipe closed with it
         process.join()
         raise RuntimeError(
@@ -313,10 +368,10 @@ def _report_of(process: Any, receiver: Connection) -> ReplayReport:
             "reporting. Workers start by importing the calling script: "
             'call replay(workers=...) from a file, under `if __name__ == "__main__":`'
         ) from None
-    if not ok:
+    if sent == "error":
         raise value
-    report: ReplayReport = value
-    return report
+    assert sent == kind, f"a worker sent its {sent} where its {kind} was due"
+    return value
 
 
 def _run_shard(
@@ -324,7 +379,7 @@ def _run_shard(
     metrics: Sequence[str | Metric | SessionMetric] | None,
     embedder: Any,
     judge: Any,
-    shard: tuple[int, int],
+    shard: tuple[int, int] | OwnLines,
     part: str | None,
     *,
     numbered: bool,
@@ -373,6 +428,32 @@ class _ProcessPace:
             delay, self.next_free.value = reserve_slot(self.next_free.value, self.interval)
         if delay > 0:
             await asyncio.sleep(delay)
+
+
+class _SharedProgress:
+    """The bytes of the capture file the workers have read, in shared memory, so that this
+    process's ``on_progress`` tells of every process's: each worker adds its count after
+    every batch; this process passes on what was added since it last looked."""
+
+    def __init__(self, read: Any) -> None:
+        self.read = read  # a multiprocessing.Value("q"), inherited by the workers
+        self.unsent = 0  # in a worker: bytes read since it last added them
+        self.reported = 0  # in this process: bytes passed on
+
+    def add(self, size: int) -> None:
+        self.unsent += size
+
+    def flush(self) -> None:
+        if self.unsent:
+            with self.read.get_lock():
+                self.read.value += self.unsent
+            self.unsent = 0
+
+    def report(self, on_progress: Callable[[int], None]) -> None:
+        read = self.read.value
+        if read > self.reported:
+            on_progress(read - self.reported)
+            self.reported = read
 
 
 @contextlib.contextmanager

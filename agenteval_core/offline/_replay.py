@@ -23,6 +23,7 @@ from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import read_numbered
 from ..schema._results import MetricResult, TraceResults, flagged_traces
 from ..schema._trace import Trace, text_of
+from ._line_index import OwnLines, read_own_lines
 
 logger = logging.getLogger("agenteval")
 
@@ -199,12 +200,13 @@ async def replay_lines(
     path: str | os.PathLike[str],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
     *,
-    shard: tuple[int, int] | None = None,
+    shard: tuple[int, int] | OwnLines | None = None,
     numbered_output: str | os.PathLike[str] | None = None,
     between_batches: Callable[[], None] | None = None,
     **options: Unpack[ReplayOptions],
 ) -> ReplayReport:
-    """:func:`areplay` over the lines of one shard (all of them when ``shard`` is None).
+    """:func:`areplay` over the lines of one shard (all of them when ``shard`` is None): a
+    ``(index, count)`` shard, or a worker's own lines of a capture file.
     ``numbered_output`` is a worker's share of the results file (see
     :class:`NumberedResultsFile`); ``between_batches`` is called after each batch, and
     what it raises stops the replay."""
@@ -249,9 +251,12 @@ async def replay_lines(
 
     def batches() -> Iterator[list[Trace]]:
         batch: list[Trace] = []
-        for number, trace in read_numbered(
-            path, on_error=bad_line, on_progress=on_progress, shard=shard
-        ):
+        lines = (
+            read_own_lines(path, shard, on_error=bad_line, on_progress=on_progress)
+            if isinstance(shard, OwnLines)
+            else read_numbered(path, on_error=bad_line, on_progress=on_progress, shard=shard)
+        )
+        for number, trace in lines:
             if numbered is not None:
                 numbers.append(number)
             batch.append(trace)

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -31,6 +31,7 @@ __all__ = [
     "line_session",
     "line_shard",
     "parse_line",
+    "parse_lines",
     "read_capture",
     "shard_capture",
     "split_lines",
@@ -486,18 +487,30 @@ def _read_file(
     except FileNotFoundError:
         raise CaptureError(f"{name}: no such capture file") from None
     try:
-        for number, line, oversize in split_lines(handle, max_line_bytes, on_progress):
-            if shard is not None and line_shard(line, number, shard[1]) != shard[0]:
-                continue
-            problems, trace = parse_line(name, number, line, oversize, max_line_bytes)
-            for problem in problems:
-                if on_error is None:
-                    raise problem
-                on_error(problem)
-            if trace is not None:
-                yield number, trace
+        lines = split_lines(handle, max_line_bytes, on_progress)
+        if shard is not None:
+            lines = (item for item in lines if line_shard(item[1], item[0], shard[1]) == shard[0])
+        yield from parse_lines(name, lines, on_error, max_line_bytes)
     finally:
         handle.close()
+
+
+def parse_lines(
+    name: str,
+    lines: Iterable[tuple[int, bytes, int]],
+    on_error: Callable[[CaptureFormatError], None] | None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> Iterator[tuple[int, Trace]]:
+    """The traces of capture lines given as :func:`split_lines` gives them, each with its
+    line number; each line's problems raised, or passed to ``on_error``."""
+    for number, line, oversize in lines:
+        problems, trace = parse_line(name, number, line, oversize, max_line_bytes)
+        for problem in problems:
+            if on_error is None:
+                raise problem
+            on_error(problem)
+        if trace is not None:
+            yield number, trace
 
 
 def split_lines(
