@@ -1,18 +1,22 @@
 """Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency),
-the results file's overhead, and Ray Data's local mode against one process, on one capture
-file and on the same traces as a capture directory of shards.
+beyond the cores each worker's work run alone, the results file's overhead, and Ray Data's
+local mode against one process, on one capture file and on the same traces as a capture
+directory of shards.
 
     python -m bench replay_scale [--quick]
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import time
 from pathlib import Path
 
 from agenteval_core import CaptureWriter, read_capture, replay
+from agenteval_core.offline._line_index import OwnLines, byte_ranges, index_range, lines_by_worker
+from agenteval_core.offline._replay import fewer_collections, replay_lines
 
 from ._synthetic import write_capture
 from .bench_replay import ROUNDS
@@ -24,29 +28,38 @@ def _seconds(run: object) -> float:
     return time.perf_counter() - started
 
 
-NO_LINES = (0, 2**31 - 1)
-"""A shard that holds none of the capture's lines (no session's hash, no line number, is a
-multiple of 2**31 - 1): reading it is what a worker does with the other workers' lines."""
-
 CURVE = (8, 16, 32, 64)
-"""Worker counts whose bound on a capture file's efficiency the benchmark works out."""
+"""Worker counts whose time on a capture file the benchmark works out beyond the cores."""
 
 
-def _passing_over(path: Path, count: int, one: float) -> None:
-    """What a worker pays for each of the other workers' lines of a capture file (read,
-    and its session found from its first bytes), and the efficiency that leaves N workers
-    on N cores, worked out: each scores 1/N of the traces and passes over the rest."""
-    passed = min(_seconds(lambda: sum(1 for _ in read_capture(path, shard=NO_LINES))) for _ in "ab")
-    scored, passed = one / count * 1e6, passed / count * 1e6
-    print(
-        f"capture file: a worker passes over another's line in {passed:.1f} µs "
-        f"(one process scores one in {scored:.0f} µs)"
-    )
-    bounds = ", ".join(
-        f"{workers} → {scored / (scored + (workers - 1) * passed):.2f}" for workers in CURVE
-    )
-    print(f"  so N workers on N cores reach at most an efficiency of {bounds}")
-    print("  (a capture directory's workers read only their own shards: no such cost)")
+def _share(path: Path, lines: OwnLines) -> None:
+    with fewer_collections():
+        asyncio.run(replay_lines(path, shard=lines))
+
+
+def _workers_one_at_a_time(path: Path, count: int, one: float) -> None:
+    """What N workers on N idle cores take on a capture file, worked out from each one's
+    work run here one after another: the slowest byte range's index (every worker waits for
+    all of them), joining them into each worker's lines, and the slowest worker's share
+    (its lines read and scored). What running at once adds (shared caches and memory
+    bandwidth, the processes' start) is left out: the curve above measures that."""
+    print("capture file, each worker's work run alone (worked out, not measured at once):")
+    for workers in CURVE:
+        found, indexing = [], 0.0
+        for span in byte_ranges(path, workers):
+            started = time.perf_counter()
+            found.append(index_range(path, span, workers))
+            indexing = max(indexing, time.perf_counter() - started)
+        started = time.perf_counter()
+        shares = lines_by_worker(found, workers)
+        joining = time.perf_counter() - started
+        slowest = max(_seconds(lambda lines=lines: _share(path, lines)) for lines in shares)
+        speedup = one / (indexing + joining + slowest)
+        print(
+            f"  {workers:>2} workers: slowest index {1e3 * indexing:.0f} ms, join "
+            f"{1e3 * joining:.0f} ms, slowest share {slowest:.2f} s (of {count / workers:,.0f} "
+            f"traces on average): speedup {speedup:.2f}, efficiency {speedup / workers:.2f}"
+        )
 
 
 def main(quick: bool = False) -> None:
@@ -94,7 +107,7 @@ def main(quick: bool = False) -> None:
                     f"{label}, {workers:>2} workers: {count / seconds:,.0f} traces/s, speedup "
                     f"{speedup:.2f}, efficiency {speedup / workers:.2f} (goal >= 0.8)"
                 )
-        _passing_over(path, count, one)
+        _workers_one_at_a_time(path, count, one)
         try:
             import ray
         except ImportError:
