@@ -189,12 +189,7 @@ def replay_in_workers(
                 process.start()
                 there.close()  # the worker holds the only other end: its death is seen
                 others.started.append((process, here))
-            shard: tuple[int, int] | OwnLines = (0, workers)
-            if spans is not None:  # every range's index, joined into each process's lines
-                found = [index_range(path, spans[0], workers), *others.indexes()]
-                shard, *theirs = lines_by_worker(found, workers)
-                for lines, (_, connection) in zip(theirs, others.started, strict=True):
-                    connection.send(lines)
+            shard = (0, workers) if spans is None else others.share_out(path, spans[0])
 
             def report_progress() -> None:
                 if progress is not None and on_progress is not None:
@@ -264,6 +259,17 @@ class _Workers:
     def indexes(self) -> list[RangeIndex]:
         """Every worker's index of its byte range of the capture file, in worker order."""
         return [_received(process, connection, "index") for process, connection in self.started]
+
+    def share_out(self, path: str | os.PathLike[str], span: tuple[int, int | None]) -> OwnLines:
+        """Index this process's byte range of the capture file, join it with every worker's
+        index, send each worker its lines, and return this process's. The indexes (about
+        80 bytes a line of the file at their peak) are freed on return, before scoring."""
+        count = len(self.started) + 1
+        found = [index_range(path, span, count), *self.indexes()]
+        own, *theirs = lines_by_worker(found, count)
+        for lines, (_, connection) in zip(theirs, self.started, strict=True):
+            connection.send(lines)
+        return own
 
     def check(self) -> None:
         """Take the report of each worker that has finished, without waiting; raise the
