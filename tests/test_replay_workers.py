@@ -44,6 +44,7 @@ from agenteval_core.offline._line_index import (
     lines_by_worker,
     read_own_lines,
 )
+from agenteval_core.offline._processes import _start_method, _Workers
 from agenteval_core.report._report import load_results
 from agenteval_core.schema._capture import read_numbered
 
@@ -353,6 +354,35 @@ def test_a_failing_worker_fails_the_replay_and_leaves_no_process(tmp_path: Path)
     kept = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
     own = [t.id for t in read_capture(path, shard=(0, 3), on_error=lambda error: None)]
     assert kept == own and len(own) > 10
+
+
+def _stops_after_its_index(connection: Any, path: Path, span: tuple[int, int | None]) -> None:
+    connection.send(("index", index_range(path, span, 2)))
+    connection.send(("error", RuntimeError("this metric's model is not on this machine")))
+    connection.close()
+
+
+def test_a_worker_that_stops_after_its_index_fails_the_replay_with_its_own_error(
+    tmp_path: Path,
+) -> None:
+    # lines without a session go by number: half of them (2.4 MB of offsets) are the
+    # worker's, more than a pipe holds, so sending them fails once it has stopped
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(b"{}\n" * 200_000)
+    spans = byte_ranges(path, 2)
+    context = _start_method()
+    here, there = context.Pipe()
+    process = context.Process(target=_stops_after_its_index, args=(there, path, spans[1]))
+    process.start()
+    there.close()
+    workers = _Workers()
+    workers.started.append((process, here))
+    try:
+        with pytest.raises(RuntimeError, match="this metric's model is not on this machine"):
+            workers.share_out(path, spans[0])
+    finally:
+        workers.stop()
+    assert multiprocessing.active_children() == []
 
 
 def test_cli_replay_with_workers(tmp_path: Path) -> None:

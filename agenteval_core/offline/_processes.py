@@ -45,41 +45,40 @@ def replay(
     :func:`~agenteval_core.areplay`): ``judge``, ``embedder``, ``concurrency``, ``output``,
     ``sinks``, ``on_trace``, ``on_bad_line``, ``on_progress``, as below.
 
-    ``metrics`` are registry names or metric instances (default: the deterministic and
-    embedding metrics that need no expectations, plus agent_reliability and
-    agent_consistency, and the judge metrics when ``judge`` is given); ``judge`` and
-    ``embedder`` go to the metrics that take them. Traces are scored by the same
-    :class:`~agenteval_core.Engine` as online: up to ``concurrency`` at once (default: the
-    judge's bound), a session's traces too, folded into the session in order. Bad lines go to ``on_bad_line`` and are skipped,
-    so every good line is scored. With ``output``, the results file is written (see
-    :class:`~agenteval_core.ResultsFileSink`), or, when ``output`` is a directory (an
-    existing one, or a path ending in a separator), results shards in it
-    (``results-00000-of-0000N.jsonl``: one per process, or per input file on Ray; earlier
-    shards there are replaced), which ``agenteval report`` reads as one results file;
-    ``sinks`` receive every result too. A results file that lacks lines once every trace is
-    scored (a write failed on a full disk) raises :class:`~agenteval_core.ResultsWriteError`,
-    which carries the report. A judge's
-    preflight check runs first: a missing key, a bad URL, an unreachable server or a
+    ``metrics`` are registry names or metric instances (default: the deterministic and embedding
+    metrics that need no expectations, plus agent_reliability and agent_consistency, and the
+    judge metrics when ``judge`` is given); ``judge`` and ``embedder`` go to the metrics that
+    take them. Traces are scored by the same :class:`~agenteval_core.Engine` as online: up to
+    ``concurrency`` at once (default: the judge's bound), a session's traces too, folded into
+    the session in order. Bad lines go to ``on_bad_line`` and are skipped, so every good line is
+    scored. With ``output``, the results file is written (see
+    :class:`~agenteval_core.ResultsFileSink`), or, when ``output`` is a directory (an existing
+    one, or a path ending in a separator), results shards in it
+    (``results-00000-of-0000N.jsonl``: one per process, or per input file on Ray; earlier shards
+    there are replaced), which ``agenteval report`` reads as one results file; ``sinks`` receive
+    every result too. A results file that lacks lines once every trace is scored (a write failed
+    on a full disk) raises :class:`~agenteval_core.ResultsWriteError`, which carries the report.
+    A judge's preflight check runs first: a missing key, a bad URL, an unreachable server or a
     rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
 
-    ``workers`` processes (this one included) score at once, each the sessions of one shard
-    of the capture (every session whole in one): of a capture file, each process first finds
-    which shard every line of one byte range of the file belongs to, from the line's first
-    bytes, and then reads only its own lines; of a capture directory, its own shard files.
-    The report and the results file are those of one process, apart from timings. Metrics, the embedder and the judge are
-    sent to them pickled (a judge as its settings: each worker keeps up to its concurrency
-    in flight, and one rate limit in shared memory spaces the requests of all of them to its
-    ``requests_per_period``); they import the calling script, so call this under
-    ``if __name__ == "__main__":``. Workers take no ``sinks`` or ``on_trace``
-    (``ValueError``).
+    ``workers`` processes (this one included) score at once, each the sessions of one shard of
+    the capture (every session whole in one): of a capture file, each process first finds which
+    shard every line of one byte range of the file belongs to, from the line's first bytes, and
+    then reads only its own lines; of a capture directory, its own shard files. The report and
+    the results file are those of one process, apart from timings. Metrics, the embedder and the
+    judge are sent to them pickled (a judge as its settings: each worker keeps up to its
+    concurrency in flight, and one rate limit in shared memory spaces the requests of all of
+    them to its ``requests_per_period``); they import the calling script, so call this under
+    ``if __name__ == "__main__":``. Workers take no ``sinks`` or ``on_trace`` (``ValueError``).
 
     ``engine="ray"`` scores on Ray Data (``pip install 'agenteval[ray]'``): on the cluster at
     ``ray_address`` (or ``$RAY_ADDRESS``), or in a local Ray started for the replay. ``path``
-    may then be several files, globs, directories or object-store URLs (``s3://``, ``gs://``);
-    a judge is sent to every worker, and one limiter keeps the whole cluster within its
-    rate; ``on_progress`` then receives the number of traces scored so far. The results file holds the lines of a one-process replay, session by session
-    (see :func:`~agenteval_core.offline.replay_on_ray`); ``sinks`` and ``on_trace`` run in
-    this process and are refused, as with workers.
+    may then be several files, globs, directories or object-store URLs (``s3://``, ``gs://``); a
+    judge is sent to every worker, and one limiter keeps the whole cluster within its rate;
+    ``on_progress`` then receives the number of traces scored so far. The results file holds the
+    lines of a one-process replay, session by session (see
+    :func:`~agenteval_core.offline.replay_on_ray`); ``sinks`` and ``on_trace`` run in this
+    process and are refused, as with workers.
     """
     check_options(options, ReplayOptions, "replay")
     if engine not in ("local", "ray"):
@@ -137,8 +136,9 @@ def replay_in_workers(
     finds the shard of every line in one byte range of the file, and then reads only its own
     shard's lines (so no process reads the whole file); of a capture directory, it opens its
     own shard files. This process reports progress (every process's) and its bad lines as it
-    goes; the others' bad lines arrive when they finish. The shares of the results file merge back into capture order; an
-    ``output`` directory gets them as they are, one results shard per process."""
+    goes; the others' bad lines arrive when they finish. The shares of the results file
+    merge back into capture order; an ``output`` directory gets them as they are, one
+    results shard per process."""
     embedder, concurrency = options.get("embedder"), options.get("concurrency")
     output, on_bad_line = options.get("output"), options.get("on_bad_line")
     on_progress, judge = options.get("on_progress"), options.get("judge")
@@ -267,8 +267,12 @@ class _Workers:
         count = len(self.started) + 1
         found = [index_range(path, span, count), *self.indexes()]
         own, *theirs = lines_by_worker(found, count)
-        for lines, (_, connection) in zip(theirs, self.started, strict=True):
-            connection.send(lines)
+        for lines, (process, connection) in zip(theirs, self.started, strict=True):
+            try:
+                connection.send(lines)
+            except OSError:  # it stopped after sending its index: what it said, or its end
+                _received(process, connection, "error")
+                raise
         return own
 
     def check(self) -> None:
@@ -318,10 +322,11 @@ def _worker(
     os.environ.clear()
     os.environ.update(environ)
     try:
-        if span is not None:  # sent first: every process waits for every range's index
+        lines: tuple[int, int] | OwnLines = shard
+        if span is not None:  # first: every process waits for every range's index
             connection.send(("index", index_range(path, span, shard[1])))
+            lines = connection.recv()  # before anything can fail: this process is sending
         metrics, embedder, judge = pickle.loads(payload)
-        lines: tuple[int, int] | OwnLines = shard if span is None else connection.recv()
         with _paced(judge, pace):
             report = _run_shard(
                 path,
