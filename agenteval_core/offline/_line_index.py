@@ -159,7 +159,7 @@ def read_own_lines(
     """The traces of a worker's own lines, each with its line number, read and reported as
     :func:`~agenteval_core.read_capture` reads and reports them (an oversized line is
     refused without being read)."""
-    if not len(lines):
+    if not len(lines):  # nothing to read; and an empty file cannot be mapped
         return
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
 
