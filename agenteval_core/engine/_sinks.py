@@ -172,11 +172,7 @@ class ResultsFileSink(Sink):
         self.path = Path(path)
         self.buffer_size = buffer_size
         self._pending = bytearray()
-        # unbuffered, one write per line: a write that fails (a full disk) loses that line
-        # only, and the next line starts on a line of its own once space returns
-        self._file: IO[bytes] | None = open(  # noqa: SIM115  (closed by close())
-            self.path, "a+b" if append else "w+b", buffering=0
-        )
+        self._file: IO[bytes] | None = self._open(append=append)
         self._lock = threading.Lock()
         self._end = -1  # where the last line ended
         self.lines_lost = 0
@@ -187,6 +183,12 @@ class ResultsFileSink(Sink):
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()  # a parent thread may hold it at the fork
+
+    def _open(self, *, append: bool = False) -> IO[bytes]:
+        """The file at ``self.path``, unbuffered: one write per line (or buffer), so a
+        write that fails (a full disk) loses those lines only, and the next line starts on
+        a line of its own once space returns."""
+        return open(self.path, "a+b" if append else "w+b", buffering=0)
 
     def _line(self, record: dict[str, Any]) -> bytes:
         return encode_record(record)
