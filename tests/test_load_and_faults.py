@@ -401,9 +401,22 @@ class DiskFullOnce(FullDisk):
         return super().write(data)
 
 
-def _results_disk_fills_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+class DiskFullOnceInAll(DiskFullOnce):
+    """A file on a disk that is full for the ``nth`` write of all such files."""
+
+    written = 0
+
+    def write(self, data: Any) -> int:
+        type(self).written += 1
+        self.full = type(self).written == self.nth
+        return FullDisk.write(self, data)
+
+
+def _results_disk_fills_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, full: type[DiskFullOnce] = DiskFullOnce
+) -> Path:
     """A capture of 70 sessions of 10 traces, whose replay's results file (about 1 MB, four
-    256 KiB writes) meets a full disk on its second write."""
+    256 KiB writes) meets a full disk on its second write (``full`` says whose)."""
     from ray_helpers import a_trace, write_capture
 
     from agenteval_core.engine import _sinks
@@ -412,7 +425,7 @@ def _results_disk_fills_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     write_capture(capture, [a_trace(f"s{i // 10}", i % 10) for i in range(700)])
     real_open = open
     monkeypatch.setattr(
-        _sinks, "open", lambda *a, **k: DiskFullOnce(real_open(*a, **k), nth=2), raising=False
+        _sinks, "open", lambda *a, **k: full(real_open(*a, **k), nth=2), raising=False
     )
     return capture
 
@@ -477,9 +490,12 @@ def test_a_results_write_error_crosses_from_a_worker_whole() -> None:
 def test_a_multi_process_replay_names_its_results_file_when_a_share_lost_lines(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # this process scores the first shard, and its share of the results file meets the
-    # full disk (the worker process writes its own share as usual)
-    capture, results = _results_disk_fills_once(monkeypatch, tmp_path), tmp_path / "r.jsonl"
+    # this process's share of the results file (a part per task it takes, each written
+    # once) meets the full disk on its second write (the worker process writes its own
+    # share as usual)
+    monkeypatch.setattr(DiskFullOnceInAll, "written", 0)
+    capture = _results_disk_fills_once(monkeypatch, tmp_path, DiskFullOnceInAll)
+    results = tmp_path / "r.jsonl"
     with pytest.raises(ResultsWriteError) as raised:
         replay(capture, workers=2, output=results)
     error = raised.value

@@ -39,12 +39,13 @@ from agenteval_core import (
 from agenteval_core.cli import cli
 from agenteval_core.judges import OpenAIJudge
 from agenteval_core.offline._line_index import (
+    TaskTable,
     byte_ranges,
     index_range,
-    lines_by_worker,
+    lines_by_shard,
     read_own_lines,
 )
-from agenteval_core.offline._processes import _start_method, _Workers
+from agenteval_core.offline._processes import _start_method, _Workers, task_count
 from agenteval_core.report._report import load_results
 from agenteval_core.schema._capture import read_numbered
 
@@ -81,6 +82,19 @@ def _capture(path: Path) -> Path:
     lines.insert(40, json.dumps(other, sort_keys=True))  # session_id is not near the start
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _sessions(path: Path, *, traces: int, sessions: int) -> Path:
+    """A capture of ``traces`` short traces, ``t0`` on, in ``sessions`` interleaved sessions."""
+    with CaptureWriter(path) as writer:
+        for index in range(traces):
+            writer.write(Trace(id=f"t{index}", session_id=f"s{index % sessions}", output="ok"))
+    return path
+
+
+def _wait_for_every_worker() -> None:
+    for worker in multiprocessing.active_children():
+        worker.join(timeout=60)
 
 
 def _without_latency(line: str) -> Any:
@@ -202,7 +216,7 @@ def test_each_process_reads_exactly_its_shard_of_a_capture_file_from_the_ranges_
     path.write_bytes(content)
     found = [index_range(path, span, count, LIMIT) for span in byte_ranges(path, count)]
     progress = 0
-    for worker, lines in enumerate(lines_by_worker(found, count)):
+    for worker, lines in enumerate(lines_by_shard(found, count)):
         problems: list[CaptureFormatError] = []
         expected_problems: list[CaptureFormatError] = []
         sizes: list[int] = []
@@ -222,6 +236,59 @@ def test_each_process_reads_exactly_its_shard_of_a_capture_file_from_the_ranges_
         ]
         progress += sum(sizes)
     assert progress == len(content)  # every byte read once, by one process
+
+
+def test_the_task_table_holds_every_shard_largest_first(tmp_path: Path) -> None:
+    # sessions of 1, 4 and 2 traces, and one line without a session (line 6, so shard 6 % 4)
+    lines = [_trace(i, s, "ok").model_dump_json() for i, s in enumerate("abbbcbc")]
+    lines[5] = _trace(5, None, "ok").model_dump_json()
+    path = tmp_path / "capture.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    found = [index_range(path, span, 4) for span in byte_ranges(path, 2)]
+    shards = lines_by_shard(found, 4)
+    table = TaskTable.write(shards, os.fspath(tmp_path / "tasks.npy"))
+    # every non-empty shard is a task, the most bytes first; ties keep the shard order
+    bytes_of = [int(shard.sizes.sum()) for shard in shards]
+    order = sorted((i for i in range(4) if bytes_of[i]), key=lambda i: -bytes_of[i])
+    assert len(table) == len(order)
+    for task, lines_of_task in zip(order, table.tasks(iter(range(len(table)))), strict=True):
+        expected = shards[task]
+        assert lines_of_task.starts.tolist() == expected.starts.tolist()
+        assert lines_of_task.sizes.tolist() == expected.sizes.tolist()
+        assert lines_of_task.numbers.tolist() == expected.numbers.tolist()
+    numbers = sorted(n for t in table.tasks(iter(range(len(table)))) for n in t.numbers.tolist())
+    assert numbers == [1, 2, 3, 4, 5, 6, 7]
+
+
+class _HoldsThisProcess(Metric):
+    """Says which process scored each trace; in the calling process, its first case waits
+    until every worker has finished."""
+
+    name = "holds_this_process"
+    kind = MetricKind.DETERMINISTIC
+    held = False  # in the calling process
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        if multiprocessing.parent_process() is None and not type(self).held:
+            type(self).held = True
+            _wait_for_every_worker()
+        return Score(1.0, reason=str(os.getpid()))
+
+
+def test_a_slow_process_holds_only_its_task_while_the_others_take_the_rest(
+    tmp_path: Path,
+) -> None:
+    path = _sessions(tmp_path / "capture.jsonl", traces=600, sessions=60)
+    out = tmp_path / "r.jsonl"
+    report = replay(path, [_HoldsThisProcess()], output=out, workers=3)
+    assert report.traces == 600
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    by = {r["trace_id"]: r["results"][0]["reason"] for r in records if "trace_id" in r}
+    assert list(by) == [f"t{index}" for index in range(600)]  # capture order
+    # this process scored the one task it took before it was held, no more
+    here = [trace_id for trace_id, pid in by.items() if pid == str(os.getpid())]
+    tasks = [[t.id for t in read_capture(path, shard=(i, 48))] for i in range(48)]
+    assert here in tasks and 0 < len(here) < 600
 
 
 def test_workers_tell_the_progress_of_every_process(tmp_path: Path) -> None:
@@ -257,12 +324,19 @@ class _BreaksInWorkers(Metric):
 
 
 class _KillsItsWorker(Metric):
+    """Kills the worker that scores it; in the calling process, its first case waits until
+    every worker has died (each took a task while this process held its first)."""
+
     name = "kills_its_worker"
     kind = MetricKind.DETERMINISTIC
+    scored = 0  # in the calling process
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if multiprocessing.parent_process() is not None:
             os._exit(3)
+        type(self).scored += 1
+        if type(self).scored == 1:
+            _wait_for_every_worker()
         return Score(1.0)
 
 
@@ -288,10 +362,7 @@ class _WaitsForItsWorker(Metric):
 def test_a_worker_that_fails_stops_the_replay_before_this_process_scores_its_share(
     tmp_path: Path,
 ) -> None:
-    capture = tmp_path / "capture.jsonl"
-    with CaptureWriter(capture) as writer:
-        for index in range(4000):
-            writer.write(Trace(id=f"t{index}", session_id=f"s{index % 40}", output="ok"))
+    capture = _sessions(tmp_path / "capture.jsonl", traces=4000, sessions=40)
     share = sum(1 for _ in read_capture(capture, shard=(0, 2)))
     with pytest.raises(RuntimeError, match="this metric's model is not on this machine"):
         replay(capture, [_WaitsForItsWorker()], workers=2)
@@ -350,14 +421,20 @@ def test_a_failing_worker_fails_the_replay_and_leaves_no_process(tmp_path: Path)
         replay(path, [_KillsItsWorker()], output=out, workers=3)
     assert multiprocessing.active_children() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["capture.jsonl", "r.jsonl"]
-    # the results this process scored are kept (the workers died on their first trace)
-    kept = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
-    own = [t.id for t in read_capture(path, shard=(0, 3), on_error=lambda error: None)]
-    assert kept == own and len(own) > 10
+    # the results this process scored are kept: its first task, whole (the workers died on
+    # their first trace, and this process saw it when that task ended)
+    kept = [json.loads(line).get("trace_id") for line in out.read_text().splitlines()]
+    tasks = [
+        [t.id for t in read_capture(path, shard=(index, 48), on_error=lambda error: None)]
+        for index in range(48)
+    ]
+    assert task_count(3) == 48
+    assert [trace_id for trace_id in kept if trace_id is not None] in tasks
+    assert kept[0] is not None
 
 
 def _stops_after_its_index(connection: Any, path: Path, span: tuple[int, int | None]) -> None:
-    connection.send(("index", index_range(path, span, 2)))
+    connection.send(("index", index_range(path, span, 32)))
     connection.send(("error", RuntimeError("this metric's model is not on this machine")))
     connection.close()
 
@@ -365,10 +442,10 @@ def _stops_after_its_index(connection: Any, path: Path, span: tuple[int, int | N
 def test_a_worker_that_stops_after_its_index_fails_the_replay_with_its_own_error(
     tmp_path: Path,
 ) -> None:
-    # lines without a session go by number: half of them (2.4 MB of offsets) are the
-    # worker's, more than a pipe holds, so sending them fails once it has stopped
+    # the table of tasks reaches it, or finds its end of the pipe closed: either way, what
+    # it said is what the replay raises
     path = tmp_path / "capture.jsonl"
-    path.write_bytes(b"{}\n" * 200_000)
+    path.write_bytes(b"{}\n" * 2_000)
     spans = byte_ranges(path, 2)
     context = _start_method()
     here, there = context.Pipe()
@@ -379,7 +456,8 @@ def test_a_worker_that_stops_after_its_index_fails_the_replay_with_its_own_error
     workers.started.append((process, here))
     try:
         with pytest.raises(RuntimeError, match="this metric's model is not on this machine"):
-            workers.share_out(path, spans[0])
+            workers.share_out(path, spans[0], 32, os.fspath(tmp_path / "tasks.npy"))
+            workers.wait(while_waiting=lambda: None)
     finally:
         workers.stop()
     assert multiprocessing.active_children() == []

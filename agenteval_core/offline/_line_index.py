@@ -1,11 +1,11 @@
 """A capture file split between replay workers without each reading all of it.
 
-Every worker finds, for the lines of one byte range of the file, the worker that scores
-each (by the line's session, from its first bytes); the ranges' findings are joined into
-each worker's own lines, which it then reads by their offsets. Each line is thus passed
-over once in all, not once per worker: a worker that read the whole file to find its own
-lines paid for every other worker's lines too, which capped the workers at one process's
-reading rate.
+Every worker finds, for the lines of one byte range of the file, the shard of each (by the
+line's session, from its first bytes); the ranges' findings are joined into each shard's
+lines, which become the tasks the workers take one after another, largest first, reading
+each task's lines by their offsets. Each line is thus passed over once in all, not once per
+worker: a worker that read the whole file to find its own lines paid for every other
+worker's lines too, which capped the workers at one process's reading rate.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from ..schema._trace import Trace
 __all__ = [
     "OwnLines",
     "RangeIndex",
+    "TaskTable",
     "byte_ranges",
     "index_range",
-    "lines_by_worker",
+    "lines_by_shard",
     "read_own_lines",
 ]
 
@@ -79,8 +80,8 @@ def _line_start_from(handle: IO[bytes], position: int) -> int:
 @dataclass
 class RangeIndex:
     """What one worker found in its byte range: for each of its lines, in order, where it
-    starts, its size in bytes, and the worker whose session it holds (-1 for a line without
-    a session, which goes by its number in the file, known once every range is counted)."""
+    starts, its size in bytes, and the shard its session falls in (-1 for a line without a
+    session, which goes by its number in the file, known once every range is counted)."""
 
     starts: array[int] = field(default_factory=lambda: array("q"))
     sizes: array[int] = field(default_factory=lambda: array("q"))
@@ -93,10 +94,10 @@ def index_range(
     count: int,
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> RangeIndex:
-    """Find which of ``count`` workers owns each line of the byte range ``span``.
+    """Find which of ``count`` shards holds each line of the byte range ``span``.
 
     Each line goes where :func:`~agenteval_core.line_shard` puts it: a line's session picks
-    its worker, from the line's first bytes, so each session is scored whole, by one worker,
+    its shard, from the line's first bytes, so each session is scored whole, by one worker,
     in order; a line without a session (or that is not a trace at all: the worker that
     reads it reports it) goes by its line number."""
     start, end = span
@@ -119,7 +120,7 @@ def index_range(
 
 @dataclass
 class OwnLines:
-    """The lines of a capture file one worker reads: where each starts, its size and its
+    """The lines of a capture file one task reads: where each starts, its size and its
     line number in the file, in file order."""
 
     starts: np.ndarray
@@ -130,8 +131,8 @@ class OwnLines:
         return len(self.starts)
 
 
-def lines_by_worker(ranges: Sequence[RangeIndex], count: int) -> list[OwnLines]:
-    """Each of ``count`` workers' lines, from the ranges' indexes in file order: worker
+def lines_by_shard(ranges: Sequence[RangeIndex], count: int) -> list[OwnLines]:
+    """Each of ``count`` shards' lines, from the ranges' indexes in file order: shard
     ``i``'s are those of :func:`~agenteval_core.read_capture`'s ``shard=(i, count)``."""
     starts, sizes, shards = (
         np.concatenate([np.frombuffer(getattr(found, column), dtype) for found in ranges])
@@ -140,12 +141,46 @@ def lines_by_worker(ranges: Sequence[RangeIndex], count: int) -> list[OwnLines]:
     numbers = np.arange(1, len(starts) + 1, dtype=np.int64)
     unsessioned = shards < 0
     shards[unsessioned] = numbers[unsessioned] % count
-    order = np.argsort(shards, kind="stable")  # by worker, each worker's in file order
+    order = np.argsort(shards, kind="stable")  # by shard, each shard's in file order
     bounds = np.searchsorted(shards[order], np.arange(count + 1))
     return [
         OwnLines(starts[mine], sizes[mine], numbers[mine])
         for mine in (order[bounds[i] : bounds[i + 1]] for i in range(count))
     ]
+
+
+@dataclass
+class TaskTable:
+    """Every shard's lines of a capture file, the largest shard first: the tasks of a
+    replay's workers, each taking the next task left when it finishes one. Taking tasks as
+    they go, not a fixed share each, keeps every worker busy to the end, however the
+    sessions' sizes or the cores' speeds differ. The lines are in a file every worker maps
+    (24 bytes a line), not sent to each."""
+
+    path: str
+    """A ``.npy`` file of three rows: each line's start, size and line number, task after
+    task."""
+    bounds: list[int]
+    """Task ``k``'s lines are the table's columns ``bounds[k]`` to ``bounds[k + 1]``."""
+
+    @classmethod
+    def write(cls, shards: Sequence[OwnLines], path: str) -> TaskTable:
+        """The table of ``shards``' lines at ``path``; shards without lines are left out."""
+        shards = sorted((s for s in shards if len(s)), key=lambda s: -int(s.sizes.sum()))
+        columns = [np.stack([s.starts, s.sizes, s.numbers]) for s in shards]
+        np.save(path, np.concatenate(columns, axis=1) if columns else np.zeros((3, 0), np.int64))
+        bounds = np.cumsum([0, *(len(s) for s in shards)])
+        return cls(path, bounds.tolist())
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def tasks(self, taken: Iterator[int]) -> Iterator[OwnLines]:
+        """The lines of each task in ``taken``, read from the table's file."""
+        rows = np.load(self.path, mmap_mode="r")
+        for task in taken:
+            start, end = self.bounds[task], self.bounds[task + 1]
+            yield OwnLines(rows[0, start:end], rows[1, start:end], rows[2, start:end])
 
 
 def read_own_lines(
@@ -156,7 +191,7 @@ def read_own_lines(
     on_progress: Callable[[int], None] | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[tuple[int, Trace]]:
-    """The traces of a worker's own lines, each with its line number, read and reported as
+    """The traces of one task's lines, each with its line number, read and reported as
     :func:`~agenteval_core.read_capture` reads and reports them (an oversized line is
     refused without being read)."""
     if not len(lines):  # nothing to read; and an empty file cannot be mapped

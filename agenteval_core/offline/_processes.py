@@ -10,7 +10,8 @@ import multiprocessing
 import os
 import pickle
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
@@ -19,8 +20,16 @@ from .._errors import CaptureFormatError, ResultsWriteError, os_error_at
 from .._options import check_options
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
+from ..schema._capture import capture_parts
 from ..schema._results import flagged_traces
-from ._line_index import OwnLines, RangeIndex, byte_ranges, index_range, lines_by_worker
+from ._line_index import (
+    OwnLines,
+    RangeIndex,
+    TaskTable,
+    byte_ranges,
+    index_range,
+    lines_by_shard,
+)
 from ._ray import replay_on_ray, reserve_slot
 from ._replay import ReplayOptions, ReplayReport, areplay, fewer_collections, replay_lines
 
@@ -61,15 +70,17 @@ def replay(
     A judge's preflight check runs first: a missing key, a bad URL, an unreachable server or a
     rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
 
-    ``workers`` processes (this one included) score at once, each the sessions of one shard of
-    the capture (every session whole in one): of a capture file, each process first finds which
-    shard every line of one byte range of the file belongs to, from the line's first bytes, and
-    then reads only its own lines; of a capture directory, its own shard files. The report and
-    the results file are those of one process, apart from timings. Metrics, the embedder and the
-    judge are sent to them pickled (a judge as its settings: each worker keeps up to its
-    concurrency in flight, and one rate limit in shared memory spaces the requests of all of
-    them to its ``requests_per_period``); they import the calling script, so call this under
-    ``if __name__ == "__main__":``. Workers take no ``sinks`` or ``on_trace`` (``ValueError``).
+    ``workers`` processes (this one included) score at once. The capture is cut into tasks
+    that each hold whole sessions (of a capture file, shards by session: each process first
+    finds the shard of every line of one byte range of the file, from the line's first
+    bytes; of a capture directory, its shard files), and each process takes the next task
+    left, largest first, whenever it finishes one, reading only that task's lines. The
+    report and the results file are those of one process, apart from timings. Metrics, the
+    embedder and the judge are sent to them pickled (a judge as its settings: each worker
+    keeps up to its concurrency in flight, and one rate limit in shared memory spaces the
+    requests of all of them to its ``requests_per_period``); they import the calling script,
+    so call this under ``if __name__ == "__main__":``. Workers take no ``sinks`` or
+    ``on_trace`` (``ValueError``).
 
     ``engine="ray"`` scores on Ray Data (``pip install 'agenteval[ray]'``): on the cluster at
     ``ray_address`` (or ``$RAY_ADDRESS``), or in a local Ray started for the replay. ``path``
@@ -131,14 +142,15 @@ def replay_in_workers(
 ) -> ReplayReport:
     """:func:`~agenteval_core.replay` with ``workers`` processes, this one included.
 
-    Each process scores the sessions of its shard (every trace of a session in one shard,
-    so each session is scored in order, as in one process): of a file, each process first
-    finds the shard of every line in one byte range of the file, and then reads only its own
-    shard's lines (so no process reads the whole file); of a capture directory, it opens its
-    own shard files. This process reports progress (every process's) and its bad lines as it
-    goes; the others' bad lines arrive when they finish. The shares of the results file
-    merge back into capture order; an ``output`` directory gets them as they are, one
-    results shard per process."""
+    Each process takes the next task left whenever it finishes one, the largest first;
+    a task holds whole sessions, so each session is scored in order, as in one process. Of
+    a file, the tasks are shards by session: each process first finds the shard of every
+    line in one byte range of the file, and then reads only its tasks' lines (so no process
+    reads the whole file); of a capture directory, they are its shard files. This process
+    reports progress (every process's) and its bad lines as it goes; the others' bad lines
+    arrive when they finish. The tasks' parts of the results file merge back into capture
+    order; an ``output`` directory gets each process's as they are, one results shard per
+    process."""
     embedder, concurrency = options.get("embedder"), options.get("concurrency")
     output, on_bad_line = options.get("output"), options.get("on_bad_line")
     on_progress, judge = options.get("on_progress"), options.get("judge")
@@ -151,32 +163,39 @@ def replay_in_workers(
             "name, or replay with workers=1"
         ) from exc
     numbered = output is not None and not is_results_directory(output)
-    # the shares add up to the results file's size: they go where it goes, not to a /tmp
-    # that may be small; a results directory takes each worker's share as it is
-    with (
-        tempfile.TemporaryDirectory(prefix="agenteval-replay-", dir=Path(output).parent)
-        if numbered and output is not None
-        else contextlib.nullcontext()
-    ) as shares:
+    with contextlib.ExitStack() as cleanup:
+        # the shares add up to the results file's size: they go where it goes, not to a /tmp
+        # that may be small; a results directory takes each worker's share as it is
+        shares = None
         parts: list[str | None] = [None] * workers
-        if shares is not None:
+        if numbered and output is not None:
+            shares = cleanup.enter_context(
+                tempfile.TemporaryDirectory(prefix="agenteval-replay-", dir=Path(output).parent)
+            )
             parts = [os.path.join(shares, f"{index}.jsonl") for index in range(workers)]
         elif output is not None:
             parts = [os.fspath(part) for part in results_shards(output, workers)]
         context = _start_method()
         pace = _ProcessPace.of(judge, context)
         progress = _SharedProgress(context.Value("q", 0)) if on_progress is not None else None
-        # a capture file is split by byte ranges, one per process; a directory by its files
-        spans = None if Path(path).is_dir() else byte_ranges(path, workers)
+        taken = context.Value("i", 0)  # how many tasks the processes have taken
+        # a capture file is cut by byte ranges, one per process, each indexed by its
+        # process; a directory's tasks are its files
+        files = ShardFiles.of(path) if Path(path).is_dir() else None
+        spans = byte_ranges(path, workers) if files is None else []
+        shards = task_count(workers)
         others = _Workers()
         try:
             for index in range(1, workers):
                 here, there = context.Pipe()
                 process = context.Process(
                     target=_worker,
-                    args=(there, os.fspath(path), payload, (index, workers), parts[index]),
+                    args=(there, os.fspath(path), payload, parts[index]),
                     kwargs={
-                        "span": None if spans is None else spans[index],
+                        "span": spans[index] if spans else None,
+                        "shards": shards,
+                        "files": files,
+                        "taken": taken,
                         "concurrency": concurrency,
                         "pace": pace,
                         "progress": progress,
@@ -189,7 +208,16 @@ def replay_in_workers(
                 process.start()
                 there.close()  # the worker holds the only other end: its death is seen
                 others.started.append((process, here))
-            shard = (0, workers) if spans is None else others.share_out(path, spans[0])
+            tasks: TaskTable | ShardFiles
+            if files is not None:
+                tasks = files
+            else:  # mapped by every process until the end (Windows cannot remove it before)
+                table = cleanup.enter_context(
+                    tempfile.TemporaryDirectory(
+                        prefix="agenteval-tasks-", ignore_cleanup_errors=True
+                    )
+                )
+                tasks = others.share_out(path, spans[0], shards, os.path.join(table, "tasks.npy"))
 
             def report_progress() -> None:
                 if progress is not None and on_progress is not None:
@@ -205,7 +233,7 @@ def replay_in_workers(
                     metrics,
                     embedder,
                     judge,
-                    shard,
+                    tasks.tasks(_taken(taken, len(tasks))),
                     parts[0],
                     numbered=numbered,
                     concurrency=concurrency,
@@ -224,8 +252,10 @@ def replay_in_workers(
             ) from exc
         finally:  # also when this process failed or was interrupted: no worker outlives it
             others.stop()
-            if numbered and output is not None:  # kept, also when a worker failed
-                _merge_shares([part for part in parts if part is not None], Path(output))
+            if shares is not None and output is not None:  # kept, also when a worker failed
+                _merge_shares(
+                    sorted(os.path.join(shares, name) for name in os.listdir(shares)), Path(output)
+                )
         report = _merged(own, reports)
         if on_bad_line is not None:
             for error in sorted((e for r in reports for e in r.bad_lines), key=_line_of):
@@ -235,6 +265,52 @@ def replay_in_workers(
 
 WORKER_MODULES = ["agenteval_core.offline._processes", "agenteval_core.metrics"]
 """What a worker imports before it scores: the fork server imports them once for all."""
+
+
+TASKS_PER_WORKER = 16
+"""Tasks a capture file is cut into, per worker: the last task any process takes ends
+within about a task's time of the others, a sixteenth of a worker's share."""
+MOST_TASKS = 256
+"""At most this many tasks (fewer per worker with more workers): merging the results file
+opens every task's part of it at once."""
+
+
+def task_count(workers: int) -> int:
+    """How many tasks (shards by session) a capture file is cut into for ``workers``."""
+    return workers * max(1, min(TASKS_PER_WORKER, MOST_TASKS // workers))
+
+
+def _taken(taken: Any, count: int) -> Iterator[int]:
+    """The tasks this process takes, one whenever it asks: the next of ``count`` that no
+    process took yet (``taken``, shared by every process, counts those taken)."""
+    while True:
+        with taken.get_lock():
+            task = taken.value
+            taken.value = task + 1
+        if task >= count:
+            return
+        yield task
+
+
+@dataclass
+class ShardFiles:
+    """The tasks of a capture directory: its shard files, the largest first."""
+
+    order: list[int]
+    """Each task's shard file, by its place among the directory's files."""
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str]) -> ShardFiles:
+        sizes = [os.path.getsize(file) for file in capture_parts(path)]
+        return cls(sorted(range(len(sizes)), key=lambda index: -sizes[index]))
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def tasks(self, taken: Iterator[int]) -> Iterator[tuple[int, int]]:
+        """Each task in ``taken`` as the ``(index, count)`` shard that reads its file."""
+        for task in taken:
+            yield self.order[task], len(self.order)
 
 
 def _start_method() -> SpawnContext | ForkServerContext:
@@ -260,20 +336,22 @@ class _Workers:
         """Every worker's index of its byte range of the capture file, in worker order."""
         return [_received(process, connection, "index") for process, connection in self.started]
 
-    def share_out(self, path: str | os.PathLike[str], span: tuple[int, int | None]) -> OwnLines:
+    def share_out(
+        self, path: str | os.PathLike[str], span: tuple[int, int | None], shards: int, table: str
+    ) -> TaskTable:
         """Index this process's byte range of the capture file, join it with every worker's
-        index, send each worker its lines, and return this process's. The indexes (about
-        80 bytes a line of the file at their peak) are freed on return, before scoring."""
-        count = len(self.started) + 1
-        found = [index_range(path, span, count), *self.indexes()]
-        own, *theirs = lines_by_worker(found, count)
-        for lines, (process, connection) in zip(theirs, self.started, strict=True):
+        index into the table of tasks (one per shard of ``shards``) at ``table``, and send
+        the table to each worker. The indexes (about 80 bytes a line of the file at their
+        peak) are freed on return, before scoring."""
+        found = [index_range(path, span, shards), *self.indexes()]
+        tasks = TaskTable.write(lines_by_shard(found, shards), table)
+        for process, connection in self.started:
             try:
-                connection.send(lines)
+                connection.send(tasks)
             except OSError:  # it stopped after sending its index: what it said, or its end
                 _received(process, connection, "error")
                 raise
-        return own
+        return tasks
 
     def check(self) -> None:
         """Take the report of each worker that has finished, without waiting; raise the
@@ -303,18 +381,20 @@ def _worker(
     connection: Connection,
     path: str,
     payload: bytes,
-    shard: tuple[int, int],
     part: str | None,
     *,
     span: tuple[int, int | None] | None,
+    shards: int,
+    files: ShardFiles | None,
+    taken: Any,
     concurrency: int | None,
     pace: _ProcessPace | None,
     progress: _SharedProgress | None,
     numbered: bool,
     environ: dict[str, str],
 ) -> None:
-    """A worker process: of a capture file, the index of its byte range ``span`` sent, and
-    its own lines received; then its share of the replay (its metrics and judge arrive
+    """A worker process: of a capture file, the index of its byte range ``span`` (in
+    ``shards`` shards) sent, and the table of tasks received; then the tasks it takes (its metrics and judge arrive
     pickled; the judge waits on the rate limit every process shares), then the report, or
     what went wrong, sent back."""
     # the environment as the replay started, as a new process would inherit it: the fork
@@ -322,10 +402,11 @@ def _worker(
     os.environ.clear()
     os.environ.update(environ)
     try:
-        lines: tuple[int, int] | OwnLines = shard
+        tasks: TaskTable | ShardFiles | None = files
         if span is not None:  # first: every process waits for every range's index
-            connection.send(("index", index_range(path, span, shard[1])))
-            lines = connection.recv()  # before anything can fail: this process is sending
+            connection.send(("index", index_range(path, span, shards)))
+            tasks = connection.recv()  # before anything can fail: this process is sending
+        assert tasks is not None
         metrics, embedder, judge = pickle.loads(payload)
         with _paced(judge, pace):
             report = _run_shard(
@@ -333,7 +414,7 @@ def _worker(
                 metrics,
                 embedder,
                 judge,
-                lines,
+                tasks.tasks(_taken(taken, len(tasks))),
                 part,
                 numbered=numbered,
                 concurrency=concurrency,
@@ -390,7 +471,7 @@ def _run_shard(
     metrics: Sequence[str | Metric | SessionMetric] | None,
     embedder: Any,
     judge: Any,
-    shard: tuple[int, int] | OwnLines,
+    tasks: Iterable[tuple[int, int] | OwnLines],
     part: str | None,
     *,
     numbered: bool,
@@ -409,7 +490,7 @@ def _run_shard(
                 concurrency=concurrency,
                 on_bad_line=on_bad_line,
                 on_progress=on_progress,
-                shard=shard,
+                tasks=tasks,
                 numbered_output=part if numbered else None,
                 output=None if numbered else part,
                 between_batches=between_batches,

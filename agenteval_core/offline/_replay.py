@@ -7,7 +7,7 @@ import gc
 import logging
 import os
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
@@ -142,8 +142,11 @@ class NumberedResultsFile(ResultsFileSink):
     """A worker's share of the results file: each line starts with its place in capture
     order, so the shares merge back into the file one process writes. A trace's line takes
     its capture line number; a session closed mid-replay follows the trace before it; once
-    every trace is scored (``all_scored``), the sessions closed at the end follow every
-    trace, least recently active first, as one process closes them."""
+    every trace of a task is scored (``all_scored``), the sessions closed then follow every
+    trace, least recently active first, as one process closes them at its end.
+
+    Each task's lines go to a part file of their own (``path``, then ``path.1``, ...), so
+    that every part is in capture order and the parts merge in one pass."""
 
     AFTER_EVERY_TRACE = 1 << 62
 
@@ -152,7 +155,14 @@ class NumberedResultsFile(ResultsFileSink):
         self.numbers = numbers
         self.position = 0
         self.all_scored = False
+        self.parts = [self.path]
+        self._part_ended = False
         self._last_trace: dict[str, int] = {}  # open sessions only
+
+    def end_part(self) -> None:
+        """The task's lines are all written: the next line starts the next part file."""
+        self.all_scored = False
+        self._part_ended = True
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         self.position = self.numbers.popleft()  # traces arrive in the order they were read
@@ -167,7 +177,23 @@ class NumberedResultsFile(ResultsFileSink):
         super().session_scored(session_id, results)
 
     def _line(self, record: dict[str, Any]) -> bytes:
+        if self._part_ended:
+            self._next_part()
         return b"%d " % self.position + super()._line(record)
+
+    def _next_part(self) -> None:
+        self._part_ended = False
+        with self._lock:
+            if self._file is None:
+                return
+            try:
+                self._write_pending()
+            finally:
+                self._file.close()
+                self.path = self.parts[0].with_name(f"{self.parts[0].name}.{len(self.parts)}")
+                self.parts.append(self.path)
+                self._file = self._open()
+                self._end = -1
 
 
 @contextmanager
@@ -200,16 +226,17 @@ async def replay_lines(
     path: str | os.PathLike[str],
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
     *,
-    shard: tuple[int, int] | OwnLines | None = None,
+    tasks: Iterable[tuple[int, int] | OwnLines] | None = None,
     numbered_output: str | os.PathLike[str] | None = None,
     between_batches: Callable[[], None] | None = None,
     **options: Unpack[ReplayOptions],
 ) -> ReplayReport:
-    """:func:`areplay` over the lines of one shard (all of them when ``shard`` is None): a
-    ``(index, count)`` shard, or a worker's own lines of a capture file.
+    """:func:`areplay` over the lines of ``tasks``, one after another (every line when
+    ``tasks`` is None): each an ``(index, count)`` shard of the capture, or a task's lines
+    of a capture file, holding whole sessions, which are closed when it ends.
     ``numbered_output`` is a worker's share of the results file (see
-    :class:`NumberedResultsFile`); ``between_batches`` is called after each batch, and
-    what it raises stops the replay."""
+    :class:`NumberedResultsFile`); ``between_batches`` is called after each batch and each
+    task, and what it raises stops the replay."""
     check_options(options, ReplayOptions, "replay")
     judge, output = options.get("judge"), options.get("output")
     on_bad_line, on_progress = options.get("on_bad_line"), options.get("on_progress")
@@ -249,12 +276,12 @@ async def replay_lines(
 
     size = _batch_size(engine)
 
-    def batches() -> Iterator[list[Trace]]:
+    def batches(task: tuple[int, int] | OwnLines | None) -> Iterator[list[Trace]]:
         batch: list[Trace] = []
         lines = (
-            read_own_lines(path, shard, on_error=bad_line, on_progress=on_progress)
-            if isinstance(shard, OwnLines)
-            else read_numbered(path, on_error=bad_line, on_progress=on_progress, shard=shard)
+            read_own_lines(path, task, on_error=bad_line, on_progress=on_progress)
+            if isinstance(task, OwnLines)
+            else read_numbered(path, on_error=bad_line, on_progress=on_progress, shard=task)
         )
         for number, trace in lines:
             if numbered is not None:
@@ -269,10 +296,15 @@ async def replay_lines(
             yield batch
 
     try:
-        await engine.stream(batches())
-        if numbered is not None:
-            numbered.all_scored = True
-        engine.close_all()
+        for task in [None] if tasks is None else tasks:
+            await engine.stream(batches(task))
+            if numbered is not None:
+                numbered.all_scored = True
+            engine.close_all()  # a task holds whole sessions: its sessions are all done
+            if numbered is not None:
+                numbered.end_part()
+            if between_batches is not None:
+                between_batches()
     finally:
         await engine.aclose()
         for sink in all_sinks:
