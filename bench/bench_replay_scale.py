@@ -1,5 +1,5 @@
 """Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency),
-beyond the cores each worker's work run alone, the results file's overhead, and Ray Data's
+beyond the cores each task run alone, the results file's overhead, and Ray Data's
 local mode against one process, on one capture file and on the same traces as a capture
 directory of shards.
 
@@ -9,13 +9,21 @@ directory of shards.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import os
 import tempfile
 import time
 from pathlib import Path
 
 from agenteval_core import CaptureWriter, read_capture, replay
-from agenteval_core.offline._line_index import OwnLines, byte_ranges, index_range, lines_by_worker
+from agenteval_core.offline._line_index import (
+    OwnLines,
+    TaskTable,
+    byte_ranges,
+    index_range,
+    lines_by_shard,
+)
+from agenteval_core.offline._processes import task_count
 from agenteval_core.offline._replay import fewer_collections, replay_lines
 
 from ._synthetic import write_capture
@@ -32,34 +40,41 @@ CURVE = (8, 16, 32, 64)
 """Worker counts whose time on a capture file the benchmark works out beyond the cores."""
 
 
-def _share(path: Path, lines: OwnLines) -> None:
+def _task(path: Path, lines: OwnLines) -> None:
     with fewer_collections():
-        asyncio.run(replay_lines(path, shard=lines))
+        asyncio.run(replay_lines(path, tasks=[lines]))
 
 
 def _workers_one_at_a_time(path: Path, count: int, one: float) -> None:
-    """What N workers on N idle cores take on a capture file, worked out from each one's
-    work run here one after another: the slowest byte range's index (every worker waits for
-    all of them), joining them into each worker's lines, and the slowest worker's share
-    (its lines read and scored). What running at once adds (shared caches and memory
-    bandwidth, the processes' start) is left out: the curve above measures that."""
-    print("capture file, each worker's work run alone (worked out, not measured at once):")
-    for workers in CURVE:
-        found, indexing = [], 0.0
-        for span in byte_ranges(path, workers):
+    """What N workers on N idle cores take on a capture file, worked out from each task run
+    here one after another: the slowest byte range's index (every worker waits for all of
+    them), joining them into the table of tasks, and the tasks dealt as the workers take
+    them (each, largest first, to the worker that is free first). What running at once adds
+    (shared caches and memory bandwidth, the processes' start) is left out: the curve above
+    measures that."""
+    print("capture file, each task run alone (worked out, not measured at once):")
+    with tempfile.TemporaryDirectory() as name:
+        for workers in CURVE:
+            shards, found, indexing = task_count(workers), [], 0.0
+            for span in byte_ranges(path, workers):
+                started = time.perf_counter()
+                found.append(index_range(path, span, shards))
+                indexing = max(indexing, time.perf_counter() - started)
             started = time.perf_counter()
-            found.append(index_range(path, span, workers))
-            indexing = max(indexing, time.perf_counter() - started)
-        started = time.perf_counter()
-        shares = lines_by_worker(found, workers)
-        joining = time.perf_counter() - started
-        slowest = max(_seconds(lambda lines=lines: _share(path, lines)) for lines in shares)
-        speedup = one / (indexing + joining + slowest)
-        print(
-            f"  {workers:>2} workers: slowest index {1e3 * indexing:.0f} ms, join "
-            f"{1e3 * joining:.0f} ms, slowest share {slowest:.2f} s (of {count / workers:,.0f} "
-            f"traces on average): speedup {speedup:.2f}, efficiency {speedup / workers:.2f}"
-        )
+            table = TaskTable.write(lines_by_shard(found, shards), os.path.join(name, "t.npy"))
+            joining = time.perf_counter() - started
+            free = [0.0] * workers  # when each worker is free, as a heap
+            for lines in table.tasks(iter(range(len(table)))):
+                took = _seconds(lambda task=lines: _task(path, task))
+                heapq.heappush(free, heapq.heappop(free) + took)
+            scoring = max(free)
+            speedup = one / (indexing + joining + scoring)
+            print(
+                f"  {workers:>2} workers, {len(table)} tasks: slowest index "
+                f"{1e3 * indexing:.0f} ms, join {1e3 * joining:.0f} ms, last worker done "
+                f"{scoring:.2f} s after ({sum(free) / workers:.2f} s on average): speedup "
+                f"{speedup:.2f}, efficiency {speedup / workers:.2f}"
+            )
 
 
 def main(quick: bool = False) -> None:
