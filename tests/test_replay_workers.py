@@ -260,6 +260,18 @@ def test_the_task_table_holds_every_shard_largest_first(tmp_path: Path) -> None:
     assert numbers == [1, 2, 3, 4, 5, 6, 7]
 
 
+def test_workers_replay_a_capture_without_traces(tmp_path: Path) -> None:
+    # no line makes an empty table of tasks; bad lines only, tasks without a trace
+    path = tmp_path / "capture.jsonl"
+    path.write_text("")
+    assert replay(path, workers=2, output=tmp_path / "r.jsonl").traces == 0
+    assert (tmp_path / "r.jsonl").read_text() == ""
+    path.write_text("\n\n{not json\n")
+    bad: list[CaptureFormatError] = []
+    report = replay(path, workers=3, on_bad_line=bad.append)
+    assert (report.traces, [error.line for error in bad]) == (0, [3])
+
+
 class _HoldsThisProcess(Metric):
     """Says which process scored each trace; in the calling process, its first case waits
     until every worker has finished."""
