@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -23,9 +24,13 @@ from langchain_core.tools import tool
 
 from agenteval_core import (
     CaptureError,
+    EvalCase,
+    Metric,
+    MetricKind,
     OnlineEvaluator,
     ResultsFileSink,
     ResultsWriteError,
+    Score,
     Span,
     SpanKind,
     Trace,
@@ -413,10 +418,13 @@ class DiskFullOnceInAll(DiskFullOnce):
 
 
 def _results_disk_fills_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, full: type[DiskFullOnce] = DiskFullOnce
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    full: type[DiskFullOnce] = DiskFullOnce,
+    nth: int = 2,
 ) -> Path:
     """A capture of 70 sessions of 10 traces, whose replay's results file (about 1 MB, four
-    256 KiB writes) meets a full disk on its second write (``full`` says whose)."""
+    256 KiB writes) meets a full disk on its ``nth`` write (``full`` says whose)."""
     from ray_helpers import a_trace, write_capture
 
     from agenteval_core.engine import _sinks
@@ -425,7 +433,7 @@ def _results_disk_fills_once(
     write_capture(capture, [a_trace(f"s{i // 10}", i % 10) for i in range(700)])
     real_open = open
     monkeypatch.setattr(
-        _sinks, "open", lambda *a, **k: full(real_open(*a, **k), nth=2), raising=False
+        _sinks, "open", lambda *a, **k: full(real_open(*a, **k), nth=nth), raising=False
     )
     return capture
 
@@ -487,24 +495,51 @@ def test_a_results_write_error_crosses_from_a_worker_whole() -> None:
     assert "at least 12 results line(s) were not written" in str(received)
 
 
+class _WaitsForThisProcessToMoveOn(Metric):
+    """In a worker, its first case waits (60 s at most) until the calling process has begun
+    the results of its second task: the calling process takes at least two tasks."""
+
+    name = "waits_for_this_process_to_move_on"
+    kind = MetricKind.DETERMINISTIC
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__()
+        self.directory, self.waited = directory, False
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        if multiprocessing.parent_process() is not None and not self.waited:
+            self.waited = True
+            deadline = time.monotonic() + 60
+            while not list(self.directory.glob("agenteval-replay-*/0.jsonl.1")):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+        return Score(1.0)
+
+
 def test_a_multi_process_replay_names_its_results_file_when_a_share_lost_lines(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # this process's share of the results file (a part per task it takes, each written
-    # once) meets the full disk on its second write (the worker process writes its own
-    # share as usual)
+    # this process writes its share of the results file a part per task it takes, each
+    # part at once as the next begins; the first of those writes meets the full disk (the
+    # worker process writes its own share as usual)
     monkeypatch.setattr(DiskFullOnceInAll, "written", 0)
-    capture = _results_disk_fills_once(monkeypatch, tmp_path, DiskFullOnceInAll)
+    capture = _results_disk_fills_once(monkeypatch, tmp_path, DiskFullOnceInAll, nth=1)
     results = tmp_path / "r.jsonl"
     with pytest.raises(ResultsWriteError) as raised:
-        replay(capture, workers=2, output=results)
+        replay(capture, [_WaitsForThisProcessToMoveOn(tmp_path)], workers=2, output=results)
     error = raised.value
     assert (error.path, error.at_least, error.report) == (str(results), True, None)
     assert error.lines_lost > 0 and error.cause.errno == errno.ENOSPC
     assert str(error).startswith(f"{results}: no space left on device: at least ")
-    # the shares that were written are merged all the same: whole lines, in capture order
+    # the shares are merged all the same, the worker's whole: every trace's line is there
+    # or counted lost (the line that began the next part too), whole lines, in capture order
     whole = [record for record in _json_lines(results) if record is not None]
-    assert whole and len(whole) + error.lines_lost <= 770
+    assert len(whole) + error.lines_lost == 700
+    traces = [record["trace_id"] for record in whole]
+    # "s{i // 10}-{i % 10}" for capture line i + 1
+    assert traces == sorted(traces, key=lambda t: [int(n) for n in t[1:].split("-")])
+    assert len(set(traces)) == len(traces)
     assert not list(tmp_path.glob("agenteval-replay-*"))  # its shares are cleaned up
 
 

@@ -228,19 +228,23 @@ def replay_in_workers(
                 report_progress()
 
             with _paced(judge, pace):
-                own = _run_shard(
-                    os.fspath(path),
-                    metrics,
-                    embedder,
-                    judge,
-                    tasks.tasks(_taken(taken, len(tasks))),
-                    parts[0],
-                    numbered=numbered,
-                    concurrency=concurrency,
-                    on_bad_line=on_bad_line,
-                    on_progress=on_progress,
-                    between_batches=between_batches,
-                )
+                try:
+                    own = _run_shard(
+                        os.fspath(path),
+                        metrics,
+                        embedder,
+                        judge,
+                        tasks.tasks(_taken(taken, len(tasks))),
+                        parts[0],
+                        numbered=numbered,
+                        concurrency=concurrency,
+                        on_bad_line=on_bad_line,
+                        on_progress=on_progress,
+                        between_batches=between_batches,
+                    )
+                except ResultsWriteError:  # every trace was scored: keep the others' lines too
+                    others.wait(while_waiting=report_progress)
+                    raise
             reports = others.wait(while_waiting=report_progress)
             report_progress()
         except ResultsWriteError as exc:

@@ -155,7 +155,8 @@ class NumberedResultsFile(ResultsFileSink):
         self.numbers = numbers
         self.position = 0
         self.all_scored = False
-        self.parts = [self.path]
+        self.first_part = self.path
+        self.parts = 1
         self._part_ended = False
         self._last_trace: dict[str, int] = {}  # open sessions only
 
@@ -177,12 +178,19 @@ class NumberedResultsFile(ResultsFileSink):
         super().session_scored(session_id, results)
 
     def _line(self, record: dict[str, Any]) -> bytes:
-        if self._part_ended:
-            self._next_part()
         return b"%d " % self.position + super()._line(record)
 
-    def _next_part(self) -> None:
+    def _write(self, record: dict[str, Any]) -> None:
+        if not self._part_ended:
+            super()._write(record)
+            return
         self._part_ended = False
+        try:  # the last part's pending lines; a failed write has counted those it lost
+            self._next_part()
+        finally:
+            super()._write(record)
+
+    def _next_part(self) -> None:
         with self._lock:
             if self._file is None:
                 return
@@ -190,8 +198,8 @@ class NumberedResultsFile(ResultsFileSink):
                 self._write_pending()
             finally:
                 self._file.close()
-                self.path = self.parts[0].with_name(f"{self.parts[0].name}.{len(self.parts)}")
-                self.parts.append(self.path)
+                self.path = self.first_part.with_name(f"{self.first_part.name}.{self.parts}")
+                self.parts += 1
                 self._file = self._open()
                 self._end = -1
 
