@@ -345,7 +345,7 @@ class _Workers:
     ) -> TaskTable:
         """Index this process's byte range of the capture file, join it with every worker's
         index into the table of tasks (one per shard of ``shards``) at ``table``, and send
-        the table to each worker. The indexes (about 80 bytes a line of the file at their
+        the table to each worker. The indexes (about 95 bytes a line of the file at their
         peak) are freed on return, before scoring."""
         found = [index_range(path, span, shards), *self.indexes()]
         tasks = TaskTable.write(lines_by_shard(found, shards), table)
