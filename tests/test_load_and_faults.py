@@ -7,6 +7,7 @@ import errno
 import json
 import multiprocessing
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -496,24 +497,22 @@ def test_a_results_write_error_crosses_from_a_worker_whole() -> None:
 
 
 class _WaitsForThisProcessToMoveOn(Metric):
-    """In a worker, its first case waits (60 s at most) until the calling process has begun
-    the results of its second task: the calling process takes at least two tasks."""
+    """In a worker, its first case waits (60 s at most) for a word on ``port``, which the
+    calling process sends once it has begun the results of its second task: the calling
+    process takes at least two tasks."""
 
     name = "waits_for_this_process_to_move_on"
     kind = MetricKind.DETERMINISTIC
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, port: int) -> None:
         super().__init__()
-        self.directory, self.waited = directory, False
+        self.port, self.waited = port, False
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if multiprocessing.parent_process() is not None and not self.waited:
             self.waited = True
-            deadline = time.monotonic() + 60
-            while not list(self.directory.glob("agenteval-replay-*/0.jsonl.1")):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
+            with socket.create_connection(("127.0.0.1", self.port), timeout=60) as word:
+                word.recv(2)
         return Score(1.0)
 
 
@@ -523,11 +522,26 @@ def test_a_multi_process_replay_names_its_results_file_when_a_share_lost_lines(
     # this process writes its share of the results file a part per task it takes, each
     # part at once as the next begins; the first of those writes meets the full disk (the
     # worker process writes its own share as usual)
+    from agenteval_core.engine import _sinks
+
     monkeypatch.setattr(DiskFullOnceInAll, "written", 0)
     capture = _results_disk_fills_once(monkeypatch, tmp_path, DiskFullOnceInAll, nth=1)
+    fills = _sinks.open  # type: ignore[attr-defined]
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(60)
+
+    def opened(*args: Any, **kwargs: Any) -> Any:
+        file = fills(*args, **kwargs)
+        if os.fspath(args[0]).endswith("0.jsonl.1"):  # its second task's part
+            with listener.accept()[0] as worker:
+                worker.sendall(b"go")
+        return file
+
+    monkeypatch.setattr(_sinks, "open", opened)
     results = tmp_path / "r.jsonl"
-    with pytest.raises(ResultsWriteError) as raised:
-        replay(capture, [_WaitsForThisProcessToMoveOn(tmp_path)], workers=2, output=results)
+    metric = _WaitsForThisProcessToMoveOn(listener.getsockname()[1])
+    with listener, pytest.raises(ResultsWriteError) as raised:
+        replay(capture, [metric], workers=2, output=results)
     error = raised.value
     assert (error.path, error.at_least, error.report) == (str(results), True, None)
     assert error.lines_lost > 0 and error.cause.errno == errno.ENOSPC
