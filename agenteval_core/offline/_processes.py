@@ -10,7 +10,7 @@ import multiprocessing
 import os
 import pickle
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -23,7 +23,6 @@ from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import capture_parts
 from ..schema._results import flagged_traces
 from ._line_index import (
-    OwnLines,
     RangeIndex,
     TaskTable,
     byte_ranges,
@@ -229,12 +228,13 @@ def replay_in_workers(
 
             with _paced(judge, pace):
                 try:
-                    own = _run_shard(
+                    own = _run_tasks(
                         os.fspath(path),
                         metrics,
                         embedder,
                         judge,
-                        tasks.tasks(_taken(taken, len(tasks))),
+                        tasks,
+                        taken,
                         parts[0],
                         numbered=numbered,
                         concurrency=concurrency,
@@ -413,12 +413,13 @@ def _worker(
         assert tasks is not None
         metrics, embedder, judge = pickle.loads(payload)
         with _paced(judge, pace):
-            report = _run_shard(
+            report = _run_tasks(
                 path,
                 metrics,
                 embedder,
                 judge,
-                tasks.tasks(_taken(taken, len(tasks))),
+                tasks,
+                taken,
                 part,
                 numbered=numbered,
                 concurrency=concurrency,
@@ -470,12 +471,13 @@ def _received(
     return value
 
 
-def _run_shard(
+def _run_tasks(
     path: str,
     metrics: Sequence[str | Metric | SessionMetric] | None,
     embedder: Any,
     judge: Any,
-    tasks: Iterable[tuple[int, int] | OwnLines],
+    tasks: TaskTable | ShardFiles,
+    taken: Any,
     part: str | None,
     *,
     numbered: bool,
@@ -484,6 +486,8 @@ def _run_shard(
     on_progress: Callable[[int], None] | None = None,
     between_batches: Callable[[], None] | None = None,
 ) -> ReplayReport:
+    """This process's share of the replay: the tasks it takes (``taken`` counts those every
+    process took), one after another, until none is left."""
     with fewer_collections():
         return asyncio.run(
             replay_lines(
@@ -494,7 +498,7 @@ def _run_shard(
                 concurrency=concurrency,
                 on_bad_line=on_bad_line,
                 on_progress=on_progress,
-                tasks=tasks,
+                tasks=tasks.tasks(_taken(taken, len(tasks))),
                 numbered_output=part if numbered else None,
                 output=None if numbered else part,
                 between_batches=between_batches,
