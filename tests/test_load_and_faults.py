@@ -496,12 +496,12 @@ def test_a_results_write_error_crosses_from_a_worker_whole() -> None:
     assert "at least 12 results line(s) were not written" in str(received)
 
 
-class _WaitsForThisProcessToMoveOn(Metric):
+class _WaitsForThisProcessToEnd(Metric):
     """In a worker, its first case waits (60 s at most) for a word on ``port``, which the
-    calling process sends once it has begun the results of its second task: the calling
-    process takes at least two tasks."""
+    calling process sends once its own share has ended: until then the worker holds one
+    task, and the calling process takes every other."""
 
-    name = "waits_for_this_process_to_move_on"
+    name = "waits_for_this_process_to_end"
     kind = MetricKind.DETERMINISTIC
 
     def __init__(self, port: int) -> None:
@@ -521,27 +521,39 @@ def test_a_multi_process_replay_names_its_results_file_when_a_share_lost_lines(
 ) -> None:
     # this process writes its share of the results file a part per task it takes, each
     # part at once as the next begins; the first of those writes meets the full disk (the
-    # worker process writes its own share as usual)
+    # worker process writes its own share as usual). The worker is still scoring when this
+    # process's share fails: the replay waits for it, and keeps its lines
     from agenteval_core.engine import _sinks
+    from agenteval_core.offline import _replay
 
     monkeypatch.setattr(DiskFullOnceInAll, "written", 0)
     capture = _results_disk_fills_once(monkeypatch, tmp_path, DiskFullOnceInAll, nth=1)
     fills = _sinks.open  # type: ignore[attr-defined]
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(60)
+    held: list[socket.socket] = []
 
     def opened(*args: Any, **kwargs: Any) -> Any:
         file = fills(*args, **kwargs)
         if os.fspath(args[0]).endswith("0.jsonl.1"):  # its second task's part
-            with listener.accept()[0] as worker:
-                worker.sendall(b"go")
+            held.append(listener.accept()[0])  # the worker is on its first case
         return file
 
+    def closed(sink: Any) -> None:  # this process's share has ended: the worker goes on
+        try:
+            ends_share(sink)
+        finally:
+            with held.pop() as worker:
+                worker.sendall(b"go")
+
+    ends_share = _replay.NumberedResultsFile.close
     monkeypatch.setattr(_sinks, "open", opened)
+    monkeypatch.setattr(_replay.NumberedResultsFile, "close", closed)
     results = tmp_path / "r.jsonl"
-    metric = _WaitsForThisProcessToMoveOn(listener.getsockname()[1])
+    metric = _WaitsForThisProcessToEnd(listener.getsockname()[1])
     with listener, pytest.raises(ResultsWriteError) as raised:
         replay(capture, [metric], workers=2, output=results)
+    assert not held
     error = raised.value
     assert (error.path, error.at_least, error.report) == (str(results), True, None)
     assert error.lines_lost > 0 and error.cause.errno == errno.ENOSPC
