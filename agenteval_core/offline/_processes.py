@@ -397,10 +397,10 @@ def _worker(
     numbered: bool,
     environ: dict[str, str],
 ) -> None:
-    """A worker process: of a capture file, the index of its byte range ``span`` (in
-    ``shards`` shards) sent, and the table of tasks received; then the tasks it takes (its metrics and judge arrive
-    pickled; the judge waits on the rate limit every process shares), then the report, or
-    what went wrong, sent back."""
+    """A worker process. Of a capture file, it first sends the index of its byte range
+    ``span`` (in ``shards`` shards) and receives the table of tasks. Then it scores the
+    tasks it takes (its metrics and judge arrive pickled; the judge waits on the rate limit
+    every process shares) and sends back its report, or what went wrong."""
     # the environment as the replay started, as a new process would inherit it: the fork
     # server kept the one it started with
     os.environ.clear()
