@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from agenteval_core import (
     MetricKind,
     RunStatus,
     Score,
+    StaticEmbedder,
     ToolCall,
     Trace,
     line_shard,
@@ -37,6 +39,7 @@ from agenteval_core import (
     replay,
 )
 from agenteval_core.cli import cli
+from agenteval_core.embedders._static import default_embedder
 from agenteval_core.judges import OpenAIJudge
 from agenteval_core.offline._line_index import (
     TaskTable,
@@ -473,6 +476,32 @@ def test_a_worker_that_stops_after_its_index_fails_the_replay_with_its_own_error
     finally:
         workers.stop()
     assert multiprocessing.active_children() == []
+
+
+def _default_embedder_there(connection: Any, sent: bytes) -> None:
+    received = pickle.loads(sent)
+    connection.send((default_embedder()._model is not None, received is default_embedder()))
+    connection.close()
+
+
+def test_workers_start_with_the_default_embedder_loaded() -> None:
+    # each worker would load the model itself (about 0.15 s of CPU) at the start of every
+    # replay; the fork server loads it once, and the default embedder sent to a worker in
+    # its metrics is that one
+    context = _start_method()
+    here, there = context.Pipe()
+    process = context.Process(
+        target=_default_embedder_there, args=(there, pickle.dumps(default_embedder()))
+    )
+    process.start()
+    there.close()
+    try:
+        assert here.recv() == (True, True)
+    finally:
+        process.join()
+    other = StaticEmbedder(max_tokens=7)
+    copy = pickle.loads(pickle.dumps(other))  # any other one travels as its settings
+    assert copy is not other and copy.max_tokens == 7 and copy._model is None
 
 
 def test_cli_replay_with_workers(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from importlib import resources
 from itertools import chain
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +59,13 @@ class StaticEmbedder(LocalEmbedder):
     def name(self) -> str:
         return "minilm-l6-static-256"
 
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
+        # the default embedder, sent to another process (a replay's workers), is that
+        # process's default embedder: the one its fork server loaded
+        if self is _DEFAULT:
+            return default_embedder, ()
+        return super().__reduce_ex__(protocol)
+
     def __getstate__(self) -> dict[str, Any]:
         # the model loads again in the receiving process (a replay's workers), on first use
         state = super().__getstate__()
@@ -68,6 +75,10 @@ class StaticEmbedder(LocalEmbedder):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def load(self) -> None:
+        """Load the model now, not on first use."""
+        self._load()
 
     def _load(self) -> tuple[Any, npt.NDArray[np.float32], int | None]:
         with self._lock:

@@ -267,8 +267,13 @@ def replay_in_workers(
     return report
 
 
-WORKER_MODULES = ["agenteval_core.offline._processes", "agenteval_core.metrics"]
-"""What a worker imports before it scores: the fork server imports them once for all."""
+WORKER_MODULES = [
+    "agenteval_core.offline._processes",
+    "agenteval_core.metrics",
+    "agenteval_core.embedders._preloaded",
+]
+"""What a worker imports before it scores: the fork server imports them once for all (the
+last one loads the default embedder's model)."""
 
 
 TASKS_PER_WORKER = 16
