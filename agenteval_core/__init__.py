@@ -78,7 +78,7 @@ if TYPE_CHECKING:
         pass_pow_k,
     )
     from .offline._processes import replay
-    from .offline._replay import ReplayOptions, ReplayReport, areplay
+    from .offline._replay import ProcessTimes, ReplayOptions, ReplayReport, areplay
     from .online._context import current_session, session
     from .online._evaluator import (
         DEFAULT_REDACTOR,
@@ -198,6 +198,7 @@ _EXPORTS: dict[str, str] = {
     "calibrate": ".calibration._calibrate",
     "read_labels": ".calibration._calibrate",
     "configure_redaction": "._redact",
+    "ProcessTimes": ".offline._replay",
     "ReplayReport": ".offline._replay",
     "ReplayOptions": ".offline._replay",
     "areplay": ".offline._replay",

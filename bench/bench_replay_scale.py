@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agenteval_core import CaptureWriter, read_capture, replay
+from agenteval_core import CaptureWriter, ProcessTimes, ReplayReport, read_capture, replay
 from agenteval_core.offline._line_index import (
     OwnLines,
     TaskTable,
@@ -34,6 +34,20 @@ def _seconds(run: object) -> float:
     started = time.perf_counter()
     run()  # type: ignore[operator]
     return time.perf_counter() - started
+
+
+def _where_the_time_went(times: list[ProcessTimes], seconds: float, one: float) -> str:
+    """A replay with workers, phase by phase: its processes' start, index and join, their
+    scoring, and the CPU time each trace took (``one``: µs a trace in one process)."""
+    finished = [t.finished for t in times]
+    cpu = 1e6 * sum(t.cpu_seconds for t in times) / max(1, sum(t.traces for t in times))
+    return (
+        f"    last start {1e3 * max(t.started for t in times):.0f} ms, slowest index "
+        f"{1e3 * max(t.indexed - t.started for t in times):.0f} ms, scoring from "
+        f"{1e3 * max(t.scoring for t in times):.0f} ms; processes done {min(finished):.2f} "
+        f"to {max(finished):.2f} s (the call {seconds:.2f} s); CPU {cpu:.0f} µs a trace "
+        f"(one process: {one:.0f} µs of wall time)"
+    )
 
 
 CURVE = (8, 16, 32, 64)
@@ -112,16 +126,20 @@ def main(quick: bool = False) -> None:
             )
         for label, source in (("capture file", path), (f"{4 * cores} shards", directory)):
             for workers in counts:
-                seconds = (
-                    one
-                    if workers == 1 and source == path
-                    else _seconds(lambda w=workers, s=source: replay(s, workers=w))
-                )
+                report: ReplayReport | None = None
+                if workers == 1 and source == path:
+                    seconds = one
+                else:
+                    started = time.perf_counter()
+                    report = replay(source, workers=workers)
+                    seconds = time.perf_counter() - started
                 speedup = one / seconds
                 print(
                     f"{label}, {workers:>2} workers: {count / seconds:,.0f} traces/s, speedup "
                     f"{speedup:.2f}, efficiency {speedup / workers:.2f} (goal >= 0.8)"
                 )
+                if report is not None and report.processes:  # none in one process
+                    print(_where_the_time_went(report.processes, seconds, 1e6 * one / count))
         _workers_one_at_a_time(path, count, one)
         try:
             import ray

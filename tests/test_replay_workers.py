@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -29,6 +30,7 @@ from agenteval_core import (
     EvalCase,
     Metric,
     MetricKind,
+    ProcessTimes,
     RunStatus,
     Score,
     StaticEmbedder,
@@ -48,7 +50,7 @@ from agenteval_core.offline._line_index import (
     lines_by_shard,
     read_own_lines,
 )
-from agenteval_core.offline._processes import _start_method, _Workers, task_count
+from agenteval_core.offline._processes import _Clock, _start_method, _Workers, task_count
 from agenteval_core.report._report import load_results
 from agenteval_core.schema._capture import read_numbered
 
@@ -143,6 +145,25 @@ def test_workers_give_what_one_process_gives(tmp_path: Path) -> None:
     ]
     assert len(one_lines) == 61 + 7
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("agenteval-replay-")]
+    # how each process spent the replay: every task and trace counted once, in its order
+    assert one.processes == []
+    shards = lines_by_shard([index_range(path, (0, None), task_count(3))], task_count(3))
+    tasks = sum(1 for lines in shards if len(lines))  # a shard with no line is no task
+    assert tasks == 12
+    _check_times(three.processes, processes=3, tasks=tasks, traces=61, indexed=True)
+
+
+def _check_times(
+    times: Sequence[ProcessTimes], *, processes: int, tasks: int, traces: int, indexed: bool
+) -> None:
+    assert [t.process for t in times] == list(range(processes))
+    assert sum(t.tasks for t in times) == tasks
+    assert sum(t.traces for t in times) == traces
+    for t in times:
+        assert 0.0 <= t.started <= t.indexed <= t.scoring <= t.finished
+        assert (t.indexed > t.started) is indexed  # a capture directory needs no index
+        assert t.cpu_seconds > 0.0
+    assert times[0].started < 0.001  # the process that called replay starts it
 
 
 def test_shards_split_a_capture_by_session(tmp_path: Path) -> None:
@@ -471,7 +492,8 @@ def test_a_worker_that_stops_after_its_index_fails_the_replay_with_its_own_error
     workers.started.append((process, here))
     try:
         with pytest.raises(RuntimeError, match="this metric's model is not on this machine"):
-            workers.share_out(path, spans[0], 32, os.fspath(tmp_path / "tasks.npy"))
+            clock = _Clock(began=time.monotonic(), process=0)
+            workers.share_out(path, spans[0], 32, os.fspath(tmp_path / "tasks.npy"), clock)
             workers.wait(while_waiting=lambda: None)
     finally:
         workers.stop()
@@ -636,6 +658,7 @@ def test_workers_read_whole_shards_of_a_capture_directory(tmp_path: Path) -> Non
     problem = "not valid JSON (Invalid JSON: key must be a string at line 1 column 2)"
     assert outcomes[0][:3] == (61, 7, [("part-00002-of-00004.jsonl", lines, problem)])
     assert outcomes[1] == outcomes[0] and outcomes[2] == outcomes[0]
+    _check_times(report.processes, processes=3, tasks=4, traces=61, indexed=False)
     # one process over the directory scores what it scores over the file it came from
     flat = replay(tmp_path / "flat.jsonl", output=tmp_path / "flat-results.jsonl")
     flat_lines = [

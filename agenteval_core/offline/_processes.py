@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import pickle
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -30,7 +31,14 @@ from ._line_index import (
     lines_by_shard,
 )
 from ._ray import replay_on_ray, reserve_slot
-from ._replay import ReplayOptions, ReplayReport, areplay, fewer_collections, replay_lines
+from ._replay import (
+    ProcessTimes,
+    ReplayOptions,
+    ReplayReport,
+    areplay,
+    fewer_collections,
+    replay_lines,
+)
 
 if TYPE_CHECKING:  # Windows has no fork server, nor its context class
     from multiprocessing.context import ForkServerContext, SpawnContext
@@ -162,6 +170,7 @@ def replay_in_workers(
             "name, or replay with workers=1"
         ) from exc
     numbered = output is not None and not is_results_directory(output)
+    clock = _Clock(began=time.monotonic(), process=0)
     with contextlib.ExitStack() as cleanup:
         # the shares add up to the results file's size: they go where it goes, not to a /tmp
         # that may be small; a results directory takes each worker's share as it is
@@ -200,6 +209,7 @@ def replay_in_workers(
                         "progress": progress,
                         "numbered": numbered,
                         "environ": dict(os.environ),
+                        "clock": _Clock(began=clock.began, process=index),
                     },
                     name=f"agenteval-replay-{index}",
                     daemon=True,
@@ -216,7 +226,9 @@ def replay_in_workers(
                         prefix="agenteval-tasks-", ignore_cleanup_errors=True
                     )
                 )
-                tasks = others.share_out(path, spans[0], shards, os.path.join(table, "tasks.npy"))
+                tasks = others.share_out(
+                    path, spans[0], shards, os.path.join(table, "tasks.npy"), clock
+                )
 
             def report_progress() -> None:
                 if progress is not None and on_progress is not None:
@@ -236,6 +248,7 @@ def replay_in_workers(
                         tasks,
                         taken,
                         parts[0],
+                        clock,
                         numbered=numbered,
                         concurrency=concurrency,
                         on_bad_line=on_bad_line,
@@ -289,15 +302,17 @@ def task_count(workers: int) -> int:
     return workers * max(1, min(TASKS_PER_WORKER, MOST_TASKS // workers))
 
 
-def _taken(taken: Any, count: int) -> Iterator[int]:
+def _taken(taken: Any, count: int, mine: list[int]) -> Iterator[int]:
     """The tasks this process takes, one whenever it asks: the next of ``count`` that no
-    process took yet (``taken``, shared by every process, counts those taken)."""
+    process took yet (``taken``, shared by every process, counts those taken); each is
+    also added to ``mine``."""
     while True:
         with taken.get_lock():
             task = taken.value
             taken.value = task + 1
         if task >= count:
             return
+        mine.append(task)
         yield task
 
 
@@ -346,13 +361,20 @@ class _Workers:
         return [_received(process, connection, "index") for process, connection in self.started]
 
     def share_out(
-        self, path: str | os.PathLike[str], span: tuple[int, int | None], shards: int, table: str
+        self,
+        path: str | os.PathLike[str],
+        span: tuple[int, int | None],
+        shards: int,
+        table: str,
+        clock: _Clock,
     ) -> TaskTable:
         """Index this process's byte range of the capture file, join it with every worker's
         index into the table of tasks (one per shard of ``shards``) at ``table``, and send
         the table to each worker. The indexes (about 95 bytes a line of the file at their
         peak) are freed on return, before scoring."""
-        found = [index_range(path, span, shards), *self.indexes()]
+        own = index_range(path, span, shards)
+        clock.indexed = time.monotonic()
+        found = [own, *self.indexes()]
         tasks = TaskTable.write(lines_by_shard(found, shards), table)
         for process, connection in self.started:
             try:
@@ -401,6 +423,7 @@ def _worker(
     progress: _SharedProgress | None,
     numbered: bool,
     environ: dict[str, str],
+    clock: _Clock,
 ) -> None:
     """A worker process. Of a capture file, it first sends the index of its byte range
     ``span`` (in ``shards`` shards) and receives the table of tasks. Then it scores the
@@ -410,10 +433,14 @@ def _worker(
     # server kept the one it started with
     os.environ.clear()
     os.environ.update(environ)
+    clock.start()
     try:
         tasks: TaskTable | ShardFiles | None = files
         if span is not None:  # first: every process waits for every range's index
-            connection.send(("index", index_range(path, span, shards)))
+            own = index_range(path, span, shards)
+            clock.indexed = time.monotonic()
+            connection.send(("index", own))
+            del own  # freed before scoring, as this process's own is
             tasks = connection.recv()  # before anything can fail: this process is sending
         assert tasks is not None
         metrics, embedder, judge = pickle.loads(payload)
@@ -426,6 +453,7 @@ def _worker(
                 tasks,
                 taken,
                 part,
+                clock,
                 numbered=numbered,
                 concurrency=concurrency,
                 on_progress=None if progress is None else progress.add,
@@ -484,6 +512,7 @@ def _run_tasks(
     tasks: TaskTable | ShardFiles,
     taken: Any,
     part: str | None,
+    clock: _Clock,
     *,
     numbered: bool,
     concurrency: int | None,
@@ -492,9 +521,12 @@ def _run_tasks(
     between_batches: Callable[[], None] | None = None,
 ) -> ReplayReport:
     """This process's share of the replay: the tasks it takes (``taken`` counts those every
-    process took), one after another, until none is left."""
+    process took), one after another, until none is left. The report carries how this
+    process spent its time (``clock`` has when it started and indexed)."""
+    scoring = time.monotonic()
+    mine: list[int] = []
     with fewer_collections():
-        return asyncio.run(
+        report = asyncio.run(
             replay_lines(
                 path,
                 metrics,
@@ -503,11 +535,48 @@ def _run_tasks(
                 concurrency=concurrency,
                 on_bad_line=on_bad_line,
                 on_progress=on_progress,
-                tasks=tasks.tasks(_taken(taken, len(tasks))),
+                tasks=tasks.tasks(_taken(taken, len(tasks), mine)),
                 numbered_output=part if numbered else None,
                 output=None if numbered else part,
                 between_batches=between_batches,
             )
+        )
+    report.processes.append(clock.times(scoring, len(mine), report.traces))
+    return report
+
+
+@dataclass
+class _Clock:
+    """When one process of a replay started and indexed, for its :class:`ProcessTimes`.
+    ``began`` (the replay's start) is on the machine's monotonic clock, which every
+    process reads alike."""
+
+    began: float
+    process: int
+    started: float = 0.0
+    indexed: float | None = None
+    cpu_started: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        """This process starts now (a worker calls it again once it runs)."""
+        self.started, self.cpu_started = time.monotonic(), time.process_time()
+
+    def times(self, scoring: float, tasks: int, traces: int) -> ProcessTimes:
+        """This process's times, now that it has scored ``traces`` in ``tasks`` since
+        ``scoring``."""
+        finished, began = time.monotonic(), self.began
+        return ProcessTimes(
+            process=self.process,
+            started=self.started - began,
+            indexed=(self.started if self.indexed is None else self.indexed) - began,
+            scoring=scoring - began,
+            finished=finished - began,
+            tasks=tasks,
+            traces=traces,
+            cpu_seconds=time.process_time() - self.cpu_started,
         )
 
 
@@ -594,6 +663,7 @@ def _merged(own: ReplayReport, others: Sequence[ReplayReport]) -> ReplayReport:
                 if trace_id in other.flagged_inputs:
                     own.flagged_inputs[trace_id] = other.flagged_inputs[trace_id]
         own.bad_lines.extend(other.bad_lines)
+        own.processes.extend(other.processes)
     own.bad_lines.sort(key=_line_of)
     return own
 

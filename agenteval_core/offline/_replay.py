@@ -29,6 +29,7 @@ logger = logging.getLogger("agenteval")
 
 __all__ = [
     "NumberedResultsFile",
+    "ProcessTimes",
     "ReplayOptions",
     "ReplayReport",
     "areplay",
@@ -68,6 +69,33 @@ def _batch_size(engine: Engine) -> int:
 
 
 @dataclass
+class ProcessTimes:
+    """How one process of a replay with workers spent it, in seconds from the replay's start
+    (every process reads the machine's one monotonic clock). What it adds up to tells where
+    a replay's time went: its start, its index, the wait for the others' (the join), the
+    scoring, and the idle end while the last ones finish; a CPU time per trace that grows
+    with the worker count says the cores slow each other down."""
+
+    process: int
+    """0 for the process that called replay, then the workers in the order they started."""
+    started: float
+    """When its code began to run."""
+    indexed: float
+    """When it had indexed its byte range of the capture file (of a capture directory,
+    which needs no index: when it started)."""
+    scoring: float
+    """When it had the table of tasks (every process's index joined) and began to score."""
+    finished: float
+    """When its last task was done."""
+    tasks: int
+    """The tasks it took."""
+    traces: int
+    """The traces it scored."""
+    cpu_seconds: float
+    """The CPU time it used from its start to its end."""
+
+
+@dataclass
 class ReplayReport:
     """What a replay found: counts, per-metric summaries, session results and bad lines.
 
@@ -86,6 +114,9 @@ class ReplayReport:
     """The first words of the input of each trace a kept session's metrics flagged, by
     trace id: what a reader recognises a flagged trace by."""
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
+    processes: list[ProcessTimes] = field(default_factory=list)
+    """Of a replay with workers, how each process spent it, in process order (empty in one
+    process, and on Ray)."""
 
     def __repr__(self) -> str:
         # counts, not every session's results: asyncio formats the replay task (and so this
