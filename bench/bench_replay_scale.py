@@ -1,5 +1,6 @@
-"""Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency),
-beyond the cores each task run alone, the results file's overhead, and Ray Data's
+"""Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency,
+and where each replay's time went), the machine's own ceiling for that many processes at
+once, beyond the cores each task run alone, the results file's overhead, and Ray Data's
 local mode against one process, on one capture file and on the same traces as a capture
 directory of shards.
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +50,62 @@ def _where_the_time_went(times: list[ProcessTimes], seconds: float, one: float) 
         f"{1e3 * max(t.scoring for t in times):.0f} ms; processes done {min(finished):.2f} "
         f"to {max(finished):.2f} s (the call {seconds:.2f} s); CPU {cpu:.0f} µs a trace "
         f"(one process: {one:.0f} µs of wall time)"
+    )
+
+
+_ALONE = """
+import sys, time
+from agenteval_core import replay
+replay(sys.argv[2])  # imports and the embedder's model, before the clock starts
+print("ready", flush=True)
+sys.stdin.readline()
+started = time.perf_counter()
+replay(sys.argv[1])
+print(time.perf_counter() - started, flush=True)
+"""
+
+
+def _independent(part: Path, small: Path, count: int) -> list[float]:
+    """How long each of ``count`` separate one-process replays of ``part`` takes, started
+    at once (each a new Python, warmed up first)."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ALONE, os.fspath(part), os.fspath(small)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(count)
+    ]
+    for child in children:
+        assert child.stdin is not None and child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError("a replay of the machine's ceiling did not start")
+    for child in children:  # the word to start goes to all of them before any reply is read
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    took = []
+    for child in children:
+        assert child.stdout is not None
+        took.append(float(child.stdout.readline()))
+        child.wait()
+    return took
+
+
+def _ceiling(name: str, count: int, cores: int) -> None:
+    """What this machine gives ``cores`` processes at once for this work, whatever splits
+    it: ``cores`` independent replays of ``count / cores`` traces each (no shared file, no
+    tasks, no join), against one of them alone. Workers cannot do better than that."""
+    part = write_capture(Path(name) / "part.jsonl", count // cores)
+    small = write_capture(Path(name) / "warm.jsonl", 20)
+    (alone,) = _independent(part, small, 1)
+    together = _independent(part, small, cores)
+    print(
+        f"this machine's ceiling: {cores} independent one-process replays of "
+        f"{count // cores:,} traces each, started at once, took {min(together):.2f} to "
+        f"{max(together):.2f} s, one alone {alone:.2f} s: efficiency {alone / max(together):.2f} "
+        f"for the slowest, {alone * cores / sum(together):.2f} on the mean"
     )
 
 
@@ -140,6 +199,8 @@ def main(quick: bool = False) -> None:
                 )
                 if report is not None and report.processes:  # none in one process
                     print(_where_the_time_went(report.processes, seconds, 1e6 * one / count))
+        if cores > 1:
+            _ceiling(name, count, cores)
         _workers_one_at_a_time(path, count, one)
         try:
             import ray
