@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from judge_server import JudgeServer, Reply
 
-from agenteval_core import MetricInputError, best_of
+from agenteval_core import CaptureWriter, MetricInputError, Trace, best_of, read_capture
 from agenteval_core.judges import OpenAIJudge
 
 
@@ -78,14 +78,20 @@ def test_compare_command_runs_the_tournament_over_captures(
     judge_server.responder = respond
     # q1, q2: only agent_a answers well (a win each); q3: both do (a tie); q4: only agent_b ran it
     _capture(tmp_path / "agent_a.jsonl", [("q1", "good 1"), ("q2", "good 2"), ("q3", "good 3")])
-    _capture(
-        tmp_path / "agent_b.jsonl",
-        [("q1", "poor 1"), ("q2", "poor 2"), ("q3", "good 3"), ("q4", "good 4")],
-    )
+    # agent_b's runs as a capture directory: q1 asked again later, in a shard read first;
+    # a request's first answer is the one that came first
+    with CaptureWriter(tmp_path / "agent_b", shards=2) as writer:
+        for at, (q, a) in enumerate(
+            [("q1", "poor 1"), ("q2", "poor 2"), ("q3", "good 3"), ("q4", "good 4")]
+        ):
+            writer.write(Trace(input=q, output=a, session_id="early", start_time=at))
+        writer.write(Trace(input="q1", output="good 1", session_id="again", start_time=9))
+    shards = sorted((tmp_path / "agent_b").iterdir())
+    assert [t.session_id for t in read_capture(shards[0])] == ["again"]
     done = subprocess.run(
         [
             sys.executable, "-m", "agenteval_core.cli", "compare",
-            str(tmp_path / "agent_a.jsonl"), str(tmp_path / "agent_b.jsonl"),
+            str(tmp_path / "agent_a.jsonl"), str(tmp_path / "agent_b"),
             "--judge-model", "judge-model", "--judge-base-url", judge_server.base_url,
             "--judge-api-key", "test-key", "--no-cache",
         ],

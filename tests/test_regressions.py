@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from agenteval_core import (
     CaptureError,
+    CaptureWriter,
     EvalCase,
     EvalSuite,
     OnlineEvaluator,
@@ -140,6 +141,41 @@ def test_a_results_file_selects_the_same_failures(capture: Path, tmp_path: Path)
         "Plan my trip in Oslo",
     ]
     assert all(c.provenance.failing_metrics == [] for c in only_incomplete)
+
+
+def test_a_capture_directory_gives_the_cases_of_the_same_traces_in_one_file(
+    capture: Path, tmp_path: Path
+) -> None:
+    # a directory is read shard after shard; its failures, their earlier turns and the
+    # later passing run of the same input are those of the runs in the order they ran
+    directory = tmp_path / "sharded"
+    with CaptureWriter(directory, shards=3) as writer:
+        for trace in traces_of(capture):
+            writer.write(trace)
+    shards = [[t.session_id for t in read_capture(part)] for part in sorted(directory.iterdir())]
+    # the passing Rome run (s4) is read before the failure that came first (s1)
+    assert shards == [["s2", "s4", "s5"], ["s1", "s1", "s3"], []]
+    out = tmp_path / "cases.jsonl"
+    result = CliRunner().invoke(
+        cli, ["cases", str(directory), "--metrics", METRICS, "-o", str(out)], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "wrote 3 case(s) for 4 failed run(s)" in result.output
+
+    def without_source(case: RegressionCase) -> dict[str, Any]:
+        dumped = case.model_dump()
+        assert dumped["provenance"].pop("capture") in (str(capture), str(directory))
+        return dumped
+
+    written = [RegressionCase.model_validate_json(line) for line in out.read_text().splitlines()]
+    assert [without_source(c) for c in written] == [
+        without_source(c) for c in cases_from_capture(capture, metrics=METRICS.split(","))
+    ]
+    missing = CliRunner().invoke(cli, ["cases", str(tmp_path / "nothing"), "-o", str(out)])
+    assert missing.exit_code == 2
+    assert "nothing: no such file or directory; pass a capture file (.jsonl) or a capture " in (
+        missing.output
+    )
 
 
 @pytest.fixture

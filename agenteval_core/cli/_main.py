@@ -186,6 +186,20 @@ def _describe_metric(name: str) -> None:
             click.echo(f"  {option.name}{default}")
 
 
+def capture_files(path: Path) -> list[Path]:
+    """The files of the capture at ``path``: a capture file, or a capture directory of
+    shards; anything else says what to pass."""
+    if not path.exists():
+        raise UserError(
+            f"{path}: no such file or directory; pass a capture file (.jsonl) or a capture "
+            "directory of shards (CaptureWriter(path, shards=N), agenteval shard)"
+        )
+    try:
+        return capture_parts(path)
+    except CaptureError as exc:
+        raise UserError(str(exc)) from None
+
+
 def _split_names(value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -512,12 +526,7 @@ def replay_command(
             "one, or --engine ray for several files, globs, directories or URLs"
         )
     path = Path(capture)
-    if not path.exists():
-        raise UserError(f"{capture}: no such file; pass the path of a capture (.jsonl) file")
-    try:  # a file, or a capture directory of shards
-        files = capture_parts(path)
-    except CaptureError as exc:
-        raise UserError(str(exc)) from None
+    files = capture_files(path)
     names = _split_names(metric_names)
     err = Console(stderr=True)
     show_progress = not quiet and err.is_terminal
@@ -766,7 +775,7 @@ def compare_command(
     import asyncio
 
     from ..metrics._best_of import abest_of
-    from ..schema._capture import read_capture
+    from ..schema._capture import read_in_run_order
     from ..schema._trace import text_of
 
     if len(captures) < 2:
@@ -776,11 +785,10 @@ def compare_command(
     answers: dict[str, dict[str, str]] = {}
     for capture in captures:
         path = Path(capture)
-        if not path.is_file():
-            raise UserError(f"{capture}: no such capture file")
+        capture_files(path)  # a file or a capture directory, or a clear error
         name = path.stem if path.stem not in answers else f"{path.stem}#{len(answers) + 1}"
         runs: dict[str, str] = {}
-        for trace in read_capture(path):
+        for trace in read_in_run_order(path):  # a request's first answer
             runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))
         answers[name] = runs
     agents = list(answers)

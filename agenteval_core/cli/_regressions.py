@@ -27,7 +27,7 @@ from ..suite._cases import (
     write_cases,
 )
 from ..suite._suite import EvalSuite, SuiteReport
-from ._main import RunProblem, UserError, _split_names, cli
+from ._main import RunProblem, UserError, _split_names, capture_files, cli
 
 __all__ = ["load_agent"]
 
@@ -80,8 +80,7 @@ def cases_command(
     `agenteval suite` runs: one case per input and way of failing, with a count, where it
     came from, and the checks its failure calls for. Edit the file to add expectations."""
     path = Path(capture)
-    if not path.is_file():
-        raise UserError(f"{capture}: no such capture file; pass the path of a capture (.jsonl)")
+    capture_files(path)  # a file or a capture directory, or a clear error
     chosen = [part.strip() for part in selection.split(",") if part.strip()]
     unknown = [part for part in chosen if part not in ALL_SELECTIONS]
     if unknown or not chosen:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -33,6 +35,7 @@ __all__ = [
     "parse_line",
     "parse_lines",
     "read_capture",
+    "read_in_run_order",
     "shard_capture",
     "split_lines",
 ]
@@ -444,6 +447,22 @@ def read_capture(
         shard=shard,
     ):
         yield trace
+
+
+def read_in_run_order(
+    path: str | os.PathLike[str], *, on_error: Callable[[CaptureFormatError], None] | None = None
+) -> Iterator[Trace]:
+    """:func:`read_capture` in the order the runs happened, for what goes by it (a run's
+    earlier turns, a later run of the same request): a file's traces as written; a capture
+    directory's shards merged by start time, each shard's own order kept, so a session's
+    turns stay in order. Read one after another, the shards would put a run before others
+    that came first."""
+    shards = [read_capture(part, on_error=on_error) for part in capture_parts(path)]
+    return heapq.merge(*shards, key=_started) if len(shards) > 1 else shards[0]
+
+
+def _started(trace: Trace) -> float:
+    return -math.inf if trace.start_time is None else trace.start_time
 
 
 LINES_PER_FILE = 1 << 40

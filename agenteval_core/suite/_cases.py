@@ -27,7 +27,7 @@ from ..engine._sinks import CallbackSink
 from ..metrics._loops import canonical_call
 from ..metrics._protocol import Metric, SessionMetric
 from ..metrics._registry import metric_class
-from ..schema._capture import read_capture
+from ..schema._capture import read_in_run_order
 from ..schema._results import MetricResult, TraceResults, failing, flagged_traces
 from ..schema._trace import (
     GUARD_REFUSED,
@@ -314,7 +314,8 @@ def cases_from_capture(
     judge: Any = None,
     on_bad_line: Callable[[Any], None] | None = None,
 ) -> list[RegressionCase]:
-    """Turn a capture's failures into regression cases.
+    """Turn a capture's failures into regression cases. ``capture`` is a capture file or a
+    capture directory of shards (read in the order the runs happened).
 
     A trace is selected when it did not complete (``incomplete``), raised a loop alert
     (``alerts``), or failed a metric or was flagged by a failing session metric
@@ -337,7 +338,7 @@ def cases_from_capture(
         raise MetricInputError(
             f"select takes {', '.join(ALL_SELECTIONS)}; got {', '.join(select) or 'nothing'}"
         )
-    traces = list(read_capture(capture, on_error=on_bad_line))
+    traces = list(read_in_run_order(capture, on_error=on_bad_line))
     if not traces:
         raise CaptureError(f"{capture}: no traces in the file")
     scored = _from_results(results) if results is not None else _replayed(capture, metrics, judge)
