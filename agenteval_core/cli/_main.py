@@ -476,9 +476,10 @@ def _make_judge(
     default=1,
     show_default=True,
     envvar="AGENTEVAL_REPLAY_WORKERS",
-    help="Processes that score at once, each a share of the sessions; up to one per CPU "
-    "core speeds up a large capture. A judge's rate limit holds for all of them together "
-    "(its concurrency and budget per process); no export (also $AGENTEVAL_REPLAY_WORKERS).",
+    help="Processes that score at once, each taking whole sessions as it goes; up to one "
+    "per CPU core speeds up a large capture. A judge's rate limit holds for all of them "
+    "together (its concurrency and budget per process); no export (also "
+    "$AGENTEVAL_REPLAY_WORKERS).",
 )
 @click.option(
     "--engine",
@@ -509,11 +510,12 @@ def replay_command(
     ray_address: str | None,
     judge: OpenAIJudge | None,
 ) -> None:
-    """Score every trace of a capture file (JSONL) and print a summary.
+    """Score every trace of a capture (a JSONL file, or a capture directory of shards) and
+    print a summary.
 
     Judge metrics run when --judge-model is given (naming one without it is refused).
     Traces are scored --judge-concurrency at a time (a session's too, folded in order). With
-    --workers N, N processes score the capture, each the sessions of one share of it. With
+    --workers N, N processes score the capture, each taking whole sessions as it goes. With
     --engine ray, Ray Data scores one or more captures on a cluster (or a local Ray).
     """
     capture = ", ".join(captures)
