@@ -9,6 +9,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -52,7 +53,7 @@ from agenteval_core.offline._line_index import (
 )
 from agenteval_core.offline._processes import _Clock, _start_method, _Workers, task_count
 from agenteval_core.report._report import load_results
-from agenteval_core.schema._capture import read_numbered
+from agenteval_core.schema._capture import read_in_run_order, read_numbered
 
 
 def _trace(index: int, session: str | None, output: str, **fields: Any) -> Trace:
@@ -616,6 +617,32 @@ def test_a_capture_directory_holds_each_session_in_one_shard_in_order(tmp_path: 
     # read in two parts: whole files, shard 0 and 2, then shard 1
     assert list(read_capture(tmp_path / "capture", shard=(0, 2))) == shards[0] + shards[2]
     assert list(read_capture(tmp_path / "capture", shard=(1, 2))) == shards[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sessions=st.lists(st.sampled_from(["a", "b", "c", "d", None]), min_size=1, max_size=30),
+    shards=st.integers(1, 5),
+    timed=st.booleans(),
+)
+def test_a_capture_directory_reads_in_the_order_the_runs_started(
+    sessions: list[str | None], shards: int, timed: bool
+) -> None:
+    # every trace once; each shard's order kept (a session's turns in order); traces
+    # written as they started come back in that order, whatever the shards
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name) / "capture"
+        with CaptureWriter(directory, shards=shards) as writer:
+            for index, session in enumerate(sessions):
+                start = float(index) if timed else None
+                writer.write(Trace(id=f"t{index}", session_id=session, start_time=start))
+        read = [t.id for t in read_in_run_order(directory)]
+        parts = [[t.id for t in read_capture(part)] for part in sorted(directory.iterdir())]
+    assert sorted(read) == sorted(f"t{index}" for index in range(len(sessions)))
+    for part in parts:
+        assert [i for i in read if i in part] == part
+    if timed:
+        assert read == [f"t{index}" for index in range(len(sessions))]
 
 
 def test_a_capture_directory_refuses_what_would_split_its_sessions(tmp_path: Path) -> None:
