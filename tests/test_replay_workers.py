@@ -695,6 +695,21 @@ def test_workers_read_whole_shards_of_a_capture_directory(tmp_path: Path) -> Non
     assert flat.traces == 61
 
 
+def test_more_workers_than_shard_files_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _sharded_capture(tmp_path / "capture", 2)
+    report = replay(tmp_path / "capture", workers=3)
+    assert report.traces == 61
+    assert [t.tasks for t in report.processes].count(0) == 1  # one worker had no file
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "agenteval: 3 workers for a capture directory of 2 shard files: each file is "
+        "scored whole by one process, so 1 will have nothing to score: use at most 2 "
+        "workers, or write the capture in more shards (CaptureWriter(path, shards=N), "
+        "agenteval shard)"
+    ]
+
+
 def test_results_go_to_a_directory_of_shards_that_the_report_reads_as_one(
     tmp_path: Path,
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import logging
 import multiprocessing
 import os
 import pickle
@@ -190,6 +191,17 @@ def replay_in_workers(
         # a capture file is cut by byte ranges, one per process, each indexed by its
         # process; a directory's tasks are its files
         files = ShardFiles.of(path) if Path(path).is_dir() else None
+        if files is not None and len(files) < workers:
+            logger.warning(
+                "agenteval: %d workers for a capture directory of %d shard files: each file "
+                "is scored whole by one process, so %d will have nothing to score: use at "
+                "most %d workers, or write the capture in more shards (CaptureWriter(path, "
+                "shards=N), agenteval shard)",
+                workers,
+                len(files),
+                workers - len(files),
+                len(files),
+            )
         spans = byte_ranges(path, workers) if files is None else []
         shards = task_count(workers)
         others = _Workers()
@@ -279,6 +291,8 @@ def replay_in_workers(
                 on_bad_line(error)
     return report
 
+
+logger = logging.getLogger("agenteval")
 
 WORKER_MODULES = [
     "agenteval_core.offline._processes",
