@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # Windows has no fork server, nor its context class
 
 __all__ = ["replay", "replay_in_workers"]
 
+logger = logging.getLogger("agenteval")
+
 
 def replay(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -291,8 +293,6 @@ def replay_in_workers(
                 on_bad_line(error)
     return report
 
-
-logger = logging.getLogger("agenteval")
 
 WORKER_MODULES = [
     "agenteval_core.offline._processes",
