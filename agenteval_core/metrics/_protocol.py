@@ -109,14 +109,16 @@ class MetricBase(ABC):
             value = bounded(value)
             if value is None:
                 score = Score.failure(f"metric produced a non-finite score {score.value!r}")
+        name, version, metadata = self.name, self.version, score.metadata
+        reason = score.reason or (score.error or "")
         values: dict[str, Any] = {
-            "name": self.name,
-            "version": self.version,
+            "name": name,
+            "version": version,
             "score": value,
             "threshold": self.threshold,
             "success": None if value is None else passes(value, self.threshold),
-            "reason": score.reason or (score.error or ""),
-            "metadata": score.metadata,
+            "reason": reason,
+            "metadata": metadata,
             "error": score.error,
             "skipped": score.skipped,
             "trace_id": trace_id,
@@ -129,8 +131,28 @@ class MetricBase(ABC):
             "cost_usd": score.cost_usd,
             "latency_ms": latency_ms,
         }
-        if _kept_by_validation(values):
-            values["metadata"] = dict(score.metadata)  # a result owns its metadata
+        # What a metric supplies (and the ids), each of exactly a type its field keeps as it
+        # is (a bool is no int, a str subclass is converted), and metadata a dict with string
+        # keys: validation would change nothing. Written out, not looped over: every metric
+        # result of every trace passes here. The other values are numbers made floats above.
+        if (
+            type(name) is str
+            and type(version) is str
+            and type(reason) is str
+            and type(score.skipped) is bool
+            and type(score.error) in _OPTIONAL_TEXT
+            and type(score.judge_model) in _OPTIONAL_TEXT
+            and type(score.prompt_version) in _OPTIONAL_TEXT
+            and type(score.input_tokens) in _OPTIONAL_INT
+            and type(score.output_tokens) in _OPTIONAL_INT
+            and type(score.cost_usd) in _OPTIONAL_FLOAT
+            and type(trace_id) in _OPTIONAL_TEXT
+            and type(session_id) in _OPTIONAL_TEXT
+            and type(case_id) in _OPTIONAL_TEXT
+            and type(metadata) is dict
+            and set(map(type, metadata)) <= _TEXT
+        ):
+            values["metadata"] = metadata.copy()  # a result owns its metadata
             return unvalidated_result(values)
         return MetricResult(**values)  # raises as validation does, or converts
 
@@ -141,36 +163,10 @@ def bounded(value: float) -> float | None:
     return min(1.0, max(0.0, float(value))) if math.isfinite(value) else None
 
 
-_TEXT = (str,)
-_OPTIONAL_TEXT = (str, type(None))
-_OPTIONAL_INT = (int, type(None))
-# what a metric supplies (and the ids), with the exact types validation keeps as they are
-# (a bool is no int, a str subclass is converted); the rest are numbers _result made floats
-_KEPT_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
-    ("name", _TEXT),
-    ("version", _TEXT),
-    ("reason", _TEXT),
-    ("error", _OPTIONAL_TEXT),
-    ("skipped", (bool,)),
-    ("judge_model", _OPTIONAL_TEXT),
-    ("prompt_version", _OPTIONAL_TEXT),
-    ("input_tokens", _OPTIONAL_INT),
-    ("output_tokens", _OPTIONAL_INT),
-    ("cost_usd", (float, type(None))),
-    ("trace_id", _OPTIONAL_TEXT),
-    ("session_id", _OPTIONAL_TEXT),
-    ("case_id", _OPTIONAL_TEXT),
-)
-
-
-def _kept_by_validation(values: dict[str, Any]) -> bool:
-    """True when validating ``values`` as a MetricResult would keep every one as it is:
-    each has exactly a type its field holds, and the metadata is a dict with string keys."""
-    for name, types in _KEPT_TYPES:
-        if type(values[name]) not in types:
-            return False
-    metadata = values["metadata"]
-    return type(metadata) is dict and all(type(key) is str for key in metadata)
+_TEXT = frozenset({str})
+_OPTIONAL_TEXT = frozenset({str, type(None)})
+_OPTIONAL_INT = frozenset({int, type(None)})
+_OPTIONAL_FLOAT = frozenset({float, type(None)})
 
 
 class Metric(MetricBase):

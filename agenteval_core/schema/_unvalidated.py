@@ -18,6 +18,13 @@ __all__ = ["unvalidated", "unvalidated_with_defaults"]
 
 M = TypeVar("M", bound=BaseModel)
 
+# BaseModel's slots, set through their descriptors: a third cheaper than object.__setattr__
+# by name, and a replay builds several models a trace
+_set_attribute = object.__setattr__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
 _DEFAULTS: dict[type[BaseModel], tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
@@ -26,10 +33,10 @@ def unvalidated(model: type[M], values: dict[str, Any], fields_set: set[str]) ->
     ``fields_set`` as the fields given explicitly; nothing is validated or copied."""
     instance = model.__new__(model)
     # what pydantic's own model_construct sets, without its per-field work
-    object.__setattr__(instance, "__dict__", values)
-    object.__setattr__(instance, "__pydantic_fields_set__", fields_set)
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
+    _set_attribute(instance, "__dict__", values)
+    _set_fields_set(instance, fields_set)
+    _set_extra(instance, None)
+    _set_private(instance, None)
     return instance
 
 
