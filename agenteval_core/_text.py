@@ -47,14 +47,17 @@ library's version."""
 
 
 # every ASCII character \w does not match, as a space: on ASCII text, the runs of word
-# characters are then what str.split finds (a third faster than the regular expression)
-_NOT_WORD = str.maketrans({chr(c): " " for c in range(128) if not _WORD.fullmatch(chr(c))})
+# characters are then what str.split finds (a third faster than the regular expression).
+# A table of bytes: translating the encoded text takes a fifth of str.translate's time.
+_NOT_WORD = bytes(c if c < 128 and _WORD.fullmatch(chr(c)) else 32 for c in range(256))
 
 
 def words(text: str) -> list[str]:
     """The lower-cased ``\\w+`` runs of ``text``, in order."""
     lowered = text.lower()
-    return lowered.translate(_NOT_WORD).split() if lowered.isascii() else _WORD.findall(lowered)
+    if lowered.isascii():
+        return lowered.encode("ascii").translate(_NOT_WORD).decode("ascii").split()
+    return _WORD.findall(lowered)
 
 
 def _content_words(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:

@@ -169,7 +169,7 @@ def test_scores_in_unit_interval(current: str, previous: list[str], source: str)
     )
 )
 def test_words_are_the_regular_expressions_word_runs(text: str) -> None:
-    # the ASCII path cuts with str.translate and str.split; \w+ is what it must equal
+    # the ASCII path cuts with bytes.translate and str.split; \w+ is what it must equal
     assert words(text) == re.findall(r"\w+", text.lower())
 
 
