@@ -50,24 +50,62 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _start_node(arguments: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+# Ports Ray otherwise fixes, shared by every node on a machine (the dashboard agent's 52365,
+# workers from 10002-19999): 0 lets each node's processes take free ones
+DYNAMIC_PORTS = ["--dashboard-agent-listen-port", "0", "--min-worker-port", "0"]
+DYNAMIC_PORTS += ["--max-worker-port", "0"]
+
+
+@dataclass
+class Node:
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def check_running(self) -> None:
+        if self.process.poll() is not None:  # its log says why: the failure shows it
+            tail = self.log.read_text(errors="replace").splitlines()[-40:]
+            pytest.fail(f"a Ray node exited with {self.process.returncode}:\n" + "\n".join(tail))
+
+    def stop(self) -> None:
+        # the whole session: `ray start` may have exited and left its raylet or GCS running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+
+def _start_node(arguments: list[str], env: dict[str, str], log: Path) -> Node:
     # a session of its own: the node's processes are stopped together, and only they (`ray
     # stop` would stop every Ray on the machine)
+    each = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
     with log.open("wb") as output:
-        return subprocess.Popen(
-            [str(RAY), "start", "--block", *arguments],
+        process = subprocess.Popen(
+            [str(RAY), "start", "--block", *arguments, *each, *DYNAMIC_PORTS],
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    return Node(process, log)
 
 
-def _wait_for_nodes(cluster: Cluster, count: int, nodes: list[subprocess.Popen[bytes]]) -> None:
+def _head_address(head: Node, temp_dir: Path) -> str:
+    """127.0.0.1 and the port the head took (``--port 0``), which it writes once started
+    (with the machine's own address, which Ray puts in place of 127.0.0.1)."""
+    written = temp_dir / "ray_current_cluster"
+    deadline = time.monotonic() + STARTUP
+    while time.monotonic() < deadline:
+        head.check_running()
+        if written.exists() and (address := written.read_text().strip()):
+            return f"127.0.0.1:{address.rpartition(':')[2]}"
+        time.sleep(0.2)  # polls a file another process writes; there is nothing to wait on
+    raise TimeoutError(f"the Ray head wrote no address after {STARTUP} s")
+
+
+def _wait_for_nodes(cluster: Cluster, count: int, nodes: list[Node]) -> None:
     deadline = time.monotonic() + STARTUP
     while time.monotonic() < deadline:
         for node in nodes:
-            assert node.poll() is None, f"a Ray node exited with {node.returncode}"
+            node.check_running()
         status = subprocess.run(
             [str(RAY), "status", "--address", cluster.address],
             env=cluster.env,
@@ -87,28 +125,23 @@ def _started(nodes: int) -> Iterator[Cluster]:
     temporary = Path(tempfile.mkdtemp(prefix="agenteval-ray-"))  # short: Ray's socket paths
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
-    port = _free_port()
-    cluster = Cluster(f"127.0.0.1:{port}", env)
-    each = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[Node] = []
     try:
-        head = ["--head", "--port", str(port), "--include-dashboard", "false"]
-        head += ["--ray-client-server-port", str(_free_port())]
+        head = ["--head", "--port", "0", "--include-dashboard", "false"]
+        head += ["--ray-client-server-port", str(_free_port())]  # not 10001: it is shared too
         started.append(
-            _start_node(
-                [*head, "--temp-dir", str(temporary / "head"), *each], env, temporary / "head.log"
-            )
+            _start_node([*head, "--temp-dir", str(temporary / "head")], env, temporary / "head.log")
         )
+        cluster = Cluster(_head_address(started[0], temporary / "head"), env)
         _wait_for_nodes(cluster, 1, started)
         for number in range(1, nodes):
             worker = ["--address", cluster.address, "--temp-dir", str(temporary / f"w{number}")]
-            started.append(_start_node([*worker, *each], env, temporary / f"w{number}.log"))
+            started.append(_start_node(worker, env, temporary / f"w{number}.log"))
             _wait_for_nodes(cluster, number + 1, started)
         yield cluster
     finally:
         for node in reversed(started):
-            os.killpg(node.pid, signal.SIGKILL)
-            node.wait(30)
+            node.stop()
         shutil.rmtree(temporary, ignore_errors=True)
 
 
@@ -155,6 +188,17 @@ def _scored_as_one_process_scores(
     return lines
 
 
+def test_a_capture_file_scored_on_one_node_of_one_cpu_equals_one_process(tmp_path: Path) -> None:
+    # first in the file, so it runs before the two-node cluster starts: one Ray on the machine.
+    # The groupby's read and shuffle tasks each need a whole CPU: scorers that reserved half
+    # of the only one left them none, and the replay waited for ever
+    capture = tmp_path / "capture.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 4}", turn, failed=turn == 5) for turn in range(20)])
+    with _started(1) as one_cpu:
+        lines = _scored_as_one_process_scores(one_cpu, capture, capture, tmp_path)
+    assert len(lines) == 24  # 20 traces and 4 sessions
+
+
 def test_a_capture_file_scored_on_two_nodes_equals_one_process(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -185,13 +229,3 @@ def test_a_capture_directory_scored_on_two_nodes_equals_one_process(
     assert sum(shard_capture(capture, directory, shards=3)) == 30
     lines = _scored_as_one_process_scores(cluster, directory, capture, tmp_path)
     assert len(lines) == 37  # 30 traces and 7 sessions
-
-
-def test_a_capture_file_scored_on_one_node_of_one_cpu_equals_one_process(tmp_path: Path) -> None:
-    # the groupby's read and shuffle tasks each need a whole CPU: scorers that reserved half
-    # of the only one left them none, and the replay waited for ever
-    capture = tmp_path / "capture.jsonl"
-    write_capture(capture, [a_trace(f"s{turn % 4}", turn, failed=turn == 5) for turn in range(20)])
-    with _started(1) as one_cpu:
-        lines = _scored_as_one_process_scores(one_cpu, capture, capture, tmp_path)
-    assert len(lines) == 24  # 20 traces and 4 sessions
