@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,11 @@ pytest.importorskip(
 RAY = Path(sys.executable).parent / "ray"
 STARTUP = 120.0
 """Seconds a node may take to join (two cores shared with the rest of the suite)."""
+pytestmark = pytest.mark.timeout(4 * STARTUP + 120)  # a cluster started twice, then the test
+
+
+class ClusterDidNotStart(Exception):
+    """A node exited or did not join in time: Ray's start-up, not the replay under test."""
 
 
 @dataclass
@@ -64,7 +70,9 @@ class Node:
     def check_running(self) -> None:
         if self.process.poll() is not None:  # its log says why: the failure shows it
             tail = self.log.read_text(errors="replace").splitlines()[-40:]
-            pytest.fail(f"a Ray node exited with {self.process.returncode}:\n" + "\n".join(tail))
+            raise ClusterDidNotStart(
+                f"a Ray node exited with {self.process.returncode}:\n" + "\n".join(tail)
+            )
 
     def stop(self) -> None:
         # the whole session: `ray start` may have exited and left its raylet or GCS running
@@ -98,7 +106,7 @@ def _head_address(head: Node, temp_dir: Path) -> str:
         if written.exists() and (address := written.read_text().strip()):
             return f"127.0.0.1:{address.rpartition(':')[2]}"
         time.sleep(0.2)  # polls a file another process writes; there is nothing to wait on
-    raise TimeoutError(f"the Ray head wrote no address after {STARTUP} s")
+    raise ClusterDidNotStart(f"the Ray head wrote no address after {STARTUP} s")
 
 
 def _wait_for_nodes(cluster: Cluster, count: int, nodes: list[Node]) -> None:
@@ -106,43 +114,69 @@ def _wait_for_nodes(cluster: Cluster, count: int, nodes: list[Node]) -> None:
     while time.monotonic() < deadline:
         for node in nodes:
             node.check_running()
-        status = subprocess.run(
-            [str(RAY), "status", "--address", cluster.address],
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-        )
+        try:
+            status = subprocess.run(
+                [str(RAY), "status", "--address", cluster.address],
+                env=cluster.env,
+                capture_output=True,
+                text=True,
+                timeout=30,  # a GCS still starting may not answer: ask again
+            )
+        except subprocess.TimeoutExpired:
+            continue
         if len(re.findall(r"^\s*1 node_", status.stdout, re.MULTILINE)) == count:
             return
-    raise TimeoutError(f"the Ray cluster did not have {count} node(s) after {STARTUP} s")
+    raise ClusterDidNotStart(f"the Ray cluster did not have {count} node(s) after {STARTUP} s")
+
+
+def _start_cluster(nodes: int, temporary: Path, started: list[Node]) -> Cluster:
+    """Start ``nodes`` nodes (each appended to ``started`` at once, to be stopped whatever
+    happens) and wait until all have joined."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env.pop("RAY_ADDRESS", None)
+    # the head waits this long for its GCS to publish the port it took (30 s by default)
+    env["RAY_gcs_server_port_wait_time_s"] = str(int(STARTUP))
+    head = ["--head", "--port", "0", "--include-dashboard", "false"]
+    head += ["--ray-client-server-port", str(_free_port())]  # not 10001: it is shared too
+    started.append(
+        _start_node([*head, "--temp-dir", str(temporary / "head")], env, temporary / "head.log")
+    )
+    cluster = Cluster(_head_address(started[0], temporary / "head"), env)
+    _wait_for_nodes(cluster, 1, started)
+    for number in range(1, nodes):
+        worker = ["--address", cluster.address, "--temp-dir", str(temporary / f"w{number}")]
+        started.append(_start_node(worker, env, temporary / f"w{number}.log"))
+        _wait_for_nodes(cluster, number + 1, started)
+    return cluster
 
 
 @contextlib.contextmanager
 def _started(nodes: int) -> Iterator[Cluster]:
-    """A Ray cluster of ``nodes`` nodes on 127.0.0.1, one CPU each."""
+    """A Ray cluster of ``nodes`` nodes on 127.0.0.1, one CPU each. A start that fails is
+    tried once more from nothing (a loaded CI machine has failed one), saying why."""
     if not RAY.exists():
         pytest.skip(f"no `ray` command next to {sys.executable}: the cluster test skipped")
-    temporary = Path(tempfile.mkdtemp(prefix="agenteval-ray-"))  # short: Ray's socket paths
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    env.pop("RAY_ADDRESS", None)
-    started: list[Node] = []
-    try:
-        head = ["--head", "--port", "0", "--include-dashboard", "false"]
-        head += ["--ray-client-server-port", str(_free_port())]  # not 10001: it is shared too
-        started.append(
-            _start_node([*head, "--temp-dir", str(temporary / "head")], env, temporary / "head.log")
-        )
-        cluster = Cluster(_head_address(started[0], temporary / "head"), env)
-        _wait_for_nodes(cluster, 1, started)
-        for number in range(1, nodes):
-            worker = ["--address", cluster.address, "--temp-dir", str(temporary / f"w{number}")]
-            started.append(_start_node(worker, env, temporary / f"w{number}.log"))
-            _wait_for_nodes(cluster, number + 1, started)
-        yield cluster
-    finally:
-        for node in reversed(started):
-            node.stop()
-        shutil.rmtree(temporary, ignore_errors=True)
+    failures: list[str] = []
+    while True:
+        temporary = Path(tempfile.mkdtemp(prefix="agenteval-ray-"))  # short: Ray's socket paths
+        started: list[Node] = []
+        try:
+            try:
+                cluster = _start_cluster(nodes, temporary, started)
+            except ClusterDidNotStart as failure:
+                failures.append(str(failure))
+                if len(failures) == 2:
+                    pytest.fail("the Ray cluster did not start twice:\n" + "\n".join(failures))
+                warnings.warn(
+                    f"the Ray cluster did not start; starting it again: {failure}", stacklevel=2
+                )
+                continue
+            yield cluster
+            return
+        finally:
+            for node in reversed(started):
+                node.stop()
+            shutil.rmtree(temporary, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
