@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from agenteval_core.judges._openai import _ACCEPTED
+
 
 @dataclass
 class Reply:
@@ -43,7 +45,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class JudgeServer:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
+        """A server on ``port`` of 127.0.0.1 (0: a free one)."""
         self.script: deque[Reply] = deque()
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[dict[str, Any]] = []
@@ -162,8 +165,14 @@ class JudgeServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._server = _Server(("127.0.0.1", port), Handler)
+        self.port = int(self._server.server_address[1])
+        origin = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"{origin}/v1"
+        # judges remember, per process, the output mode each URL accepted: a server on the
+        # port of an earlier test's server (one that took JSON mode only, say) starts unseen
+        for seen in [key for key in _ACCEPTED if f"{key[0]}/".startswith(f"{origin}/")]:
+            del _ACCEPTED[seen]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -91,6 +91,30 @@ def test_auto_finds_the_output_mode_the_server_takes_before_scoring(
     assert scores == [0.8, 0.8, 0.8]
 
 
+def test_a_server_on_the_port_of_an_earlier_one_is_asked_afresh(tmp_path: Path) -> None:
+    """Judges remember the output mode each URL took, once per process. A test's server that
+    gets the port of an earlier test's JSON-mode-only server is probed as a new server,
+    not asked in JSON mode: a responder that reads the schema's name failed on every
+    request, and a replay's results all read "judge unavailable"."""
+    earlier = JudgeServer()
+    ollama(earlier)
+    earlier.responder = answer
+    try:
+        assert replay_with(earlier, capture_of(tmp_path / "a.jsonl", 1)).exit_code == 0
+        assert [r["response_format"]["type"] for r in earlier.requests] == ["json_object"]
+    finally:
+        earlier.close()
+    later = JudgeServer(port=earlier.port)
+    later.responder = answer
+    try:
+        assert later.base_url == earlier.base_url
+        assert replay_with(later, capture_of(tmp_path / "b.jsonl", 1)).exit_code == 0
+        assert [p["response_format"]["type"] for p in later.probes] == ["json_schema"]
+        assert [r["response_format"]["type"] for r in later.requests] == ["json_schema"]
+    finally:
+        later.close()
+
+
 def test_a_refusal_found_while_scoring_is_not_retried_as_an_outage(
     judge_server: JudgeServer,
 ) -> None:
