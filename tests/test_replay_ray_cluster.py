@@ -58,8 +58,11 @@ def _free_port() -> int:
 
 # Ports Ray otherwise fixes, shared by every node on a machine (the dashboard agent's 52365,
 # workers from 10002-19999): 0 lets each node's processes take free ones
-DYNAMIC_PORTS = ["--dashboard-agent-listen-port", "0", "--min-worker-port", "0"]
-DYNAMIC_PORTS += ["--max-worker-port", "0"]
+DYNAMIC_PORTS = [
+    *("--dashboard-agent-listen-port", "0"),
+    *("--min-worker-port", "0"),
+    *("--max-worker-port", "0"),
+]
 
 
 @dataclass
@@ -96,19 +99,6 @@ def _start_node(arguments: list[str], env: dict[str, str], log: Path) -> Node:
     return Node(process, log)
 
 
-def _head_address(head: Node, temp_dir: Path) -> str:
-    """127.0.0.1 and the port the head took (``--port 0``), which it writes once started
-    (with the machine's own address, which Ray puts in place of 127.0.0.1)."""
-    written = temp_dir / "ray_current_cluster"
-    deadline = time.monotonic() + STARTUP
-    while time.monotonic() < deadline:
-        head.check_running()
-        if written.exists() and (address := written.read_text().strip()):
-            return f"127.0.0.1:{address.rpartition(':')[2]}"
-        time.sleep(0.2)  # polls a file another process writes; there is nothing to wait on
-    raise ClusterDidNotStart(f"the Ray head wrote no address after {STARTUP} s")
-
-
 def _wait_for_nodes(cluster: Cluster, count: int, nodes: list[Node]) -> None:
     deadline = time.monotonic() + STARTUP
     while time.monotonic() < deadline:
@@ -134,14 +124,13 @@ def _start_cluster(nodes: int, temporary: Path, started: list[Node]) -> Cluster:
     happens) and wait until all have joined."""
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
-    # the head waits this long for its GCS to publish the port it took (30 s by default)
-    env["RAY_gcs_server_port_wait_time_s"] = str(int(STARTUP))
-    head = ["--head", "--port", "0", "--include-dashboard", "false"]
+    port = _free_port()  # probed and released: were it taken meanwhile, the start is retried
+    cluster = Cluster(f"127.0.0.1:{port}", env)
+    head = ["--head", "--port", str(port), "--include-dashboard", "false"]
     head += ["--ray-client-server-port", str(_free_port())]  # not 10001: it is shared too
     started.append(
         _start_node([*head, "--temp-dir", str(temporary / "head")], env, temporary / "head.log")
     )
-    cluster = Cluster(_head_address(started[0], temporary / "head"), env)
     _wait_for_nodes(cluster, 1, started)
     for number in range(1, nodes):
         worker = ["--address", cluster.address, "--temp-dir", str(temporary / f"w{number}")]
