@@ -449,6 +449,23 @@ class _RemoteEmbedder:
         return self.embed(texts)
 
 
+class _BatchSizes(Metric):
+    """Records the size of every batch the engine prepares."""
+
+    name = "batch_sizes_seen"
+    kind = MetricKind.DETERMINISTIC
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+
+    def prepare(self, cases: Sequence[EvalCase]) -> None:
+        self.seen.append(len(cases))
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        return Score(1.0)
+
+
 def test_replay_batches_small_in_process_and_large_for_a_remote_embedder(
     tmp_path: Path,
 ) -> None:
@@ -458,26 +475,15 @@ def test_replay_batches_small_in_process_and_large_for_a_remote_embedder(
             writer.write(
                 Trace(id=f"t{i}", input=f"question {i}", output=f"answer {i}", session_id=None)
             )
-    seen: list[int] = []
-
-    class Batches(Metric):
-        name = "batch_sizes_seen"
-        kind = MetricKind.DETERMINISTIC
-
-        def prepare(self, cases: Sequence[EvalCase]) -> None:
-            seen.append(len(cases))
-
-        def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
-            return Score(1.0)
-
-    assert replay(path, [Batches(), "coherence"]).traces == 300
-    assert seen == [32] * 9 + [12]  # the default embedder runs here: small batches
-    seen.clear()
+    batches = _BatchSizes()
+    assert replay(path, [batches, "coherence"]).traces == 300
+    assert batches.seen == [64] * 4 + [44]  # the default embedder runs here: smaller batches
+    batches = _BatchSizes()
     remote = _RemoteEmbedder()
-    report = replay(path, [Batches(), "coherence"], embedder=remote)
+    report = replay(path, [batches, "coherence"], embedder=remote)
     assert report.summary.metrics["coherence"].scored == 300
     # one request per 256 traces: each trace's question and answer, all distinct
-    assert seen == [256, 44] and remote.batches[:1] == [512]
+    assert batches.seen == [256, 44] and remote.batches[:1] == [512]
 
 
 def test_cli_shows_the_lowest_scoring_sessions_of_a_large_replay(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ from agenteval_core.offline._line_index import (
     read_own_lines,
 )
 from agenteval_core.offline._processes import _Clock, _start_method, _Workers, task_count
+from agenteval_core.offline._replay import LOCAL_BATCH_SIZE
 from agenteval_core.report._report import load_results
 from agenteval_core.schema._capture import read_in_run_order, read_numbered
 
@@ -858,8 +859,8 @@ def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
     assert process.returncode == 130, stderr[-2000:]
     assert stdout == "interrupted; processes left: 0\n"
     scored = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
-    # each process stopped at the end of the batch (32 traces) that held its 200th
-    assert 0 < len(scored) <= workers * (200 + 32)
+    # each process stopped at the end of the batch that held its 200th
+    assert 0 < len(scored) <= workers * (200 + LOCAL_BATCH_SIZE)
     numbers = [int(trace_id[1:]) for trace_id in scored]
     assert numbers == sorted(numbers)  # in capture order, each line whole
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("agenteval-replay-")]
