@@ -486,6 +486,28 @@ def test_replay_batches_small_in_process_and_large_for_a_remote_embedder(
     assert batches.seen == [256, 44] and remote.batches[:1] == [512]
 
 
+def test_a_batch_of_large_traces_ends_at_its_byte_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a parsed trace takes about twice its line: traces of megabytes go a few at a time
+    monkeypatch.setattr("agenteval_core.offline._replay.BATCH_BYTES", 100_000)
+    path = tmp_path / "c.jsonl"
+    traces = [
+        Trace(id=f"t{i:02d}", input="question", output="x" * 30_000, session_id=None)
+        for i in range(10)
+    ]
+    with CaptureWriter(path) as writer:
+        for trace in traces:
+            writer.write(trace)
+    line = len(traces[0].to_json()) + 1  # every line has this size
+    assert path.stat().st_size == 10 * line and 3 * line < 100_000 <= 4 * line
+    for embedder in (None, _RemoteEmbedder()):
+        batches = _BatchSizes()
+        report = replay(path, [batches, "coherence"], embedder=embedder)
+        # the line that reaches the budget ends its batch, in both kinds of batch
+        assert report.traces == 10 and batches.seen == [4, 4, 2]
+
+
 def test_cli_shows_the_lowest_scoring_sessions_of_a_large_replay(tmp_path: Path) -> None:
     # 30 sessions of two turns; in five of them the agent says the same thing twice
     path = tmp_path / "c.jsonl"

@@ -60,6 +60,10 @@ which larger batches share: 48 to 96 traces measured alike, on traces of 3.6 kB 
 27 kB; 256 took twice as long to parse (the parsed traces no longer fit the CPU's cache)."""
 REMOTE_BATCH_SIZE = 256
 """Traces scored together when a metric's embedder is remote: one request per batch."""
+BATCH_BYTES = 16 << 20
+"""A batch ends early once its lines reach this many bytes: a parsed trace takes about twice
+its line's size, so traces of megabytes (large tool results) are scored a few at a time and
+memory stays bounded by bytes, not by the number of traces."""
 
 
 def _batch_size(engine: Engine) -> int:
@@ -315,21 +319,31 @@ async def replay_lines(
             on_bad_line(error)
 
     size = _batch_size(engine)
+    read = 0  # bytes of the lines read since the last batch was handed on
+
+    def progress(count: int) -> None:
+        nonlocal read
+        read += count
+        if on_progress is not None:
+            on_progress(count)
 
     def batches(task: tuple[int, int] | OwnLines | None) -> Iterator[list[Trace]]:
+        nonlocal read
         batch: list[Trace] = []
+        read = 0
         lines = (
-            read_own_lines(path, task, on_error=bad_line, on_progress=on_progress)
+            read_own_lines(path, task, on_error=bad_line, on_progress=progress)
             if isinstance(task, OwnLines)
-            else read_numbered(path, on_error=bad_line, on_progress=on_progress, shard=task)
+            else read_numbered(path, on_error=bad_line, on_progress=progress, shard=task)
         )
         for number, trace in lines:
             if numbered is not None:
                 numbers.append(number)
             batch.append(trace)
-            if len(batch) == size:
+            if len(batch) == size or read >= BATCH_BYTES:
                 yield batch
                 batch = []
+                read = 0
                 if between_batches is not None:
                     between_batches()
         if batch:
