@@ -23,6 +23,7 @@ from agenteval_core.metrics import (
     AgentReliability,
     IncrementalSession,
 )
+from agenteval_core.metrics._running import LargestShare, SumOfSquares
 
 GOOD = {"confidence": 0.88, "loop_detection": 0.95, "tool_correctness": 0.92, "coherence": 0.97}
 BAD = {"confidence": 0.35, "loop_detection": 0.28, "tool_correctness": 0.90, "coherence": 0.85}
@@ -215,6 +216,78 @@ def test_a_long_sessions_snapshots_equal_its_results_trace_by_trace() -> None:
                 live.update(f"t{index - 10}", {"confidence": 0.0})
             if index < 40 or index in (255, 256, 257, 300, 599):
                 assert_snapshot_is_the_result_without_its_table(live)
+
+
+def test_a_signal_given_as_nan_takes_a_trace_out_of_the_running_score() -> None:
+    # a NaN signal is no signal: t0 scored, then its only signal taken back
+    for metric in (AgentReliability(), AgentConsistency()):
+        live = metric.incremental()
+        live.update("t0", {"confidence": 0.1, "coherence": 0.2})
+        live.update("t1", {"confidence": 0.9, "coherence": 0.8})
+        live.update("t0", {"confidence": math.nan, "coherence": math.nan})
+        # t1 alone. reliability: step risk max(.2 × 1, .1 × 1) = .2 (k = 1), risk .9 × .2 +
+        # .1 × .2; consistency: penalty .2, uncertainty 1.2 × .1, rms of one value itself
+        expected = 1.0 - (0.2 if metric.name == "agent_reliability" else (1.0 + 0.2) * 0.1)
+        assert live.score() == pytest.approx(expected)
+        assert (
+            live.score()
+            == metric.measure_session(["t1"], [{"confidence": 0.9, "coherence": 0.8}]).score
+        )
+        assert_snapshot_is_the_result_without_its_table(live)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    share=st.sampled_from([0.01, 0.15, 0.5, 1.0]),
+    steps=st.lists(
+        st.tuples(
+            st.booleans(),
+            # few distinct values, so ties at the boundary are common; and tiny ones
+            st.sampled_from([0.0, 0.25, 0.5, 0.7, 1.0, 5e-324, 1e-300, 0.1 + 0.2]),
+            st.integers(0, 10_000),
+        ),
+        max_size=400,
+    ),
+)
+def test_running_sums_equal_fsum_of_the_values_held_as_they_come_and_go(
+    share: float, steps: list[tuple[bool, float, int]]
+) -> None:
+    largest, squares, held = LargestShare(share), SumOfSquares(), []
+    for remove, value, pick in steps:
+        if remove and held:
+            gone = held.pop(pick % len(held))
+            largest.remove(gone)
+            squares.remove(gone)
+        else:
+            held.append(value)
+            largest.add(value)
+            squares.add(value)
+        assert len(largest) == squares.count == len(held)
+        assert squares.total() == math.fsum([v * v for v in held])
+        if held:
+            k = max(1, math.ceil(len(held) * share))
+            assert largest.top_count() == k
+            assert largest.top_sum() == math.fsum(sorted(held)[len(held) - k :])
+            assert largest.largest() == max(held)
+
+
+def test_values_taken_back_do_not_pile_up_in_the_running_sums() -> None:
+    # the smallest values sit deep in their heap, so taking them back leaves them there
+    # until the heaps are rebuilt: memory stays within twice the values held
+    largest = LargestShare(0.15)
+    values = [i / 1000 for i in range(1000)]
+    for value in values:
+        largest.add(value)
+    for value in values[:900]:
+        largest.remove(value)
+        assert len(largest._high) + len(largest._low) <= 2 * len(largest) + 64
+    held = [*values[900:], 0.5, 2.0]
+    largest.add(0.5)
+    largest.add(2.0)
+    # 102 values: k = ceil(102 × .15) = 16, the 15 largest of .900–.999 and 2.0
+    assert largest.top_count() == 16
+    assert largest.top_sum() == math.fsum(sorted(held)[-16:]) == math.fsum([*values[-15:], 2.0])
+    assert largest.largest() == 2.0
 
 
 def test_a_snapshot_with_a_signal_out_of_range_fails_as_the_result_does() -> None:

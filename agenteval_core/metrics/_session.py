@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,7 @@ from .._errors import MetricInputError
 from ..schema._results import MetricResult
 from ._protocol import Score, SessionAccumulator, SessionMetric, bounded
 from ._registry import register_metric
+from ._running import LargestShare, SumOfSquares, top_count
 
 __all__ = [
     "COLUMNS",
@@ -190,9 +191,10 @@ class _SignalSessionMetric(SessionMetric):
         table): shared by the batch score and a running session's snapshot."""
         raise NotImplementedError
 
-    def _risk(self, values: list[list[float]]) -> float | None:
-        """The session's risk (the score is 1 − risk) from the evaluated traces' values, as
-        :meth:`_summary` computes it; ``None`` when there is none to score."""
+    def _running(self) -> RunningRisk:
+        """What a running session keeps of its evaluated traces' values to give the risk
+        :meth:`_summary` would (the score is 1 − risk) after every trace, without a pass
+        over them all."""
         raise NotImplementedError
 
     per_trace_note: ClassVar[str]
@@ -311,13 +313,15 @@ class AgentReliability(_SignalSessionMetric):
 
     def _tail(self, step_risk: list[float]) -> tuple[int, float, float, float]:
         """k, the mean of the k largest step risks, the largest, and their blend (the risk)."""
-        k = max(1, math.ceil(len(step_risk) * self.top_k_percentile))
-        mean_top_k, max_risk = _mean_of_largest(step_risk, k), max(step_risk)
+        k = top_count(len(step_risk), self.top_k_percentile)
+        return self._blend(k, _mean_of_largest(step_risk, k), max(step_risk))
+
+    def _blend(self, k: int, mean_top_k: float, max_risk: float) -> tuple[int, float, float, float]:
         raw_risk = (1.0 - self.ensemble_weight) * mean_top_k + self.ensemble_weight * max_risk
         return k, mean_top_k, max_risk, raw_risk
 
-    def _risk(self, values: list[list[float]]) -> float | None:
-        return self._tail(values[0])[3] if values[0] else None
+    def _running(self) -> RunningRisk:
+        return _RunningTail(self)
 
     def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
         (step_risk,) = values
@@ -379,8 +383,8 @@ class AgentConsistency(_SignalSessionMetric):
     def _rms(uncertainty: list[float]) -> float:
         return math.sqrt(math.fsum([value * value for value in uncertainty]) / len(uncertainty))
 
-    def _risk(self, values: list[list[float]]) -> float | None:
-        return self._rms(values[0]) if values[0] else None
+    def _running(self) -> RunningRisk:
+        return _RunningRms()
 
     def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
         if not rows:
@@ -398,6 +402,53 @@ class AgentConsistency(_SignalSessionMetric):
             "aggregation": {"method": "weighted_rms", "rms_value": round(rms, 4)},
         }
         return Score(1.0 - rms, f"RMS instability {rms:.4f} over {len(rows)} traces", metadata)
+
+
+class RunningRisk(Protocol):
+    """A session metric's risk kept as its evaluated traces' values come, change and go."""
+
+    def add(self, values: tuple[float, ...]) -> None: ...
+    def remove(self, values: tuple[float, ...]) -> None: ...
+    def risk(self) -> float | None:
+        """The risk over the values held (``None``: none held)."""
+        ...
+
+
+class _RunningTail:
+    """agent_reliability's tail risk over the step risks held."""
+
+    def __init__(self, metric: AgentReliability) -> None:
+        self.metric = metric
+        self.step_risks = LargestShare(metric.top_k_percentile)
+
+    def add(self, values: tuple[float, ...]) -> None:
+        self.step_risks.add(values[0])
+
+    def remove(self, values: tuple[float, ...]) -> None:
+        self.step_risks.remove(values[0])
+
+    def risk(self) -> float | None:
+        if not len(self.step_risks):
+            return None
+        k = self.step_risks.top_count()
+        return self.metric._blend(k, self.step_risks.top_sum() / k, self.step_risks.largest())[3]
+
+
+class _RunningRms:
+    """agent_consistency's RMS over the weighted uncertainties held."""
+
+    def __init__(self) -> None:
+        self.squares = SumOfSquares()
+
+    def add(self, values: tuple[float, ...]) -> None:
+        self.squares.add(values[0])
+
+    def remove(self, values: tuple[float, ...]) -> None:
+        self.squares.remove(values[0])
+
+    def risk(self) -> float | None:
+        count = self.squares.count
+        return math.sqrt(self.squares.total() / count) if count else None
 
 
 class IncrementalSession(SessionAccumulator):
@@ -421,6 +472,7 @@ class IncrementalSession(SessionAccumulator):
         self._evaluated: list[int] = []
         self._columns: list[list[float]] = [[] for _ in metric.value_names]
         self._signalled: set[int] = set()  # rows with any signal at all
+        self._running = metric._running()  # the risk after every trace, in O(log n)
         # a signal out of range was given: snapshots take the batch path, which reports it
         self._out_of_range = False
 
@@ -463,7 +515,7 @@ class IncrementalSession(SessionAccumulator):
         self._derive_updated()
         if self._out_of_range:  # the batch path says whether a bad signal is still there
             return self.snapshot().score
-        risk = self._signal_metric._risk(self._columns) if self._signalled else None
+        risk = self._running.risk() if self._signalled else None
         return None if risk is None else bounded(1.0 - risk)
 
     def _derive_updated(self) -> None:
@@ -490,6 +542,10 @@ class IncrementalSession(SessionAccumulator):
         values = self._signal_metric._row_values(_row_risks(scores))
         at = bisect.bisect_left(self._evaluated, row)
         kept = at < len(self._evaluated) and self._evaluated[at] == row
+        if kept:
+            self._running.remove(tuple(column[at] for column in self._columns))
+        if values is not None:
+            self._running.add(values)
         if values is None:
             if kept:
                 del self._evaluated[at]
