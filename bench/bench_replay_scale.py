@@ -1,8 +1,8 @@
 """Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency,
 and where each replay's time went), the machine's own ceiling for that many processes at
-once, beyond the cores each task run alone, the results file's overhead, and Ray Data's
-local mode against one process, on one capture file and on the same traces as a capture
-directory of shards.
+once, beyond the cores each task run alone, the results file's overhead (sessions of 10,
+and the same traces as one long session), and Ray Data's local mode against one process,
+on one capture file and on the same traces as a capture directory of shards.
 
     python -m bench replay_scale [--quick]
 """
@@ -155,10 +155,15 @@ def main(quick: bool = False) -> None:
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as name:
         path = write_capture(Path(name) / "scale.jsonl", count)
+        # the same number of traces as one session: the results file records the session's
+        # scores after every one of them
+        long = write_capture(Path(name) / "long.jsonl", count, session_length=count)
         runs = {
             "parse": lambda: sum(1 for _ in read_capture(path)),
             "one": lambda: replay(path),
             "written": lambda: replay(path, output=Path(name) / "results.jsonl"),
+            "long": lambda: replay(long),
+            "long written": lambda: replay(long, output=Path(name) / "results.jsonl"),
         }
         best = dict.fromkeys(runs, float("inf"))
         for _ in range(ROUNDS):  # alternating; the fastest of each counts
@@ -166,9 +171,13 @@ def main(quick: bool = False) -> None:
                 best[key] = min(best[key], _seconds(run))
         parse, one, written = best["parse"], best["one"], best["written"]
         print(f"{count:,} traces, default metrics, {cores} cores")
-        print(f"fastest of {ROUNDS} rounds for the next two lines")
+        print(f"fastest of {ROUNDS} rounds for the next three lines")
         print(f"one process: {count / one:,.0f} traces/s; ratio to parse-only {parse / one:.3f}")
         print(f"writing the results file adds {100 * (written / one - 1):.0f}% (goal <= 25%)")
+        print(
+            f"the same number of traces as one session: {count / best['long']:,.0f} traces/s; "
+            f"the results file adds {100 * (best['long written'] / best['long'] - 1):.0f}%"
+        )
         # the same traces as a capture directory: each worker, each Ray task, reads whole
         # shards of its own
         directory = Path(name) / "sharded"
