@@ -27,6 +27,7 @@ from agenteval_core import (
     Metric,
     MetricInputError,
     MetricKind,
+    MetricResult,
     OnlineEvaluator,
     ResultsFileSink,
     RunStatus,
@@ -638,6 +639,50 @@ def test_the_console_sink_prints_a_line_per_trace_and_a_closing_summary(tmp_path
         f"agenteval: capture {capture}, results {results}; open the report with: "
         f"agenteval report {results} --capture {capture}",
     ]
+
+
+def test_running_session_results_are_built_only_for_a_sink_that_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each is a pass over the session's traces: a long session paid it on every trace for
+    # the console, the log and the results file, which read none of them
+    import io
+
+    from agenteval_core.metrics import IncrementalSession
+
+    built: list[str] = []
+    snapshot = IncrementalSession.snapshot
+
+    def counted(self: IncrementalSession, session_id: str | None = None) -> MetricResult:
+        built.append(self.metric.name)
+        return snapshot(self, session_id)
+
+    monkeypatch.setattr(IncrementalSession, "snapshot", counted)
+    seen: list[TraceResults] = []
+    for on_result in (None, lambda trace, results: seen.append(results)):
+        with OnlineEvaluator(
+            capture=tmp_path / "c.jsonl",
+            results_path=tmp_path / "r.jsonl",
+            metrics=["tool_call_loops"],
+            sinks=[ConsoleSink(io.StringIO())],
+            on_result=on_result,
+            on_alert=lambda alert: None,
+        ) as evaluator:
+            evaluator.submit(trace("Your order shipped yesterday.", id="t1"))
+            evaluator.submit(trace("It arrives on Monday.", id="t2"))
+            assert evaluator.flush(10)
+        if on_result is None:
+            assert built == []  # yet the results file has each trace's session scores
+            lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+            assert [line["session_scores"] for line in lines if "results" in line] == [
+                {"agent_reliability": 1.0, "agent_consistency": None}
+            ] * 2
+    # a callback may read them: after each trace, both session metrics
+    assert built == ["agent_reliability", "agent_consistency"] * 2
+    assert [[r.name for r in results.session_results] for results in seen] == [
+        ["agent_reliability", "agent_consistency"]
+    ] * 2
+    assert [results.session_results[0].score for results in seen] == [1.0, 1.0]
 
 
 def test_failures_of_our_own_are_counted_and_said_once(

@@ -92,6 +92,7 @@ class CallbackSink(Sink):
         on_alert: Callable[[LoopAlert], Any] | None = None,
     ) -> None:
         self.on_trace, self.on_session, self.on_alert = on_trace, on_session, on_alert
+        self.wants_session_snapshots = on_trace is not None  # the user's code may read them
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         if self.on_trace is not None:
@@ -282,6 +283,8 @@ class LoggingSink(Sink):
     """One INFO line per scored trace on the ``agenteval.results`` logger, one per closed
     session, and one WARNING line per loop alert on ``agenteval``."""
 
+    wants_session_snapshots = False  # a trace's line holds its own scores
+
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         if results_logger.isEnabledFor(logging.INFO):
             scores = ", ".join(
@@ -312,6 +315,8 @@ class ConsoleSink(Sink):
     time it is met), one per loop alert, and at close a summary: traces
     scored, failing and stopped, alerts, where the capture and results are, and the command
     that opens the report."""
+
+    wants_session_snapshots = False  # a trace's line holds its own scores
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream

@@ -94,6 +94,8 @@ class EvaluatorStats:
 class _Bookkeeping(Sink):
     """The evaluator's own sink: counts, and the cross-trace loop alert."""
 
+    wants_session_snapshots = False
+
     def __init__(self, evaluator: OnlineEvaluator) -> None:
         self.evaluator = evaluator
 
@@ -570,6 +572,8 @@ def _open_capture(
 
 
 class _Done(Sink):
+    wants_session_snapshots = False
+
     def __init__(self, evaluator: OnlineEvaluator) -> None:
         self.evaluator = evaluator
 
