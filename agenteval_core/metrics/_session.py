@@ -317,6 +317,7 @@ class AgentReliability(_SignalSessionMetric):
         return self._blend(k, _mean_of_largest(step_risk, k), max(step_risk))
 
     def _blend(self, k: int, mean_top_k: float, max_risk: float) -> tuple[int, float, float, float]:
+        """:meth:`_tail` from its parts, however they were found (a running session's too)."""
         raw_risk = (1.0 - self.ensemble_weight) * mean_top_k + self.ensemble_weight * max_risk
         return k, mean_top_k, max_risk, raw_risk
 
@@ -542,16 +543,16 @@ class IncrementalSession(SessionAccumulator):
         values = self._signal_metric._row_values(_row_risks(scores))
         at = bisect.bisect_left(self._evaluated, row)
         kept = at < len(self._evaluated) and self._evaluated[at] == row
-        if kept:
+        if kept:  # its earlier values leave the running risk; its new ones, if any, join
             self._running.remove(tuple(column[at] for column in self._columns))
-        if values is not None:
-            self._running.add(values)
         if values is None:
             if kept:
                 del self._evaluated[at]
                 for column in self._columns:
                     del column[at]
-        elif kept:
+            return
+        self._running.add(values)
+        if kept:
             for column, value in zip(self._columns, values, strict=True):
                 column[at] = value
         else:
