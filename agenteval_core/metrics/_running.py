@@ -109,6 +109,8 @@ class LargestShare:
         self._high_sum += _exact(value)
 
     def _balance(self) -> None:
+        # the largest value never moves: at least one value stays in the high heap while
+        # any is held, and a value moved up is no larger than those there
         wanted = self.top_count() if len(self) else 0
         while self._high_size > wanted:
             self._prune(self._high, self._gone_high, 1.0)
@@ -117,15 +119,11 @@ class LargestShare:
             self._high_sum -= _exact(value)
             heapq.heappush(self._low, -value)
             self._low_size += 1
-            if value == self._largest:
-                self._largest = None
         while self._high_size < wanted:
             self._prune(self._low, self._gone_low, -1.0)
             value = -heapq.heappop(self._low)
             self._low_size -= 1
             self._push_high(value)
-            if self._largest is not None and value > self._largest:
-                self._largest = value
 
     @staticmethod
     def _prune(heap: list[float], gone: Counter[float], sign: float) -> None:
