@@ -271,6 +271,23 @@ def test_running_sums_equal_fsum_of_the_values_held_as_they_come_and_go(
             assert largest.largest() == max(held)
 
 
+def test_a_later_signal_that_clears_a_trace_takes_it_off_the_flagged_list() -> None:
+    live = AgentReliability().incremental()
+    for trace_id, coherence in (("t0", 0.9), ("t1", 0.1), ("t2", 0.2)):
+        live.update(trace_id, {"coherence": coherence})
+    # step risks .1, .9, .8: k = ceil(3 × .15) = 1, so the risk is .9; t1 and t2 pass .5
+    snapshot = live.snapshot("s")
+    assert snapshot.score == pytest.approx(0.1)
+    assert snapshot.metadata["flagged_traces"] == ["t1", "t2"]
+    assert_snapshot_is_the_result_without_its_table(live)
+    live.update("t1", {"coherence": 0.95})  # a corrected signal: t1's risk is now .05
+    snapshot = live.snapshot("s")
+    assert snapshot.score == pytest.approx(0.2)
+    assert snapshot.metadata["flagged_traces"] == ["t2"]
+    assert snapshot.reason == "tail risk 0.8000 over 3 traces; 1 flagged"
+    assert_snapshot_is_the_result_without_its_table(live)
+
+
 def test_values_taken_back_do_not_pile_up_in_the_running_sums() -> None:
     # the smallest values sit deep in their heap, so taking them back leaves them there
     # until the heaps are rebuilt: memory stays within twice the values held

@@ -188,13 +188,12 @@ class _SignalSessionMetric(SessionMetric):
 
     def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
         """The score, reason and aggregates from the evaluated traces' values (no per-trace
-        table): shared by the batch score and a running session's snapshot."""
+        table), in one pass over them."""
         raise NotImplementedError
 
     def _running(self) -> RunningRisk:
-        """What a running session keeps of its evaluated traces' values to give the risk
-        :meth:`_summary` would (the score is 1 − risk) after every trace, without a pass
-        over them all."""
+        """What a running session keeps of its evaluated traces' values to give, after every
+        trace, the risk and the summary :meth:`_summary` would, without a pass over them."""
         raise NotImplementedError
 
     per_trace_note: ClassVar[str]
@@ -326,15 +325,26 @@ class AgentReliability(_SignalSessionMetric):
 
     def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
         (step_risk,) = values
-        k, mean_top_k, max_risk, raw_risk = self._tail(step_risk)
         flagged = [
             trace_ids[row]
             for row, risk in zip(rows, step_risk, strict=True)
             if risk > self.flag_threshold
         ]
+        return self._scored(trace_ids, len(rows), self._tail(step_risk), flagged)
+
+    def _scored(
+        self,
+        trace_ids: list[str],
+        evaluated: int,
+        tail: tuple[int, float, float, float],
+        flagged: list[str],
+    ) -> Score:
+        """The score, reason and aggregates from the session's tail (:meth:`_tail`) and the
+        traces it flags, in order."""
+        k, mean_top_k, max_risk, raw_risk = tail
         metadata: dict[str, Any] = {
             "total_traces_in_session": len(trace_ids),
-            "traces_evaluated": len(rows),
+            "traces_evaluated": evaluated,
             "raw_risk": round(raw_risk, 4),
             "signal_weights": self.signal_weights,
             "flagged_traces": flagged,
@@ -347,7 +357,7 @@ class AgentReliability(_SignalSessionMetric):
                 "max_risk": round(max_risk, 4),
             },
         }
-        reason = f"tail risk {raw_risk:.4f} over {len(rows)} traces; {len(flagged)} flagged"
+        reason = f"tail risk {raw_risk:.4f} over {evaluated} traces; {len(flagged)} flagged"
         return Score(1.0 - raw_risk, reason, metadata)
 
 
@@ -385,71 +395,98 @@ class AgentConsistency(_SignalSessionMetric):
         return math.sqrt(math.fsum([value * value for value in uncertainty]) / len(uncertainty))
 
     def _running(self) -> RunningRisk:
-        return _RunningRms()
+        return _RunningRms(self)
 
     def _summary(self, trace_ids: list[str], rows: list[int], values: list[list[float]]) -> Score:
-        if not rows:
+        return self._scored(trace_ids, len(rows), self._rms(values[0]) if rows else None)
+
+    def _scored(self, trace_ids: list[str], evaluated: int, rms: float | None) -> Score:
+        """The score, reason and aggregates from the RMS of the ``evaluated`` traces'
+        uncertainties (``None``: no trace has a confidence signal)."""
+        if rms is None:
             return _nothing(
                 trace_ids,
                 "no trace has a confidence signal to evaluate "
                 "(the confidence metric gives it: score with a judge)",
             )
-        rms = self._rms(values[0])
         metadata: dict[str, Any] = {
             "total_traces_in_session": len(trace_ids),
-            "traces_evaluated": len(rows),
+            "traces_evaluated": evaluated,
             "raw_instability": round(rms, 4),
             "signal_weights": self.signal_weights,
             "aggregation": {"method": "weighted_rms", "rms_value": round(rms, 4)},
         }
-        return Score(1.0 - rms, f"RMS instability {rms:.4f} over {len(rows)} traces", metadata)
+        return Score(1.0 - rms, f"RMS instability {rms:.4f} over {evaluated} traces", metadata)
 
 
 class RunningRisk(Protocol):
-    """A session metric's risk kept as its evaluated traces' values come, change and go."""
+    """A session metric's risk and summary, kept as its evaluated traces' values (each
+    trace's, by its row) come, change and go."""
 
-    def add(self, values: tuple[float, ...]) -> None: ...
-    def remove(self, values: tuple[float, ...]) -> None: ...
+    def add(self, row: int, trace_id: str, values: tuple[float, ...]) -> None: ...
+    def remove(self, row: int, trace_id: str, values: tuple[float, ...]) -> None: ...
     def risk(self) -> float | None:
         """The risk over the values held (``None``: none held)."""
         ...
 
+    def summary(self, trace_ids: list[str]) -> Score:
+        """:meth:`_SignalSessionMetric._summary` of the values held (some are)."""
+        ...
+
 
 class _RunningTail:
-    """agent_reliability's tail risk over the step risks held."""
+    """agent_reliability's tail risk over the step risks held, and the traces it flags."""
 
     def __init__(self, metric: AgentReliability) -> None:
         self.metric = metric
         self.step_risks = LargestShare(metric.top_k_percentile)
+        self.flagged_rows: list[int] = []  # in order, and their trace ids beside them
+        self.flagged_ids: list[str] = []
 
-    def add(self, values: tuple[float, ...]) -> None:
+    def add(self, row: int, trace_id: str, values: tuple[float, ...]) -> None:
         self.step_risks.add(values[0])
+        if values[0] > self.metric.flag_threshold:
+            at = bisect.bisect_left(self.flagged_rows, row)
+            self.flagged_rows.insert(at, row)
+            self.flagged_ids.insert(at, trace_id)
 
-    def remove(self, values: tuple[float, ...]) -> None:
+    def remove(self, row: int, trace_id: str, values: tuple[float, ...]) -> None:
         self.step_risks.remove(values[0])
+        if values[0] > self.metric.flag_threshold:
+            at = bisect.bisect_left(self.flagged_rows, row)
+            del self.flagged_rows[at], self.flagged_ids[at]
+
+    def tail(self) -> tuple[int, float, float, float]:
+        k = self.step_risks.top_count()
+        return self.metric._blend(k, self.step_risks.top_sum() / k, self.step_risks.largest())
 
     def risk(self) -> float | None:
-        if not len(self.step_risks):
-            return None
-        k = self.step_risks.top_count()
-        return self.metric._blend(k, self.step_risks.top_sum() / k, self.step_risks.largest())[3]
+        return self.tail()[3] if len(self.step_risks) else None
+
+    def summary(self, trace_ids: list[str]) -> Score:
+        flagged = self.flagged_ids.copy()  # the summary's own: this list changes
+        return self.metric._scored(trace_ids, len(self.step_risks), self.tail(), flagged)
 
 
 class _RunningRms:
     """agent_consistency's RMS over the weighted uncertainties held."""
 
-    def __init__(self) -> None:
+    def __init__(self, metric: AgentConsistency) -> None:
+        self.metric = metric
         self.squares = SumOfSquares()
 
-    def add(self, values: tuple[float, ...]) -> None:
+    def add(self, row: int, trace_id: str, values: tuple[float, ...]) -> None:
         self.squares.add(values[0])
 
-    def remove(self, values: tuple[float, ...]) -> None:
+    def remove(self, row: int, trace_id: str, values: tuple[float, ...]) -> None:
         self.squares.remove(values[0])
 
     def risk(self) -> float | None:
         count = self.squares.count
         return math.sqrt(self.squares.total() / count) if count else None
+
+    def summary(self, trace_ids: list[str]) -> Score:
+        return self.metric._scored(trace_ids, self.squares.count, self.risk())
 
 
 class IncrementalSession(SessionAccumulator):
@@ -458,8 +495,9 @@ class IncrementalSession(SessionAccumulator):
     ``update`` appends a trace or merges later signals (judge scores arrive after embedding
     scores) into its row: amortised O(1). ``result`` is one vectorised pass. ``snapshot``,
     asked after every trace for a running view, derives the values of the traces updated
-    since the last one (their step risk, their uncertainty) and aggregates the values kept:
-    the same score, reason and aggregates as ``result``, without the per-trace table.
+    since the last one (their step risk, their uncertainty) into the metric's running form
+    (O(log n) each): the same score, reason and aggregates as ``result``, without the
+    per-trace table, read without a pass over the session.
     """
 
     def __init__(self, metric: _SignalSessionMetric) -> None:
@@ -469,11 +507,9 @@ class IncrementalSession(SessionAccumulator):
         self._ids: list[str] = []
         self._matrix = np.full((16, len(COLUMNS)), np.nan)
         self._updated: list[int] = []  # rows whose values the next snapshot derives
-        # the evaluated traces' row numbers, in order, and their values, one list per name
-        self._evaluated: list[int] = []
-        self._columns: list[list[float]] = [[] for _ in metric.value_names]
+        self._values: dict[int, tuple[float, ...]] = {}  # of the evaluated traces, by row
         self._signalled: set[int] = set()  # rows with any signal at all
-        self._running = metric._running()  # the risk after every trace, in O(log n)
+        self._running = metric._running()
         # a signal out of range was given: snapshots take the batch path, which reports it
         self._out_of_range = False
 
@@ -527,11 +563,11 @@ class IncrementalSession(SessionAccumulator):
     def _snapshot_score(self) -> Score:
         if not self._signalled:
             return _nothing(self._ids, "no traces or signals to evaluate")
-        return self._signal_metric._summary(self._ids, self._evaluated, self._columns)
+        return self._running.summary(self._ids)
 
     def _derive(self, row: int) -> None:
-        """Derive ``row``'s values and keep them in place among the evaluated traces'
-        (usually the last row: O(1))."""
+        """Derive ``row``'s values: its earlier ones, if any, leave the running form, and its
+        new ones, if it is evaluated, join it."""
         scores = self._matrix[row].tolist()
         present = [score for score in scores if not math.isnan(score)]
         if present:
@@ -541,24 +577,12 @@ class IncrementalSession(SessionAccumulator):
         if any(not 0.0 <= score <= 1.0 for score in present):
             self._out_of_range = True
         values = self._signal_metric._row_values(_row_risks(scores))
-        at = bisect.bisect_left(self._evaluated, row)
-        kept = at < len(self._evaluated) and self._evaluated[at] == row
-        if kept:  # its earlier values leave the running risk; its new ones, if any, join
-            self._running.remove(tuple(column[at] for column in self._columns))
-        if values is None:
-            if kept:
-                del self._evaluated[at]
-                for column in self._columns:
-                    del column[at]
-            return
-        self._running.add(values)
-        if kept:
-            for column, value in zip(self._columns, values, strict=True):
-                column[at] = value
-        else:
-            self._evaluated.insert(at, row)
-            for column, value in zip(self._columns, values, strict=True):
-                column.insert(at, value)
+        earlier = self._values.pop(row, None)
+        if earlier is not None:
+            self._running.remove(row, self._ids[row], earlier)
+        if values is not None:
+            self._values[row] = values
+            self._running.add(row, self._ids[row], values)
 
 
 def agent_reliability(
