@@ -3,9 +3,10 @@
 A results file records a session's scores after each of its traces. Recomputed from all the
 session's values, that read costs O(n) for the n-th trace, so one long session (a bot whose
 every run shares a session id) replays in quadratic time. These keep what the scores need as
-values come, change and go, in O(log n) a change and O(1) a read, and give exactly the floats
-the batch formulas give: sums are kept exactly, as integers, and rounded once, as
-``math.fsum`` rounds them.
+values come, change and go, in O(log n) a change and O(1) a read (the largest value, once it
+is taken back, is looked up again among the k largest), and give exactly the floats the
+batch formulas give: sums are kept exactly, as integers, and rounded once, as ``math.fsum``
+rounds them.
 """
 
 from __future__ import annotations
