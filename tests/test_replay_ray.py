@@ -92,14 +92,20 @@ def test_ray_equals_one_process_trace_by_trace(tmp_path: Path, captures: list[Pa
     )
     expected: list[dict[str, Any]] = []
     bad: list[tuple[str, int, str, bool]] = []
+    flagged: dict[str, str] = {}
     traces = sessions = 0
     for index, capture in enumerate(captures):
         one = replay(capture, names, output=tmp_path / f"one-{index}.results")
         expected += timeless(tmp_path / f"one-{index}.results")
         bad += bad_lines_of(one)
+        flagged |= one.flagged_inputs
         traces, sessions = traces + one.traces, sessions + one.sessions
     # 10 + the glued one in a.jsonl, 6 in b.jsonl; sessions s0-s2 and t0-t1
     assert (on_ray.traces, on_ray.sessions) == (traces, sessions) == (17, 5)
+    # the report shows a flagged trace by its input's first words, as one process does:
+    # agent_reliability flags s1's failed run (turn 4)
+    assert on_ray.flagged_inputs == flagged
+    assert flagged["s1-4"] == "where is order 4 of s1?"
     assert timeless(tmp_path / "ray.results") == sorted(
         expected, key=lambda r: json.dumps(r, sort_keys=True)
     )
@@ -172,6 +178,8 @@ def test_a_capture_directory_is_scored_shard_by_shard_as_one_process_scores_it(
     assert marker.read_text() == "crashed"  # a worker died mid-shard; Ray ran the task again
     one = replay(directory, names, output=tmp_path / "one.results")
     assert (on_ray.traces, on_ray.sessions) == (one.traces, one.sessions) == (30, 7)
+    assert on_ray.flagged_inputs == one.flagged_inputs
+    assert one.flagged_inputs["s0-7"] == "where is order 7 of s0?"  # the failed run
     # every line once, each trace with exactly the earlier traces of its session as history
     assert timeless(tmp_path / "ray.results") == timeless(tmp_path / "one.results")
     histories = {

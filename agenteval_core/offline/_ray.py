@@ -31,6 +31,7 @@ from typing import IO, Any, Unpack
 import numpy as np
 
 from .._errors import CaptureError, os_error_at
+from .._text import first_words
 from ..engine._engine import Engine
 from ..engine._sinks import (
     Sink,
@@ -49,8 +50,8 @@ from ..schema._capture import (
     split_lines,
 )
 from ..schema._results import MetricResult, ResultsLine, TraceResults
-from ..schema._trace import Trace
-from ._replay import ReplayOptions, ReplayReport, _batch_size
+from ..schema._trace import Trace, text_of
+from ._replay import ReplayOptions, ReplayReport, _batch_size, _ReportSink
 
 __all__ = ["capture_files", "replay_on_ray", "reserve_slot"]
 
@@ -200,13 +201,16 @@ class _Collect(Sink):
     wants_session_scores = True
 
     def __init__(self) -> None:
-        self.lines: list[tuple[str, bytes]] = []
+        self.lines: list[tuple[str, bytes, str]] = []
+        """Each result's kind, line and (of a trace in a session) its input's first words,
+        which the driver's report shows for a trace its session's metrics flag."""
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
-        self.lines.append(("trace", encode_record(trace_record(trace, results))))
+        words = first_words(text_of(trace.input)) if trace.session_id is not None else ""
+        self.lines.append(("trace", encode_record(trace_record(trace, results)), words))
 
     def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
-        self.lines.append(("session", encode_record(session_record(session_id, results))))
+        self.lines.append(("session", encode_record(session_record(session_id, results)), ""))
 
 
 class _SessionScorer:
@@ -253,8 +257,8 @@ class _SessionScorer:
         self.engine.close_all()
         placed = iter(scored.places)
         last = scored.places[-1] if scored.places else (0, 0)
-        for kind, line in self.collect.lines:
-            scored.emit(kind, *(next(placed) if kind == "trace" else last), line)
+        for kind, line, words in self.collect.lines:
+            scored.emit(kind, *(next(placed) if kind == "trace" else last), line, words)
         self.collect.lines.clear()
         return scored.out
 
@@ -280,7 +284,13 @@ class _Scored:
     def __init__(self) -> None:
         self.traces: list[Trace] = []
         self.places: list[tuple[int, int]] = []
-        self.out: dict[str, list[Any]] = {"kind": [], "file": [], "number": [], "payload": []}
+        self.out: dict[str, list[Any]] = {
+            "kind": [],
+            "file": [],
+            "number": [],
+            "payload": [],
+            "words": [],
+        }
 
     def parse(self, names: list[str], file: int, number: int, line: bytes, size: int) -> None:
         problems, trace = parse_line(names[file], number, line, size)
@@ -290,8 +300,9 @@ class _Scored:
             self.traces.append(trace)
             self.places.append((file, number))
 
-    def emit(self, kind: str, file: int, number: int, payload: bytes) -> None:
-        for column, value in zip(self.out.values(), (kind, file, number, payload), strict=True):
+    def emit(self, kind: str, file: int, number: int, payload: bytes, words: str = "") -> None:
+        values = (kind, file, number, payload, words)
+        for column, value in zip(self.out.values(), values, strict=True):
             column.append(value)
 
 
@@ -446,10 +457,13 @@ def _gather(
 ) -> None:
     """Write the results file and fill the report as the scorers' results stream back."""
     results = _ResultsOut(output, files) if output is not None else None
+    # the report is filled as one process fills it; each session's lines arrive together,
+    # its traces' before its own
+    filling = _ReportSink(report, on_trace=None)
     with results or contextlib.nullcontext():
         for batch in scored.iter_batches(batch_format="numpy", batch_size=None):
-            for kind, file, payload in zip(
-                batch["kind"], batch["file"], batch["payload"], strict=True
+            for kind, file, payload, words in zip(
+                batch["kind"], batch["file"], batch["payload"], batch["words"], strict=True
             ):
                 line = bytes(payload)
                 if kind == "bad":
@@ -459,14 +473,12 @@ def _gather(
                     results.write(int(file), line)
                 scores = ResultsLine.model_validate_json(line)
                 if kind == "trace":
+                    session_id, trace_id = scores.session_id, scores.trace_id
+                    if session_id is not None and trace_id is not None and filling.keeps_sessions:
+                        filling.note_input(session_id, trace_id, str(words))
                     report.traces += 1
                     report.summary.add(scores.results or [])
-                else:
-                    report.sessions += 1
-                    session = scores.session_results or []
-                    report.session_summary.add(session)
-                    session_id = scores.session_id
-                    if session_id and len(report.session_results) < report.keep_sessions:
-                        report.session_results[session_id] = session
+                elif scores.session_id is not None:
+                    filling.session_scored(scores.session_id, scores.session_results or [])
             if on_progress is not None:
                 on_progress(report.traces)
