@@ -310,6 +310,45 @@ def test_the_cli_replays_a_directory_on_ray(tmp_path: Path, captures: list[Path]
     assert CliRunner().invoke(cli, ["replay", *map(str, captures)]).exit_code == 2
 
 
+def test_the_cli_ends_a_ray_replay_as_it_ends_one_process(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    """Results the judge left unscored fail the run (exit 1, with what will help), and the
+    judge's spend is said, with the budget per worker, as one process with workers says."""
+    capture, results = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 2}", turn) for turn in range(4)])
+    answered: list[dict[str, Any]] = []
+
+    def first_only(request: dict[str, Any]) -> Reply:
+        answered.append(request)
+        if len(answered) == 1:
+            return Reply(json.dumps({"score": 0.9, "reason": "ok"}))
+        return Reply(status=503, content="gone", headers={"Retry-After": "0"})
+
+    judge_server.responder = first_only
+    command = ["replay", str(capture), "--engine", "ray", "--metrics", "confidence", "-q"]
+    command += ["--json", str(results), "--judge-model", "gpt-4o-mini", "--no-cache"]
+    command += ["--judge-base-url", judge_server.base_url, "--judge-api-key", "k"]
+    command += ["--judge-budget-usd", "5"]
+    done = CliRunner().invoke(cli, command)
+    assert done.exit_code == 1, done.output
+    lines = done.output.strip().splitlines()
+    # the one scored result's tokens (the server's 100 in, 20 out) at gpt-4o-mini's price
+    # ($0.15 and $0.60 a million: $0.000027)
+    assert "judge gpt-4o-mini: 120 tokens, $0.0000 of a $5.0000 budget per worker" in lines
+    assert lines[-1] == (
+        "agenteval: error: judge unavailable: 3 result(s) not scored (see the table); the "
+        f"rest is in {results}; replay again to score them (raise --judge-timeout for a "
+        "slow server)"
+    )
+    scores = sorted(
+        (line["results"][0]["score"] is not None)
+        for line in map(json.loads, results.read_text().splitlines())
+        if "trace_id" in line
+    )
+    assert scores == [False, False, False, True]
+
+
 def test_replay_on_ray_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     write_capture(tmp_path / "c.jsonl", [a_trace("s", 0)])
     with pytest.raises(ValueError, match="engine='ray' takes no workers"):

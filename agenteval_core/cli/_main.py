@@ -571,17 +571,40 @@ def replay_command(
         if export.problem:
             raise RunProblem(f"export to {where} incomplete: {export.problem}")
         click.echo(f"exported {export.exporter.traces} trace(s) to {where}")
-    tokens = sum(m.input_tokens + m.output_tokens for m in report.summary.metrics.values())
+    hits = f"{judge.stats.cache_hits} cache hits" if judge is not None else ""
+    _conclude_replay(
+        report,
+        capture,
+        json_out,
+        judge,
+        len(report_errors),
+        per_worker=workers > 1,
+        cache_hits=f"{hits} in this process" if workers > 1 else hits,
+    )
+
+
+def _conclude_replay(
+    report: ReplayReport,
+    capture: str,
+    json_out: str | None,
+    judge: OpenAIJudge | None,
+    bad_lines: int,
+    *,
+    per_worker: bool,
+    cache_hits: str,
+) -> None:
+    """How a replay ends, however it ran: the judge's spend, where the results went, and
+    the exit status a CI job reads (bad lines, no traces, results the judge left unscored).
+    ``per_worker``: several processes scored, each with its own copy of the judge (its
+    budget holds per worker); ``cache_hits`` says the judge's cache hits, where known."""
     if judge is not None:
+        tokens = sum(m.input_tokens + m.output_tokens for m in report.summary.metrics.values())
         cost = sum(m.cost_usd for m in report.summary.metrics.values())
-        budget = f" of a ${judge.budget_usd:.4f} budget" if judge.budget_usd is not None else ""
-        if workers > 1:  # each worker's budget and cache counts are its own
-            budget = budget.replace("budget", "budget per worker")
-        hits = " in this process" if workers > 1 else ""
-        click.echo(
-            f"judge {judge.model}: {tokens} tokens, ${cost:.4f}{budget}; "
-            f"{judge.stats.cache_hits} cache hits{hits}"
-        )
+        budget = ""
+        if judge.budget_usd is not None:
+            budget = f" of a ${judge.budget_usd:.4f} budget" + (" per worker" if per_worker else "")
+        hits = f"; {cache_hits}" if cache_hits else ""
+        click.echo(f"judge {judge.model}: {tokens} tokens, ${cost:.4f}{budget}{hits}")
         over = sum(s.error_kinds[ErrorKind.BUDGET] for s in report.summary.metrics.values())
         if over:
             click.echo(
@@ -590,17 +613,17 @@ def replay_command(
             )
     if json_out:
         click.echo(f"per-trace results written to {json_out}")
-    if report_errors:
-        hidden = len(report_errors) - MAX_BAD_LINES_SHOWN
+    if bad_lines:
+        hidden = bad_lines - MAX_BAD_LINES_SHOWN
         more = f" ({hidden} not shown)" if hidden > 0 else ""
         scored = (
             f"the other {report.traces} were scored"
             if report.traces
             else "no line could be read as a trace (is this a capture file?)"
         )
-        raise RunProblem(f"{capture}: {len(report_errors)} bad line(s) skipped{more}; {scored}")
+        raise RunProblem(f"{capture}: {bad_lines} bad line(s) skipped{more}; {scored}")
     if report.traces == 0:
-        raise RunProblem(f"{capture}: no traces in the file")
+        raise RunProblem(f"{capture}: no traces to score")
 
     saved = f"; the rest is in {json_out}" if json_out else ""
     # what will help depends on how the judge failed: say it per kind, worst first
@@ -659,12 +682,10 @@ def _replay_on_ray(
     for error in bad[:MAX_BAD_LINES_SHOWN]:
         err.print(f"agenteval: error: {error}", markup=False, highlight=False, soft_wrap=True)
     _print_report(Console(), report)
-    if json_out:
-        click.echo(f"per-trace results written to {json_out}")
-    if bad:
-        raise RunProblem(f"{len(bad)} bad line(s) skipped; the other {report.traces} were scored")
-    if report.traces == 0:
-        raise RunProblem(f"{', '.join(captures)}: no traces in the captures")
+    # each scorer has its own copy of the judge: its cache hits are counted on Ray's workers
+    _conclude_replay(
+        report, ", ".join(captures), json_out, judge, len(bad), per_worker=True, cache_hits=""
+    )
 
 
 def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -> Any:
