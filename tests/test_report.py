@@ -227,6 +227,40 @@ def test_lines_their_writer_cut_short_are_skipped_and_named(
     assert 'id="torn-lines"' not in render_html(whole)
 
 
+def test_a_capture_with_lines_that_are_not_traces_is_reported_as_a_replay_reads_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a killed agent leaves (a torn last line) and a stray line are skipped and named,
+    as a replay skips them; the traces that were read keep their spans."""
+    capture = tmp_path / "capture.jsonl"
+    lines = EXAMPLE.read_bytes().splitlines(keepends=True)
+    capture.write_bytes(
+        b"".join(lines[:4]) + b"not a trace\n" + b"".join(lines[4:]) + lines[0][:50]
+    )
+    scored = tmp_path / "results.jsonl"
+    replay(capture, output=scored)
+    with caplog.at_level("WARNING", logger="agenteval"):
+        data = load_results(scored, capture)
+    assert data.unread_capture_lines == [f"{capture}:5", f"{capture}:{len(lines) + 2}"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"agenteval: 2 capture line(s) could not be read and were skipped, as a replay skips "
+        f"them; the first: {capture}:5: not valid JSON (Invalid JSON: expected ident at line 1 "
+        "column 2)"
+    ]
+    assert set(data.captured) == set(data.traces) == {t.id for t in read_capture(EXAMPLE)}
+    # the capture alone: scored, then reported with the same note
+    done = report(capture, "--html", tmp_path / "r.html")
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert (
+        f'id="unread-capture-lines">2 line(s) of the capture could not be read as traces and '
+        f"were skipped ({capture}:5, {capture}:{len(lines) + 2}): a scored trace they held "
+        "shows no spans in this report.</p>"
+    ) in page
+    assert page.count("<h4>Timeline</h4>") == 9
+    assert 'id="unread-capture-lines"' not in render_html(load_results(scored, EXAMPLE))
+
+
 def test_a_file_that_is_not_utf8_or_not_json_is_refused_in_one_line(tmp_path: Path) -> None:
     binary = tmp_path / "binary.jsonl"
     binary.write_bytes(b"\x83\x00\xff\xfe binary\n")

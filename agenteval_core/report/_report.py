@@ -15,7 +15,7 @@ import jinja2
 import pydantic_core
 from pydantic import ValidationError
 
-from .._errors import CaptureError, describe_validation
+from .._errors import CaptureError, CaptureFormatError, describe_validation
 from .._redact import Redactor
 from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
@@ -48,6 +48,10 @@ class ReportData:
     torn_lines: list[str] = field(default_factory=list)
     """Lines whose writer stopped in the middle of them (a killed process, a full disk), as
     ``file:line``: skipped, so the results they held are missing."""
+    unread_capture_lines: list[str] = field(default_factory=list)
+    """Lines of the capture that could not be read as traces (a writer killed mid-line, a
+    line that is not a trace), as ``file:line``: skipped, as a replay skips them; a scored
+    trace they held shows no spans."""
 
 
 def _lines(path: Path, torn: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -156,7 +160,18 @@ def load_results(
         wanted = set(data.traces)
         # a capture from elsewhere may hold secrets; a report never shows them
         redact = (redactor or Redactor()).trace
-        data.captured = {t.id: redact(t) for t in read_capture(capture) if t.id in wanted}
+        unread: list[CaptureFormatError] = []
+        data.captured = {
+            t.id: redact(t) for t in read_capture(capture, on_error=unread.append) if t.id in wanted
+        }
+        data.unread_capture_lines = [f"{error.path}:{error.line}" for error in unread]
+        if unread:
+            logger.warning(
+                "agenteval: %d capture line(s) could not be read and were skipped, as a replay "
+                "skips them; the first: %s",
+                len(unread),
+                unread[0],
+            )
         for trace_id, trace in data.captured.items():
             if trace.status is not None:
                 data.statuses.setdefault(trace_id, str(trace.status))
@@ -397,6 +412,7 @@ def render_html(data: ReportData) -> str:
     page = _template().render(
         source=data.source,
         torn_lines=data.torn_lines,
+        unread_capture_lines=data.unread_capture_lines,
         trace_count=len(data.traces),
         session_count=len(data.sessions),
         metrics=metrics,
