@@ -78,6 +78,8 @@ def test_compare_command_runs_the_tournament_over_captures(
     judge_server.responder = respond
     # q1, q2: only agent_a answers well (a win each); q3: both do (a tie); q4: only agent_b ran it
     _capture(tmp_path / "agent_a.jsonl", [("q1", "good 1"), ("q2", "good 2"), ("q3", "good 3")])
+    with (tmp_path / "agent_a.jsonl").open("a") as torn:  # agent_a was killed mid-write
+        torn.write(Trace(input="q4", output="good 4").model_dump_json()[:40])
     # agent_b's runs as a capture directory: q1 asked again later, in a shard read first;
     # a request's first answer is the one that came first
     with CaptureWriter(tmp_path / "agent_b", shards=2) as writer:
@@ -98,6 +100,12 @@ def test_compare_command_runs_the_tournament_over_captures(
         capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "COLUMNS": "80"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # the torn line is skipped as a replay skips it, and said
+    assert done.stderr == (
+        "agenteval: 1 capture line(s) could not be read and were skipped, as a replay skips "
+        f"them; the first: {tmp_path / 'agent_a.jsonl'}:4: truncated last line (the writer "
+        "stopped mid-line)\n"
+    )
     assert len(judge_server.completions) == 6  # 3 shared requests x 1 pair x 2 orders
     rows = [line.split("│")[1:5] for line in done.stdout.splitlines() if "│ agent_" in line]
     assert [[cell.strip() for cell in row] for row in rows] == [

@@ -77,7 +77,7 @@ def test_graded_labels_weighted_kappa(judge_server: JudgeServer, tmp_path: Path)
     assert result.agreement == 0.75
 
 
-def test_labels_by_trace_id_and_bad_files(tmp_path: Path) -> None:
+def test_labels_by_trace_id_and_bad_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     capture = ROOT / "examples" / "captures" / "support_agent.jsonl"
     good = tmp_path / "l.jsonl"
     good.write_text('{"trace_id": "session-1-t0", "metric": "coherence", "label": "pass"}\n')
@@ -96,6 +96,26 @@ def test_labels_by_trace_id_and_bad_files(tmp_path: Path) -> None:
         bad.write_text(line + "\n")
         with pytest.raises(CaptureError, match=f"{bad}:1: .*{message}"):
             read_labels(bad, capture=capture)
+    # a capture whose writer was killed mid-line: read as a replay reads it, the torn line
+    # skipped and said; a label of the trace it held says where that trace may have been
+    lines = capture.read_bytes().splitlines(keepends=True)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(b"".join(lines[:3]) + lines[3][:60])
+    lost = json.loads(lines[3])["id"]
+    with caplog.at_level("WARNING", logger="agenteval"):
+        [label] = read_labels(good, capture=torn)
+    assert label.trace.input == "Where is my order A-1042?"
+    assert [r.getMessage() for r in caplog.records] == [
+        "agenteval: 1 capture line(s) could not be read and were skipped, as a replay skips "
+        f"them; the first: {torn}:4: truncated last line (the writer stopped mid-line)"
+    ]
+    bad.write_text(f'{{"trace_id": "{lost}", "metric": "coherence", "label": "pass"}}\n')
+    with pytest.raises(CaptureError) as refused:
+        read_labels(bad, capture=torn)
+    assert str(refused.value) == (
+        f"{bad}:1: trace_id {lost!r} is not in {torn} (or on one of the 1 line(s) of it "
+        "that could not be read)"
+    )
 
 
 def test_the_shipped_example_labels_calibrate_from_the_command_line() -> None:

@@ -350,6 +350,23 @@ def test_an_evaluator_captures_into_a_directory_of_shards(tmp_path: Path) -> Non
     assert ev.stats.captured == 20 and ev.stats.scored == 20
 
 
+def test_captured_reads_past_a_fragment_an_earlier_killed_process_left(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    capture = tmp_path / "c.jsonl"
+    capture.write_text(trace("before the kill").model_dump_json()[:50])
+    with OnlineEvaluator(capture=capture, log=False) as ev:
+        submitted = trace("after the restart", session="s")
+        ev.submit(submitted)
+        with caplog.at_level("WARNING", logger="agenteval"):
+            [captured] = ev.captured()
+    assert (captured.id, captured.output) == (submitted.id, "after the restart")
+    assert [r.getMessage() for r in caplog.records] == [
+        "agenteval: 1 capture line(s) could not be read and were skipped, as a replay skips "
+        f"them; the first: {capture}:1: truncated line (its writer stopped mid-line)"
+    ]
+
+
 def test_a_buffered_results_file_writes_whole_lines_in_chunks_and_the_rest_at_close(
     tmp_path: Path,
 ) -> None:

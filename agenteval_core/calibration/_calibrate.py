@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from .._errors import CaptureError, MetricInputError
 from ..engine._engine import Engine, resolve_metrics
-from ..schema._capture import read_capture
+from ..schema._capture import read_capture, skipping_bad_lines
 from ..schema._results import passes
 from ..schema._trace import Trace
 
@@ -128,8 +128,9 @@ def read_labels(
     """
     name = os.fspath(path)
     traces: dict[str, Trace] = {}
-    if capture is not None:
-        traces = {trace.id: trace for trace in read_capture(capture)}
+    with skipping_bad_lines() as unread:
+        if capture is not None:
+            traces = {trace.id: trace for trace in read_capture(capture, on_error=unread.append)}
     labels = []
     try:
         handle = open(path, encoding="utf-8")  # noqa: SIM115  (closed below)
@@ -151,7 +152,9 @@ def read_labels(
                 raise CaptureError(f"{where}: 'metric' must name a metric")
             labels.append(
                 CalibrationLabel(
-                    _trace_of(record, traces, where, capture), metric, _label(record, where)
+                    _trace_of(record, traces, where, capture, len(unread)),
+                    metric,
+                    _label(record, where),
                 )
             )
     if not labels:
@@ -159,7 +162,9 @@ def read_labels(
     return labels
 
 
-def _trace_of(record: dict[str, Any], traces: dict[str, Trace], where: str, capture: Any) -> Trace:
+def _trace_of(
+    record: dict[str, Any], traces: dict[str, Trace], where: str, capture: Any, unread: int
+) -> Trace:
     if "trace" in record:
         try:
             return Trace.model_validate(record["trace"])
@@ -173,7 +178,12 @@ def _trace_of(record: dict[str, Any], traces: dict[str, Trace], where: str, capt
     if capture is None:
         raise CaptureError(f"{where}: trace_id {trace_id!r} needs the capture it is in (--capture)")
     if trace_id not in traces:
-        raise CaptureError(f"{where}: trace_id {trace_id!r} is not in {os.fspath(capture)}")
+        skipped = (
+            f" (or on one of the {unread} line(s) of it that could not be read)" if unread else ""
+        )
+        raise CaptureError(
+            f"{where}: trace_id {trace_id!r} is not in {os.fspath(capture)}{skipped}"
+        )
     return traces[trace_id]
 
 

@@ -798,7 +798,7 @@ def compare_command(
     import asyncio
 
     from ..metrics._best_of import abest_of
-    from ..schema._capture import read_in_run_order
+    from ..schema._capture import read_in_run_order, skipping_bad_lines
     from ..schema._trace import text_of
 
     if len(captures) < 2:
@@ -811,8 +811,9 @@ def compare_command(
         capture_files(path)  # a file or a capture directory, or a clear error
         name = path.stem if path.stem not in answers else f"{path.stem}#{len(answers) + 1}"
         runs: dict[str, str] = {}
-        for trace in read_in_run_order(path):  # a request's first answer
-            runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))
+        with skipping_bad_lines() as skipped:
+            for trace in read_in_run_order(path, on_error=skipped.append):  # a request's
+                runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))  # first answer
         answers[name] = runs
     agents = list(answers)
     shared = [

@@ -31,7 +31,7 @@ from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metr
 from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink, close_sink
 from ..metrics._loops import LoopGuard
 from ..metrics._protocol import Metric, SessionMetric
-from ..schema._capture import CaptureWriter, read_capture
+from ..schema._capture import CaptureWriter, read_capture, skipping_bad_lines
 from ..schema._results import TraceResults
 from ..schema._trace import LoopAlert, Trace
 from ._recorder import Recorder
@@ -447,7 +447,8 @@ class OnlineEvaluator:
             raise ValueError("this evaluator has no capture file: give it capture=PATH")
         if not self.flush(timeout):
             raise TimeoutError(f"agenteval: the recorded runs were not captured in {timeout} s")
-        return list(read_capture(self.capture_path))
+        with skipping_bad_lines() as skipped:  # a fragment an earlier, killed process left
+            return list(read_capture(self.capture_path, on_error=skipped.append))
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), close every session (their results go to the sinks),

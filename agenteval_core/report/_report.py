@@ -15,11 +15,11 @@ import jinja2
 import pydantic_core
 from pydantic import ValidationError
 
-from .._errors import CaptureError, CaptureFormatError, describe_validation
+from .._errors import CaptureError, describe_validation
 from .._redact import Redactor
 from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
-from ..schema._capture import read_capture
+from ..schema._capture import read_capture, skipping_bad_lines
 from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces
 from ..schema._trace import Trace, text_of
 
@@ -160,18 +160,13 @@ def load_results(
         wanted = set(data.traces)
         # a capture from elsewhere may hold secrets; a report never shows them
         redact = (redactor or Redactor()).trace
-        unread: list[CaptureFormatError] = []
-        data.captured = {
-            t.id: redact(t) for t in read_capture(capture, on_error=unread.append) if t.id in wanted
-        }
+        with skipping_bad_lines() as unread:
+            data.captured = {
+                t.id: redact(t)
+                for t in read_capture(capture, on_error=unread.append)
+                if t.id in wanted
+            }
         data.unread_capture_lines = [f"{error.path}:{error.line}" for error in unread]
-        if unread:
-            logger.warning(
-                "agenteval: %d capture line(s) could not be read and were skipped, as a replay "
-                "skips them; the first: %s",
-                len(unread),
-                unread[0],
-            )
         for trace_id, trace in data.captured.items():
             if trace.status is not None:
                 data.statuses.setdefault(trace_id, str(trace.status))

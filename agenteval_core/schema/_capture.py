@@ -37,6 +37,7 @@ __all__ = [
     "read_capture",
     "read_in_run_order",
     "shard_capture",
+    "skipping_bad_lines",
     "split_lines",
 ]
 
@@ -459,6 +460,24 @@ def read_in_run_order(
     that came first."""
     shards = [read_capture(part, on_error=on_error) for part in capture_parts(path)]
     return heapq.merge(*shards, key=_started) if len(shards) > 1 else shards[0]
+
+
+@contextlib.contextmanager
+def skipping_bad_lines() -> Iterator[list[CaptureFormatError]]:
+    """The lines of a capture a reader skips (pass the list's ``append`` as ``on_error``),
+    said once when the reading ends: how many, and the first. For what reads a capture
+    beside its main input (a report's drill-down, calibration labels, a comparison): it
+    goes on without them, as a replay does, where a strict read would refuse a capture for
+    the torn last line that every agent killed mid-write leaves."""
+    skipped: list[CaptureFormatError] = []
+    yield skipped
+    if skipped:
+        logger.warning(
+            "agenteval: %d capture line(s) could not be read and were skipped, as a replay "
+            "skips them; the first: %s",
+            len(skipped),
+            skipped[0],
+        )
 
 
 def _started(trace: Trace) -> float:
