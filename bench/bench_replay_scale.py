@@ -1,8 +1,9 @@
 """Replay at scale: worker processes from 1 to the machine's cores (speedup and efficiency,
 and where each replay's time went), the machine's own ceiling for that many processes at
 once, beyond the cores each task run alone, the results file's overhead (sessions of 10,
-and the same traces as one long session), and Ray Data's local mode against one process,
-on one capture file and on the same traces as a capture directory of shards.
+and the same traces as one long session), what the default trace metrics alone cost (the
+bound they set on one process's ratio to parse-only), and Ray Data's local mode against one
+process, on one capture file and on the same traces as a capture directory of shards.
 
     python -m bench replay_scale [--quick]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import os
 import subprocess
 import sys
@@ -18,7 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from agenteval_core import CaptureWriter, ProcessTimes, ReplayReport, read_capture, replay
+from agenteval_core import (
+    CaptureWriter,
+    Engine,
+    EvalCase,
+    ProcessTimes,
+    ReplayReport,
+    Trace,
+    read_capture,
+    replay,
+)
 from agenteval_core.offline._line_index import (
     OwnLines,
     TaskTable,
@@ -27,7 +38,7 @@ from agenteval_core.offline._line_index import (
     lines_by_shard,
 )
 from agenteval_core.offline._processes import task_count
-from agenteval_core.offline._replay import fewer_collections, replay_lines
+from agenteval_core.offline._replay import LOCAL_BATCH_SIZE, fewer_collections, replay_lines
 
 from ._synthetic import write_capture
 from .bench_replay import ROUNDS
@@ -109,6 +120,31 @@ def _ceiling(name: str, count: int, cores: int) -> None:
     )
 
 
+def _metrics_alone(path: Path, count: int) -> float:
+    """µs a trace that the default trace metrics take called directly on the first
+    ``count`` parsed traces, a batch at a time, each trace with its session's earlier
+    traces, results built (no engine, sessions or sinks): a one-process replay with these
+    metrics cannot cost less than parsing plus this. The fastest of ``ROUNDS``."""
+    traces = list(itertools.islice(read_capture(path), count))
+    cases = [EvalCase.of(trace) for trace in traces]
+    sessions: dict[str | None, list[Trace]] = {}
+    histories: list[tuple[Trace, ...]] = []
+    for trace in traces:
+        earlier = sessions.setdefault(trace.session_id, [])
+        histories.append(tuple(earlier))
+        earlier.append(trace)
+    metrics = Engine().metrics
+
+    async def score() -> None:
+        for start in range(0, len(cases), LOCAL_BATCH_SIZE):
+            batch = slice(start, start + LOCAL_BATCH_SIZE)
+            for metric in metrics:
+                await metric.ameasure_batch(cases[batch], histories[batch])
+
+    best = min(_seconds(lambda: asyncio.run(score())) for _ in range(ROUNDS))
+    return 1e6 * best / len(cases)
+
+
 CURVE = (8, 16, 32, 64)
 """Worker counts whose time on a capture file the benchmark works out beyond the cores."""
 
@@ -174,6 +210,12 @@ def main(quick: bool = False) -> None:
         print(f"fastest of {ROUNDS} rounds for the next three lines")
         print(f"one process: {count / one:,.0f} traces/s; ratio to parse-only {parse / one:.3f}")
         print(f"writing the results file adds {100 * (written / one - 1):.0f}% (goal <= 25%)")
+        alone, parsed = _metrics_alone(path, 20_000), 1e6 * parse / count
+        print(
+            f"the default trace metrics alone (no engine, sessions or sinks): {alone:.0f} µs a "
+            f"trace, parse-only {parsed:.0f} µs: no replay with them can pass "
+            f"{parsed / (parsed + alone):.3f} of parse-only"
+        )
         print(
             f"the same number of traces as one session: {count / best['long']:,.0f} traces/s; "
             f"the results file adds {100 * (best['long written'] / best['long'] - 1):.0f}%"
