@@ -782,7 +782,12 @@ def test_cli_replays_a_capture_directory_and_says_what_a_plain_one_lacks(tmp_pat
     (tmp_path / "plain").mkdir()
     refused = runner.invoke(cli, ["replay", str(tmp_path / "plain")])
     assert refused.exit_code == 2
-    assert "plain: a directory with no capture shards (part-NNNNN-of-NNNNN.jsonl" in refused.output
+    assert " ".join(refused.output.split()) == (
+        f"agenteval: error: {tmp_path / 'plain'}: a directory with no capture shards "
+        "(part-NNNNN-of-NNNNN.jsonl, as CaptureWriter(path, shards=N) or agenteval shard "
+        "writes); pass a capture file, or replay on Ray (--engine ray, engine='ray'), which "
+        "reads every *.jsonl below a directory"
+    )
 
 
 _INTERRUPTED = """

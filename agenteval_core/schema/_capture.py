@@ -267,8 +267,9 @@ def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
     if not counts:
         raise CaptureError(
             f"{path}: a directory with no capture shards (part-NNNNN-of-NNNNN.jsonl, as "
-            "CaptureWriter(path, shards=N) writes); pass a capture file, or replay with "
-            "engine='ray' to read every *.jsonl below a directory"
+            "CaptureWriter(path, shards=N) or agenteval shard writes); pass a capture file, "
+            "or replay on Ray (--engine ray, engine='ray'), which reads every *.jsonl below "
+            "a directory"
         )
     if len(counts) > 1:
         raise CaptureError(
