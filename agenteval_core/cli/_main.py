@@ -811,9 +811,9 @@ def compare_command(
         capture_files(path)  # a file or a capture directory, or a clear error
         name = path.stem if path.stem not in answers else f"{path.stem}#{len(answers) + 1}"
         runs: dict[str, str] = {}
-        with skipping_bad_lines() as skipped:
-            for trace in read_in_run_order(path, on_error=skipped.append):  # a request's
-                runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))  # first answer
+        with skipping_bad_lines() as skipped:  # each request's first answer counts
+            for trace in read_in_run_order(path, on_error=skipped.append):
+                runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))
         answers[name] = runs
     agents = list(answers)
     shared = [
