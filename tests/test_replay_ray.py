@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from judge_server import JudgeServer, Reply
@@ -347,6 +348,33 @@ def test_the_cli_ends_a_ray_replay_as_it_ends_one_process(
         if "trace_id" in line
     )
     assert scores == [False, False, False, True]
+
+
+def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Traces of megabytes (a large tool result each): a read task hands them on in blocks
+    bounded by bytes, not only by lines, and Ray scores them as one process does."""
+    from agenteval_core.offline import _ray
+
+    big = [a_trace(f"s{turn % 2}", turn) for turn in range(5)]
+    for turn, trace in enumerate(big):
+        call = trace.spans[0].tool_call
+        assert call is not None
+        call.result = f"record {turn}: " + "x" * (2 << 20)  # 2 MiB each
+    capture = tmp_path / "big.jsonl"
+    write_capture(capture, big)
+    sizes = [len(line) for line in capture.read_bytes().splitlines(keepends=True)]
+    # one block of two lines, then two: each block ends once it holds 4 MiB
+    monkeypatch.setattr(_ray, "READ_BYTES", 4 << 20)
+    blocks = list(_ray._read_files({"file": np.array([0]), "uri": np.array([str(capture)])}))
+    assert [block["number"] for block in blocks] == [[1, 2], [3, 4], [5]]
+    assert [len(line) for block in blocks for line in block["line"]] == sizes
+    assert [g for block in blocks for g in block["group"]] == [b"ss0", b"ss1"] * 2 + [b"ss0"]
+    names = ["tool_failures", "coherence", "loop_detection", "agent_reliability"]
+    replay([capture], names, engine="ray", output=tmp_path / "ray.results")
+    replay(capture, names, output=tmp_path / "one.results")
+    assert timeless(tmp_path / "ray.results") == timeless(tmp_path / "one.results")
 
 
 def test_replay_on_ray_refuses_what_it_cannot_do(tmp_path: Path) -> None:

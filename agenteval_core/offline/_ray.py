@@ -60,6 +60,10 @@ RAY_MISSING = (
 )
 READ_ROWS = 4096
 """Lines a read task hands on at a time: a huge capture file streams through in blocks."""
+READ_BYTES = 64 << 20
+"""A block of lines ends early once its lines reach this many bytes: traces of megabytes
+(large tool results) would otherwise make blocks of gigabytes, where Ray Data aims at
+blocks of at most 128 MiB."""
 SCORER_CPUS = 0.5
 """CPUs reserved per scorer: whole CPUs for every scorer would starve the read and shuffle
 tasks (a replay on two cores then never finishes)."""
@@ -139,25 +143,29 @@ def _open(uri: str) -> io.BufferedReader:
 
 def _read_files(batch: dict[str, np.ndarray]) -> Iterator[dict[str, list[Any]]]:
     """A read task: the lines of its capture files, each with the group it is scored in (its
-    session, or a group of its own) and its place in capture order. Blank lines are left out;
-    an oversized line is passed on as its first bytes and its size."""
+    session, or a group of its own) and its place in capture order, in blocks of at most
+    :data:`READ_ROWS` lines and about :data:`READ_BYTES` bytes. Blank lines are left out; an
+    oversized line is passed on as its first bytes and its size."""
     for index, uri in zip(batch["file"], batch["uri"], strict=True):
         rows: dict[str, list[Any]] = {k: [] for k in ("group", "file", "number", "line", "size")}
+        held = 0  # bytes of the lines in rows
         with _open(str(uri)) as handle:
             for number, line, oversize in split_lines(handle, MAX_LINE_BYTES):
                 if not oversize and not line.strip():
                     continue
                 session = None if oversize else line_session(line)
+                kept = line[:1024] if oversize else line
                 rows["group"].append(
                     b"s" + session if session else b"l%d:%d" % (int(index), number)
                 )
                 rows["file"].append(int(index))
                 rows["number"].append(number)
-                rows["line"].append(line[:1024] if oversize else line)
+                rows["line"].append(kept)
                 rows["size"].append(oversize)
-                if len(rows["number"]) == READ_ROWS:
+                held += len(kept)
+                if len(rows["number"]) == READ_ROWS or held >= READ_BYTES:
                     yield rows
-                    rows = {k: [] for k in rows}
+                    rows, held = {k: [] for k in rows}, 0
         if rows["number"]:
             yield rows
 
