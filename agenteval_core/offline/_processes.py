@@ -23,7 +23,6 @@ from .._options import check_options
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import capture_parts
-from ..schema._results import flagged_traces
 from ._line_index import (
     RangeIndex,
     TaskTable,
@@ -662,22 +661,10 @@ def _line_of(error: CaptureFormatError) -> int:
 
 
 def _merged(own: ReplayReport, others: Sequence[ReplayReport]) -> ReplayReport:
-    """One report from the shards' reports: counts and summaries added, bad lines in line
-    order, the first ``keep_sessions`` sessions (this process's first)."""
+    """One report from the shards' reports, bad lines in line order (this process's
+    sessions kept first)."""
     for other in others:
-        own.traces += other.traces
-        own.sessions += other.sessions
-        own.summary.merge(other.summary)
-        own.session_summary.merge(other.session_summary)
-        for session_id, results in other.session_results.items():
-            if len(own.session_results) >= own.keep_sessions:
-                break
-            own.session_results[session_id] = results
-            for trace_id in flagged_traces(results):
-                if trace_id in other.flagged_inputs:
-                    own.flagged_inputs[trace_id] = other.flagged_inputs[trace_id]
-        own.bad_lines.extend(other.bad_lines)
-        own.processes.extend(other.processes)
+        own.merge(other)
     own.bad_lines.sort(key=_line_of)
     return own
 

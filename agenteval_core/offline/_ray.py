@@ -8,8 +8,10 @@ into capture order and scores them with the same :class:`~agenteval_core.Engine`
 process. The shards of a capture directory need no groupby: each is scored whole by one
 scorer task. Judge requests from every worker go through one limiter per judge endpoint (a
 zero-CPU actor). A scorer's output is the data of its task, never a side effect, so a task
-that Ray retries after a failure neither loses nor doubles a result. The driver writes the
-results file and builds the report as the results stream back.
+that Ray retries after a failure neither loses nor doubles a result. Each scorer task also
+returns its part of the report (counts, summaries, sessions, bad lines); the driver writes
+the results lines as they are and adds the parts up as they stream back, parsing no line,
+so that one driver keeps up with a cluster.
 
 Ray is imported only here, and only when a replay asks for it.
 """
@@ -30,8 +32,7 @@ from typing import IO, Any, Unpack
 
 import numpy as np
 
-from .._errors import CaptureError, os_error_at
-from .._text import first_words
+from .._errors import CaptureError, CaptureFormatError, os_error_at
 from ..engine._engine import Engine
 from ..engine._sinks import (
     Sink,
@@ -49,8 +50,8 @@ from ..schema._capture import (
     parse_line,
     split_lines,
 )
-from ..schema._results import MetricResult, ResultsLine, TraceResults
-from ..schema._trace import Trace, text_of
+from ..schema._results import MetricResult, TraceResults
+from ..schema._trace import Trace
 from ._replay import ReplayOptions, ReplayReport, _batch_size, _ReportSink
 
 __all__ = ["capture_files", "replay_on_ray", "reserve_slot"]
@@ -209,21 +210,23 @@ class _Collect(Sink):
     wants_session_scores = True
 
     def __init__(self) -> None:
-        self.lines: list[tuple[str, bytes, str]] = []
-        """Each result's kind, line and (of a trace in a session) its input's first words,
-        which the driver's report shows for a trace its session's metrics flag."""
+        self.lines: list[tuple[str, bytes]] = []
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
-        words = first_words(text_of(trace.input)) if trace.session_id is not None else ""
-        self.lines.append(("trace", encode_record(trace_record(trace, results)), words))
+        self.lines.append(("trace", encode_record(trace_record(trace, results))))
 
     def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
-        self.lines.append(("session", encode_record(session_record(session_id, results)), ""))
+        self.lines.append(("session", encode_record(session_record(session_id, results))))
 
 
 class _SessionScorer:
     """A long-lived scorer on one worker: its metrics, embedder and judge client are built
-    once; each call scores one group (a session, or a line without one) in capture order."""
+    once; each call scores one group (a session, or a line without one) in capture order.
+
+    Each call also returns its part of the replay's report, filled as one process fills
+    its own (counts, summaries, sessions, flagged inputs, bad lines): the driver adds the
+    parts up and writes the results lines as they are, never parsing one, so it keeps up
+    with a cluster."""
 
     def __init__(
         self,
@@ -238,8 +241,13 @@ class _SessionScorer:
             judge.traffic.pace = _SharedPace(limiter)
         self.names = names
         self.collect = _Collect()
+        self.filling = _ReportSink(ReplayReport(path=""), on_trace=None)
         self.engine = Engine(
-            metrics, judge=judge, embedder=embedder, sinks=[self.collect], concurrency=concurrency
+            metrics,
+            judge=judge,
+            embedder=embedder,
+            sinks=[self.collect, self.filling],
+            concurrency=concurrency,
         )
         self.batch = _batch_size(self.engine)
         self.loop = asyncio.new_event_loop()
@@ -258,16 +266,19 @@ class _SessionScorer:
 
     def score(self, scored: _Scored) -> dict[str, list[Any]]:
         """Score the parsed traces in capture order, close their sessions, and return every
-        line: bad lines, then each trace's results and each session's."""
+        line (each trace's results and each session's), then this part of the report."""
         traces = scored.traces
         batches = [traces[i : i + self.batch] for i in range(0, len(traces), self.batch)]
         self.loop.run_until_complete(self.engine.stream(batches))
         self.engine.close_all()
         placed = iter(scored.places)
         last = scored.places[-1] if scored.places else (0, 0)
-        for kind, line, words in self.collect.lines:
-            scored.emit(kind, *(next(placed) if kind == "trace" else last), line, words)
+        for kind, line in self.collect.lines:
+            scored.emit(kind, *(next(placed) if kind == "trace" else last), line)
         self.collect.lines.clear()
+        part, self.filling.report = self.filling.report, ReplayReport(path="")
+        part.bad_lines = scored.bad_lines
+        scored.emit("report", *last, pickle.dumps(part))
         return scored.out
 
 
@@ -287,30 +298,23 @@ class _FileScorer(_SessionScorer):
 
 class _Scored:
     """What a scorer task returns, as it is built: the traces parsed (with their places in
-    capture order) and the rows of output."""
+    capture order), the lines that could not be, and the rows of output."""
 
     def __init__(self) -> None:
         self.traces: list[Trace] = []
         self.places: list[tuple[int, int]] = []
-        self.out: dict[str, list[Any]] = {
-            "kind": [],
-            "file": [],
-            "number": [],
-            "payload": [],
-            "words": [],
-        }
+        self.bad_lines: list[CaptureFormatError] = []
+        self.out: dict[str, list[Any]] = {"kind": [], "file": [], "number": [], "payload": []}
 
     def parse(self, names: list[str], file: int, number: int, line: bytes, size: int) -> None:
         problems, trace = parse_line(names[file], number, line, size)
-        for problem in problems:  # sent as it pickles (its fields) for the driver to report
-            self.emit("bad", file, number, pickle.dumps(problem))
+        self.bad_lines += problems
         if trace is not None:
             self.traces.append(trace)
             self.places.append((file, number))
 
-    def emit(self, kind: str, file: int, number: int, payload: bytes, words: str = "") -> None:
-        values = (kind, file, number, payload, words)
-        for column, value in zip(self.out.values(), values, strict=True):
+    def emit(self, kind: str, file: int, number: int, payload: bytes) -> None:
+        for column, value in zip(self.out.values(), (kind, file, number, payload), strict=True):
             column.append(value)
 
 
@@ -463,30 +467,17 @@ def _gather(
     files: int,
     on_progress: Callable[[int], None] | None,
 ) -> None:
-    """Write the results file and fill the report as the scorers' results stream back."""
+    """Write the results file and add up the scorers' parts of the report as their output
+    streams back."""
     results = _ResultsOut(output, files) if output is not None else None
-    # the report is filled as one process fills it; each session's lines arrive together,
-    # its traces' before its own
-    filling = _ReportSink(report, on_trace=None)
     with results or contextlib.nullcontext():
         for batch in scored.iter_batches(batch_format="numpy", batch_size=None):
-            for kind, file, payload, words in zip(
-                batch["kind"], batch["file"], batch["payload"], batch["words"], strict=True
+            for kind, file, payload in zip(
+                batch["kind"], batch["file"], batch["payload"], strict=True
             ):
-                line = bytes(payload)
-                if kind == "bad":
-                    report.bad_lines.append(pickle.loads(line))
-                    continue
-                if results is not None:
-                    results.write(int(file), line)
-                scores = ResultsLine.model_validate_json(line)
-                if kind == "trace":
-                    session_id, trace_id = scores.session_id, scores.trace_id
-                    if session_id is not None and trace_id is not None and filling.keeps_sessions:
-                        filling.note_input(session_id, trace_id, str(words))
-                    report.traces += 1
-                    report.summary.add(scores.results or [])
-                elif scores.session_id is not None:
-                    filling.session_scored(scores.session_id, scores.session_results or [])
+                if kind == "report":
+                    report.merge(pickle.loads(payload))
+                elif results is not None:
+                    results.write(int(file), bytes(payload))
             if on_progress is not None:
                 on_progress(report.traces)

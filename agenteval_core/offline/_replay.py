@@ -123,6 +123,24 @@ class ReplayReport:
     """Of a replay with workers, how each process spent it, in process order (empty in one
     process, and on Ray)."""
 
+    def merge(self, other: ReplayReport) -> None:
+        """Add the report of another part of the same replay (a worker's, a Ray task's):
+        counts and summaries added, bad lines and processes appended, and its sessions kept
+        while fewer than ``keep_sessions`` are, each with its flagged traces' inputs."""
+        self.traces += other.traces
+        self.sessions += other.sessions
+        self.summary.merge(other.summary)
+        self.session_summary.merge(other.session_summary)
+        for session_id, results in other.session_results.items():
+            if len(self.session_results) >= self.keep_sessions:
+                break
+            self.session_results[session_id] = results
+            for trace_id in flagged_traces(results):
+                if trace_id in other.flagged_inputs:
+                    self.flagged_inputs[trace_id] = other.flagged_inputs[trace_id]
+        self.bad_lines.extend(other.bad_lines)
+        self.processes.extend(other.processes)
+
     def __repr__(self) -> str:
         # counts, not every session's results: asyncio formats the replay task (and so this
         # report) when it restores the Ctrl-C handler, and a REPL should print a short line
@@ -148,29 +166,21 @@ class _ReportSink(Sink):
         self._inputs: dict[str, dict[str, str]] = {}
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
-        if trace.session_id is not None and self.keeps_sessions:
-            self.note_input(trace.session_id, trace.id, first_words(text_of(trace.input)))
-        self.report.traces += 1
-        self.report.summary.add(results.results)
+        report = self.report
+        if trace.session_id is not None and len(report.session_results) < report.keep_sessions:
+            words = first_words(text_of(trace.input))
+            self._inputs.setdefault(trace.session_id, {})[trace.id] = words
+        report.traces += 1
+        report.summary.add(results.results)
         if self.on_trace is not None:
             self.on_trace(trace, results.results)
-
-    @property
-    def keeps_sessions(self) -> bool:
-        """Whether the report still keeps the results of sessions that close from now on."""
-        return len(self.report.session_results) < self.report.keep_sessions
-
-    def note_input(self, session_id: str, trace_id: str, words: str) -> None:
-        """The first words of a trace's input, kept until its session's metrics say whether
-        they flagged it."""
-        self._inputs.setdefault(session_id, {})[trace_id] = words
 
     def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
         report = self.report
         report.sessions += 1
         report.session_summary.add(results)
         inputs = self._inputs.pop(session_id, {})
-        if self.keeps_sessions:
+        if len(report.session_results) < report.keep_sessions:
             report.session_results[session_id] = results
             for trace_id in flagged_traces(results):
                 if trace_id in inputs:
