@@ -5,6 +5,7 @@ exactly the session's earlier traces; a worker lost mid-task loses and doubles n
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -376,10 +377,13 @@ def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_proc
     sizes = [len(line) for line in capture.read_bytes().splitlines(keepends=True)]
     # one block of two lines, then two: each block ends once it holds 4 MiB
     monkeypatch.setattr(_ray, "READ_BYTES", 4 << 20)
-    blocks = list(_ray._read_files({"file": np.array([0]), "uri": np.array([str(capture)])}))
+    listed = {"file": np.array([0]), "uri": np.array([str(capture)])}
+    blocks = list(_ray._read_files(listed, partitions=3))
     assert [block["number"] for block in blocks] == [[1, 2], [3, 4], [5]]
     assert [len(line) for block in blocks for line in block["line"]] == sizes
-    assert [g for block in blocks for g in block["group"]] == [b"ss0", b"ss1"] * 2 + [b"ss0"]
+    # each line in its session's partition: a stable hash (CRC-32) of the session id
+    s0, s1 = zlib.crc32(b"s0") % 3, zlib.crc32(b"s1") % 3
+    assert [g for block in blocks for g in block["group"]] == [s0, s1, s0, s1, s0]
     names = ["tool_failures", "coherence", "loop_detection", "agent_reliability"]
     replay([capture], names, engine="ray", output=tmp_path / "ray.results")
     replay(capture, names, output=tmp_path / "one.results")

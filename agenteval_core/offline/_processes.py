@@ -96,7 +96,7 @@ def replay(
     may then be several files, globs, directories or object-store URLs (``s3://``, ``gs://``); a
     judge is sent to every worker, and one limiter keeps the whole cluster within its rate;
     ``on_progress`` then receives the number of traces scored so far. The results file holds the
-    lines of a one-process replay, session by session (see
+    lines of a one-process replay, partition by partition (see
     :func:`~agenteval_core.offline.replay_on_ray`); ``sinks`` and ``on_trace`` run in this
     process and are refused, as with workers.
     """
