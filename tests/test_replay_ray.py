@@ -230,6 +230,8 @@ def test_a_capture_in_an_s3_compatible_store_replays_as_the_same_files_here(
     )
     from pyarrow import fs
 
+    from agenteval_core.offline import _ray
+
     for name, value in STORE_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
     directory, shard = tmp_path / "capture", sharded_capture(tmp_path / "capture", 2, 12, 4)
@@ -254,8 +256,19 @@ def test_a_capture_in_an_s3_compatible_store_replays_as_the_same_files_here(
         on_ray = replay(
             [f"s3://captures/day?{options}"], names, engine="ray", output=tmp_path / "s3.results"
         )
+        # a plain capture file in the store: read by lines and grouped by session, in
+        # partitions as many as its size asks for
+        plain = tmp_path / "plain.jsonl"
+        write_capture(plain, [a_trace(f"s{turn % 3}", turn) for turn in range(9)])
+        with store.open_output_stream("captures/plain.jsonl") as remote:
+            remote.write(plain.read_bytes())
+        plain_url = f"s3://captures/plain.jsonl?{options}"
+        assert _ray._total_bytes([plain_url, str(plain)]) == 2 * plain.stat().st_size
+        replay([plain_url], names, engine="ray", output=tmp_path / "s3-plain.results")
     finally:
         server.stop()
+    replay(plain, names, output=tmp_path / "one-plain.results")
+    assert timeless(tmp_path / "s3-plain.results") == timeless(tmp_path / "one-plain.results")
     one = replay(directory, names, output=tmp_path / "one.results")
     assert (on_ray.traces, on_ray.sessions) == (one.traces, one.sessions) == (12, 4)
     assert timeless(tmp_path / "s3.results") == timeless(tmp_path / "one.results")
