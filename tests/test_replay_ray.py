@@ -373,6 +373,32 @@ def test_the_cli_ends_a_ray_replay_as_it_ends_one_process(
     assert scores == [False, False, False, True]
 
 
+def test_a_results_directory_holds_each_session_beside_its_last_trace(tmp_path: Path) -> None:
+    """Three sessions in one partition (their ids' CRC-32 agree modulo 64, so for any
+    power-of-two count of partitions up to it), over two capture files: each session's
+    line goes to the results shard of the file that holds its last trace."""
+    assert len({zlib.crc32(s.encode()) % 64 for s in ("conv-0", "conv-51", "conv-133")}) == 1
+    (tmp_path / "captures").mkdir()
+    write_capture(
+        tmp_path / "captures" / "a.jsonl",
+        [a_trace("conv-0", 0), a_trace("conv-51", 1), a_trace("conv-0", 2)],
+    )
+    write_capture(
+        tmp_path / "captures" / "b.jsonl", [a_trace("conv-133", 3), a_trace("conv-51", 4)]
+    )
+    replay([tmp_path / "captures"], ["tool_failures", "agent_reliability"], engine="ray",
+           output=f"{tmp_path / 'results'}/")  # fmt: skip
+    shards = sorted((tmp_path / "results").iterdir())
+    held = [
+        [line.get("trace_id") or f"session {line['session_id']}" for line in map(json.loads, f.read_text().splitlines())]
+        for f in shards
+    ]  # fmt: skip
+    assert held == [
+        ["conv-0-0", "conv-51-1", "conv-0-2", "session conv-0"],
+        ["conv-133-3", "conv-51-4", "session conv-133", "session conv-51"],
+    ]  # sessions close least recently active first, as in one process
+
+
 def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,13 +6,13 @@ hash of the session brings each session's lines into one of a few partitions; on
 long-lived scorer per worker (metrics, embedder and judge client built once) parses a
 partition with agenteval's own tolerant reader, sorts it into capture order and scores it
 with the same :class:`~agenteval_core.Engine` as one process, its sessions interleaved as
-they were captured. The shards of a capture directory need no groupby: each is scored whole by one
-scorer task. Judge requests from every worker go through one limiter per judge endpoint (a
-zero-CPU actor). A scorer's output is the data of its task, never a side effect, so a task
-that Ray retries after a failure neither loses nor doubles a result. Each scorer task also
-returns its part of the report (counts, summaries, sessions, bad lines); the driver writes
-the results lines as they are and adds the parts up as they stream back, parsing no line,
-so that one driver keeps up with a cluster.
+they were captured. The shards of a capture directory need no groupby: each is scored whole
+by one scorer task. Judge requests from every worker go through one limiter per judge
+endpoint (a zero-CPU actor). A scorer's output is the data of its task, never a side
+effect, so a task that Ray retries after a failure neither loses nor doubles a result. Each
+scorer task also returns its part of the report (counts, summaries, sessions, bad lines);
+the driver writes the results lines as they are and adds the parts up as they stream back,
+parsing no line, so that one driver keeps up with a cluster.
 
 Ray is imported only here, and only when a replay asks for it.
 """
@@ -237,12 +237,15 @@ class _Collect(Sink):
 
     def __init__(self) -> None:
         self.lines: list[tuple[str, bytes]] = []
+        self.closed: list[str] = []
+        """The sessions of the ``session`` lines, in order."""
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         self.lines.append(("trace", encode_record(trace_record(trace, results))))
 
     def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
         self.lines.append(("session", encode_record(session_record(session_id, results))))
+        self.closed.append(session_id)
 
 
 class _SessionScorer:
@@ -298,11 +301,15 @@ class _SessionScorer:
         batches = [traces[i : i + self.batch] for i in range(0, len(traces), self.batch)]
         self.loop.run_until_complete(self.engine.stream(batches))
         self.engine.close_all()
-        placed = iter(scored.places)
-        last = scored.places[-1] if scored.places else (0, 0)
+        # a trace's line takes the trace's place in capture order, a session's the place of
+        # its last trace: in a results directory, it goes to that trace's file's shard
+        placed, closed = iter(scored.places), iter(self.collect.closed)
+        ends = {t.session_id: place for t, place in zip(traces, scored.places, strict=True)}
         for kind, line in self.collect.lines:
-            scored.emit(kind, *(next(placed) if kind == "trace" else last), line)
+            scored.emit(kind, *(next(placed) if kind == "trace" else ends[next(closed)]), line)
         self.collect.lines.clear()
+        self.collect.closed.clear()
+        last = scored.places[-1] if scored.places else (0, 0)
         part, self.filling.report = self.filling.report, ReplayReport(path="")
         part.bad_lines = scored.bad_lines
         scored.emit("report", *last, pickle.dumps(part))
