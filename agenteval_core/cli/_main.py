@@ -571,7 +571,6 @@ def replay_command(
         if export.problem:
             raise RunProblem(f"export to {where} incomplete: {export.problem}")
         click.echo(f"exported {export.exporter.traces} trace(s) to {where}")
-    hits = f"{judge.stats.cache_hits} cache hits" if judge is not None else ""
     _conclude_replay(
         report,
         capture,
@@ -579,7 +578,7 @@ def replay_command(
         judge,
         len(report_errors),
         per_worker=workers > 1,
-        cache_hits=f"{hits} in this process" if workers > 1 else hits,
+        cache_hits=judge.stats.cache_hits if judge is not None else None,
     )
 
 
@@ -591,19 +590,22 @@ def _conclude_replay(
     bad_lines: int,
     *,
     per_worker: bool,
-    cache_hits: str,
+    cache_hits: int | None,
 ) -> None:
     """How a replay ends, however it ran: the judge's spend, where the results went, and
     the exit status a CI job reads (bad lines, no traces, results the judge left unscored).
     ``per_worker``: several processes scored, each with its own copy of the judge (its
-    budget holds per worker); ``cache_hits`` says the judge's cache hits, where known."""
+    budget and cache counts hold per worker); ``cache_hits``: this process's judge's, where
+    it scored."""
     if judge is not None:
         tokens = sum(m.input_tokens + m.output_tokens for m in report.summary.metrics.values())
         cost = sum(m.cost_usd for m in report.summary.metrics.values())
         budget = ""
         if judge.budget_usd is not None:
             budget = f" of a ${judge.budget_usd:.4f} budget" + (" per worker" if per_worker else "")
-        hits = f"; {cache_hits}" if cache_hits else ""
+        hits = ""
+        if cache_hits is not None:
+            hits = f"; {cache_hits} cache hits" + (" in this process" if per_worker else "")
         click.echo(f"judge {judge.model}: {tokens} tokens, ${cost:.4f}{budget}{hits}")
         over = sum(s.error_kinds[ErrorKind.BUDGET] for s in report.summary.metrics.values())
         if over:
@@ -684,7 +686,7 @@ def _replay_on_ray(
     _print_report(Console(), report)
     # each scorer has its own copy of the judge: its cache hits are counted on Ray's workers
     _conclude_replay(
-        report, ", ".join(captures), json_out, judge, len(bad), per_worker=True, cache_hits=""
+        report, ", ".join(captures), json_out, judge, len(bad), per_worker=True, cache_hits=None
     )
 
 
