@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,33 @@ def test_ray_equals_one_process_trace_by_trace(
             for m in r.get("results", [])
             if m["name"] == name and m["score"] is not None
         )
+
+
+def test_without_a_results_file_the_report_is_the_same_and_ray_settings_stay_the_callers(
+    tmp_path: Path, captures: list[Path]
+) -> None:
+    """With no results file the scorers make no results lines: the report must come out as
+    with one. The replay's own Ray Data settings (no progress bars, the sort-based shuffle)
+    go on its dataset's copy of the caller's DataContext, never on the caller's."""
+    context = ray.data.DataContext.get_current()
+    settings = ("shuffle_strategy", "enable_progress_bars", "print_on_execution_start")
+    before = {name: getattr(context, name) for name in settings}
+    names = ["loop_detection", "coherence", "agent_reliability"]
+    paths = [str(tmp_path / "*.jsonl")]
+    bare = replay(paths, names, engine="ray")
+    written = replay(paths, names, engine="ray", output=tmp_path / "ray.results")
+    assert {name: getattr(context, name) for name in settings} == before
+    assert before["enable_progress_bars"] is True  # Ray's default, left alone
+    assert (bare.traces, bare.sessions) == (written.traces, written.sessions) == (17, 5)
+    assert bare.flagged_inputs == written.flagged_inputs != {}
+    assert bad_lines_of(bare) == bad_lines_of(written) != []
+    for summary in (bare.summary, bare.session_summary):
+        other = written.summary if summary is bare.summary else written.session_summary
+        assert list(summary.metrics) == list(other.metrics) != []
+        for name, ours in summary.metrics.items():
+            theirs = other.metrics[name]
+            assert ours.total == pytest.approx(theirs.total)  # added up in another order
+            assert replace(ours, total=0.0) == replace(theirs, total=0.0)
 
 
 def test_history_is_the_sessions_earlier_traces_across_files(tmp_path: Path) -> None:
