@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from replay_helpers import session_parts, sessions_taking_turns
 
 from agenteval_core import (
     RESULTS_VERSION,
@@ -40,6 +41,7 @@ from agenteval_core import (
     replay,
 )
 from agenteval_core.cli import cli
+from agenteval_core.offline._replay import LOCAL_BATCH_SIZE
 from agenteval_core.report._report import load_results
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "captures" / "support_agent.jsonl"
@@ -275,6 +277,50 @@ def test_replay_scores_sessions_and_writes_results(tmp_path: Path) -> None:
         lines[5]["session_id"] == "s1"
         and lines[5]["session_results"][0]["name"] == "agent_reliability"
     )
+
+
+def test_a_replay_says_how_often_a_session_was_cut_by_the_open_sessions_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 200 traces, batches of 64 (the replay's batch with a local embedder): both sessions
+    # are open after each batch; with one session at most, the least recently active (a:
+    # every batch ends with a b) closes, and the next batch starts with a: a is cut at the
+    # start of batches 2, 3 and 4. Parts: a four times, b once.
+    path = sessions_taking_turns(tmp_path / "c.jsonl", 100)
+    out = tmp_path / "results.jsonl"
+    report = replay(path, ["agent_reliability"], max_open_sessions=1, output=out)
+    assert -(-200 // LOCAL_BATCH_SIZE) == 4
+    assert (report.traces, report.sessions, report.sessions_cut) == (200, 5, 3)
+    assert session_parts(out) == [
+        ("a", 4),  # a96..a99, in the last batch (8 traces)
+        ("a", 32),
+        ("a", 32),
+        ("a", 32),
+        ("b", 100),
+    ]
+    assert [r.getMessage() for r in caplog.records if "cut in two" in r.getMessage()] == [
+        "agenteval: sessions were cut in two 3 time(s): more than 1 were open at once, so the "
+        "least recently active closed, and each part's session metrics cover that part alone "
+        "(the sessions counted are the parts); raise max_open_sessions (--max-open-sessions) "
+        "above the sessions active at once in the capture, or replay with workers or Ray, "
+        "whose tasks each hold fewer sessions"
+    ]
+    caplog.clear()
+    whole = replay(path, ["agent_reliability"])  # 1024 open at most: never cut
+    assert (whole.sessions, whole.sessions_cut) == (2, 0)
+    assert not [r for r in caplog.records if "cut in two" in r.getMessage()]
+    command = [sys.executable, "-m", "agenteval_core.cli", "replay", str(path)]
+    done = subprocess.run(
+        [*command, "--metrics", "agent_reliability", "--max-open-sessions", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "5 sessions" in done.stdout
+    assert "agenteval: sessions were cut in two 3 time(s): more than 1 were open" in done.stderr
+    refused = CliRunner().invoke(cli, ["replay", str(path), "--max-open-sessions", "0"])
+    assert refused.exit_code == 2 and "--max-open-sessions" in refused.output
 
 
 def test_shipped_example_capture_replays_and_flags_the_loop() -> None:
@@ -602,7 +648,7 @@ def test_replay_options_are_defined_once_and_a_misspelt_one_is_refused(tmp_path:
     # the sync and async drivers take the same options, from one definition
     assert set(get_type_hints(ReplayOptions)) == {
         "judge", "embedder", "concurrency", "output", "sinks", "on_trace", "on_bad_line",
-        "on_progress",
+        "on_progress", "max_open_sessions",
     }  # fmt: skip
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'outptu'"):
         replay(EXAMPLE, outptu=tmp_path / "r.jsonl")  # type: ignore[call-arg]

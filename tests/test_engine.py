@@ -579,15 +579,10 @@ def test_a_batch_that_returns_anything_but_results_fails_alone() -> None:
     assert [t.results[1].score for t in scored] == [coherence] * 2
 
 
-def test_sessions_past_the_limit_close_after_their_batch() -> None:
-    # one open session at most, a batch of x, y, x: closing x when y arrived would lose x's
-    # second trace; the least recently active session (y) closes after the batch instead
-    traces = [
-        Trace(id=trace_id, input="q", output="a", session_id=trace_id[0])
-        for trace_id in ("x0", "y0", "x1")
-    ]
-    closed: list[tuple[str, list[str]]] = []
-    engine = Engine(
+def one_open_session(closed: list[tuple[str, list[str]]]) -> Engine:
+    """An engine that keeps one session open at most and adds each session it closes to
+    ``closed``, with the traces its reliability counted."""
+    return Engine(
         ["coherence", "agent_reliability"],
         max_open_sessions=1,
         sinks=[
@@ -599,10 +594,44 @@ def test_sessions_past_the_limit_close_after_their_batch() -> None:
             )
         ],
     )
+
+
+def test_sessions_past_the_limit_close_after_their_batch() -> None:
+    # one open session at most, a batch of x, y, x: closing x when y arrived would lose x's
+    # second trace; the least recently active session (y) closes after the batch instead
+    traces = [
+        Trace(id=trace_id, input="q", output="a", session_id=trace_id[0])
+        for trace_id in ("x0", "y0", "x1")
+    ]
+    closed: list[tuple[str, list[str]]] = []
+    engine = one_open_session(closed)
     asyncio.run(engine.stream([traces]))
     assert closed == [("y", ["y0"])]
     engine.close_all()
     assert closed == [("y", ["y0"]), ("x", ["x0", "x1"])]
+
+
+def test_a_session_closed_past_the_limit_and_met_again_is_counted_as_cut() -> None:
+    # one open session at most; batches [a0, b0], [a1], [b1]: a closes after the first
+    # batch (b was the more recent), a1 opens it again (cut 1) and b closes; b1 opens b
+    # again (cut 2). A session closed on request and met again is no cut.
+    def turn(trace_id: str) -> Trace:
+        return Trace(id=trace_id, input="q", output="a", session_id=trace_id[0])
+
+    closed: list[tuple[str, list[str]]] = []
+    engine = one_open_session(closed)
+    asyncio.run(engine.stream([[turn("a0"), turn("b0")], [turn("a1")], [turn("b1")]]))
+    engine.close_all()
+    assert closed == [("a", ["a0"]), ("b", ["b0"]), ("a", ["a1"]), ("b", ["b1"])]
+    assert engine.sessions_cut == 2
+    asyncio.run(engine.stream([[turn("c0")]]))
+    engine.close_session("c")
+    asyncio.run(engine.stream([[turn("c1")]]))
+    assert engine.sessions_cut == 2
+    assert closed[-1] == ("c", ["c0"])
+    for wrong in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_open_sessions must be a whole number >= 1"):
+            Engine(["coherence"], max_open_sessions=wrong)  # type: ignore[arg-type]
 
 
 class FixedJudgeMetric(Metric):

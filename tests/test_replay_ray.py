@@ -35,6 +35,7 @@ from ray_helpers import (  # noqa: E402  (after the skip)
     timeless,
     write_capture,
 )
+from replay_helpers import session_parts, sessions_taking_turns  # noqa: E402
 
 TESTS = str(Path(__file__).parent)
 STORE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "agenteval", "AWS_SECRET_ACCESS_KEY": "agenteval"}
@@ -168,6 +169,28 @@ def test_without_a_results_file_the_report_is_the_same_and_ray_settings_stay_the
             theirs = other.metrics[name]
             assert ours.total == pytest.approx(theirs.total)  # added up in another order
             assert replace(ours, total=0.0) == replace(theirs, total=0.0)
+
+
+def test_scorers_hold_the_open_sessions_limit_and_count_the_cuts_as_workers_do(
+    tmp_path: Path,
+) -> None:
+    # the capture of test_workers_hold_the_open_sessions_limit_each_and_count_the_cuts: each
+    # shard scored whole by one scorer call, in batches of 64, as a worker scores it
+    directory = tmp_path / "capture"
+    directory.mkdir()
+    sessions_taking_turns(directory / "part-00000-of-00002.jsonl", 100, "ab")
+    sessions_taking_turns(directory / "part-00001-of-00002.jsonl", 100, "cd")
+    out = tmp_path / "results.jsonl"
+    report = replay(
+        [directory], ["agent_reliability"], engine="ray", max_open_sessions=1, output=out
+    )
+    assert (report.traces, report.sessions, report.sessions_cut) == (400, 10, 6)
+    assert session_parts(out) == [
+        *[("a", 4)] + [("a", 32)] * 3,
+        ("b", 100),
+        *[("c", 4)] + [("c", 32)] * 3,
+        ("d", 100),
+    ]
 
 
 def test_history_is_the_sessions_earlier_traces_across_files(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from judge_server import JudgeServer, Reply
+from replay_helpers import session_parts, sessions_taking_turns
 
 from agenteval_core import (
     AgentStep,
@@ -869,3 +870,22 @@ def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
     numbers = [int(trace_id[1:]) for trace_id in scored]
     assert numbers == sorted(numbers)  # in capture order, each line whole
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("agenteval-replay-")]
+
+
+def test_workers_hold_the_open_sessions_limit_each_and_count_the_cuts(tmp_path: Path) -> None:
+    # two shards, each of two sessions taking turns for 200 traces: each worker scores one
+    # shard as one process scores such a file (3 cuts of its first session with one session
+    # open at most: see test_capture_and_replay), and the report adds the cuts up
+    directory = tmp_path / "capture"
+    directory.mkdir()
+    sessions_taking_turns(directory / "part-00000-of-00002.jsonl", 100, "ab")
+    sessions_taking_turns(directory / "part-00001-of-00002.jsonl", 100, "cd")
+    out = tmp_path / "results/"
+    report = replay(directory, ["agent_reliability"], workers=2, max_open_sessions=1, output=out)
+    assert (report.traces, report.sessions, report.sessions_cut) == (400, 10, 6)
+    assert session_parts(tmp_path / "results") == [
+        *[("a", 4)] + [("a", 32)] * 3,
+        ("b", 100),
+        *[("c", 4)] + [("c", 32)] * 3,
+        ("d", 100),
+    ]

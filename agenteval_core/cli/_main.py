@@ -32,6 +32,7 @@ from .._errors import (
     describe_os_error,
 )
 from .._tables import TextTable, line_width, show, unscored_note
+from ..engine._engine import MAX_OPEN_SESSIONS
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind
 from ..metrics._registry import list_metrics, metric_class
@@ -496,6 +497,15 @@ def _make_judge(
     help="The Ray cluster to score on, e.g. ray://head:10001 (default: $RAY_ADDRESS, or a "
     "local Ray started for this replay).",
 )
+@click.option(
+    "--max-open-sessions",
+    type=click.IntRange(min=1),
+    default=MAX_OPEN_SESSIONS,
+    show_default=True,
+    help="Sessions kept open at once per process; past that the least recently active "
+    "close, and one that meets another trace is cut in two (the replay says how often). "
+    "Raise it above the sessions active at once in the capture.",
+)
 @_judge_options(model_help="Judge model name; enables the LLM-judge metrics.")
 def replay_command(
     captures: tuple[str, ...],
@@ -508,6 +518,7 @@ def replay_command(
     workers: int,
     engine: str,
     ray_address: str | None,
+    max_open_sessions: int,
     judge: OpenAIJudge | None,
 ) -> None:
     """Score every trace of a capture (a JSONL file, or a capture directory of shards) and
@@ -520,7 +531,9 @@ def replay_command(
     """
     capture = ", ".join(captures)
     if engine == "ray":
-        _replay_on_ray(captures, metric_names, json_out, quiet, workers, ray_address, judge)
+        _replay_on_ray(
+            captures, metric_names, json_out, quiet, workers, ray_address, max_open_sessions, judge
+        )
         return
     if len(captures) > 1:
         raise UserError(
@@ -564,6 +577,7 @@ def replay_command(
             on_progress=lambda size: progress.advance(task, size),
             sinks=[export] if export is not None else (),
             workers=workers,
+            max_open_sessions=max_open_sessions,
         )
     _print_report(Console(), report)
     if export is not None:  # replay closed the sink: everything was delivered or failed
@@ -652,6 +666,7 @@ def _replay_on_ray(
     quiet: bool,
     workers: int,
     address: str | None,
+    max_open_sessions: int,
     judge: OpenAIJudge | None,
 ) -> None:
     """``agenteval replay --engine ray``: the same report, scored by Ray's workers."""
@@ -678,6 +693,7 @@ def _replay_on_ray(
                 on_progress=lambda scored: progress.update(task, completed=scored),
                 engine="ray",
                 ray_address=address,
+                max_open_sessions=max_open_sessions,
             )
         except ImportError as exc:
             raise UserError(str(exc)) from None
@@ -686,7 +702,13 @@ def _replay_on_ray(
     _print_report(Console(), report)
     # each scorer has its own copy of the judge: its cache hits are counted on Ray's workers
     _conclude_replay(
-        report, ", ".join(captures), json_out, judge, len(bad), per_worker=True, cache_hits=None
+        report,
+        ", ".join(captures),
+        json_out,
+        judge,
+        len(bad),
+        per_worker=True,
+        cache_hits=None,
     )
 
 

@@ -34,6 +34,7 @@ from ._sinks import Sink
 
 __all__ = [
     "DEFAULT_SESSION_METRICS",
+    "MAX_OPEN_SESSIONS",
     "Engine",
     "default_metric_names",
     "default_trace_metric_names",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agenteval")
+MAX_OPEN_SESSIONS = 1024
+"""Sessions an engine keeps open by default (see :class:`Engine`'s ``max_open_sessions``)."""
 RUN_COMPLETED = "run_completed"
 """The session signal the engine adds for a run that did not complete (0.0: risk 1); a run
 paused for a human (``interrupted``) is control flow and gets none."""
@@ -151,7 +154,9 @@ class Engine:
             the trace was not in the sample.
         max_open_sessions: sessions kept open; past that the least recently active ones are
             closed when the batch that opened more is scored (their results go to the
-            sinks), so memory stays flat.
+            sinks), so memory stays flat. A session closed so that meets another trace is
+            cut in two, and each part's session metrics cover that part alone:
+            :attr:`sessions_cut` counts those times.
         options: given to every metric built by name (e.g. ``threshold=0.7``).
     """
 
@@ -166,7 +171,7 @@ class Engine:
         judge_sample_rate: float = 1.0,
         seed: int | None = 0,
         history_window: int | None = None,
-        max_open_sessions: int = 1024,
+        max_open_sessions: int = MAX_OPEN_SESSIONS,
         **options: Any,
     ) -> None:
         self.metrics, self.session_metrics = resolve_metrics(
@@ -208,8 +213,22 @@ class Engine:
         self.history_fields: frozenset[str] | None = (
             frozenset().union(*named) if len(named) == len(readers) else None
         )
+        if (
+            isinstance(max_open_sessions, bool)
+            or not isinstance(max_open_sessions, int)
+            or max_open_sessions < 1
+        ):
+            raise ValueError(
+                f"max_open_sessions must be a whole number >= 1, got {max_open_sessions!r}"
+            )
         self.max_open_sessions = max_open_sessions
         self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
+        self._closed_early: set[str] = set()
+        """The sessions closed past ``max_open_sessions`` (their ids alone: a few dozen bytes
+        each), to tell when one is cut in two."""
+        self.sessions_cut = 0
+        """How many times a session closed past ``max_open_sessions`` met another trace of
+        its own: it was cut in two, and its session metrics were given for each part."""
         self._tails: dict[str, asyncio.Task[tuple[EvalCase, TraceResults]]] = {}
         self._slots: asyncio.Semaphore | None = None
 
@@ -401,6 +420,7 @@ class Engine:
                 closing.append(session_id)
         for session_id in closing:
             self.close_session(session_id)
+        self._closed_early.update(closing)
 
     async def _measure_rows(self, admitted: Sequence[_Admitted]) -> list[list[MetricResult]]:
         """Every metric's results for each admitted case, one row per case. A case the judge
@@ -451,6 +471,9 @@ class Engine:
         if state is not None:
             self._sessions.move_to_end(session_id)
             return state
+        if session_id in self._closed_early:
+            self._closed_early.discard(session_id)
+            self.sessions_cut += 1
         state = _SessionState(
             SessionHistory(self.history_window, self.history_fields),
             {m.name: m.incremental() for m in self.session_metrics},

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from .._errors import CaptureFormatError, ResultsWriteError, os_error_at
 from .._options import check_options
+from ..engine._engine import MAX_OPEN_SESSIONS
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import capture_parts
@@ -38,6 +39,7 @@ from ._replay import (
     areplay,
     fewer_collections,
     replay_lines,
+    warn_of_cut_sessions,
 )
 
 if TYPE_CHECKING:  # Windows has no fork server, nor its context class
@@ -61,7 +63,8 @@ def replay(
 
     ``options`` (a :class:`~agenteval_core.ReplayOptions`, shared with
     :func:`~agenteval_core.areplay`): ``judge``, ``embedder``, ``concurrency``, ``output``,
-    ``sinks``, ``on_trace``, ``on_bad_line``, ``on_progress``, as below.
+    ``sinks``, ``on_trace``, ``on_bad_line``, ``on_progress``, ``max_open_sessions``, as
+    below.
 
     ``metrics`` are registry names or metric instances (default: the deterministic and embedding
     metrics that need no expectations, plus agent_reliability and agent_consistency, and the
@@ -78,6 +81,14 @@ def replay(
     on a full disk) raises :class:`~agenteval_core.ResultsWriteError`, which carries the report.
     A judge's preflight check runs first: a missing key, a bad URL, an unreachable server or a
     rejected key raises :class:`~agenteval_core.JudgeConfigError` before anything is scored.
+
+    At most ``max_open_sessions`` sessions (default 1024) are open at once in a process;
+    past that the least recently active close, so memory stays flat. A session closed so
+    that meets another trace is cut in two: each part gets session metrics of its own, and
+    :attr:`~agenteval_core.ReplayReport.sessions_cut` counts those times. Raise it above the
+    number of sessions active at once in the capture (each open session holds its last few
+    outputs and its session metrics' running state), or use workers or Ray, whose tasks
+    each hold fewer sessions.
 
     ``workers`` processes (this one included) score at once. The capture is cut into tasks
     that each hold whole sessions (of a capture file, shards by session: each process first
@@ -111,12 +122,14 @@ def replay(
                 "score the traces on their machines; write the results file (output=...) "
                 "and read it"
             )
-        return replay_on_ray(
+        report = replay_on_ray(
             [path] if isinstance(path, (str, os.PathLike)) else list(path),
             metrics,
             address=ray_address,
             **options,
         )
+        warn_of_cut_sessions(report, options, elsewhere=False)
+        return report
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(
             "replay takes one capture file; several files, globs, directories and URLs are "
@@ -124,7 +137,9 @@ def replay(
         )
     _check_workers(workers, sinks=sinks, on_trace=on_trace)
     if workers > 1:
-        return replay_in_workers(path, metrics, workers=workers, **options)
+        report = replay_in_workers(path, metrics, workers=workers, **options)
+        warn_of_cut_sessions(report, options, elsewhere=False)
+        return report
     with fewer_collections():
         return asyncio.run(areplay(Path(path), metrics, **options))
 
@@ -163,6 +178,7 @@ def replay_in_workers(
     embedder, concurrency = options.get("embedder"), options.get("concurrency")
     output, on_bad_line = options.get("output"), options.get("on_bad_line")
     on_progress, judge = options.get("on_progress"), options.get("judge")
+    max_open_sessions = options.get("max_open_sessions", MAX_OPEN_SESSIONS)
     try:  # before any process starts: what cannot be sent is said here, with its cause
         payload = pickle.dumps((metrics, embedder, judge))
     except Exception as exc:
@@ -218,6 +234,7 @@ def replay_in_workers(
                         "files": files,
                         "taken": taken,
                         "concurrency": concurrency,
+                        "max_open_sessions": max_open_sessions,
                         "pace": pace,
                         "progress": progress,
                         "numbered": numbered,
@@ -264,6 +281,7 @@ def replay_in_workers(
                         clock,
                         numbered=numbered,
                         concurrency=concurrency,
+                        max_open_sessions=max_open_sessions,
                         on_bad_line=on_bad_line,
                         on_progress=on_progress,
                         between_batches=between_batches,
@@ -432,6 +450,7 @@ def _worker(
     files: ShardFiles | None,
     taken: Any,
     concurrency: int | None,
+    max_open_sessions: int,
     pace: _ProcessPace | None,
     progress: _SharedProgress | None,
     numbered: bool,
@@ -469,6 +488,7 @@ def _worker(
                 clock,
                 numbered=numbered,
                 concurrency=concurrency,
+                max_open_sessions=max_open_sessions,
                 on_progress=None if progress is None else progress.add,
                 between_batches=None if progress is None else progress.flush,
             )
@@ -529,6 +549,7 @@ def _run_tasks(
     *,
     numbered: bool,
     concurrency: int | None,
+    max_open_sessions: int,
     on_bad_line: Callable[[CaptureFormatError], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
     between_batches: Callable[[], None] | None = None,
@@ -546,6 +567,7 @@ def _run_tasks(
                 embedder=embedder,
                 judge=judge,
                 concurrency=concurrency,
+                max_open_sessions=max_open_sessions,
                 on_bad_line=on_bad_line,
                 on_progress=on_progress,
                 tasks=tasks.tasks(_taken(taken, len(tasks), mine)),

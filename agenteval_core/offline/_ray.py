@@ -35,7 +35,7 @@ from typing import IO, Any, Unpack
 import numpy as np
 
 from .._errors import CaptureError, CaptureFormatError, os_error_at
-from ..engine._engine import Engine
+from ..engine._engine import MAX_OPEN_SESSIONS, Engine
 from ..engine._sinks import (
     Sink,
     encode_record,
@@ -267,6 +267,7 @@ class _SessionScorer:
         concurrency: int | None,
         limiter: Any,
         results_lines: bool,
+        max_open_sessions: int,
     ) -> None:
         if judge is not None and limiter is not None:
             judge.traffic.pace = _SharedPace(limiter)
@@ -282,6 +283,7 @@ class _SessionScorer:
             embedder=embedder,
             sinks=sinks,
             concurrency=concurrency,
+            max_open_sessions=max_open_sessions,
         )
         self.batch = _batch_size(self.engine)
         self.loop = asyncio.new_event_loop()
@@ -321,6 +323,7 @@ class _SessionScorer:
         last = scored.places[-1] if scored.places else (0, 0)
         part, self.filling.report = self.filling.report, ReplayReport(path="")
         part.bad_lines = scored.bad_lines
+        part.sessions_cut, self.engine.sessions_cut = self.engine.sessions_cut, 0
         scored.emit("report", *last, pickle.dumps(part))
         return scored.out
 
@@ -448,6 +451,7 @@ def replay_on_ray(
                 "concurrency": concurrency,
                 "limiter": limiter,
                 "results_lines": output is not None,
+                "max_open_sessions": options.get("max_open_sessions", MAX_OPEN_SESSIONS),
             },
             "num_cpus": SCORER_CPUS,
             "batch_format": "numpy",

@@ -16,7 +16,7 @@ from .._errors import CaptureFormatError, ResultsWriteError
 from .._options import check_options
 from .._text import first_words
 from ..embedders._local import LocalEmbedder
-from ..engine._engine import Engine
+from ..engine._engine import MAX_OPEN_SESSIONS, Engine
 from ..engine._sinks import ResultsFileSink, Sink, is_results_directory, results_shards
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric, SessionMetric
@@ -35,6 +35,7 @@ __all__ = [
     "areplay",
     "fewer_collections",
     "replay_lines",
+    "warn_of_cut_sessions",
 ]
 
 
@@ -51,6 +52,7 @@ class ReplayOptions(TypedDict, total=False):
     on_trace: Callable[[Trace, list[MetricResult]], None] | None
     on_bad_line: Callable[[CaptureFormatError], None] | None
     on_progress: Callable[[int], None] | None
+    max_open_sessions: int
 
 
 LOCAL_BATCH_SIZE = 64
@@ -119,6 +121,10 @@ class ReplayReport:
     """The first words of the input of each trace a kept session's metrics flagged, by
     trace id: what a reader recognises a flagged trace by."""
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
+    sessions_cut: int = 0
+    """How many times a session was cut in two: closed to keep at most
+    ``max_open_sessions`` open, then met by another of its traces. Each part is counted in
+    ``sessions`` and has session metrics of its own, covering that part alone."""
     processes: list[ProcessTimes] = field(default_factory=list)
     """Of a replay with workers, how each process spent it, in process order (empty in one
     process, and on Ray)."""
@@ -139,6 +145,7 @@ class ReplayReport:
                 if trace_id in other.flagged_inputs:
                     self.flagged_inputs[trace_id] = other.flagged_inputs[trace_id]
         self.bad_lines.extend(other.bad_lines)
+        self.sessions_cut += other.sessions_cut
         self.processes.extend(other.processes)
 
     def __repr__(self) -> str:
@@ -281,7 +288,28 @@ async def areplay(
 ) -> ReplayReport:
     """Score every trace of a capture file in this process; see :func:`replay` (the same
     ``options``)."""
-    return await replay_lines(path, metrics, **options)
+    report = await replay_lines(path, metrics, **options)
+    warn_of_cut_sessions(report, options, elsewhere=True)
+    return report
+
+
+def warn_of_cut_sessions(report: ReplayReport, options: ReplayOptions, *, elsewhere: bool) -> None:
+    """Say once, at a replay's end, that sessions were cut in two: their session metrics
+    were given part by part, which no table shows. ``elsewhere``: workers and Ray, whose
+    tasks each hold fewer sessions, are worth suggesting."""
+    if not report.sessions_cut:
+        return
+    logger.warning(
+        "agenteval: sessions were cut in two %d time(s): more than %d were open at once, so "
+        "the least recently active closed, and each part's session metrics cover that part "
+        "alone (the sessions counted are the parts); raise max_open_sessions "
+        "(--max-open-sessions) above the sessions active at once in the capture%s",
+        report.sessions_cut,
+        options.get("max_open_sessions", MAX_OPEN_SESSIONS),
+        ", or replay with workers or Ray, whose tasks each hold fewer sessions"
+        if elsewhere
+        else "",
+    )
 
 
 async def replay_lines(
@@ -329,6 +357,7 @@ async def replay_lines(
         embedder=options.get("embedder"),
         sinks=all_sinks,
         concurrency=options.get("concurrency"),
+        max_open_sessions=options.get("max_open_sessions", MAX_OPEN_SESSIONS),
     )
 
     def bad_line(error: CaptureFormatError) -> None:
@@ -378,6 +407,7 @@ async def replay_lines(
             if between_batches is not None:
                 between_batches()
     finally:
+        report.sessions_cut = engine.sessions_cut
         await engine.aclose()
         for sink in all_sinks:
             try:
