@@ -313,6 +313,42 @@ def test_results_session_signals_and_cross_trace_loop_alert(tmp_path: Path) -> N
     }
 
 
+def test_an_evaluator_counts_sessions_cut_by_its_open_sessions_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # one session open at most, one trace per batch (flushed between): b0 closes a after
+    # its batch, a1 opens a again (cut 1) and closes b, b1 opens b again (cut 2); the
+    # warning comes once
+    parts: list[tuple[str, int]] = []
+    with (
+        caplog.at_level("WARNING", logger="agenteval"),
+        OnlineEvaluator(
+            capture=None,
+            log=False,
+            max_open_sessions=1,
+            sinks=[
+                CallbackSink(
+                    lambda trace, results: None,
+                    on_session=lambda session, results: parts.append(
+                        (session, results[0].metadata["total_traces_in_session"])
+                    ),
+                )
+            ],
+        ) as evaluator,
+    ):
+        for name in ("a0", "b0", "a1", "b1"):
+            evaluator.submit(Trace(id=name, input="q", output=name, session_id=name[0]))
+            assert evaluator.flush(10)
+        assert evaluator.stats.sessions_cut == 2
+    assert parts == [("a", 1), ("b", 1), ("a", 1), ("b", 1)]
+    assert [r.getMessage() for r in caplog.records if "cut in two" in r.getMessage()] == [
+        "agenteval: a session was cut in two: more than 1 sessions were open at once, so the "
+        "least recently active closed, and one of them met another trace; its session "
+        "metrics are given for each part (stats.sessions_cut counts these times); raise "
+        "OnlineEvaluator(max_open_sessions=...) above the sessions active at once"
+    ]
+
+
 def test_online_results_file_grows_linearly(tmp_path: Path) -> None:
     sizes = {}
     for count in (50, 200):

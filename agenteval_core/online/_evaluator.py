@@ -27,7 +27,12 @@ from typing import Any
 from .._errors import CaptureError, describe_os_error
 from .._fork import renew_after_fork
 from .._redact import Redactor
-from ..engine._engine import DEFAULT_SESSION_METRICS, Engine, default_trace_metric_names
+from ..engine._engine import (
+    DEFAULT_SESSION_METRICS,
+    MAX_OPEN_SESSIONS,
+    Engine,
+    default_trace_metric_names,
+)
 from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink, close_sink
 from ..metrics._loops import LoopGuard
 from ..metrics._protocol import Metric, SessionMetric
@@ -82,6 +87,10 @@ class EvaluatorStats:
     alerts: int = 0
     callback_errors: int = 0
     metric_errors: int = 0
+    sessions_cut: int = 0
+    """How many times a session closed to keep at most ``max_open_sessions`` open met
+    another trace: its session metrics were then given for each part (logged at WARNING
+    the first time)."""
     problems: dict[str, int] = field(default_factory=dict)
     """Failures of agenteval's own that it kept from the agent, by kind: ``loop guard`` (a
     guard that failed cannot stop a loop), ``submit`` (a trace neither captured nor
@@ -102,6 +111,17 @@ class _Bookkeeping(Sink):
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         evaluator = self.evaluator
         evaluator.stats.scored += 1
+        cut = evaluator.engine.sessions_cut
+        if cut and not evaluator.stats.sessions_cut:
+            logger.warning(
+                "agenteval: a session was cut in two: more than %d sessions were open at "
+                "once, so the least recently active closed, and one of them met another "
+                "trace; its session metrics are given for each part (stats.sessions_cut "
+                "counts these times); raise OnlineEvaluator(max_open_sessions=...) above "
+                "the sessions active at once",
+                evaluator.engine.max_open_sessions,
+            )
+        evaluator.stats.sessions_cut = cut
         evaluator.stats.metric_errors += sum(1 for r in results.results if r.status == "error")
         for result in results.results:
             if result.name == "loop_detection" and result.success is False:
@@ -146,6 +166,9 @@ class OnlineEvaluator:
         batch_size, batch_delay: the scoring loop waits up to ``batch_delay`` seconds for up
             to ``batch_size`` traces, so metrics can batch their work.
         concurrency: traces scored at once (default: the judge's bound, or 8).
+        max_open_sessions: sessions kept open at once; past that the least recently active
+            close (their final results go to the sinks), so memory stays flat. A session
+            closed so that meets another trace is cut in two (``stats.sessions_cut``).
         exit_timeout: seconds the exit hook waits for scoring at interpreter exit.
         close_on_sigterm: on SIGTERM (which by default ends the process without exit
             hooks), close every evaluator within its ``exit_timeout`` first, then end the
@@ -177,6 +200,7 @@ class OnlineEvaluator:
         batch_size: int = 64,
         batch_delay: float = 0.2,
         concurrency: int | None = None,
+        max_open_sessions: int = MAX_OPEN_SESSIONS,
         exit_timeout: float = 5.0,
         close_on_sigterm: bool = False,
         seed: int | None = 0,
@@ -207,6 +231,7 @@ class OnlineEvaluator:
             concurrency=concurrency,
             judge_sample_rate=judge_sample_rate,
             seed=seed,
+            max_open_sessions=max_open_sessions,
         )
         self.capture_path, self._capture = _open_capture(capture, capture_shards)
         self.results_path = Path(results_path) if results_path is not None else None
