@@ -41,6 +41,7 @@ from agenteval_core import (
     replay,
     resolve_metrics,
 )
+from agenteval_core.engine import _engine as engine_module
 from agenteval_core.judges import OpenAIJudge
 from agenteval_core.pytest_plugin import assert_eval
 
@@ -632,6 +633,20 @@ def test_a_session_closed_past_the_limit_and_met_again_is_counted_as_cut() -> No
     for wrong in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="max_open_sessions must be a whole number >= 1"):
             Engine(["coherence"], max_open_sessions=wrong)  # type: ignore[arg-type]
+
+
+def test_an_engine_remembers_a_bounded_number_of_sessions_closed_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one id remembered, one session open, a batch each: b0 closes a, c0 closes b (a is
+    # forgotten), a1 is then no cut and closes c, and c1 is one
+    monkeypatch.setattr(engine_module, "CLOSED_EARLY_KEPT", 1)
+    engine = one_open_session([])
+    for trace_id in ("a0", "b0", "c0", "a1", "c1"):
+        asyncio.run(
+            engine.stream([[Trace(id=trace_id, input="q", output="a", session_id=trace_id[0])]])
+        )
+    assert engine.sessions_cut == 1
 
 
 class FixedJudgeMetric(Metric):

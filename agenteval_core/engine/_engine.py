@@ -44,6 +44,9 @@ __all__ = [
 logger = logging.getLogger("agenteval")
 MAX_OPEN_SESSIONS = 1024
 """Sessions an engine keeps open by default (see :class:`Engine`'s ``max_open_sessions``)."""
+CLOSED_EARLY_KEPT = 65_536
+"""Ids of sessions closed past ``max_open_sessions`` that an engine remembers (a few MB),
+to count a session cut in two when it comes back."""
 RUN_COMPLETED = "run_completed"
 """The session signal the engine adds for a run that did not complete (0.0: risk 1); a run
 paused for a human (``interrupted``) is control flow and gets none."""
@@ -223,12 +226,15 @@ class Engine:
             )
         self.max_open_sessions = max_open_sessions
         self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
-        self._closed_early: set[str] = set()
-        """The sessions closed past ``max_open_sessions`` (their ids alone: a few dozen bytes
-        each), to tell when one is cut in two."""
+        self._closed_early: OrderedDict[str, None] = OrderedDict()
+        """The last :data:`CLOSED_EARLY_KEPT` sessions closed past ``max_open_sessions``
+        (their ids alone), to tell when one is cut in two: a service that runs for weeks
+        closes sessions so for ever, and memory must stay flat."""
         self.sessions_cut = 0
         """How many times a session closed past ``max_open_sessions`` met another trace of
-        its own: it was cut in two, and its session metrics were given for each part."""
+        its own: it was cut in two, and its session metrics were given for each part. A
+        session that comes back after :data:`CLOSED_EARLY_KEPT` others were closed so is
+        not counted."""
         self._tails: dict[str, asyncio.Task[tuple[EvalCase, TraceResults]]] = {}
         self._slots: asyncio.Semaphore | None = None
 
@@ -420,7 +426,9 @@ class Engine:
                 closing.append(session_id)
         for session_id in closing:
             self.close_session(session_id)
-        self._closed_early.update(closing)
+        self._closed_early.update(dict.fromkeys(closing))
+        while len(self._closed_early) > CLOSED_EARLY_KEPT:
+            self._closed_early.popitem(last=False)
 
     async def _measure_rows(self, admitted: Sequence[_Admitted]) -> list[list[MetricResult]]:
         """Every metric's results for each admitted case, one row per case. A case the judge
@@ -472,7 +480,7 @@ class Engine:
             self._sessions.move_to_end(session_id)
             return state
         if session_id in self._closed_early:
-            self._closed_early.discard(session_id)
+            del self._closed_early[session_id]
             self.sessions_cut += 1
         state = _SessionState(
             SessionHistory(self.history_window, self.history_fields),
