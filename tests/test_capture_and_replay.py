@@ -321,6 +321,9 @@ def test_a_replay_says_how_often_a_session_was_cut_by_the_open_sessions_limit(
     assert "agenteval: sessions were cut in two 3 time(s): more than 1 were open" in done.stderr
     refused = CliRunner().invoke(cli, ["replay", str(path), "--max-open-sessions", "0"])
     assert refused.exit_code == 2 and "--max-open-sessions" in refused.output
+    for how in ({}, {"workers": 2}, {"engine": "ray"}):  # before a process or Ray starts
+        with pytest.raises(ValueError, match="max_open_sessions must be a whole number >= 1"):
+            replay(path, max_open_sessions=0, **how)
 
 
 def test_shipped_example_capture_replays_and_flags_the_loop() -> None:

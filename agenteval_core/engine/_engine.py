@@ -44,6 +44,15 @@ __all__ = [
 logger = logging.getLogger("agenteval")
 MAX_OPEN_SESSIONS = 1024
 """Sessions an engine keeps open by default (see :class:`Engine`'s ``max_open_sessions``)."""
+
+
+def checked_open_sessions_limit(value: int) -> int:
+    """``value`` as a ``max_open_sessions``; ``ValueError`` unless a whole number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_open_sessions must be a whole number >= 1, got {value!r}")
+    return value
+
+
 CLOSED_EARLY_KEPT = 65_536
 """Ids of sessions closed past ``max_open_sessions`` that an engine remembers (a few MB),
 to count a session cut in two when it comes back."""
@@ -216,15 +225,7 @@ class Engine:
         self.history_fields: frozenset[str] | None = (
             frozenset().union(*named) if len(named) == len(readers) else None
         )
-        if (
-            isinstance(max_open_sessions, bool)
-            or not isinstance(max_open_sessions, int)
-            or max_open_sessions < 1
-        ):
-            raise ValueError(
-                f"max_open_sessions must be a whole number >= 1, got {max_open_sessions!r}"
-            )
-        self.max_open_sessions = max_open_sessions
+        self.max_open_sessions = checked_open_sessions_limit(max_open_sessions)
         self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
         self._closed_early: OrderedDict[str, None] = OrderedDict()
         """The last :data:`CLOSED_EARLY_KEPT` sessions closed past ``max_open_sessions``

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from .._errors import CaptureFormatError, ResultsWriteError, os_error_at
 from .._options import check_options
-from ..engine._engine import MAX_OPEN_SESSIONS
+from ..engine._engine import MAX_OPEN_SESSIONS, checked_open_sessions_limit
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import capture_parts
@@ -112,6 +112,8 @@ def replay(
     process and are refused, as with workers.
     """
     check_options(options, ReplayOptions, "replay")
+    if "max_open_sessions" in options:  # before any process or Ray task starts
+        checked_open_sessions_limit(options["max_open_sessions"])
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
     sinks, on_trace = options.get("sinks", ()), options.get("on_trace")
