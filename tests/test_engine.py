@@ -754,6 +754,51 @@ def test_any_batching_scores_like_one_trace_at_a_time(
     assert batched == one_by_one
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    sessions=st.lists(st.sampled_from("abcde"), min_size=1, max_size=30),
+    cuts=st.lists(st.integers(1, 5), min_size=1, max_size=10),
+    limit=st.integers(1, 4),
+)
+def test_sessions_cut_by_the_limit_lose_no_trace_and_are_all_counted(
+    sessions: list[str], cuts: list[int], limit: int
+) -> None:
+    # any interleaving, any batches, any limit: every trace is in exactly one part of its
+    # session, in order, and the parts are the sessions plus the cuts counted
+    traces = [
+        Trace(id=f"t{index}", input="q", output=f"answer {index}", session_id=session)
+        for index, session in enumerate(sessions)
+    ]
+    batches: list[list[Trace]] = []
+    rest = list(traces)
+    for size in cuts * len(traces):
+        if not rest:
+            break
+        batches.append(rest[:size])
+        rest = rest[size:]
+    parts: list[tuple[str, list[str]]] = []
+    engine = Engine(
+        ["tool_call_loops", "agent_reliability"],
+        max_open_sessions=limit,
+        sinks=[
+            CallbackSink(
+                lambda trace, results: None,
+                on_session=lambda session, results: parts.append(
+                    (session, list(results[0].metadata["per_trace_signals"]))
+                ),
+            )
+        ],
+    )
+    asyncio.run(engine.stream(batches))
+    engine.close_all()
+    assert len(parts) == len(set(sessions)) + engine.sessions_cut
+    for session in set(sessions):
+        ids = [trace_id for name, part in parts if name == session for trace_id in part]
+        assert ids == [trace.id for trace in traces if trace.session_id == session]
+    if limit >= len(set(sessions)):
+        assert engine.sessions_cut == 0
+
+
 def test_a_batch_scored_at_once_embeds_each_text_once(judge_server: JudgeServer) -> None:
     # a remote embedder without a cache: the embedding metrics score the batch themselves,
     # so nothing embeds the batch's texts beforehand as well
