@@ -76,6 +76,9 @@ than the scoring of a 10-trace session (0.24 of one process's rate on two CPUs, 
 PARTITION_BYTES = 128 << 20
 """More partitions are made when the captures would give each more than this many bytes of
 lines: a scorer holds a partition's lines and their parsed traces at once."""
+MIN_BLOCK_BYTES = 1 << 20
+"""The smallest block the lines of a capture file are read into before the groupby's
+shuffle (see :func:`replay_on_ray`): a small capture needs no more than one."""
 SCORER_CPUS = 0.5
 """CPUs reserved per scorer: whole CPUs for every scorer would starve the read and shuffle
 tasks (a replay on two cores then never finishes)."""
@@ -467,9 +470,13 @@ def replay_on_ray(
             pool = ActorPoolStrategy(min_size=1, max_size=size)
             nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
             scorer["num_cpus"] = scorer_cpus(nodes)
-            partitions = max(
-                PARTITIONS_PER_SCORER * size, -(-_total_bytes(files) // PARTITION_BYTES)
-            )
+            total = _total_bytes(files)
+            partitions = max(PARTITIONS_PER_SCORER * size, -(-total // PARTITION_BYTES))
+            # Ray Data joins a read task's lines into blocks of up to 128 MiB, and its
+            # sort-based shuffle hands on as many blocks as it is given: a capture file of
+            # 74 MB went to one scorer call, whatever the CPUs. A block of a partition's
+            # share of the bytes gives every scorer groups to score
+            listed.context.target_max_block_size = max(MIN_BLOCK_BYTES, -(-total // partitions))
             scored = (
                 listed.map_batches(
                     functools.partial(_read_files, partitions=partitions),
