@@ -695,6 +695,18 @@ NO_LATENCY: Any = {
 }
 
 
+def in_batches(traces: list[Trace], cuts: list[int]) -> list[list[Trace]]:
+    """``traces`` in order, cut into batches of the sizes ``cuts`` gives, repeated."""
+    batches: list[list[Trace]] = []
+    rest = list(traces)
+    for size in cuts * len(traces):
+        if not rest:
+            break
+        batches.append(rest[:size])
+        rest = rest[size:]
+    return batches
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     rows=st.lists(
@@ -721,13 +733,7 @@ def test_any_batching_scores_like_one_trace_at_a_time(
         )
         for index, (session, answer, ok) in enumerate(rows)
     ]
-    batches: list[list[Trace]] = []
-    rest = list(traces)
-    for size in cuts * len(traces):
-        if not rest:
-            break
-        batches.append(rest[:size])
-        rest = rest[size:]
+    batches = in_batches(traces, cuts)
 
     def scored(batches: list[list[Trace]]) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
         per_trace: dict[str, Any] = {}
@@ -769,13 +775,7 @@ def test_sessions_cut_by_the_limit_lose_no_trace_and_are_all_counted(
         Trace(id=f"t{index}", input="q", output=f"answer {index}", session_id=session)
         for index, session in enumerate(sessions)
     ]
-    batches: list[list[Trace]] = []
-    rest = list(traces)
-    for size in cuts * len(traces):
-        if not rest:
-            break
-        batches.append(rest[:size])
-        rest = rest[size:]
+    batches = in_batches(traces, cuts)
     parts: list[tuple[str, list[str]]] = []
     engine = Engine(
         ["tool_call_loops", "agent_reliability"],
