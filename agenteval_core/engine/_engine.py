@@ -44,15 +44,6 @@ __all__ = [
 logger = logging.getLogger("agenteval")
 MAX_OPEN_SESSIONS = 1024
 """Sessions an engine keeps open by default (see :class:`Engine`'s ``max_open_sessions``)."""
-
-
-def checked_open_sessions_limit(value: int) -> int:
-    """``value`` as a ``max_open_sessions``; ``ValueError`` unless a whole number >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"max_open_sessions must be a whole number >= 1, got {value!r}")
-    return value
-
-
 CLOSED_EARLY_KEPT = 65_536
 """Ids of sessions closed past ``max_open_sessions`` that an engine remembers (a few MB),
 to count a session cut in two when it comes back."""
@@ -147,6 +138,13 @@ class _Admitted:
     state: _SessionState | None
     history: Sequence[Trace]
     sampled: bool
+
+
+def checked_open_sessions_limit(value: int) -> int:
+    """``value`` as a ``max_open_sessions``; ``ValueError`` unless a whole number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_open_sessions must be a whole number >= 1, got {value!r}")
+    return value
 
 
 class Engine:
