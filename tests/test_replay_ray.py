@@ -492,3 +492,23 @@ def test_replay_on_ray_refuses_what_it_cannot_do(tmp_path: Path) -> None:
 
     with pytest.raises(CaptureError, match="no capture file matches"):
         replay([str(tmp_path / "*.nothing")], engine="ray")
+
+
+def test_scorers_start_with_the_replay_only_where_the_shuffle_keeps_a_whole_cpu() -> None:
+    from agenteval_core.offline._ray import scorers_at_start
+
+    # 16 scorers of half a CPU on one 16-CPU node leave 8 free: all start, if the shuffle
+    # hands on blocks enough for each
+    assert scorers_at_start([16.0], 16, 0.5, blocks=32) == 16
+    assert scorers_at_start([16.0], 16, 0.5, blocks=5) == 5
+    assert scorers_at_start([16.0], 16, 0.5, blocks=0) == 1
+    # four 4-CPU nodes: 8 CPUs free over 4 nodes, so some node keeps a whole one
+    assert scorers_at_start([4.0] * 4, 16, 0.5, blocks=64) == 16
+    # two one-CPU nodes: one scorer on each would leave each half a CPU, and the shuffle's
+    # tasks (a whole CPU each) would wait for ever; so one scorer, and the pool grows later
+    assert scorers_at_start([1.0, 1.0], 2, 0.5, blocks=64) == 1
+    # more scorers asked for than the CPUs hold
+    assert scorers_at_start([16.0], 64, 0.5, blocks=64) == 1
+    # scorers that reserve nothing (a single one-CPU node) never hold a CPU back
+    assert scorers_at_start([1.0], 1, 0.0, blocks=64) == 1
+    assert scorers_at_start([2.0, 2.0], 8, 0.0, blocks=64) == 8
