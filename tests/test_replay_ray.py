@@ -90,10 +90,22 @@ def captures(tmp_path: Path) -> list[Path]:
     return [first, second]
 
 
+@pytest.mark.parametrize("cut", [False, True], ids=["files-whole", "files-in-byte-ranges"])
 def test_ray_equals_one_process_trace_by_trace(
-    tmp_path: Path, captures: list[Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, captures: list[Path], monkeypatch: pytest.MonkeyPatch, cut: bool
 ) -> None:
     names = ["loop_detection", "tool_call_loops", "coherence", HistoryIds(), "agent_reliability"]
+    if cut:  # a.jsonl (6 KB) is read in two byte ranges at once, b.jsonl (2 KB) in one
+        from agenteval_core.offline import _ray
+
+        monkeypatch.setattr(_ray, "RANGE_BYTES", 3000)
+        first, second, other = _ray.read_plan([str(c) for c in captures], 2)
+        data = captures[0].read_bytes()
+        cut_at = second["start"]
+        assert data[cut_at - 1 : cut_at] == b"\n"  # a line start
+        assert (first["start"], first["end"], first["before"]) == (0, cut_at, 0)
+        assert (second["end"], second["before"]) == (-1, data[:cut_at].count(b"\n"))
+        assert (other["file"], other["start"], other["end"], other["before"]) == (1, 0, -1, 0)
     with monkeypatch.context() as driver:  # it writes results lines; the scorers report them
 
         def parsed(*args: object, **kwargs: object) -> None:
@@ -467,7 +479,9 @@ def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_proc
     sizes = [len(line) for line in capture.read_bytes().splitlines(keepends=True)]
     # one block of two lines, then two: each block ends once it holds 4 MiB
     monkeypatch.setattr(_ray, "READ_BYTES", 4 << 20)
-    listed = {"file": np.array([0]), "uri": np.array([str(capture)])}
+    (whole,) = _ray.read_plan([str(capture)], 2)  # 10 MiB: under RANGE_BYTES
+    assert whole == {"file": 0, "uri": str(capture), "start": 0, "end": -1, "before": 0}
+    listed = {name: np.array([value]) for name, value in whole.items()}
     blocks = list(_ray._read_files(listed, partitions=3))
     assert [block["number"] for block in blocks] == [[1, 2], [3, 4], [5]]
     assert [len(line) for block in blocks for line in block["line"]] == sizes
