@@ -2,18 +2,18 @@
 
 The shape (see docs/replay-at-scale.md): read tasks split the capture files into lines (a
 large file on a file system in byte ranges read at once, each numbering its lines from the
-count of those before it) and find each line's session from its first bytes (no full
-parse); a groupby on a stable hash of the session brings each session's lines into one of
-a few partitions; one long-lived scorer per worker (metrics, embedder and judge client built once) parses a
-partition with agenteval's own tolerant reader, sorts it into capture order and scores it
-with the same :class:`~agenteval_core.Engine` as one process, its sessions interleaved as
-they were captured. The shards of a capture directory need no groupby: each is scored whole
-by one scorer task. Judge requests from every worker go through one limiter per judge
-endpoint (a zero-CPU actor). A scorer's output is the data of its task, never a side
-effect, so a task that Ray retries after a failure neither loses nor doubles a result. Each
-scorer task also returns its part of the report (counts, summaries, sessions, bad lines);
-the driver writes the results lines as they are and adds the parts up as they stream back,
-parsing no line, so that one driver keeps up with a cluster.
+count of those before it) and find each line's session from its first bytes (no full parse);
+a groupby on a stable hash of the session brings each session's lines into one of a few
+partitions; one long-lived scorer per worker (metrics, embedder and judge client built once)
+parses a partition with agenteval's own tolerant reader, sorts it into capture order and
+scores it with the same :class:`~agenteval_core.Engine` as one process, its sessions
+interleaved as they were captured. The shards of a capture directory need no groupby: each
+is scored whole by one scorer task. Judge requests from every worker go through one limiter
+per judge endpoint (a zero-CPU actor). A scorer's output is the data of its task, never a
+side effect, so a task that Ray retries after a failure neither loses nor doubles a result.
+Each scorer task also returns its part of the report (counts, summaries, sessions, bad
+lines); the driver writes the results lines as they are and adds the parts up as they stream
+back, parsing no line, so that one driver keeps up with a cluster.
 
 Ray is imported only here, and only when a replay asks for it.
 """
