@@ -5,6 +5,7 @@ exactly the session's earlier traces; a worker lost mid-task loses and doubles n
 from __future__ import annotations
 
 import json
+import pickle
 import zlib
 from collections.abc import Iterator
 from dataclasses import replace
@@ -24,6 +25,7 @@ from agenteval_core import (
 )
 from agenteval_core.cli import cli
 from agenteval_core.judges import OpenAIJudge
+from agenteval_core.schema._capture import line_session
 
 ray = pytest.importorskip(
     "ray", reason="Ray Data is not installed (pip install 'agenteval[ray]'): Ray tests skipped"
@@ -90,22 +92,63 @@ def captures(tmp_path: Path) -> list[Path]:
     return [first, second]
 
 
-@pytest.mark.parametrize("cut", [False, True], ids=["files-whole", "files-in-byte-ranges"])
+@pytest.mark.parametrize("in_place", [True, False], ids=["lines-read-in-place", "lines-grouped"])
 def test_ray_equals_one_process_trace_by_trace(
-    tmp_path: Path, captures: list[Path], monkeypatch: pytest.MonkeyPatch, cut: bool
+    tmp_path: Path, captures: list[Path], monkeypatch: pytest.MonkeyPatch, in_place: bool
 ) -> None:
     names = ["loop_detection", "tool_call_loops", "coherence", HistoryIds(), "agent_reliability"]
-    if cut:  # a.jsonl (6 KB) is read in two byte ranges at once, b.jsonl (2 KB) in one
-        from agenteval_core.offline import _ray
+    from agenteval_core.offline import _ray
 
+    if in_place:  # a.jsonl (6 KB) is indexed in two byte ranges at once, b.jsonl (2 KB) in one
         monkeypatch.setattr(_ray, "RANGE_BYTES", 3000)
-        first, second, other = _ray.read_plan([str(c) for c in captures], 2)
-        data = captures[0].read_bytes()
-        cut_at = second["start"]
-        assert data[cut_at - 1 : cut_at] == b"\n"  # a line start
-        assert (first["start"], first["end"], first["before"]) == (0, cut_at, 0)
-        assert (second["end"], second["before"]) == (-1, data[:cut_at].count(b"\n"))
-        assert (other["file"], other["start"], other["end"], other["before"]) == (1, 0, -1, 0)
+        cut = _ray.byte_ranges
+        ranges: list[int] = []
+
+        def counted(path: str, count: int) -> list[tuple[int, int | None]]:
+            ranges.append(count)
+            return cut(path, count)
+
+        monkeypatch.setattr(_ray, "byte_ranges", counted)
+        files = [str(c) for c in captures]
+        tasks = [pickle.loads(task) for task in _ray.line_tasks(files, 4, 2)]
+        assert ranges == [2, 1]
+        # every line of both files in exactly one task (blank ones too: the reader skips
+        # them), at its place in its file, each task's lines in capture order
+        places = [
+            (file, number, start, size)
+            for task in tasks
+            for file, lines in task
+            for number, start, size in zip(
+                lines.numbers.tolist(), lines.starts.tolist(), lines.sizes.tolist(), strict=True
+            )
+        ]
+        expected_places = []
+        for file, capture in enumerate(captures):
+            start = 0
+            for number, line in enumerate(capture.read_bytes().splitlines(keepends=True), 1):
+                expected_places.append((file, number, start, len(line)))
+                start += len(line)
+        assert sorted(places) == expected_places
+        for task in tasks:
+            ordered = [(file, n) for file, lines in task for n in lines.numbers.tolist()]
+            assert ordered == sorted(ordered)
+        # a session's lines all in one task, whichever file holds them
+        lines_at = {
+            (file, number): line
+            for file, capture in enumerate(captures)
+            for number, line in enumerate(capture.read_bytes().splitlines(), 1)
+        }
+        holders: dict[bytes, set[int]] = {}
+        for index, task in enumerate(tasks):
+            for file, lines in task:
+                for number in lines.numbers.tolist():
+                    session = line_session(lines_at[file, number])
+                    if session is not None:
+                        holders.setdefault(session, set()).add(index)
+        assert sorted(holders) == [b"s0", b"s1", b"s2", b"t0", b"t1"]
+        assert all(len(tasks_of) == 1 for tasks_of in holders.values())
+    else:  # files in an object store take this path: each read whole, then the groupby
+        monkeypatch.setattr(_ray, "reads_in_place", lambda files: False)
     with monkeypatch.context() as driver:  # it writes results lines; the scorers report them
 
         def parsed(*args: object, **kwargs: object) -> None:
@@ -465,8 +508,9 @@ def test_a_results_directory_holds_each_session_beside_its_last_trace(tmp_path: 
 def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Traces of megabytes (a large tool result each): a read task hands them on in blocks
-    bounded by bytes, not only by lines, and Ray scores them as one process does."""
+    """Traces of megabytes (a large tool result each): a read task (of a file in an object
+    store) hands them on in blocks bounded by bytes, not only by lines, and Ray scores them
+    as one process does, read that way or where they lie."""
     from agenteval_core.offline import _ray
 
     big = [a_trace(f"s{turn % 2}", turn) for turn in range(5)]
@@ -479,9 +523,7 @@ def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_proc
     sizes = [len(line) for line in capture.read_bytes().splitlines(keepends=True)]
     # one block of two lines, then two: each block ends once it holds 4 MiB
     monkeypatch.setattr(_ray, "READ_BYTES", 4 << 20)
-    (whole,) = _ray.read_plan([str(capture)], 2)  # 10 MiB: under RANGE_BYTES
-    assert whole == {"file": 0, "uri": str(capture), "start": 0, "end": -1, "before": 0}
-    listed = {name: np.array([value]) for name, value in whole.items()}
+    listed = {"file": np.array([0]), "uri": np.array([str(capture)])}
     blocks = list(_ray._read_files(listed, partitions=3))
     assert [block["number"] for block in blocks] == [[1, 2], [3, 4], [5]]
     assert [len(line) for block in blocks for line in block["line"]] == sizes
@@ -489,9 +531,14 @@ def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_proc
     s0, s1 = zlib.crc32(b"s0") % 3, zlib.crc32(b"s1") % 3
     assert [g for block in blocks for g in block["group"]] == [s0, s1, s0, s1, s0]
     names = ["tool_failures", "coherence", "loop_detection", "agent_reliability"]
-    replay([capture], names, engine="ray", output=tmp_path / "ray.results")
     replay(capture, names, output=tmp_path / "one.results")
-    assert timeless(tmp_path / "ray.results") == timeless(tmp_path / "one.results")
+    # read where they lie, by their offsets, and read by a task and grouped (as in an
+    # object store)
+    replay([capture], names, engine="ray", output=tmp_path / "in-place.results")
+    assert timeless(tmp_path / "in-place.results") == timeless(tmp_path / "one.results")
+    monkeypatch.setattr(_ray, "reads_in_place", lambda files: False)
+    replay([capture], names, engine="ray", output=tmp_path / "grouped.results")
+    assert timeless(tmp_path / "grouped.results") == timeless(tmp_path / "one.results")
 
 
 def test_replay_on_ray_refuses_what_it_cannot_do(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -46,7 +45,6 @@ from agenteval_core import (
 from agenteval_core.cli import cli
 from agenteval_core.embedders._static import default_embedder
 from agenteval_core.judges import OpenAIJudge
-from agenteval_core.offline import _ray
 from agenteval_core.offline._line_index import (
     TaskTable,
     byte_ranges,
@@ -265,52 +263,6 @@ def test_each_process_reads_exactly_its_shard_of_a_capture_file_from_the_ranges_
         ]
         progress += sum(sizes)
     assert progress == len(content)  # every byte read once, by one process
-
-
-def _read_lines(plan: list[dict[str, Any]], partitions: int) -> list[tuple[Any, ...]]:
-    """Every line the Ray read tasks of ``plan`` hand on, in plan order, as (group, file,
-    number, line, size)."""
-    rows = []
-    for task in plan:
-        for block in _ray._read_files(
-            {key: np.array([value]) for key, value in task.items()}, partitions
-        ):
-            rows += zip(
-                *(block[key] for key in ("group", "file", "number", "line", "size")), strict=True
-            )
-    return rows
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    kinds=st.lists(st.integers(0, len(_line_kinds()) - 1), max_size=40),
-    torn=st.booleans(),
-    readers=st.integers(1, 6),
-    range_bytes=st.integers(1, 3000),
-)
-def test_ray_read_tasks_of_byte_ranges_hand_on_the_lines_one_task_reads_of_the_whole_file(
-    tmp_path_factory: pytest.TempPathFactory,
-    kinds: list[int],
-    torn: bool,
-    readers: int,
-    range_bytes: int,
-) -> None:
-    # a capture file cut into byte ranges at line starts: each range's task numbers its
-    # lines from the driver's count of those before it, so the tasks together give every
-    # line once, with its number, partition and (for an oversized one) size, however odd
-    content = b"".join(_line_kinds()[kind] + b"\n" for kind in kinds)
-    if torn:
-        content += _trace(8, "s1", "ok").model_dump_json().encode()[:50]
-    path = str(tmp_path_factory.mktemp("ranges") / "capture.jsonl")
-    Path(path).write_bytes(content)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_ray, "MAX_LINE_BYTES", LIMIT)
-        (whole,) = _ray.read_plan([path], 1)
-        patch.setattr(_ray, "RANGE_BYTES", range_bytes)
-        plan = _ray.read_plan([path], readers)
-        assert len(plan) == max(1, min(readers, len(content) // range_bytes))
-        assert [task["start"] for task in plan] == sorted(task["start"] for task in plan)
-        assert _read_lines(plan, 4) == _read_lines([whole], 4)
 
 
 def test_the_task_table_holds_every_shard_largest_first(tmp_path: Path) -> None:

@@ -1,19 +1,21 @@
 """Replay on Ray Data: captures larger than one machine can score in time.
 
-The shape (see docs/replay-at-scale.md): read tasks split the capture files into lines (a
-large file on a file system in byte ranges read at once, each numbering its lines from the
-count of those before it) and find each line's session from its first bytes (no full parse);
-a groupby on a stable hash of the session brings each session's lines into one of a few
-partitions; one long-lived scorer per worker (metrics, embedder and judge client built once)
-parses a partition with agenteval's own tolerant reader, sorts it into capture order and
-scores it with the same :class:`~agenteval_core.Engine` as one process, its sessions
-interleaved as they were captured. The shards of a capture directory need no groupby: each
-is scored whole by one scorer task. Judge requests from every worker go through one limiter
-per judge endpoint (a zero-CPU actor). A scorer's output is the data of its task, never a
-side effect, so a task that Ray retries after a failure neither loses nor doubles a result.
-Each scorer task also returns its part of the report (counts, summaries, sessions, bad
-lines); the driver writes the results lines as they are and adds the parts up as they stream
-back, parsing no line, so that one driver keeps up with a cluster.
+The shape (see docs/replay-at-scale.md): a capture file on a file system (this machine's, or
+one the nodes share) is indexed where it lies, by Ray tasks each taking a byte range (each
+line's session from its first bytes, no full parse; the index worker processes use); the lines
+of each partition of the sessions then make one task of a long-lived scorer (one per
+worker: metrics, embedder and judge client built once), which reads them by their offsets,
+parses them with agenteval's own tolerant reader, and scores them in capture order with the
+same :class:`~agenteval_core.Engine` as one process, its sessions interleaved as they were
+captured. No line crosses the cluster. Files in an object store are read by tasks instead,
+and a groupby on a stable hash of the session brings each session's lines to one partition.
+The shards of a capture directory need neither: each is scored whole by one scorer task.
+Judge requests from every worker go through one limiter per judge endpoint (a zero-CPU
+actor). A scorer's output is the data of its task, never a side effect, so a task that Ray
+retries after a failure neither loses nor doubles a result. Each scorer task also returns
+its part of the report (counts, summaries, sessions, bad lines); the driver writes the
+results lines as they are and adds the parts up as they stream back, parsing no line, so
+that one driver keeps up with a cluster.
 
 Ray is imported only here, and only when a replay asks for it.
 """
@@ -56,7 +58,14 @@ from ..schema._capture import (
 )
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import Trace
-from ._line_index import byte_ranges
+from ._line_index import (
+    OwnLines,
+    RangeIndex,
+    byte_ranges,
+    index_range,
+    lines_by_shard,
+    read_own_lines,
+)
 from ._replay import ReplayOptions, ReplayReport, _batch_size, _ReportSink, fewer_collections
 
 __all__ = ["capture_files", "replay_on_ray", "reserve_slot"]
@@ -71,10 +80,9 @@ READ_BYTES = 64 << 20
 (large tool results) would otherwise make blocks of gigabytes, where Ray Data aims at
 blocks of at most 128 MiB."""
 RANGE_BYTES = 16 << 20
-"""A capture file on this machine's file system (or one every node shares) is read by up to
-one task a scorer at once, in byte ranges of at least this many bytes: one task reading a
-737 MB file took 3.3 s of a 17 s replay on 16 CPUs, and the shuffle waits for every line.
-A file in an object store is read whole, by one task."""
+"""A capture file on a file system is indexed by up to one task a scorer at once, in byte
+ranges of at least this many bytes: the index costs a few µs a line, and a 737 MB file read
+by one task took 3.3 s of a 17 s replay on 16 CPUs."""
 PARTITIONS_PER_SCORER = 4
 """Partitions of the sessions per scorer: enough for the scorers to share the work evenly,
 few enough that each scorer call holds thousands of traces. One call per session cost more
@@ -192,66 +200,53 @@ def _open(uri: str) -> io.BufferedReader:
     return io.BufferedReader(filesystem.open_input_stream(where), 1 << 20)
 
 
-def read_plan(files: Sequence[str], readers: int) -> list[dict[str, Any]]:
-    """What the read tasks read, a task a row: each capture file whole, or a file on this
-    machine's file system of over :data:`RANGE_BYTES` cut at line starts into up to
-    ``readers`` byte ranges (``end`` -1: to the file's end), with the number of lines
-    before each range, so that every line keeps its number in the file. This process
-    counts them, a megabyte at a time: 0.58 s for a 737 MB file on a 16-core machine, where
-    Ray tasks counting the ranges at once gave the same replay time."""
-    plan: list[dict[str, Any]] = []
-    for index, uri in enumerate(files):
-        size = os.path.getsize(uri) if "://" not in uri else 0
-        count = max(1, min(readers, size // RANGE_BYTES))
-        before = 0
-        for start, end in byte_ranges(uri, count) if count > 1 else [(0, None)]:
-            plan.append(
-                {
-                    "file": index,
-                    "uri": uri,
-                    "start": start,
-                    "end": -1 if end is None else end,
-                    "before": before,
-                }
-            )
-            if end is not None:
-                before += _lines_in(uri, start, end)
-    return plan
+def reads_in_place(files: Sequence[str]) -> bool:
+    """Whether every capture file is on a file system (this machine's, or one the nodes
+    share): each scorer then reads its own lines by their offsets, and no line goes through
+    a shuffle. A file in an object store is read whole by one task, and its lines are
+    brought to their sessions' partitions by a groupby."""
+    return all("://" not in uri for uri in files)
 
 
-def _lines_in(uri: str, start: int, end: int) -> int:
-    """How many lines start in the byte range ``[start, end)`` of a file, ``end`` being a
-    line start."""
-    count = 0
-    with open(uri, "rb") as handle:
-        handle.seek(start)
-        left = end - start
-        while left > 0 and (chunk := handle.read(min(left, 1 << 20))):
-            count += chunk.count(b"\n")
-            left -= len(chunk)
-    return count
+def line_tasks(files: Sequence[str], partitions: int, readers: int) -> list[bytes]:
+    """The scorer tasks of capture files on a file system, the largest first: for each of
+    ``partitions`` partitions of the sessions that holds any line, where each of its lines
+    lies in each file (start, size, line number; see :class:`OwnLines`), pickled.
+
+    Ray tasks index the files where they lie (a line's session, from its first bytes, picks
+    its partition; a line without one goes by its number), each a byte range of at least
+    :data:`RANGE_BYTES`, up to ``readers`` a file, all at once; this process joins them."""
+    import ray
+
+    index = ray.remote(index_range)
+    spans = [
+        (file, index.remote(uri, span, partitions))
+        for file, uri in enumerate(files)
+        for span in byte_ranges(uri, max(1, min(readers, os.path.getsize(uri) // RANGE_BYTES)))
+    ]
+    found: dict[int, list[RangeIndex]] = {}
+    for (file, _), one in zip(spans, ray.get([ref for _, ref in spans]), strict=True):
+        found.setdefault(file, []).append(one)
+    tasks: list[list[tuple[int, OwnLines]]] = [[] for _ in range(partitions)]
+    for file, ranges in found.items():  # in file order: a task's lines in capture order
+        for task, lines in zip(tasks, lines_by_shard(ranges, partitions), strict=True):
+            if len(lines):
+                task.append((file, lines))
+    tasks.sort(key=lambda task: -sum(int(lines.sizes.sum()) for _, lines in task))
+    return [pickle.dumps(task) for task in tasks if task]
 
 
 def _read_files(batch: dict[str, np.ndarray], partitions: int) -> Iterator[dict[str, list[Any]]]:
-    """A read task: the lines of its rows of the :func:`read_plan`, each with the partition
-    it is scored in (its session's, by a stable hash; a line without a session goes by its
-    line number) and its place in capture order, in blocks of at most :data:`READ_ROWS`
-    lines and about :data:`READ_BYTES` bytes. Blank lines are left out; an oversized line is
-    passed on as its first bytes and its size."""
-    for index, uri, start, end, before in zip(
-        batch["file"], batch["uri"], batch["start"], batch["end"], batch["before"], strict=True
-    ):
+    """A read task of files in an object store: the lines of each of its files, each with
+    the partition it is scored in (its session's, by a stable hash; a line without a session
+    goes by its line number) and its place in capture order, in blocks of at most
+    :data:`READ_ROWS` lines and about :data:`READ_BYTES` bytes. Blank lines are left out;
+    an oversized line is passed on as its first bytes and its size."""
+    for index, uri in zip(batch["file"], batch["uri"], strict=True):
         rows: dict[str, list[Any]] = {k: [] for k in ("group", "file", "number", "line", "size")}
         held = 0  # bytes of the lines in rows
-        position = int(start)
         with _open(str(uri)) as handle:
-            if position:
-                handle.seek(position)
             for number, line, oversize in split_lines(handle, MAX_LINE_BYTES):
-                if 0 <= end <= position:  # the next range's first line
-                    break
-                position += oversize or len(line)
-                number += int(before)
                 if not oversize and not line.strip():
                     continue
                 session = None if oversize else line_session(line)
@@ -417,6 +412,22 @@ class _FileScorer(_SessionScorer):
         return scored
 
 
+class _LineScorer(_SessionScorer):
+    """A scorer of the lines of capture files on a file system: each task is one partition
+    of the sessions, as the places of its lines in each file (see :func:`line_tasks`); the
+    scorer reads them there by their offsets, so no line crosses the cluster."""
+
+    def parsed(self, batch: dict[str, np.ndarray]) -> _Scored:
+        """The task's lines, read and parsed file by file, each file's in line order."""
+        scored = _Scored()
+        for task in batch["task"]:
+            for file, lines in pickle.loads(task):
+                read = read_own_lines(self.names[file], lines, on_error=scored.bad_lines.append)
+                for number, trace in read:
+                    scored.add(file, number, trace)
+        return scored
+
+
 class _Scored:
     """What a scorer task returns, as it is built: the traces parsed (with their places in
     capture order), the lines that could not be, and the rows of output."""
@@ -431,12 +442,24 @@ class _Scored:
         problems, trace = parse_line(names[file], number, line, size)
         self.bad_lines += problems
         if trace is not None:
-            self.traces.append(trace)
-            self.places.append((file, number))
+            self.add(file, number, trace)
+
+    def add(self, file: int, number: int, trace: Trace) -> None:
+        self.traces.append(trace)
+        self.places.append((file, number))
 
     def emit(self, kind: str, file: int, number: int, payload: bytes) -> None:
         for column, value in zip(self.out.values(), (kind, file, number, payload), strict=True):
             column.append(value)
+
+
+def _listed(rows: list[dict[str, Any]]) -> Any:
+    """A dataset of ``rows``, a block each (a task each), under this replay's settings."""
+    import ray.data
+
+    listed = ray.data.from_items(rows, override_num_blocks=max(1, len(rows)))
+    _quiet_and_sorting(listed.context)
+    return listed
 
 
 def _quiet_and_sorting(context: Any) -> None:
@@ -512,13 +535,6 @@ def replay_on_ray(
         )
         size = scorers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         shards = all(is_capture_shard(uri) for uri in files)  # sessions never cross files
-        plan = (
-            [{"file": index, "uri": uri} for index, uri in enumerate(files)]
-            if shards
-            else read_plan(files, size)
-        )
-        listed = ray.data.from_items(plan, override_num_blocks=len(plan))
-        _quiet_and_sorting(listed.context)
         scorer: dict[str, Any] = {
             "fn_constructor_kwargs": {
                 "names": files,
@@ -533,9 +549,22 @@ def replay_on_ray(
             "num_cpus": SCORER_CPUS,
             "batch_format": "numpy",
         }
+        total = _total_bytes(files)
+        partitions = max(PARTITIONS_PER_SCORER * size, -(-total // PARTITION_BYTES))
         if shards:
+            listed = _listed([{"file": index, "uri": uri} for index, uri in enumerate(files)])
             pool = ActorPoolStrategy(size=size)
             scored = listed.map_batches(_FileScorer, batch_size=1, compute=pool, **scorer)
+        elif reads_in_place(files):
+            tasks = line_tasks(files, partitions, size)
+            pool = ActorPoolStrategy(size=max(1, min(size, len(tasks))))
+            scored = (  # capture files with no line at all give no task
+                _listed([{"task": task} for task in tasks]).map_batches(
+                    _LineScorer, batch_size=1, compute=pool, **scorer
+                )
+                if tasks
+                else None
+            )
         else:
             # the groupby's shuffle tasks each need a whole CPU on one node: scorers started
             # before it (half a CPU each, spread over the nodes) could leave no node with one,
@@ -543,8 +572,7 @@ def replay_on_ray(
             # one scorer waits for the shuffle; the pool grows once its groups arrive
             nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
             scorer["num_cpus"] = scorer_cpus(nodes)
-            total = _total_bytes(files)
-            partitions = max(PARTITIONS_PER_SCORER * size, -(-total // PARTITION_BYTES))
+            listed = _listed([{"file": index, "uri": uri} for index, uri in enumerate(files)])
             # Ray Data joins a read task's lines into blocks of up to 128 MiB, and its
             # sort-based shuffle hands on as many blocks as it is given: a capture file of
             # 74 MB went to one scorer call, whatever the CPUs. A block of a partition's
@@ -618,10 +646,13 @@ def _gather(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Write the results file and add up the scorers' parts of the report as their output
-    streams back."""
+    streams back (``scored`` ``None``: there is none)."""
     results = _ResultsOut(output, files) if output is not None else None
+    batches = (
+        scored.iter_batches(batch_format="numpy", batch_size=None) if scored is not None else ()
+    )
     with results or contextlib.nullcontext():
-        for batch in scored.iter_batches(batch_format="numpy", batch_size=None):
+        for batch in batches:
             for kind, file, payload in zip(
                 batch["kind"], batch["file"], batch["payload"], strict=True
             ):
