@@ -208,32 +208,46 @@ def reads_in_place(files: Sequence[str]) -> bool:
     return all("://" not in uri for uri in files)
 
 
-def line_tasks(files: Sequence[str], partitions: int, readers: int) -> list[bytes]:
-    """The scorer tasks of capture files on a file system, the largest first: for each of
-    ``partitions`` partitions of the sessions that holds any line, where each of its lines
-    lies in each file (start, size, line number; see :class:`OwnLines`), pickled.
+def line_tasks(files: Sequence[str], partitions: int, readers: int) -> list[Any]:
+    """The scorer tasks of capture files on a file system, one object of Ray's for each of
+    ``partitions`` partitions of the sessions: where each of its lines lies in each file
+    (a list of (file, :class:`OwnLines`): start, size and line number of each line), in
+    capture order. Returned at once, while Ray works them out, so the scorers start (and
+    build their metrics) meanwhile.
 
     Ray tasks index the files where they lie (a line's session, from its first bytes, picks
     its partition; a line without one goes by its number), each a byte range of at least
-    :data:`RANGE_BYTES`, up to ``readers`` a file, all at once; this process joins them."""
+    :data:`RANGE_BYTES`, up to ``readers`` a file, all at once; one more joins them."""
     import ray
 
-    index = ray.remote(index_range)
-    spans = [
-        (file, index.remote(uri, span, partitions))
-        for file, uri in enumerate(files)
-        for span in byte_ranges(uri, max(1, min(readers, os.path.getsize(uri) // RANGE_BYTES)))
-    ]
-    found: dict[int, list[RangeIndex]] = {}
-    for (file, _), one in zip(spans, ray.get([ref for _, ref in spans]), strict=True):
-        found.setdefault(file, []).append(one)
+    # half a CPU each, as a scorer reserves: scorers that start first then never leave an
+    # index task without a CPU (a one-CPU node holds one of each)
+    index = ray.remote(num_cpus=SCORER_CPUS)(index_range)
+    found, ranges = [], []
+    for file, uri in enumerate(files):
+        count = max(1, min(readers, os.path.getsize(uri) // RANGE_BYTES))
+        for span in byte_ranges(uri, count):
+            found.append(file)
+            ranges.append(index.remote(uri, span, partitions))
+    join = ray.remote(num_cpus=0, num_returns=partitions)(_partitions_of)
+    each: Any = join.remote(found, partitions, *ranges)  # a list, one for each return
+    return list(each)
+
+
+def _partitions_of(
+    found: list[int], partitions: int, *ranges: RangeIndex
+) -> list[list[tuple[int, OwnLines]]]:
+    """Each partition's lines, file by file, from the indexes of the files' byte ranges
+    (``found``: the file of each, the ranges of a file in order)."""
+    by_file: dict[int, list[RangeIndex]] = {}
+    for file, one in zip(found, ranges, strict=True):
+        by_file.setdefault(file, []).append(one)
     tasks: list[list[tuple[int, OwnLines]]] = [[] for _ in range(partitions)]
-    for file, ranges in found.items():  # in file order: a task's lines in capture order
-        for task, lines in zip(tasks, lines_by_shard(ranges, partitions), strict=True):
+    for file, indexes in by_file.items():  # in file order: a task's lines in capture order
+        for task, lines in zip(tasks, lines_by_shard(indexes, partitions), strict=True):
             if len(lines):
                 task.append((file, lines))
-    tasks.sort(key=lambda task: -sum(int(lines.sizes.sum()) for _, lines in task))
-    return [pickle.dumps(task) for task in tasks if task]
+    return tasks
 
 
 def _read_files(batch: dict[str, np.ndarray], partitions: int) -> Iterator[dict[str, list[Any]]]:
@@ -414,14 +428,21 @@ class _FileScorer(_SessionScorer):
 
 class _LineScorer(_SessionScorer):
     """A scorer of the lines of capture files on a file system: each task is one partition
-    of the sessions, as the places of its lines in each file (see :func:`line_tasks`); the
-    scorer reads them there by their offsets, so no line crosses the cluster."""
+    of the sessions, whose lines' places in each file are Ray's object ``tasks[partition]``
+    (see :func:`line_tasks`); the scorer reads the lines there by their offsets, so no line
+    crosses the cluster."""
+
+    def __init__(self, *, tasks: list[Any], **scorer: Any) -> None:
+        super().__init__(**scorer)
+        self.tasks = tasks  # held in a list, so Ray hands them over unresolved
 
     def parsed(self, batch: dict[str, np.ndarray]) -> _Scored:
         """The task's lines, read and parsed file by file, each file's in line order."""
+        import ray
+
         scored = _Scored()
-        for task in batch["task"]:
-            for file, lines in pickle.loads(task):
+        for partition in batch["partition"]:
+            for file, lines in ray.get(self.tasks[int(partition)]):
                 read = read_own_lines(self.names[file], lines, on_error=scored.bad_lines.append)
                 for number, trace in read:
                     scored.add(file, number, trace)
@@ -556,15 +577,10 @@ def replay_on_ray(
             pool = ActorPoolStrategy(size=size)
             scored = listed.map_batches(_FileScorer, batch_size=1, compute=pool, **scorer)
         elif reads_in_place(files):
-            tasks = line_tasks(files, partitions, size)
-            pool = ActorPoolStrategy(size=max(1, min(size, len(tasks))))
-            scored = (  # capture files with no line at all give no task
-                _listed([{"task": task} for task in tasks]).map_batches(
-                    _LineScorer, batch_size=1, compute=pool, **scorer
-                )
-                if tasks
-                else None
-            )
+            scorer["fn_constructor_kwargs"]["tasks"] = line_tasks(files, partitions, size)
+            listed = _listed([{"partition": partition} for partition in range(partitions)])
+            pool = ActorPoolStrategy(size=size)
+            scored = listed.map_batches(_LineScorer, batch_size=1, compute=pool, **scorer)
         else:
             # the groupby's shuffle tasks each need a whole CPU on one node: scorers started
             # before it (half a CPU each, spread over the nodes) could leave no node with one,
@@ -646,13 +662,10 @@ def _gather(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Write the results file and add up the scorers' parts of the report as their output
-    streams back (``scored`` ``None``: there is none)."""
+    streams back."""
     results = _ResultsOut(output, files) if output is not None else None
-    batches = (
-        scored.iter_batches(batch_format="numpy", batch_size=None) if scored is not None else ()
-    )
     with results or contextlib.nullcontext():
-        for batch in batches:
+        for batch in scored.iter_batches(batch_format="numpy", batch_size=None):
             for kind, file, payload in zip(
                 batch["kind"], batch["file"], batch["payload"], strict=True
             ):
