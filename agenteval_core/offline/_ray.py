@@ -478,7 +478,7 @@ def _listed(rows: list[dict[str, Any]]) -> Any:
     """A dataset of ``rows``, a block each (a task each), under this replay's settings."""
     import ray.data
 
-    listed = ray.data.from_items(rows, override_num_blocks=max(1, len(rows)))
+    listed = ray.data.from_items(rows, override_num_blocks=len(rows))
     _quiet_and_sorting(listed.context)
     return listed
 
@@ -571,9 +571,10 @@ def replay_on_ray(
             "batch_format": "numpy",
         }
         total = _total_bytes(files)
+        whole_files = [{"file": index, "uri": uri} for index, uri in enumerate(files)]
         partitions = max(PARTITIONS_PER_SCORER * size, -(-total // PARTITION_BYTES))
         if shards:
-            listed = _listed([{"file": index, "uri": uri} for index, uri in enumerate(files)])
+            listed = _listed(whole_files)
             pool = ActorPoolStrategy(size=size)
             scored = listed.map_batches(_FileScorer, batch_size=1, compute=pool, **scorer)
         elif reads_in_place(files):
@@ -588,7 +589,7 @@ def replay_on_ray(
             # one scorer waits for the shuffle; the pool grows once its groups arrive
             nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
             scorer["num_cpus"] = scorer_cpus(nodes)
-            listed = _listed([{"file": index, "uri": uri} for index, uri in enumerate(files)])
+            listed = _listed(whole_files)
             # Ray Data joins a read task's lines into blocks of up to 128 MiB, and its
             # sort-based shuffle hands on as many blocks as it is given: a capture file of
             # 74 MB went to one scorer call, whatever the CPUs. A block of a partition's
