@@ -3,7 +3,8 @@ and where each replay's time went), the machine's own ceiling for that many proc
 once, beyond the cores each task run alone, the results file's overhead (sessions of 10,
 and the same traces as one long session), what the default trace metrics alone cost (the
 bound they set on one process's ratio to parse-only), and Ray Data's local mode against one
-process, on one capture file and on the same traces as a capture directory of shards.
+process, on one capture file and on the same traces as a capture directory of shards, and
+what a Ray replay of a few traces takes (its fixed cost).
 
     python -m bench replay_scale [--quick]
 """
@@ -261,11 +262,17 @@ def main(quick: bool = False) -> None:
             print("Ray local mode: skipped (pip install 'agenteval[ray]')")
             return
         ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR")
+        few = write_capture(Path(name) / "few.jsonl", 10 * cores, session_length=1)
         try:
             on_ray = _seconds(lambda: replay(path, engine="ray"))
             on_shards = _seconds(lambda: replay([directory], engine="ray"))
+            fixed = _seconds(lambda: replay(few, engine="ray"))
         finally:
             ray.shutdown()
+        print(
+            f"Ray local mode ({cores} CPUs), {10 * cores} traces: {fixed:.2f} s, what a replay "
+            "pays to plan the work and start its scorers"
+        )
         for label, seconds in (("capture file", on_ray), (f"{4 * cores} shards", on_shards)):
             print(
                 f"Ray local mode ({cores} CPUs, start-up excluded), {label}: "
