@@ -24,6 +24,7 @@ from agenteval_core import (
 )
 from agenteval_core.cli import cli
 from agenteval_core.judges import OpenAIJudge
+from agenteval_core.offline._ray import replay_on_ray
 from agenteval_core.schema._capture import line_session
 
 ray = pytest.importorskip(
@@ -400,8 +401,9 @@ def test_a_judge_on_every_worker_shares_one_rate_limit(
         max_concurrency=4,
     )
     output = tmp_path / "ray.results"
-    report = replay(
-        capture, ["confidence", "agent_reliability"], judge=judge, engine="ray", output=output
+    # two scorers: a capture this small would get one by default
+    report = replay_on_ray(
+        [capture], ["confidence", "agent_reliability"], judge=judge, output=output, scorers=2
     )
     replay(capture, ["confidence", "agent_reliability"], judge=judge, output=tmp_path / "one")
     assert report.summary.metrics["confidence"].scored == 24
@@ -552,6 +554,22 @@ def test_replay_on_ray_refuses_what_it_cannot_do(tmp_path: Path) -> None:
 
     with pytest.raises(CaptureError, match="no capture file matches"):
         replay([str(tmp_path / "*.nothing")], engine="ray")
+
+
+def test_a_small_capture_starts_fewer_scorers_than_cpus_but_one_on_every_node() -> None:
+    from agenteval_core.offline._ray import SCORER_BYTES, scorer_count
+
+    # one per 16 MiB of captures (rounded up), up to one per CPU
+    assert SCORER_BYTES == 16 << 20
+    assert scorer_count([16.0], 700_000) == 1
+    assert scorer_count([16.0], 5 * SCORER_BYTES + 1) == 6
+    assert scorer_count([16.0], 737_000_000) == 16  # 44 wanted, 16 CPUs
+    assert scorer_count([2.0], 73_000_000) == 2
+    # at least one on every node with a whole CPU, so that every node scores
+    assert scorer_count([1.0, 1.0], 10_000) == 2
+    assert scorer_count([0.0, 4.0, 4.0, 4.0], 10_000) == 3  # a head node with no CPU
+    # a node with no CPU at all, or nothing to read: still one
+    assert scorer_count([0.5], 0) == 1
 
 
 def test_scorers_start_with_the_replay_only_where_the_shuffle_keeps_a_whole_cpu() -> None:

@@ -99,6 +99,23 @@ SCORER_CPUS = 0.5
 tasks (a replay on two cores then never finishes)."""
 
 
+SCORER_BYTES = 16 << 20
+"""Bytes of captures per scorer started by default, at least: a scorer's start (Ray's
+worker process, agenteval's imports, the metrics and the embedder's model) costs about what
+scoring this many bytes of traces takes. 200 traces on 2 CPUs took 1.3–1.4 s with one
+scorer, 1.5–1.7 s with two."""
+
+
+def scorer_count(node_cpus: Sequence[float], total_bytes: int) -> int:
+    """How many scorers a replay of ``total_bytes`` of captures starts by default, on a
+    cluster whose live nodes have ``node_cpus``: one per CPU, but no more than one per
+    :data:`SCORER_BYTES` of captures, so that a small capture does not wait for a scorer
+    per CPU to start; and at least one per node with a CPU, so that every node scores."""
+    cpus = max(1, int(sum(node_cpus)))
+    wanted = max(-(-total_bytes // SCORER_BYTES), sum(1 for node in node_cpus if node >= 1))
+    return max(1, min(cpus, wanted))
+
+
 def scorer_cpus(node_cpus: Sequence[float]) -> float:
     """The CPUs each scorer reserves when the groupby brings sessions to the scorers, on a
     cluster whose live nodes have ``node_cpus``: :data:`SCORER_CPUS`, or none where that
@@ -511,8 +528,8 @@ def replay_on_ray(
     :func:`capture_files`). ``address`` is the cluster's (default: ``$RAY_ADDRESS``, or a
     local Ray started for this replay and stopped after it); a Ray already initialised in
     this process is used as it is. ``scorers`` long-lived scorers run at once (default: one
-    per CPU of the cluster, each reserving half a CPU, or none on a single one-CPU node; see
-    :func:`scorer_cpus`). ``on_progress`` receives the number of traces scored so far as
+    per CPU of the cluster, fewer for a small capture, see :func:`scorer_count`; each
+    reserving half a CPU, or none on a single one-CPU node, see :func:`scorer_cpus`). ``on_progress`` receives the number of traces scored so far as
     their results arrive.
 
     The results file (or, for an ``output`` directory, the results shard of each input
@@ -554,7 +571,9 @@ def replay_on_ray(
             if traffic is not None
             else None
         )
-        size = scorers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
+        total = _total_bytes(files)
+        size = scorers or scorer_count(nodes, total)
         shards = all(is_capture_shard(uri) for uri in files)  # sessions never cross files
         scorer: dict[str, Any] = {
             "fn_constructor_kwargs": {
@@ -570,7 +589,6 @@ def replay_on_ray(
             "num_cpus": SCORER_CPUS,
             "batch_format": "numpy",
         }
-        total = _total_bytes(files)
         whole_files = [{"file": index, "uri": uri} for index, uri in enumerate(files)]
         partitions = max(PARTITIONS_PER_SCORER * size, -(-total // PARTITION_BYTES))
         if shards:
@@ -587,7 +605,6 @@ def replay_on_ray(
             # before it (half a CPU each, spread over the nodes) could leave no node with one,
             # and the replay would wait for ever (two one-CPU nodes did). Where they could,
             # one scorer waits for the shuffle; the pool grows once its groups arrive
-            nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
             scorer["num_cpus"] = scorer_cpus(nodes)
             listed = _listed(whole_files)
             # Ray Data joins a read task's lines into blocks of up to 128 MiB, and its
