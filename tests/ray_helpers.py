@@ -88,3 +88,11 @@ def timeless(results_file: Path) -> list[dict[str, Any]]:
             result.pop("latency_ms", None)
         lines.append(record)
     return sorted(lines, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def index_elsewhere(uri: str, span: tuple[int, int | None], partitions: int) -> Any:
+    """An index task on a node that does not see the capture at the driver's path (no
+    shared volume): the file is looked for at a path that does not exist here."""
+    from agenteval_core.offline import _ray
+
+    return _ray._index(f"{uri}.elsewhere", span, partitions)

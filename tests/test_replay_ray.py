@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
+    CaptureError,
     CaptureWriter,
     ResultsLine,
     read_capture,
@@ -34,6 +35,7 @@ from ray_helpers import (  # noqa: E402  (after the skip)
     CrashOnce,
     HistoryIds,
     a_trace,
+    index_elsewhere,
     timeless,
     write_capture,
 )
@@ -540,6 +542,30 @@ def test_large_traces_are_read_in_blocks_bounded_by_bytes_and_scored_as_one_proc
     monkeypatch.setattr(_ray, "reads_in_place", lambda files: False)
     replay([capture], names, engine="ray", output=tmp_path / "grouped.results")
     assert timeless(tmp_path / "grouped.results") == timeless(tmp_path / "one.results")
+
+
+def test_a_capture_a_worker_cannot_read_is_said_plainly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the driver sees the capture; the worker that indexes it does not (a path on the
+    # driver's disk, not a shared volume): the replay says which file, where, and what to
+    # do, not Ray's traceback
+    from agenteval_core.offline import _ray
+
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace("s", turn) for turn in range(3)])
+    monkeypatch.setattr(_ray, "_index", index_elsewhere)
+    node = ray.util.get_node_ip_address()
+    said = (
+        f"{capture}.elsewhere: a Ray worker on {node} cannot read it (No such file or "
+        "directory); every node must see it at this path (a shared volume), or put the "
+        "captures in an object store"
+    )
+    with pytest.raises(CaptureError) as raised:
+        replay([capture], ["coherence"], engine="ray")
+    assert str(raised.value) == said
+    done = CliRunner().invoke(cli, ["replay", str(capture), "--engine", "ray", "-q"])
+    assert done.exit_code != 0 and f"agenteval: error: {said}" in " ".join(done.output.split())
 
 
 def test_replay_on_ray_refuses_what_it_cannot_do(tmp_path: Path) -> None:
