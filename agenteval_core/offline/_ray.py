@@ -2,8 +2,8 @@
 
 The shape (see docs/replay-at-scale.md): a capture file on a file system (this machine's, or
 one the nodes share) is indexed where it lies, by Ray tasks each taking a byte range (each
-line's session from its first bytes, no full parse; the index worker processes use); the lines
-of each partition of the sessions then make one task of a long-lived scorer (one per
+line's session from its first bytes, no full parse; the index worker processes use); the
+lines of each partition of the sessions then make one task of a long-lived scorer (one per
 worker: metrics, embedder and judge client built once), which reads them by their offsets,
 parses them with agenteval's own tolerant reader, and scores them in capture order with the
 same :class:`~agenteval_core.Engine` as one process, its sessions interleaved as they were
@@ -102,8 +102,8 @@ tasks (a replay on two cores then never finishes)."""
 SCORER_BYTES = 16 << 20
 """Bytes of captures per scorer started by default, at least: a scorer's start (Ray's
 worker process, agenteval's imports, the metrics and the embedder's model) costs about what
-scoring this many bytes of traces takes. 200 traces on 2 CPUs took 1.3–1.4 s with one
-scorer, 1.5–1.7 s with two."""
+scoring this many bytes of traces takes. 200 traces on 2 CPUs took 1.25–1.38 s with one
+scorer, 1.51–1.71 s with two (two runs of three pairs each)."""
 
 
 def scorer_count(node_cpus: Sequence[float], total_bytes: int) -> int:
@@ -487,9 +487,10 @@ class _LineScorer(_SessionScorer):
         scored = _Scored()
         for partition in batch["partition"]:
             for file, lines in ray.get(self.tasks[int(partition)]):
-                read = read_own_lines(self.names[file], lines, on_error=scored.bad_lines.append)
                 with _reading(self.names[file]):
-                    for number, trace in read:
+                    for number, trace in read_own_lines(
+                        self.names[file], lines, on_error=scored.bad_lines.append
+                    ):
                         scored.add(file, number, trace)
         return scored
 
@@ -531,9 +532,9 @@ def _listed(rows: list[dict[str, Any]]) -> Any:
 def _replay_settings(context: Any) -> None:
     """Ray Data's settings for this replay, on its dataset's own copy of the caller's
     ``DataContext`` (which stays as it was): no progress bars or start-up lines, a worker's
-    errors as it raised them, and the sort-based shuffle for the groupby. The default hash shuffle starts an aggregator actor
-    per CPU for every replay: 5 s of 7 for 10,000 traces on two CPUs, 19 s on 16, and
-    slower on 16 CPUs than on 8."""
+    errors as it raised them, and the sort-based shuffle for the groupby. The default hash
+    shuffle starts an aggregator actor per CPU for every replay: 5 s of 7 for 10,000 traces
+    on two CPUs, 19 s on 16, and slower on 16 CPUs than on 8."""
     from ray.data.context import ShuffleStrategy
 
     context.enable_progress_bars = False
@@ -560,8 +561,8 @@ def replay_on_ray(
     local Ray started for this replay and stopped after it); a Ray already initialised in
     this process is used as it is. ``scorers`` long-lived scorers run at once (default: one
     per CPU of the cluster, fewer for a small capture, see :func:`scorer_count`; each
-    reserving half a CPU, or none on a single one-CPU node, see :func:`scorer_cpus`). ``on_progress`` receives the number of traces scored so far as
-    their results arrive.
+    reserving half a CPU, or none on a single one-CPU node, see :func:`scorer_cpus`).
+    ``on_progress`` receives the number of traces scored so far as their results arrive.
 
     The results file (or, for an ``output`` directory, the results shard of each input
     file) holds the same lines as a one-process replay's, ordered partition by partition
