@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,31 @@ def test_crew_run_becomes_a_trace(listener: AgentEvalListener) -> None:
     assert set(tools) == {"lookup_order", "refund"}
     assert tools["lookup_order"].parameters is not None
     assert tools["lookup_order"].parameters["required"] == ["order_id"]
+
+
+def test_the_evaluator_waits_for_events_the_bus_has_not_delivered(
+    listener: AgentEvalListener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CrewAI hands events to async handlers on its own loop and, unless its own tracing
+    # drains the bus at the end, does not wait for the kickoff's last one: here another
+    # handler leaves that loop busy as the kickoff ends
+    from crewai.events import TaskCompletedEvent, crewai_event_bus
+
+    monkeypatch.setenv("CREWAI_TRACING_ENABLED", "false")
+
+    async def slow(source: Any, event: Any) -> None:
+        # returns at once (the kickoff's flush of the bus is done), then blocks the loop
+        # ahead of the kickoff-completed event's handlers
+        asyncio.get_running_loop().call_soon(time.sleep, 0.5)
+
+    crewai_event_bus.on(TaskCompletedEvent)(slow)
+    try:
+        llm = ScriptedLLM(model="scripted", replies=["Thought: done.\nFinal Answer: late."])
+        crew_for(llm).kickoff()
+        traces = listener.evaluator.captured()  # not the listener's flush: the evaluator's
+    finally:
+        crewai_event_bus.off(TaskCompletedEvent, slow)
+    assert [(t.status, t.output) for t in traces] == [("ok", "late.")]
 
 
 def test_tool_error_is_captured(listener: AgentEvalListener) -> None:

@@ -206,6 +206,40 @@ def test_short_cycles_alert() -> None:
     assert [three.observe("t", call(n)) is not None for n in names] == [False] * 5 + [True]
 
 
+def test_a_flush_first_drains_the_frameworks_that_deliver_on_their_own_thread() -> None:
+    problems: list[tuple[str, str, str]] = []
+    recorder = Recorder(
+        on_trace=lambda trace: None,
+        on_alert=lambda alert: None,
+        on_problem=lambda kind, exc, consequence: problems.append((kind, str(exc), consequence)),
+    )
+    handled: list[str] = []
+    waits: list[float | None] = []
+
+    def bus_drain(timeout: float | None) -> bool:
+        waits.append(timeout)
+        recorder.put((lambda event: handled.append(event[1]), "delivered late"))
+        return True
+
+    def broken_drain(timeout: float | None) -> bool:
+        raise RuntimeError("bus gone")
+
+    recorder.deliver_before_flush(bus_drain)
+    recorder.deliver_before_flush(broken_drain)
+    assert recorder.flush(None)
+    assert recorder.flush(5.0)
+    assert handled == ["delivered late", "delivered late"]  # put by the drain, then handled
+    assert waits[0] is None and waits[1] is not None and 4.0 < waits[1] <= 5.0
+    assert (
+        problems == [("event delivery", "bus gone", "a flush went on without waiting for it")] * 2
+    )
+    recorder.forget_drain(bus_drain)
+    recorder.forget_drain(broken_drain)
+    recorder.forget_drain(broken_drain)  # twice: nothing
+    assert recorder.flush(5.0) and len(waits) == 2 and len(problems) == 2
+    recorder.close(5)
+
+
 def test_guard_refusal_is_recorded_on_the_trace_and_alerts_arrive_on_one_thread() -> None:
     finished: list[Trace] = []
     alerts: list[tuple[LoopAlert, str]] = []

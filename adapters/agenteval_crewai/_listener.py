@@ -80,6 +80,9 @@ class AgentEvalListener(BaseEventListener):
                 "each kickoff); make one listener per process"
             )
         _listening[self.evaluator] = self
+        # the bus runs our handlers on its own loop, after the kickoff may have returned:
+        # every flush of the evaluator (evaluator.captured(), close) waits for it first
+        self.recorder.deliver_before_flush(crewai_event_bus.flush)
         super().__init__()
 
     def setup_listeners(self, crewai_event_bus: Any) -> None:
@@ -111,12 +114,13 @@ class AgentEvalListener(BaseEventListener):
         return False if alert is not None else None
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until CrewAI has delivered its events and they are captured and scored."""
-        crewai_event_bus.flush()
+        """Wait until CrewAI has delivered its events and they are captured and scored (as
+        ``evaluator.flush`` does while this listener records)."""
         return self.evaluator.flush(timeout)
 
     def close(self) -> None:
         """Stop recording (the bus keeps no way to remove one listener's handlers)."""
         self._active = False
+        self.recorder.forget_drain(crewai_event_bus.flush)
         if self._guarded:
             unregister_before_tool_call_hook(self._before_tool_call)
