@@ -1,16 +1,33 @@
-"""Running a coroutine to completion from synchronous code."""
+"""Running a coroutine to completion from synchronous code, and waits with one deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Coroutine, Iterable
-from typing import Any
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, overload
 
-__all__ = ["close_on_this_loop", "run_sync"]
+__all__ = ["close_on_this_loop", "run_sync", "time_left"]
 
 logger = logging.getLogger("agenteval")
+
+
+@overload
+def time_left(timeout: float) -> Callable[[], float]: ...
+@overload
+def time_left(timeout: None) -> Callable[[], None]: ...
+@overload
+def time_left(timeout: float | None) -> Callable[[], float | None]: ...
+def time_left(timeout: float | None) -> Callable[[], float | None]:
+    """What is left of ``timeout`` from now, each time it is called (never below 0; ``None``
+    for no limit): one deadline for several waits in a row, each getting what the earlier
+    ones left."""
+    if timeout is None:
+        return lambda: None
+    deadline = time.monotonic() + timeout
+    return lambda: max(0.0, deadline - time.monotonic())
 
 
 def run_sync(coroutine: Coroutine[Any, Any, Any], *, closing: Iterable[object] = ()) -> Any:

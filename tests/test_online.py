@@ -224,8 +224,8 @@ def test_a_flush_first_drains_the_frameworks_that_deliver_on_their_own_thread() 
     def broken_drain(timeout: float | None) -> bool:
         raise RuntimeError("bus gone")
 
-    recorder.deliver_before_flush(bus_drain)
-    recorder.deliver_before_flush(broken_drain)
+    recorder.drain_before_flush(bus_drain)
+    recorder.drain_before_flush(broken_drain)
     assert recorder.flush(None)
     assert recorder.flush(5.0)
     assert handled == ["delivered late", "delivered late"]  # put by the drain, then handled

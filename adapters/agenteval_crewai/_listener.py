@@ -82,7 +82,7 @@ class AgentEvalListener(BaseEventListener):
         _listening[self.evaluator] = self
         # the bus runs our handlers on its own loop, after the kickoff may have returned:
         # every flush of the evaluator (evaluator.captured(), close) waits for it first
-        self.recorder.deliver_before_flush(crewai_event_bus.flush)
+        self.recorder.drain_before_flush(crewai_event_bus.flush)
         super().__init__()
 
     def setup_listeners(self, crewai_event_bus: Any) -> None:

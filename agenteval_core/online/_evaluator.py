@@ -27,6 +27,7 @@ from typing import Any
 from .._errors import CaptureError, describe_os_error
 from .._fork import renew_after_fork
 from .._redact import Redactor
+from .._sync import time_left
 from ..engine._engine import (
     DEFAULT_SESSION_METRICS,
     MAX_OPEN_SESSIONS,
@@ -448,11 +449,7 @@ class OnlineEvaluator:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event recorded and every trace handed over so far is captured
         and scored; False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def remaining() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
-
+        remaining = time_left(timeout)
         if not self.recorder.flush(remaining()):
             return False
         with self._idle:
@@ -496,11 +493,7 @@ class OnlineEvaluator:
             self._close_lock.release()
 
     def _close(self, timeout: float | None) -> None:
-        # one deadline for the whole close: each stage gets what the earlier ones left
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def remaining() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
+        remaining = time_left(timeout)  # one deadline for the whole close
 
         self.flush(remaining())
         self.recorder.close(remaining())
@@ -538,7 +531,8 @@ class OnlineEvaluator:
                 replay,
             )
         if self._capture is not None:
-            self._capture.close(5.0 if deadline is None else max(0.0, deadline - time.monotonic()))
+            left = remaining()
+            self._capture.close(5.0 if left is None else left)
         for sink in self.engine.sinks:
             try:
                 close_sink(sink, remaining())

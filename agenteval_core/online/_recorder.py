@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from .._fork import renew_after_fork
+from .._sync import time_left
 from ..metrics._loops import LoopGuard
 from ..schema._trace import (
     AGENT_NAME,
@@ -160,18 +161,18 @@ class Recorder:
         self._on_trace = on_trace
         self._on_alert = on_alert
         self._on_problem = on_problem
-        self._upstream: list[Callable[[float | None], object]] = []
+        self._drains: list[Callable[[float | None], object]] = []
 
-    def deliver_before_flush(self, drain: Callable[[float | None], object]) -> None:
+    def drain_before_flush(self, drain: Callable[[float | None], object]) -> None:
         """Have every :meth:`flush` first call ``drain(timeout)``: for a framework that
         hands events to its handlers on a thread of its own (CrewAI's event bus), so that a
         flush after a run returned covers that run's last events too."""
-        self._upstream.append(drain)
+        self._drains.append(drain)
 
     def forget_drain(self, drain: Callable[[float | None], object]) -> None:
-        """Stop calling a drain given to :meth:`deliver_before_flush` (absent: nothing)."""
-        if drain in self._upstream:
-            self._upstream.remove(drain)
+        """Stop calling a drain given to :meth:`drain_before_flush` (absent: nothing)."""
+        if drain in self._drains:
+            self._drains.remove(drain)
 
     @property
     def put(self) -> Callable[[tuple[Any, ...]], None]:
@@ -249,14 +250,10 @@ class Recorder:
         self._on_trace(trace)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every event delivered so far (see :meth:`deliver_before_flush`) is
+        """Wait until every event delivered so far (see :meth:`drain_before_flush`) is
         handled; False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def remaining() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-        for drain in list(self._upstream):
+        remaining = time_left(timeout)
+        for drain in list(self._drains):
             try:
                 drain(remaining())
             except Exception as exc:  # the framework's own wait: its failure is not ours

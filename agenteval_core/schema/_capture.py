@@ -23,6 +23,7 @@ from pydantic_core import PydanticSerializationError
 
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from .._fork import renew_after_fork
+from .._sync import time_left
 from ._trace import NewerVersionError, Trace
 from ._values import plain
 
@@ -217,9 +218,9 @@ class _ShardedCaptureWriter(CaptureWriter):
         return sum(part.reopened for part in self.parts)
 
     def close(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
+        remaining = time_left(timeout)
         for part in self.parts:
-            part.close(max(0.0, deadline - time.monotonic()))
+            part.close(remaining())
 
     @property
     def closed(self) -> bool:
