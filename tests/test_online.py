@@ -237,6 +237,8 @@ def test_a_flush_first_drains_the_frameworks_that_deliver_on_their_own_thread() 
     recorder.forget_drain(broken_drain)
     recorder.forget_drain(broken_drain)  # twice: nothing
     assert recorder.flush(5.0) and len(waits) == 2 and len(problems) == 2
+    recorder.drain_before_flush(lambda timeout: False)  # the framework's wait timed out
+    assert recorder.flush(5.0) is False
     recorder.close(5)
 
 

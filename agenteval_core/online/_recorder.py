@@ -161,15 +161,16 @@ class Recorder:
         self._on_trace = on_trace
         self._on_alert = on_alert
         self._on_problem = on_problem
-        self._drains: list[Callable[[float | None], object]] = []
+        self._drains: list[Callable[[float | None], bool]] = []
 
-    def drain_before_flush(self, drain: Callable[[float | None], object]) -> None:
-        """Have every :meth:`flush` first call ``drain(timeout)``: for a framework that
-        hands events to its handlers on a thread of its own (CrewAI's event bus), so that a
-        flush after a run returned covers that run's last events too."""
+    def drain_before_flush(self, drain: Callable[[float | None], bool]) -> None:
+        """Have every :meth:`flush` first call ``drain(timeout)``, which returns False when
+        it timed out: for a framework that hands events to its handlers on a thread of its
+        own (CrewAI's event bus), so that a flush after a run returned covers that run's
+        last events too."""
         self._drains.append(drain)
 
-    def forget_drain(self, drain: Callable[[float | None], object]) -> None:
+    def forget_drain(self, drain: Callable[[float | None], bool]) -> None:
         """Stop calling a drain given to :meth:`drain_before_flush` (absent: nothing)."""
         if drain in self._drains:
             self._drains.remove(drain)
@@ -253,12 +254,13 @@ class Recorder:
         """Wait until every event delivered so far (see :meth:`drain_before_flush`) is
         handled; False on timeout."""
         remaining = time_left(timeout)
+        delivered = True
         for drain in list(self._drains):
             try:
-                drain(remaining())
+                delivered = drain(remaining()) and delivered
             except Exception as exc:  # the framework's own wait: its failure is not ours
                 self._problem("event delivery", exc, "a flush went on without waiting for it")
-        return self.pump.flush(remaining())
+        return self.pump.flush(remaining()) and delivered
 
     def close(self, timeout: float | None = None) -> None:
         """Handle what is queued, then stop the pump's thread."""
