@@ -17,6 +17,9 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
 - To stop loops, the adapter asks :meth:`Recorder.check_tool_call` before a tool runs (on
   the agent's thread, finding the run with :class:`RunRoots`); the refusal comes back to
   the translator as an :class:`AlertEvent`, in order with the run's events.
+- A framework that calls its handlers on a thread of its own, possibly after the run
+  returned, gives the recorder its wait (:meth:`Recorder.drain_before_flush`), so every
+  flush of the evaluator includes those events.
 """
 
 from .online._react import json_arguments, react_actions
