@@ -120,6 +120,12 @@ class CaptureError(AgentEvalError):
     """A capture file cannot be read."""
 
 
+class ClusterUnreachableError(AgentEvalError, ConnectionError):
+    """The Ray cluster a replay was sent to does not accept connections at its address (a
+    typo, a cluster that is down, a port not forwarded): found before Ray is started, which
+    would otherwise retry in silence for minutes."""
+
+
 class ResultsWriteError(AgentEvalError):
     """A replay scored every trace, but some of its results lines could not be written (a
     full disk): the results file is incomplete. ``report`` is the replay's report (``None``

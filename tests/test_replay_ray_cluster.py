@@ -4,7 +4,8 @@ the driver, a process of its own that connects with ``--ray-address`` as it woul
 KubeRay cluster. The results equal one process's trace by trace and metric by metric, from
 a capture file (sessions brought together by Ray's groupby) and from a capture directory
 (whole shards per task), and a bad line is reported as one process reports it. A single
-node of one CPU, the smallest machine Ray runs on, replays a capture file too."""
+node of one CPU, the smallest machine Ray runs on, replays a capture file too. An address
+where no cluster listens stops a replay at once, saying so."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 from ray_helpers import a_trace, timeless, write_capture
 
-from agenteval_core import shard_capture
+from agenteval_core import ClusterUnreachableError, replay, shard_capture
 
 pytest.importorskip(
     "ray", reason="Ray Data is not installed (pip install 'agenteval[ray]'): Ray tests skipped"
@@ -252,3 +253,85 @@ def test_a_capture_directory_scored_on_two_nodes_equals_one_process(
     assert sum(shard_capture(capture, directory, shards=3)) == 30
     lines = _scored_as_one_process_scores(cluster, directory, capture, tmp_path)
     assert len(lines) == 37  # 30 traces and 7 sessions
+
+
+# --- an address where no cluster answers ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def _full_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that never completes a connection: its listener accepts none, and
+    the connections held here fill its queue, so the system drops the next ones' requests."""
+    with socket.socket() as listener, contextlib.ExitStack() as held:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        for _ in range(8):
+            try:
+                held.enter_context(socket.create_connection(("127.0.0.1", port), timeout=0.5))
+            except TimeoutError:
+                break
+        else:
+            pytest.fail("the listener's queue did not fill")
+        yield port
+
+
+def test_an_address_is_probed_only_when_it_names_a_host_and_port() -> None:
+    from agenteval_core.offline._ray import check_reachable
+
+    closed = _free_port()  # released: nothing listens there
+    with pytest.raises(ClusterUnreachableError) as refused:
+        check_reachable(f"127.0.0.1:{closed}")
+    assert str(refused.value) == (
+        f"cannot reach the Ray cluster at 127.0.0.1:{closed} (connection refused): check "
+        "that the cluster is up and that this is its head's address as seen from here, "
+        "host:6379 (its GCS) or ray://host:10001 (Ray Client)"
+    )
+    assert isinstance(refused.value, ConnectionError)
+    with pytest.raises(ClusterUnreachableError, match=rf"ray://127\.0\.0\.1:{closed} \(conn"):
+        check_reachable(f"ray://127.0.0.1:{closed}")
+    with _full_port() as port, pytest.raises(ClusterUnreachableError) as silent:
+        check_reachable(f"127.0.0.1:{port}", timeout=0.2)
+    assert f"127.0.0.1:{port} (no connection within 0.2 s)" in str(silent.value)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = int(listener.getsockname()[1])
+        for reachable in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", f"localhost:{port}"):
+            check_reachable(reachable)
+    # Ray's own to resolve: no address (a local Ray), the running one, another scheme
+    for left_to_ray in (None, "", "auto", "local", f"anyscale://127.0.0.1:{closed}"):
+        check_reachable(left_to_ray)
+
+
+def test_a_replay_sent_where_no_cluster_listens_stops_at_once_and_says_why(
+    tmp_path: Path,
+) -> None:
+    import ray
+
+    capture = tmp_path / "capture.jsonl"
+    write_capture(capture, [a_trace("s0", turn) for turn in range(3)])
+    closed = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # Ray itself would try this address again for a quarter of an hour: the deadline of
+    # _replay (120 s) fails the test long before
+    given = {"option": f"127.0.0.1:{closed}", "environment": f"ray://127.0.0.1:{closed}"}
+    by_option = _replay(
+        Cluster("", env), str(capture), "--engine", "ray", "--ray-address", given["option"]
+    )
+    by_environment = _replay(
+        Cluster("", {**env, "RAY_ADDRESS": given["environment"]}), str(capture), "--engine", "ray"
+    )
+    for address, done in zip(given.values(), (by_option, by_environment), strict=True):
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            f"agenteval: error: cannot reach the Ray cluster at {address} (connection refused): "
+            "check that the cluster is up and that this is its head's address as seen from "
+            "here, host:6379 (its GCS) or ray://host:10001 (Ray Client)\n"
+        )
+        assert done.stdout == ""
+    # the same from Python, before Ray starts in this process
+    assert not ray.is_initialized()
+    with pytest.raises(ClusterUnreachableError, match=f"127.0.0.1:{closed} \\(connection"):
+        replay(capture, engine="ray", ray_address=f"127.0.0.1:{closed}")
+    assert not ray.is_initialized()

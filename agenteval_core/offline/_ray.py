@@ -30,6 +30,7 @@ import io
 import logging
 import os
 import pickle
+import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import IO, Any, Unpack
 
 import numpy as np
 
-from .._errors import CaptureError, CaptureFormatError, os_error_at
+from .._errors import CaptureError, CaptureFormatError, ClusterUnreachableError, os_error_at
 from ..engine._engine import MAX_OPEN_SESSIONS, Engine
 from ..engine._sinks import (
     Sink,
@@ -104,6 +105,45 @@ SCORER_BYTES = 16 << 20
 worker process, agenteval's imports, the metrics and the embedder's model) costs about what
 scoring this many bytes of traces takes. 200 traces on 2 CPUs took 1.25–1.38 s with one
 scorer, 1.51–1.71 s with two (two runs of three pairs each)."""
+
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds a replay waits for the named cluster's address to accept a connection before it
+gives up with :class:`~agenteval_core.ClusterUnreachableError`. Ray itself, given an address
+where nothing listens, tries again for a quarter of an hour (``host:port``) or half a minute
+(``ray://``) without a word."""
+RAY_CLIENT_PORT = 10001
+"""The Ray Client server's port when a ``ray://`` address names none (Ray's default)."""
+
+
+def check_reachable(address: str | None, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Raise :class:`~agenteval_core.ClusterUnreachableError` unless ``address``, when it
+    names a host and port (``host:port``, a cluster's GCS; ``ray://host[:port]``, its Ray
+    Client server), accepts a TCP connection within ``timeout`` seconds. Other addresses
+    (``None``, ``auto``, ``local``, another scheme) are Ray's to resolve."""
+    if not address:
+        return
+    scheme, _, location = address.rpartition("://")
+    if scheme not in ("", "ray"):
+        return
+    host, colon, port = location.rpartition(":")
+    if not colon or "]" in port:  # no port, or a bare IPv6 address: "[::1]"
+        host, port = location, str(RAY_CLIENT_PORT) if scheme else ""
+    if not port.isdigit():  # "auto", "local"
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        if isinstance(exc, TimeoutError):
+            reason = f"no connection within {timeout:g} s"
+        else:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ClusterUnreachableError(
+            f"cannot reach the Ray cluster at {address} ({reason[:1].lower()}{reason[1:]}): "
+            "check that the cluster is up and that this is its head's address as seen from "
+            "here, host:6379 (its GCS) or ray://host:10001 (Ray Client)"
+        ) from exc
 
 
 def scorer_count(node_cpus: Sequence[float], total_bytes: int) -> int:
@@ -589,8 +629,10 @@ def replay_on_ray(
         asyncio.run(preflight())
     started_here = not ray.is_initialized()
     if started_here:
+        address = address or os.environ.get("RAY_ADDRESS")
+        check_reachable(address)
         ray.init(
-            address=address or os.environ.get("RAY_ADDRESS"),
+            address=address,
             include_dashboard=False,
             logging_level=logging.ERROR,
             configure_logging=False,
