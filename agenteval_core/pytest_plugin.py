@@ -87,11 +87,11 @@ def assert_pass_k(
 ) -> SuiteReport:
     """Run ``agent`` on each case ``attempts`` times (default k) and fail when the suite's
     pass@k or pass^k (the headline: the posterior mean of the mean over cases, see
-    :class:`SuiteReport`) falls below the given bounds; the message shows each case's passes
-    and why its attempts failed. Attempts pass as in :meth:`EvalSuite.arun`: a run that did
+    :class:`SuiteReport`) falls below the given bounds, or, given neither bound, when any
+    attempt failed; the message shows each case's passes and why its attempts failed. Attempts pass as in :meth:`EvalSuite.arun`: a run that did
     not complete, or that no metric scored, is a failure. Each case is scored by ``metrics``
     and by the checks it names itself (a regression case's ``metrics``)."""
-    from .suite._suite import EvalSuite
+    from .suite._suite import EvalSuite, without_bounds
 
     suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
     report = suite.run(agent, k=k, attempts=attempts, estimator=estimator, progress=False)
@@ -102,6 +102,8 @@ def assert_pass_k(
         problems.append(f"pass@{k} {report.pass_at_k:.3f} < {min_pass_at_k}")
     if min_pass_pow_k is not None and report.pass_pow_k < min_pass_pow_k:
         problems.append(f"pass^{k} {report.pass_pow_k:.3f} < {min_pass_pow_k}")
+    if min_pass_at_k is None and min_pass_pow_k is None:
+        problems += without_bounds(report, "min_pass_at_k or min_pass_pow_k")
     if problems:
         passes = ", ".join(f"{c.label}: {c.passes}/{len(c.runs)}" for c in report.cases)
         why = sorted({run.reason for c in report.cases for run in c.runs if not run.passed})

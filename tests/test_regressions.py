@@ -249,6 +249,35 @@ def test_suite_passes_the_fixed_agent_and_fails_the_broken_one(
     assert failures[0].get("message", "").startswith("3/3 attempts failed: tool_failures 0.500")  # type: ignore[union-attr]
 
 
+def test_a_suite_given_no_bound_fails_on_any_failed_attempt(
+    cases_file: Path, tmp_path: Path
+) -> None:
+    # `agenteval suite CASES --agent ...` alone in CI: a gate, never a pass for any agent
+    agent, junit = str(HERE / "hotel_agent.py"), tmp_path / "junit.xml"
+    ids = [case.id for case in read_cases(cases_file)]
+    fixed = CliRunner().invoke(cli, ["suite", str(cases_file), "--agent", f"{agent}:fixed_agent"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "no regression recurs: every attempt of every case passed" in fixed.output
+    broken = CliRunner().invoke(
+        cli,
+        ["suite", str(cases_file), "--agent", f"{agent}:broken_agent", "--junit", str(junit)],
+        env={"COLUMNS": "200"},
+    )
+    assert broken.exit_code == 1, broken.output
+    problem = (
+        f"{len(ids)} of {len(ids)} case(s) failed an attempt ({', '.join(ids)}); with no "
+        "--min-pass-at-k, --min-pass-pow-k or --baseline, every attempt must pass"
+    )
+    assert broken.output.endswith(f"agenteval: error: {problem}\n")
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    [gate] = [
+        case for case in suite.findall("testcase") if case.get("name") == "agenteval suite gate"
+    ]
+    failure = gate.find("failure")
+    assert failure is not None and failure.get("message") == problem
+
+
 def test_suite_refuses_bad_input_in_one_line(cases_file: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     bad_agent = runner.invoke(cli, ["suite", str(cases_file), "--agent", "no_such_module:run"])

@@ -91,6 +91,25 @@ def test_the_two_in_ten_agent_fails_the_suite_and_the_bound(kind: str) -> None:
         )
 
 
+def test_given_no_bound_the_assertion_fails_on_any_failed_attempt() -> None:
+    # an assertion that names no bound asserts every attempt: the 2-in-10 agent fails it
+    with pytest.raises(AssertionError) as failed:
+        assert_pass_k(hotel("case"), BOOKING_CASE, ["end_state"], k=1, attempts=10)
+    # 2/10: 7 bookings failed, and the attempt that claims one made no call (booked: false)
+    assert str(failed.value) == (
+        "agenteval: 1 of 1 case(s) failed an attempt (book-rome); with no min_pass_at_k or "
+        "min_pass_pow_k, every attempt must pass (passes per case: book-rome: 2/10); "
+        "attempts failed because: end_state 0.000 < 1: 0 of 1 end-state fields as expected"
+    )
+
+    def always_books(question: str) -> EvalCase:
+        trace = hotel_agent.traced(question, booking_fails=False, behaviour="book")
+        return EvalCase(trace=trace, actual_state={"booked": True})
+
+    report = assert_pass_k(always_books, BOOKING_CASE, ["end_state"], k=1, attempts=3)
+    assert [case.passes for case in report.cases] == [3]
+
+
 def test_the_failed_bookings_fail_on_the_trace_alone_with_tool_failures() -> None:
     suite = (
         EvalSuite("booking")

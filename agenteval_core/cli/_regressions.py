@@ -26,7 +26,7 @@ from ..suite._cases import (
     read_cases,
     write_cases,
 )
-from ..suite._suite import EvalSuite, SuiteReport
+from ..suite._suite import EvalSuite, SuiteReport, without_bounds
 from ._main import RunProblem, UserError, _split_names, capture_files, cli
 
 __all__ = ["load_agent"]
@@ -153,7 +153,7 @@ def load_agent(spec: str) -> Callable[..., Any]:
 
 
 def _recurring(console: Console, report: SuiteReport) -> None:
-    shown = [case for case in report.cases if case.passes < len(case.runs)]
+    shown = report.failed_cases()
     if not shown:
         console.print("no regression recurs: every attempt of every case passed")
         return
@@ -275,7 +275,8 @@ def suite_command(
     """Run the agent on every case of CASES (an `agenteval cases` file) --attempts times and
     score each run with its case's checks: per case pass@k / pass^k with credible
     intervals, which regressions recur, and exit 1 when a bound is missed or a case
-    credibly regressed against --baseline."""
+    credibly regressed against --baseline. With neither, every attempt of every case must
+    pass."""
     cases = read_cases(cases_file)
     previous = SuiteReport.load(baseline) if baseline else None
     agent = load_agent(agent_spec)
@@ -304,6 +305,8 @@ def suite_command(
         if comparison.regressions:
             labels = ", ".join(case.label for case in comparison.regressions)
             problems.append(f"{len(comparison.regressions)} case(s) regressed: {labels}")
+    if min_pass_at_k is None and min_pass_pow_k is None and previous is None:
+        problems += without_bounds(report, "--min-pass-at-k, --min-pass-pow-k or --baseline")
     if save:
         report.save(save)
         click.echo(f"report saved to {save}")

@@ -130,6 +130,10 @@ class SuiteReport(BaseModel):
     attempts: int
     pooled: PassKEstimate
 
+    def failed_cases(self) -> list[CaseReport]:
+        """The cases with an attempt that did not pass, in case order."""
+        return [case for case in self.cases if case.passes < len(case.runs)]
+
     def summary(self) -> str:
         """The summary as plain text (also what ``str(report)`` shows): each table at
         ``$COLUMNS`` when set, else as wide as it needs."""
@@ -218,6 +222,20 @@ class SuiteReport(BaseModel):
                 f"{path}: not a suite report (--save output): {describe_validation(exc)}"
             ) from None
         return report
+
+
+def without_bounds(report: SuiteReport, bounds: str) -> list[str]:
+    """Why ``report`` fails a gate that was given no bound (``bounds`` names those it could
+    have been given): for any failed attempt, as a test runner fails for any failed test. A
+    gate that names no bound must never pass an agent that fails its cases."""
+    failed = [case.label for case in report.failed_cases()]
+    if not failed:
+        return []
+    shown = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+    return [
+        f"{len(failed)} of {len(report.cases)} case(s) failed an attempt ({shown}); with no "
+        f"{bounds}, every attempt must pass"
+    ]
 
 
 def _flatten(items: Iterable[Any]) -> list[Any]:
