@@ -603,6 +603,34 @@ def test_close_accounts_for_every_captured_trace(
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
+def test_a_trace_finished_after_close_is_counted_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # an agent thread still running when the evaluator closed (at exit): its capture is
+    # closed, so its traces are lost; they are counted, never missing from the sums
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "c.jsonl", results_path=tmp_path / "r.jsonl", log=False
+    )
+    before = trace("in time", session="s")
+    evaluator.submit(before)
+    evaluator.close()
+    late = [trace(f"late {i}", session="s") for i in range(2)]
+    with caplog.at_level("WARNING", logger="agenteval"):
+        for item in late:
+            evaluator.submit(item)
+    stats = evaluator.stats
+    assert (stats.submitted, stats.captured, stats.capture_errors) == (3, 1, 2)
+    assert (stats.scored, stats.dropped_from_scoring) == (1, 2)
+    assert stats.uncaptured_trace_ids == stats.unscored_trace_ids == [t.id for t in late]
+    assert stats.problems == {}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"agenteval: trace {late[0].id} finished after the evaluator was closed: neither "
+        "captured nor scored (counted, with any later ones, in stats.capture_errors and "
+        "stats.dropped_from_scoring); close the evaluator after the agent's last run"
+    ]
+    assert [t.output for t in read_capture(tmp_path / "c.jsonl")] == ["in time"]
+
+
 class LoopHoggingMetric(Metric):
     """A slow metric not marked ``blocking``: it holds the scoring loop while it runs, so
     closing the sessions and stopping the loop wait behind it too."""

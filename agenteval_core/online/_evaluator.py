@@ -72,7 +72,8 @@ class EvaluatorStats:
     """Counts of what the evaluator did; nothing is dropped silently.
 
     Every ``submitted`` trace is either ``captured`` or counted in ``capture_errors`` (a
-    failed write, e.g. a full disk; the first 10,000 ids in ``uncaptured_trace_ids``), and
+    failed write, e.g. a full disk, or a trace finished after ``close``; the first 10,000
+    ids in ``uncaptured_trace_ids``), and
     either ``scored``, ``dropped_from_scoring`` (the first 10,000 ids in
     ``unscored_trace_ids``; replay the capture to score them) or still queued. After
     ``close``: ``submitted == captured + capture_errors == scored + dropped_from_scoring``
@@ -254,6 +255,7 @@ class OnlineEvaluator:
         self.batch_delay = batch_delay
         self._in_scoring: dict[str, None] = {}  # ids handed to scoring and not yet scored
         self._failing_writes = 0  # capture writes failed in a row (logged at the first)
+        self._finished_after_close = 0  # traces submitted to a closed capture
         self._idle = threading.Condition()
         self._closed = False
         self._hurry = threading.Event()
@@ -312,8 +314,11 @@ class OnlineEvaluator:
             self.stats.submitted += 1
             if self.redactor is not None:
                 trace = self.redactor.trace(trace)  # before it is written, scored or sent
-            if self._capture is not None and not self._capture.closed:
-                self._write_capture(trace)
+            if self._capture is not None:
+                if self._capture.closed:
+                    self._after_close(trace.id)
+                else:
+                    self._write_capture(trace)
             with self._idle:
                 full = self._closed or len(self._in_scoring) >= self.queue_size
                 if not full:
@@ -332,10 +337,8 @@ class OnlineEvaluator:
         try:
             self._capture.write(trace)
         except Exception as exc:
-            self.stats.capture_errors += 1
+            self._uncaptured(trace.id)
             self._failing_writes += 1
-            if len(self.stats.uncaptured_trace_ids) < MAX_LISTED_IDS:
-                self.stats.uncaptured_trace_ids.append(trace.id)
             if self._failing_writes == 1:
                 logger.error(
                     "agenteval could not capture trace %s: %s: %s; it is still scored, and "
@@ -353,6 +356,25 @@ class OnlineEvaluator:
                 self._failing_writes,
             )
             self._failing_writes = 0
+
+    def _uncaptured(self, trace_id: str) -> None:
+        self.stats.capture_errors += 1
+        if len(self.stats.uncaptured_trace_ids) < MAX_LISTED_IDS:
+            self.stats.uncaptured_trace_ids.append(trace_id)
+
+    def _after_close(self, trace_id: str) -> None:
+        """A trace finished after ``close`` (an agent thread still running at exit): its
+        capture is closed, so it is counted as not captured, and below as not scored."""
+        self._uncaptured(trace_id)
+        self._finished_after_close += 1
+        if self._finished_after_close == 1:
+            logger.warning(
+                "agenteval: trace %s finished after the evaluator was closed: neither "
+                "captured nor scored (counted, with any later ones, in stats.capture_errors "
+                "and stats.dropped_from_scoring); close the evaluator after the agent's last "
+                "run",
+                trace_id,
+            )
 
     def problem(self, kind: str, exc: BaseException, consequence: str) -> None:
         """Count a failure of agenteval's own that was kept from the agent, and say it at
@@ -479,7 +501,8 @@ class OnlineEvaluator:
         Safe to call twice. Traces not scored by then are counted in
         ``stats.dropped_from_scoring`` and listed in ``stats.unscored_trace_ids`` (so
         ``submitted == scored + dropped_from_scoring`` after close), and a warning says so;
-        traces finished after close are still captured if the capture is open, and counted.
+        a trace finished after close is neither captured nor scored, counted in
+        ``stats.capture_errors`` and ``stats.dropped_from_scoring``, and said once.
         A close from another thread meanwhile (the exit hook, SIGTERM) waits for this one.
         """
         if self._closed:
