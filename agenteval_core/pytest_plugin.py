@@ -88,9 +88,10 @@ def assert_pass_k(
     """Run ``agent`` on each case ``attempts`` times (default k) and fail when the suite's
     pass@k or pass^k (the headline: the posterior mean of the mean over cases, see
     :class:`SuiteReport`) falls below the given bounds, or, given neither bound, when any
-    attempt failed; the message shows each case's passes and why its attempts failed. Attempts pass as in :meth:`EvalSuite.arun`: a run that did
-    not complete, or that no metric scored, is a failure. Each case is scored by ``metrics``
-    and by the checks it names itself (a regression case's ``metrics``)."""
+    attempt failed; the message shows each case's passes and why its attempts failed.
+    Attempts pass as in :meth:`EvalSuite.arun`: a run that did not complete, or that no
+    metric scored, is a failure. Each case is scored by ``metrics`` and by the checks it
+    names itself (a regression case's ``metrics``)."""
     from .suite._suite import EvalSuite, without_bounds
 
     suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
