@@ -8,6 +8,8 @@
     │       └── SchemaVersionError  a line was written by a newer schema version
     ├── ResultsWriteError           a replay's results file lacks lines whose write failed
     │                               (a full disk); carries the replay's report
+    ├── ClusterUnreachableError     nothing accepts a connection at the Ray cluster's address
+    │                               (also a ConnectionError)
     └── JudgeError                  a judge could not produce a usable reply (``kind`` says
         │                           which way, ``usage`` what the attempt cost)
         ├── JudgeConfigError        found before scoring: no API key, a bad URL, a refused
@@ -43,6 +45,7 @@ __all__ = [
     "AgentEvalError",
     "CaptureError",
     "CaptureFormatError",
+    "ClusterUnreachableError",
     "ErrorKind",
     "JudgeBudgetError",
     "JudgeConfigError",
