@@ -1,4 +1,6 @@
-"""The pytest plugin, run in a real inner pytest session (pytester)."""
+"""The pytest plugin, run in a real inner pytest session (pytester), each in a process of its
+own: pytester's in-process run forgets the modules the inner session imported, and numpy's,
+imported again by a later test of the outer session, refuses to load twice."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def test_assert_eval_failure_names_score_threshold_and_reason(pytester: pytest.P
             assert_eval(case(["search"]), ["tool_call_accuracy", "tool_selection_f1"])
         """
     )
-    result = pytester.runpytest("--agenteval-report", "report.json")
+    result = pytester.runpytest_subprocess("--agenteval-report", "report.json")
     result.assert_outcomes(passed=1, failed=1)
     # tool_call_accuracy: 1 of 2 → 0.5 < 0.7; F1: 2·1/(2+1) = 0.667 < 0.7
     result.stdout.fnmatch_lines(
@@ -76,7 +78,7 @@ def test_k_runs_fixture_asserts_pass_k_bounds(pytester: pytest.Pytester) -> None
             agenteval_k_runs(flaky_agent(), CASE, ["tool_call_accuracy"], k=2, attempts=4, min_pass_pow_k=0.9)
         """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
