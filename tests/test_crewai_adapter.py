@@ -164,6 +164,23 @@ def test_llm_failure_at_the_root_is_captured(listener: AgentEvalListener) -> Non
     assert trace.error is not None and "model endpoint down" in trace.error
 
 
+def test_a_failed_kickoff_is_captured_under_a_scope_an_earlier_run_left_open(
+    listener: AgentEvalListener,
+) -> None:
+    # a run that failed earlier on this thread can leave CrewAI's event scope stack holding
+    # one of its events: every later kickoff's events name it as their parent
+    from crewai.events.event_context import event_scope
+
+    def broken(messages: Any) -> str:
+        raise ConnectionError("model endpoint down")
+
+    with event_scope("left-by-an-earlier-run", "task_started"), pytest.raises(ConnectionError):
+        crew_for(ScriptedLLM(model="scripted", reply=broken)).kickoff()
+    [trace] = captured_by(listener)
+    assert trace.status == "error"
+    assert trace.error is not None and "model endpoint down" in trace.error
+
+
 def test_concurrent_crews_do_not_mix(listener: AgentEvalListener) -> None:
     def run(order: str) -> None:
         llm = ScriptedLLM(

@@ -289,8 +289,11 @@ class Translator:
         if name == "TaskFailedEvent":
             task = _task_id(event)
             keys = [k for k in (self._executions.get(task), self._tasks.get(task)) if k] or keys
-        elif name == "CrewKickoffFailedEvent":  # its parent is the kickoff's start event
-            keys = [event.parent_event_id or self.assembler.root_key(started) or started]
+        elif name == "CrewKickoffFailedEvent":
+            # the root of the span it names (the kickoff itself, or its task); its parent
+            # only when that span is gone: the parent comes from CrewAI's scope stack, which
+            # a run that failed earlier on this thread may have left holding its own events
+            keys = [self.assembler.root_key(started) or event.parent_event_id or started]
         self._forget(name, event)
         for key in keys:
             self.assembler.end_span(key, error=error, end_time=at)
