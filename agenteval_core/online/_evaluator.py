@@ -255,7 +255,7 @@ class OnlineEvaluator:
         self.batch_delay = batch_delay
         self._in_scoring: dict[str, None] = {}  # ids handed to scoring and not yet scored
         self._failing_writes = 0  # capture writes failed in a row (logged at the first)
-        self._finished_after_close = 0  # traces submitted to a closed capture
+        self._said_late_trace = False  # a trace submitted after close was logged
         self._idle = threading.Condition()
         self._closed = False
         self._hurry = threading.Event()
@@ -366,8 +366,8 @@ class OnlineEvaluator:
         """A trace finished after ``close`` (an agent thread still running at exit): its
         capture is closed, so it is counted as not captured, and below as not scored."""
         self._uncaptured(trace_id)
-        self._finished_after_close += 1
-        if self._finished_after_close == 1:
+        if not self._said_late_trace:
+            self._said_late_trace = True
             logger.warning(
                 "agenteval: trace %s finished after the evaluator was closed: neither "
                 "captured nor scored (counted, with any later ones, in stats.capture_errors "
