@@ -5,7 +5,9 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
 
 - On the agent's thread, each framework callback becomes one event, a ``NamedTuple`` whose
   first field is the translator method that handles it, put on the evaluator's
-  :class:`Recorder` (``recorder.put``: a lock-free queue put, nothing else).
+  :class:`Recorder` (``recorder.pump.put``: a lock-free queue put, nothing else; keep the
+  pump and read its ``put`` at each call, since the pump renews it after ``fork()`` and at
+  close).
 - On the recorder's one thread the translator maps the event to spans with its
   :class:`TraceAssembler` (``recorder.assembler(framework)``): ``start_span``,
   ``end_span``, ``annotate``, ``mark``; every optional field is read under

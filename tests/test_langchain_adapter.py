@@ -420,6 +420,53 @@ def test_handler_never_raises_when_evaluation_fails(tmp_path: Path) -> None:
     evaluator.close()
 
 
+def test_a_run_that_ends_after_close_is_accounted_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # an agent thread still running when the evaluator is closed (the exit hook, or a
+    # `with` block left early): its events after close were queued where no thread read them
+    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", log=False)
+    handler = AgentEvalCallbackHandler(evaluator)
+    in_tool, release = threading.Event(), threading.Event()
+
+    @tool
+    def slow_lookup(order_id: str) -> str:
+        """Status of an order by id."""
+        in_tool.set()
+        release.wait(10)
+        return "shipped"
+
+    script = [
+        AIMessage(content="", tool_calls=[tool_call("slow_lookup", "c1", order_id="A-1")]),
+        AIMessage(content="A-1 has shipped."),
+    ]
+    replies: list[str] = []
+
+    def run() -> None:
+        agent = create_agent(ScriptedChatModel(replies=script), tools=[slow_lookup])
+        result = agent.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
+        replies.append(result["messages"][-1].content)
+
+    agent_thread = threading.Thread(target=run)
+    agent_thread.start()
+    assert in_tool.wait(10)
+    evaluator.close()
+    with caplog.at_level("WARNING", logger="agenteval"):
+        release.set()
+        agent_thread.join(10)
+        run()  # a whole run after close
+    assert replies == ["A-1 has shipped.", "A-1 has shipped."]  # the agent never noticed
+    stats = evaluator.stats
+    assert (stats.submitted, stats.captured, stats.capture_errors) == (2, 0, 2)
+    assert (stats.scored, stats.dropped_from_scoring) == (0, 2)
+    assert len(stats.uncaptured_trace_ids) == 2
+    assert stats.uncaptured_trace_ids == stats.unscored_trace_ids
+    assert evaluator.recorder.pump.errors == 0
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f"agenteval: trace {stats.uncaptured_trace_ids[0]} finished after ")
+    assert not (tmp_path / "c.jsonl").read_text()
+
+
 def test_a_hundred_handlers_share_the_evaluators_one_thread(evaluator: OnlineEvaluator) -> None:
     before = {thread.ident for thread in threading.enumerate()}
     handlers = [AgentEvalCallbackHandler(evaluator, session_id=f"user-{i}") for i in range(100)]

@@ -598,3 +598,79 @@ def test_the_ray_results_writer_names_the_file_a_full_disk_refused() -> None:
     with pytest.raises(OSError) as raised, _ResultsOut("/dev/full", 1) as results:
         results.write(0, b'{"trace_id": "t"}\n')  # buffered: the disk refuses it at close
     assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, "/dev/full")
+
+
+FORKED_ADAPTERS = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.llms import ChatMessage, MessageRole
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from agenteval_core import OnlineEvaluator, read_capture
+    from agenteval_langchain import AgentEvalCallbackHandler
+    from agenteval_langchain.testing import ScriptedChatModel, tool_call
+    from agenteval_llamaindex import instrument
+
+    def lookup_order(order_id: str) -> str:
+        \"\"\"Status of an order by id.\"\"\"
+        return "shipped"
+
+    def langchain_run(handler, who):
+        script = [
+            AIMessage(content="", tool_calls=[tool_call("lookup_order", "c1", order_id=who)]),
+            AIMessage(content=f"{who}: shipped"),
+        ]
+        create_agent(ScriptedChatModel(replies=script), tools=[lookup_order]).invoke(
+            {"messages": [("user", f"langchain {who}")]}, config={"callbacks": [handler]}
+        )
+
+    def llamaindex_run(who):
+        reply = ChatMessage(role=MessageRole.ASSISTANT, content=f"{who}: shipped")
+        llm = MockFunctionCallingLLM(response_generator=lambda messages, **_: reply)
+        agent = FunctionAgent(tools=[lookup_order], llm=llm)
+
+        async def run():
+            return await agent.run(user_msg=f"llamaindex {who}")
+
+        asyncio.run(run())
+
+    # made before the fork, as a web server's app is when its workers are forked from it
+    evaluator = OnlineEvaluator(capture=sys.argv[1], log=False)
+    handler = AgentEvalCallbackHandler(evaluator)
+    instrument(evaluator)
+    langchain_run(handler, "parent")
+    assert evaluator.flush(30)
+    pid = os.fork()
+    if pid == 0:
+        langchain_run(handler, "child")
+        llamaindex_run("child")
+        ok = evaluator.flush(30)
+        evaluator.close(30)
+        os._exit(0 if ok and evaluator.stats.captured == 3 else 3)
+    _, status = os.waitpid(pid, 0)
+    evaluator.close(30)
+    print(os.waitstatus_to_exitcode(status))
+    for trace in read_capture(sys.argv[1]):
+        print(trace.framework, trace.status, trace.output, [c.arguments for c in trace.tool_calls()])
+    """
+)
+
+
+def test_handlers_made_before_a_fork_record_the_childs_runs(tmp_path: Path) -> None:
+    # gunicorn --preload, Celery's prefork pool: the handler is made in the parent, and each
+    # worker's runs were queued where only the parent's (absent) thread would read them
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_ADAPTERS, str(tmp_path / "c.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "0",
+        "langchain ok parent: shipped [{'order_id': 'parent'}]",
+        "langchain ok child: shipped [{'order_id': 'child'}]",
+        "llamaindex ok child: shipped []",
+    ]

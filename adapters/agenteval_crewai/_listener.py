@@ -86,13 +86,15 @@ class AgentEvalListener(BaseEventListener):
         super().__init__()
 
     def setup_listeners(self, crewai_event_bus: Any) -> None:
-        put, handle = self.recorder.put, self.translator.handle
+        # ``put`` is read from the pump at each event: the pump renews it after a fork and
+        # at close
+        pump, handle = self.recorder.pump, self.translator.handle
 
         async def record(source: Any, event: Any, *_: Any) -> None:
             # CrewAI runs this in a context copied from the code that emitted the event, so
             # the session of agenteval_core.session(...) is seen here, not on the recorder's
             if self._active:
-                put(BusEvent(handle, event, time.time(), source, current_session()))
+                pump.put(BusEvent(handle, event, time.time(), source, current_session()))
 
         for name in EVENT_NAMES:
             crewai_event_bus.on(getattr(crew_events, name))(record)

@@ -124,7 +124,7 @@ def _make_hook(name: str) -> Any:
     ) -> None:
         if parent_run_id is None and (session := current_session()) is not None:
             kwargs[SESSION_KWARG] = session  # read here: the recorder's thread cannot see it
-        self._put(Event(self._handlers[name], run_id, parent_run_id, args, kwargs, _now()))
+        self._pump.put(Event(self._handlers[name], run_id, parent_run_id, args, kwargs, _now()))
         if self._guard is not None:
             self._guard.event(name, args, kwargs, run_id, parent_run_id)
 
@@ -152,7 +152,9 @@ class _HandlerSetup:
         # With the guard on, calls are checked on the agent's thread before they run;
         # otherwise the recorder's thread watches them as it records them.
         self._translator = Translator(recorder, session_id=session_id, watch_loops=not stop_on_loop)
-        self._put = recorder.put  # the hot path reads these three attributes only
+        # the hot path reads these three attributes only; ``put`` is read from the pump at
+        # each call, since the pump renews it after a fork and at close
+        self._pump = recorder.pump
         self._handlers = self._translator.handlers
         self._guard = _Guard(self.evaluator, self._translator) if stop_on_loop else None
         self.raise_error = stop_on_loop

@@ -49,8 +49,9 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
 
     def __init__(self, instrumentation: LlamaIndexInstrumentation) -> None:
         super().__init__()
-        # bound once: the hot path reads attributes and puts, nothing else
-        self._put = instrumentation.recorder.put
+        # bound once: the hot path reads attributes and puts, nothing else (``put`` is read
+        # from the pump at each call: the pump renews it after a fork and at close)
+        self._pump = instrumentation.recorder.pump
         translator = instrumentation.translator
         self._on_start, self._on_exit = translator.on_start, translator.on_exit
         self._on_drop = translator.on_drop
@@ -71,7 +72,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
     ) -> SimpleSpan | None:
         if (session := current_session()) is not None:  # read here: the recorder cannot see it
             tags = {**(tags or {}), SESSION_TAG: session}
-        self._put(
+        self._pump.put(
             SpanStarted(
                 self._on_start, id_, parent_span_id, instance, bound_args, tags, time.time()
             )
@@ -88,7 +89,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         result: Any | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put(SpanExited(self._on_exit, id_, result, time.time()))
+        self._pump.put(SpanExited(self._on_exit, id_, result, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
         return None
@@ -101,7 +102,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         err: BaseException | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._put(SpanDropped(self._on_drop, id_, err, time.time()))
+        self._pump.put(SpanDropped(self._on_drop, id_, err, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
         return None
@@ -110,7 +111,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
 class _EventHandler(BaseEventHandler):
     """Records instrumentation events (LLM chat start and end)."""
 
-    put: Any = None
+    pump: Any = None
     translate: Any = None
 
     @classmethod
@@ -118,7 +119,7 @@ class _EventHandler(BaseEventHandler):
         return "AgentEvalEventHandler"
 
     def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.put(Instrumented(self.translate, event, time.time()))
+        self.pump.put(Instrumented(self.translate, event, time.time()))
 
 
 class LlamaIndexInstrumentation:
@@ -157,7 +158,7 @@ class LlamaIndexInstrumentation:
         self.runs = RunRoots()
         self._span_handler = _SpanHandler(self)
         self._event_handler = _EventHandler()
-        self._event_handler.put = self.recorder.put
+        self._event_handler.pump = self.recorder.pump
         self._event_handler.translate = self.translator.on_event
         self._handlers: dict[str, tuple[Any, asyncio.AbstractEventLoop]] = {}
         self._watchers: set[asyncio.Future[None]] = set()

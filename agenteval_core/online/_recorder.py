@@ -74,9 +74,12 @@ class EventPump:
 
     An event is a tuple whose first item is the function that handles it (it receives the
     whole tuple). ``put`` is the adapters' hot path: a ``SimpleQueue.put``, which never blocks
-    and never raises. Events are never dropped (they become the capture); exceptions in a
-    handler are logged once per kind and swallowed. After ``fork()`` the child gets a fresh
-    queue and thread, so nothing the parent had queued is handled twice.
+    and never raises. Read ``pump.put`` at each call and never keep it: it is renewed after
+    ``fork()`` (the child gets a fresh queue and thread, so nothing the parent had queued is
+    handled twice) and at close. Events are never dropped (they become the capture); one put
+    after :meth:`close` (an agent still running) is handled on the thread that puts it, so
+    its run still reaches the evaluator, which accounts for it. Exceptions in a handler are
+    logged once per kind and swallowed.
     """
 
     def __init__(self, *, name: str = "agenteval-pump") -> None:
@@ -84,13 +87,16 @@ class EventPump:
         self.handled = 0
         self.errors = 0
         self._logged: set[str] = set()
+        # held while events are handled off the pump's thread (after close): one at a time,
+        # in order; reentrant, since a handler may put an event of its own
+        self._late = threading.RLock()
         self._start()
         renew_after_fork(self)
 
     def _start(self) -> None:
         self.closed = False
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.put = self._queue.put  # bound once: the hot path is a single C call
+        self.put: Callable[[Any], None] = self._queue.put  # the hot path: one C call
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
@@ -99,36 +105,66 @@ class EventPump:
         while True:
             event = get()
             if event is _STOP:
+                self._hand_over()
                 return
-            if isinstance(event, _Marker):
-                event.done.set()
-                continue
+            self._handle(event)
+
+    def _handle(self, event: Any) -> None:
+        if isinstance(event, _Marker):
+            event.done.set()
+            return
+        try:
+            event[0](event)
+        except Exception as exc:
+            self.errors += 1
+            kind = f"{type(exc).__name__}:{getattr(event[0], '__qualname__', '?')}"
+            if kind not in self._logged:
+                self._logged.add(kind)
+                logger.warning(
+                    "agenteval could not record an event (%s): %s", kind, exc, exc_info=exc
+                )
+        self.handled += 1
+
+    def _hand_over(self) -> None:
+        """The thread stops: from now on each event is handled as it is put, after what an
+        agent thread queued meanwhile."""
+        with self._late:
+            self.put = self._handle_now
+            self._drain()
+
+    def _handle_now(self, event: Any) -> None:
+        # an adapter that read ``put`` just before the hand-over queued its event: first
+        with self._late:
+            self._drain()
+            self._handle(event)
+
+    def _drain(self) -> None:
+        while True:
             try:
-                event[0](event)
-            except Exception as exc:
-                self.errors += 1
-                kind = f"{type(exc).__name__}:{getattr(event[0], '__qualname__', '?')}"
-                if kind not in self._logged:
-                    self._logged.add(kind)
-                    logger.warning(
-                        "agenteval could not record an event (%s): %s", kind, exc, exc_info=exc
-                    )
-            self.handled += 1
+                event = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if event is not _STOP:
+                self._handle(event)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event put before this call is handled; False on timeout."""
         if not self._thread.is_alive():
+            with self._late:  # closed: what an adapter queued during the hand-over
+                self._drain()
             return True
         marker = _Marker()
         self._queue.put(marker)
         return marker.done.wait(timeout)
 
     def _after_fork(self) -> None:
+        self._late = threading.RLock()  # a parent thread may have held it
         if not self.closed:  # a fresh queue: what the parent queued is the parent's
             self._start()
 
     def close(self, timeout: float | None = None) -> None:
-        """Handle what is queued, then stop the thread."""
+        """Handle what is queued, then stop the thread; later events are handled as they
+        are put."""
         self.closed = True
         if self._thread.is_alive():
             self._queue.put(_STOP)
@@ -143,9 +179,10 @@ class Recorder:
     checks their tool calls. Alerts are delivered to the evaluator on the pump's thread
     (named ``agenteval-recorder``), whichever thread raised them.
 
-    Adapters use three things: ``put`` (the hot path), :meth:`assembler` (one per adapter
-    object, used only on the pump's thread) and :meth:`check_tool_call` (on the agent's
-    thread, before a tool runs, when the adapter stops loops).
+    Adapters use three things: ``pump.put`` (the hot path; keep the pump, not its ``put``,
+    which is renewed after a fork and at close), :meth:`assembler` (one per adapter object,
+    used only on the pump's thread) and :meth:`check_tool_call` (on the agent's thread,
+    before a tool runs, when the adapter stops loops).
     """
 
     def __init__(
