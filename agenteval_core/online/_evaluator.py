@@ -274,6 +274,9 @@ class OnlineEvaluator:
         self._idle = threading.Condition()
         self._problems_lock = threading.Lock()
         self._close_lock = threading.Lock()
+        # the parent's scoring task, pending for ever here: freed, asyncio would print "Task
+        # was destroyed but it is pending!" at some collection in every forked worker
+        _left_by_parents.append(self._consumer)
         self._start_loop()
 
     def _start_loop(self) -> None:
@@ -631,6 +634,7 @@ async def _close_sessions(engine: Engine) -> None:
 
 
 _live_evaluators: weakref.WeakSet[OnlineEvaluator] = weakref.WeakSet()
+_left_by_parents: list[asyncio.Task[None]] = []
 _default: OnlineEvaluator | None = None
 _default_lock = threading.Lock()
 
