@@ -7,7 +7,7 @@ Installed with agenteval (entry point ``pytest11``), so no ``conftest.py`` is ne
     from agenteval_core.pytest_plugin import assert_eval
 
     def test_agent_calls_search(trace):
-        assert_eval(trace, ["tool_call_accuracy", "coherence"])
+        assert_eval(trace, ["tool_call_loops", "coherence"])
 
 ``pytest --agenteval-report results.json`` writes every result asserted in the session.
 
@@ -49,15 +49,21 @@ def assert_eval(
     *,
     judge: Any = None,
     embedder: Any = None,
+    allow_skipped: bool = False,
     **options: Any,
 ) -> list[MetricResult]:
     """Score ``case`` with ``metrics`` (names or instances) through the same engine as
-    replay and online scoring, and fail with every failing metric's score, threshold and
-    reason. ``judge`` and ``embedder`` go to the metrics that take them; ``options`` to
-    every metric built by name. A metric that errors fails too; a skipped one does not.
-    Returns the results."""
+    replay and online scoring, and fail, naming every reason, when the run did not complete
+    (as a suite's attempt fails: ``interrupted``, a pause for a human, has not failed), when
+    a metric fails its threshold or errors, or when a metric is skipped: a check that did
+    not run (``tool_call_accuracy`` without ``expected_tool_calls``) is never a pass. With
+    ``allow_skipped=True`` a skipped metric is accepted, as long as some metric scored the
+    run. ``judge`` and ``embedder`` go to the metrics that take them; ``options`` to every
+    metric built by name. Returns the results."""
     from ._errors import MetricInputError
     from .engine._engine import Engine
+    from .schema._trace import EvalCase
+    from .suite._suite import attempt_outcome
 
     engine = Engine(metrics, judge=judge, embedder=embedder, **options)
     if engine.session_metrics:
@@ -67,9 +73,20 @@ def assert_eval(
         )
     (outcome,) = engine.score_sync([case])
     _RECORDED.extend(r.model_dump(mode="json") for r in outcome.results)
-    failing = outcome.failing()
-    if failing:
-        raise AssertionError("agenteval: " + "; ".join(_describe(r) for r in failing))
+    verdict, why = attempt_outcome(EvalCase.of(case), outcome.results)
+    problems = [why] if verdict == "incomplete" else []
+    problems += [_describe(r) for r in outcome.failing()]
+    skipped = [r for r in outcome.results if r.skipped and r.error is None]
+    if verdict != "incomplete" and skipped and (not allow_skipped or verdict == "not_scored"):
+        problems += [f"{r.name}: skipped — {r.reason}" for r in skipped]
+        problems.append(
+            "a skipped metric checked nothing: give what it needs (an EvalCase with its "
+            "expectation), leave it out, or pass allow_skipped=True"
+            if verdict != "not_scored"
+            else "no metric scored the run"
+        )
+    if problems:
+        raise AssertionError("agenteval: " + "; ".join(problems))
     return outcome.results
 
 

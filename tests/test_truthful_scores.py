@@ -175,3 +175,64 @@ def test_a_case_with_no_run_is_an_error_for_the_tool_metrics(name: str) -> None:
         EvalCase(input="q", expected_tool_calls=["search"], trace=Trace())
     )
     assert ran.score == 0.0 and ran.error is None
+
+
+# --- assert_eval never passes a check that did not run ------------------------------------
+
+
+def test_assert_eval_fails_a_metric_that_was_skipped() -> None:
+    # a plain trace has no expected_tool_calls: tool_call_accuracy checks nothing on it
+    trace = run([SAME])
+    with pytest.raises(AssertionError) as failed:
+        assert_eval(trace, ["tool_call_accuracy", "tool_call_loops"])
+    assert str(failed.value) == (
+        "agenteval: tool_call_accuracy: skipped — no expectation: the case gives no "
+        "expected_tool_calls; a skipped metric checked nothing: give what it needs (an "
+        "EvalCase with its expectation), leave it out, or pass allow_skipped=True"
+    )
+    accuracy, loops = assert_eval(
+        trace, ["tool_call_accuracy", "tool_call_loops"], allow_skipped=True
+    )
+    assert (accuracy.skipped, loops.score) == (True, 1.0)
+    expected = EvalCase.from_trace(
+        trace, expected_tool_calls=[{"name": "lookup_order", "arguments": {"order_id": "A-1"}}]
+    )
+    [scored] = assert_eval(expected, ["tool_call_accuracy"])
+    assert (scored.score, scored.skipped) == (1.0, False)
+
+
+def test_assert_eval_fails_when_no_metric_scored_even_with_skips_allowed() -> None:
+    with pytest.raises(AssertionError) as failed:
+        assert_eval(run([SAME]), ["tool_call_accuracy", "end_state"], allow_skipped=True)
+    assert str(failed.value) == (
+        "agenteval: tool_call_accuracy: skipped — no expectation: the case gives no "
+        "expected_tool_calls; end_state: skipped — no expectation: the case gives no "
+        "expected_state; no metric scored the run"
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "fields", "why"),
+    [
+        (
+            RunStatus.ERROR,
+            {"error": "ValueError: no order Z-9"},
+            "error): ValueError: no order Z-9",
+        ),
+        (
+            RunStatus.LIMIT,
+            {"status_reason": "recursion limit of 25"},
+            "limit): recursion limit of 25",
+        ),
+    ],
+)
+def test_assert_eval_fails_a_run_that_did_not_complete(
+    status: RunStatus, fields: dict[str, Any], why: str
+) -> None:
+    # no loop, so tool_call_loops passes; the run still failed, as a suite's attempt would
+    with pytest.raises(AssertionError) as failed:
+        assert_eval(run([SAME], output=None, status=status, **fields), ["tool_call_loops"])
+    assert str(failed.value) == f"agenteval: the run did not complete ({why}"
+    # a run paused for a human has not failed
+    [loops] = assert_eval(run([SAME], status=RunStatus.INTERRUPTED), ["tool_call_loops"])
+    assert loops.score == 1.0
