@@ -101,18 +101,22 @@ def assert_pass_k(
     min_pass_at_k: float | None = None,
     min_pass_pow_k: float | None = None,
     estimator: Estimator = "plugin",
+    timeout: float | None = None,
 ) -> SuiteReport:
     """Run ``agent`` on each case ``attempts`` times (default k) and fail when the suite's
     pass@k or pass^k (the headline: the posterior mean of the mean over cases, see
     :class:`SuiteReport`) falls below the given bounds, or, given neither bound, when any
     attempt failed; the message shows each case's passes and why its attempts failed.
     Attempts pass as in :meth:`EvalSuite.arun`: a run that did not complete, or that no
-    metric scored, is a failure. Each case is scored by ``metrics`` and by the checks it
+    metric scored, is a failure; so is one whose agent call took longer than ``timeout``
+    seconds (default: no limit). Each case is scored by ``metrics`` and by the checks it
     names itself (a regression case's ``metrics``)."""
     from .suite._suite import EvalSuite, without_bounds
 
     suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
-    report = suite.run(agent, k=k, attempts=attempts, estimator=estimator, progress=False)
+    report = suite.run(
+        agent, k=k, attempts=attempts, estimator=estimator, progress=False, timeout=timeout
+    )
     for case in report.cases:
         _RECORDED.extend(r.model_dump(mode="json") for run in case.runs for r in run.results)
     problems = []

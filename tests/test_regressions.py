@@ -278,6 +278,44 @@ def test_a_suite_given_no_bound_fails_on_any_failed_attempt(
     assert failure is not None and failure.get("message") == problem
 
 
+def test_a_hanging_agent_fails_by_the_timeout_and_the_process_ends(
+    cases_file: Path, tmp_path: Path
+) -> None:
+    # an LLM call that never returns held the CI job until its own limit, naming nothing
+    (tmp_path / "hanging.py").write_text(
+        "import time\n\ndef run_agent(question):\n    time.sleep(3600)\n"
+    )
+    junit, ids = tmp_path / "junit.xml", [case.id for case in read_cases(cases_file)]
+    command = [sys.executable, "-m", "agenteval_core.cli", "suite", str(cases_file)]
+    command += ["--agent", f"{tmp_path / 'hanging.py'}:run_agent", "--timeout", "1"]
+    done = subprocess.run(
+        [*command, "--attempts", "2", "--junit", str(junit)],
+        capture_output=True,
+        text=True,
+        timeout=120,  # the agent's threads sleep on: the process ends without them
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.endswith(
+        f"agenteval: error: {len(ids)} of {len(ids)} case(s) failed an attempt "
+        f"({', '.join(ids)}); with no --min-pass-at-k, --min-pass-pow-k or --baseline, every "
+        "attempt must pass\n"
+    )
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    failures = {
+        case.get("name"): case.find("failure") for case in suite.findall("testcase")[: len(ids)]
+    }
+    assert {name: (f.get("message"), f.text) for name, f in failures.items() if f is not None} == {
+        name: (
+            "2/2 attempts failed: the agent did not return within 1 s",
+            "attempt 0: agent_timeout: the agent did not return within 1 s\n"
+            "attempt 1: agent_timeout: the agent did not return within 1 s",
+        )
+        for name in ids
+    }
+
+
 def test_suite_refuses_bad_input_in_one_line(cases_file: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     bad_agent = runner.invoke(cli, ["suite", str(cases_file), "--agent", "no_such_module:run"])

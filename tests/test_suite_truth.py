@@ -3,8 +3,11 @@ agents that return their own case; headlines inside their intervals."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import itertools
 import math
+import threading
 from typing import Any
 
 import hotel_agent
@@ -16,6 +19,7 @@ from agenteval_core import (
     AgentStep,
     EvalCase,
     EvalSuite,
+    MetricInputError,
     RunStatus,
     ToolCall,
     Trace,
@@ -265,3 +269,78 @@ def test_an_agent_that_raises_stop_iteration_fails_its_attempt_and_the_suite_goe
     report = EvalSuite("s").add_cases(case).add_evaluators("tool_call_accuracy").run(agent, k=2)
     assert [run.outcome for run in report.cases[0].runs] == ["agent_error", "agent_error"]
     assert report.cases[0].runs[0].error == "RuntimeError: the agent raised StopIteration"
+
+
+CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", default=None)
+
+
+def looked_up(question: str) -> Trace:
+    return Trace.from_steps(
+        question, [AgentStep(tool_calls=[ToolCall(name="lookup", result="ok")])], output="done"
+    )
+
+
+def test_an_agent_that_hangs_fails_its_attempt_by_the_timeout_and_the_suite_goes_on() -> None:
+    # a model call that never returns: without a timeout the suite (and CI) waited for ever
+    release = threading.Event()
+    seen: list[str | None] = []
+
+    def agent(question: str) -> Trace:
+        seen.append(CALLER.get())  # the caller's context reaches the agent's thread
+        if question == "hangs":
+            release.wait(60)
+        return looked_up(question)
+
+    cases = [
+        EvalCase(id=name, input=name, expected_tool_calls=["lookup"]) for name in ("hangs", "ok")
+    ]
+    suite = EvalSuite("s").add_cases(cases).add_evaluators("tool_call_accuracy")
+    CALLER.set("the test")
+    try:
+        report = suite.run(agent, k=2, timeout=0.5, concurrency=4)
+    finally:
+        release.set()  # the abandoned threads end here, not with the test process
+    hung, fine = report.cases
+    assert [(r.outcome, r.reason, r.error) for r in hung.runs] == [
+        ("agent_timeout", "the agent did not return within 0.5 s", "timed out after 0.5 s")
+    ] * 2
+    assert [(r.outcome, r.passed) for r in fine.runs] == [("passed", True)] * 2
+    assert (hung.passes, fine.passes) == (0, 2)
+    assert seen == ["the test"] * 4
+
+
+def test_an_async_agent_past_the_timeout_is_cancelled() -> None:
+    cancelled: list[str] = []
+
+    async def agent(question: str) -> Trace:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(question)
+            raise
+        return looked_up(question)
+
+    case = EvalCase(id="c", input="q", expected_tool_calls=["lookup"])
+    report = (
+        EvalSuite("s")
+        .add_cases(case)
+        .add_evaluators("tool_call_accuracy")
+        .run(agent, k=1, timeout=0.2)
+    )
+    [run] = report.cases[0].runs
+    assert (run.outcome, run.reason) == ("agent_timeout", "the agent did not return within 0.2 s")
+    assert cancelled == ["q"]
+    with pytest.raises(AssertionError) as failed:
+        assert_pass_k(agent, case, ["tool_call_accuracy"], k=1, timeout=0.2)
+    assert str(failed.value) == (
+        "agenteval: 1 of 1 case(s) failed an attempt (c); with no min_pass_at_k or "
+        "min_pass_pow_k, every attempt must pass (passes per case: c: 0/1); attempts failed "
+        "because: the agent did not return within 0.2 s"
+    )
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan")])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused(timeout: float) -> None:
+    suite = EvalSuite("s").add_cases(EvalCase(input="q")).add_evaluators("tool_call_accuracy")
+    with pytest.raises(MetricInputError, match="timeout must be a number of seconds > 0"):
+        suite.run(looked_up, k=1, timeout=timeout)

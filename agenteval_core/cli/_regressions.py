@@ -258,6 +258,12 @@ def _junit(report: SuiteReport, problems: list[str], path: str) -> None:
     show_default=True,
     help="Attempts run at once.",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds an agent call may take; an attempt still running then fails "
+    "(agent_timeout) and the suite goes on. Default: no limit.",
+)
 def suite_command(
     cases_file: str,
     agent_spec: str,
@@ -271,6 +277,7 @@ def suite_command(
     baseline: str | None,
     max_regression_prob: float,
     concurrency: int,
+    timeout: float | None,
 ) -> None:
     """Run the agent on every case of CASES (an `agenteval cases` file) --attempts times and
     score each run with its case's checks: per case pass@k / pass^k with credible
@@ -290,6 +297,7 @@ def suite_command(
         attempts=attempts,
         concurrency=concurrency,
         progress=Console(stderr=True).is_terminal,
+        timeout=timeout,
     )
     console = Console()
     report.show(console)

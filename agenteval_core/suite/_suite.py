@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import inspect
 import io
 import json
 import os
 import sys
+import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -52,11 +56,14 @@ case's earlier turns) and returns its final output, a Trace or an EvalCase (sync
 SUITE_REPORT_VERSION = 1
 """Version of a saved suite report's JSON form."""
 
-AttemptOutcome = Literal["passed", "failed", "not_scored", "incomplete", "agent_error"]
+AttemptOutcome = Literal[
+    "passed", "failed", "not_scored", "incomplete", "agent_error", "agent_timeout"
+]
 """How one attempt ended: ``passed`` (something scored it and nothing failed), ``failed`` (a
 metric failed its threshold or errored), ``not_scored`` (every metric skipped it: there was
 nothing to check), ``incomplete`` (the run ended in error, was stopped, cancelled, timed out
-or hit a limit), ``agent_error`` (the agent function raised). Only ``passed`` is a pass."""
+or hit a limit), ``agent_error`` (the agent function raised), ``agent_timeout`` (the agent
+function did not return within the suite's ``timeout``). Only ``passed`` is a pass."""
 
 
 class RunResult(BaseModel):
@@ -323,6 +330,33 @@ def _call(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
         ) from exc
 
 
+async def _on_own_thread(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
+    """A sync agent's attempt on a daemon thread of its own, in a copy of the caller's
+    context (as ``asyncio.to_thread``). An attempt that times out is abandoned, not stopped
+    (a thread cannot be): on a thread of asyncio's executor it would keep ``asyncio.run``,
+    and so the process, from ending; a daemon thread ends with the process."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not done.done():  # an abandoned attempt's future was cancelled
+            outcome()
+
+    def attempt() -> None:
+        try:
+            outcome = functools.partial(done.set_result, _call(agent_fn, value, arguments))
+        except BaseException as exc:  # the agent's, raised where the suite awaits it
+            outcome = functools.partial(done.set_exception, exc)
+        with contextlib.suppress(RuntimeError):  # the suite's loop has closed: none waits
+            loop.call_soon_threadsafe(settle, outcome)
+
+    context = contextvars.copy_context()
+    threading.Thread(
+        target=context.run, args=(attempt,), name="agenteval-attempt", daemon=True
+    ).start()
+    return await done
+
+
 def _takes_conversation(agent_fn: AgentFn) -> bool:
     try:
         return "conversation" in inspect.signature(agent_fn).parameters
@@ -340,6 +374,7 @@ class RunOptions(TypedDict, total=False):
     prior: tuple[float, float]
     concurrency: int
     progress: bool | None
+    timeout: float | None
 
 
 class EvalSuite:
@@ -415,10 +450,16 @@ class EvalSuite:
         ``options`` (:class:`~agenteval_core.RunOptions`): ``attempts`` (default k),
         ``estimator`` (default ``"plugin"``), ``ci_level`` (0.95), ``prior`` ((1, 1)),
         ``concurrency`` (4), ``progress`` (a bar on stderr; default: when stderr is a
-        terminal).
+        terminal), ``timeout`` (seconds an agent call may take; ``None``, the default: no
+        limit): an attempt whose agent has not returned by then fails as ``agent_timeout``
+        and the suite goes on (an async agent is cancelled; a sync agent's thread cannot be
+        stopped, so it is abandoned, and ends with the process).
         """
         check_options(options, RunOptions, "EvalSuite.arun")
         attempts = options.get("attempts")
+        timeout = options.get("timeout")
+        if timeout is not None and not timeout > 0:
+            raise MetricInputError(f"timeout must be a number of seconds > 0, got {timeout}")
         estimator: Estimator = options.get("estimator", "plugin")
         concurrency, progress = options.get("concurrency", 4), options.get("progress")
         if not self.cases:
@@ -444,7 +485,9 @@ class EvalSuite:
             async def attempt(case: EvalCase, index: int) -> RunResult:
                 async with limit:
                     engine = engines[tuple(case.metrics or ())]
-                    result = await self._attempt(engine, agent_fn, case, index, conversation)
+                    result = await self._attempt(
+                        engine, agent_fn, case, index, conversation, timeout
+                    )
                 bar.advance(task)
                 return result
 
@@ -479,21 +522,33 @@ class EvalSuite:
         case: EvalCase,
         index: int,
         conversation: bool,
+        timeout: float | None,
     ) -> RunResult:
         scored = case
         if agent_fn is not None:
             arguments: dict[str, Any] = (
                 {"conversation": list(case.conversation or [])} if conversation else {}
             )
-            try:
+
+            async def call() -> Any:
                 produced = (
                     await agent_fn(case.input, **arguments)
                     if inspect.iscoroutinefunction(agent_fn)
-                    else await asyncio.to_thread(_call, agent_fn, case.input, arguments)
+                    else await _on_own_thread(agent_fn, case.input, arguments)
                 )
-                if inspect.isawaitable(produced):
-                    produced = await produced
-                scored = _with_output(case, produced)
+                return await produced if inspect.isawaitable(produced) else produced
+
+            try:
+                scored = _with_output(case, await asyncio.wait_for(call(), timeout))
+            except TimeoutError:
+                return RunResult(
+                    case_id=case.id,
+                    attempt=index,
+                    passed=False,
+                    outcome="agent_timeout",
+                    reason=f"the agent did not return within {timeout:g} s",
+                    error=f"timed out after {timeout:g} s",
+                )
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 return RunResult(
