@@ -113,6 +113,10 @@ def test_compare_command_runs_the_tournament_over_captures(
         ["agent_b", "0.167", "0", "1"],  # (0 + 1 / 2) / 3
     ]
     assert "requests not answered by every agent were left out: agent_b 1" in done.stdout
+    assert (
+        "runs that asked a request again were left out (each request's first answer is "
+        "judged): agent_b 1" in done.stdout
+    )
     assert "winner: agent_a" in done.stdout
 
 

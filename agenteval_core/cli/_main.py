@@ -816,8 +816,9 @@ def compare_command(
 
     Runs are matched by their request text; on every request answered in all captures, each
     pair of agents is judged twice with the answers' order swapped (a judge that favours a
-    position decides nothing), and each agent's win rate is printed. An agent is named after
-    its capture file.
+    position decides nothing), and each agent's win rate is printed. A request asked again
+    counts once, with its first answer (the others are counted and said). An agent is
+    named after its capture file.
     """
     import asyncio
 
@@ -830,15 +831,18 @@ def compare_command(
     if judge is None:
         raise UserError("compare needs a judge: pass --judge-model (and --judge-base-url)")
     answers: dict[str, dict[str, str]] = {}
+    repeated: dict[str, int] = {}  # runs of a request already answered: not judged
     for capture in captures:
         path = Path(capture)
         capture_files(path)  # a file or a capture directory, or a clear error
         name = path.stem if path.stem not in answers else f"{path.stem}#{len(answers) + 1}"
         runs: dict[str, str] = {}
+        read = 0
         with skipping_bad_lines() as skipped:  # each request's first answer counts
             for trace in read_in_run_order(path, on_error=skipped.append):
                 runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))
-        answers[name] = runs
+                read += 1
+        answers[name], repeated[name] = runs, read - len(runs)
     agents = list(answers)
     shared = [
         request for request in answers[agents[0]] if all(request in answers[a] for a in agents)
@@ -876,6 +880,11 @@ def compare_command(
         click.echo(
             "requests not answered by every agent were left out: "
             + ", ".join(f"{agent} {count}" for agent, count in unmatched.items() if count)
+        )
+    if any(repeated.values()):
+        click.echo(
+            "runs that asked a request again were left out (each request's first answer is "
+            "judged): " + ", ".join(f"{a} {count}" for a, count in repeated.items() if count)
         )
     click.echo(
         f"winner: {result.winner}" if result.winner else f"tied for first: {', '.join(result.tied)}"
