@@ -546,3 +546,74 @@ def test_every_text_a_run_controls_is_escaped(tmp_path: Path) -> None:
     # session, tool name, arguments and result, reason, error)
     assert "<img" not in page and 'onerror="' not in page
     assert page.count("&lt;img src=x onerror=&#34;alert(1)&#34;&gt;") >= 8
+
+
+def _result(name: str, score: float, threshold: float = 0.5) -> dict[str, object]:
+    return {
+        "name": name,
+        "version": "1",
+        "score": score,
+        "threshold": threshold,
+        "success": score >= threshold,
+        "reason": "",
+    }
+
+
+def test_a_large_results_file_is_aggregated_whole_and_listed_in_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1,200 traces in 150 sessions of 8: the table covers every one, the page lists 500 of
+    # them (the 30 that failed first) and shows 100 sessions; memory holds no more than that
+    monkeypatch.setattr("agenteval_core.report._report.MAX_CELLS", 5)
+    lines, failed = [], []
+    for index in range(1200):
+        session = f"s{index // 8:03d}"
+        score = 0.2 if index % 40 == 7 else 0.9  # 30 traces fail coherence
+        if score < 0.5:
+            failed.append(f"t{index:04d}")
+        lines.append(
+            {
+                "trace_id": f"t{index:04d}",
+                "session_id": session,
+                "status": "ok",
+                "results": [_result("coherence", score), _result("loop_detection", 1.0)],
+                "session_scores": {"agent_reliability": 1 - (index % 8) / 10},
+            }
+        )
+        if index % 8 == 7:
+            lines.append(
+                {"session_id": session, "session_results": [_result("agent_reliability", 0.3)]}
+            )
+    lines.append(lines[0])  # a trace's line appended twice: counted once
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = load_results(results)
+    assert (data.trace_count, data.session_count, data.repeated_traces) == (1200, 150, 1)
+    listed = list(data.traces)
+    assert len(listed) == 500 and listed[:2] == ["t0000", "t0001"]  # in the order scored
+    assert set(failed) <= set(listed)
+    passing = [t for t in listed if t not in failed]
+    assert passing == [f"t{i:04d}" for i in range(1200) if f"t{i:04d}" not in failed][:470]
+    assert list(data.sessions) == [f"s{i:03d}" for i in range(100)]
+    assert [(m.trace_id, m.scores) for m in data.members["s000"]] == [
+        (f"t{i:04d}", {"agent_reliability": 1 - i / 10}) for i in range(8)
+    ]
+    page = render_html(data)
+    assert '<span id="trace-count">1200</span>' in page
+    assert '<span id="session-count">150</span>' in page
+    mean = (30 * 0.2 + 1170 * 0.9) / 1200
+    assert cell(page, "coherence", "mean") == f"{mean:.3f}"
+    assert cell(page, "coherence", "scored") == "1200"
+    assert cell(page, "coherence", "pass_rate") == f"{1170 / 1200:.3f}"
+    assert cell(page, "agent_reliability", "scored") == "150"
+    assert "500 of 1200 traces are listed" in page
+    assert "The first 100 of 150 sessions are shown." in page
+    assert "1 trace(s), 0 session(s)" in page
+    assert page.count("… 3 more") == 100  # each shown session draws 5 of its 8 squares
+    assert page.count('<details id="t-') == 500
+    # a square of a trace that is not listed links nowhere: t0792 opens session s099, and the
+    # passing traces listed end at t0481
+    assert "t0792" not in listed and "t0000" in listed
+    assert 'href="#t-t0792"' not in page and 'title="t0792 risk' in page
+    assert re.search(r'<span class="cell" style="[^"]*" title="t0792 risk', page)
+    assert re.search(r'<a href="#t-t0000" class="cell" style="[^"]*" title="t0000 risk', page)

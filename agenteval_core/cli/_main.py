@@ -963,6 +963,7 @@ def calibrate_command(
 @click.argument("results")
 @click.option("--capture", help="The capture the results came from, for the spans of each trace.")
 @click.option(
+    "-o",
     "--html",
     "html_out",
     default="agenteval-report.html",

@@ -23,26 +23,61 @@ from ..schema._capture import read_capture, skipping_bad_lines
 from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces
 from ..schema._trace import Trace, text_of
 
-__all__ = ["ReportData", "load_results", "render_html", "write_report"]
+__all__ = ["ReportData", "SessionMember", "load_results", "render_html", "write_report"]
 
 logger = logging.getLogger("agenteval")
 
 MAX_SESSIONS = 100
+"""Sessions the report shows (the first ones in the file)."""
 MAX_TRACES = 500
+"""Traces the report lists: those that failed a metric or did not complete first."""
+MAX_CELLS = 1000
+"""Traces drawn as squares on a session's timeline (its chart covers all of them)."""
+MAX_CHART_POINTS = 400
+"""Points a session chart's line is drawn through, evenly spaced over the session."""
+
+
+@dataclass
+class SessionMember:
+    """One trace of a session the report shows, as its timeline draws it."""
+
+    trace_id: str
+    loop: bool
+    """Its ``loop_detection`` failed."""
+    scores: dict[str, float | None]
+    """The session's scores as they stood after it."""
 
 
 @dataclass
 class ReportData:
-    """Results read from a replay ``--json`` file or an online ``results_path`` file."""
+    """What a report shows of a replay ``--json`` file or an online ``results_path`` file,
+    read in one pass (two with sessions): the aggregates of every result, and the results
+    of the traces and sessions it lists, so memory stays flat however large the file."""
 
     source: str
     traces: dict[str, tuple[str | None, list[MetricResult]]] = field(default_factory=dict)
+    """The traces the report lists (session and results), in file order: up to
+    ``MAX_TRACES``, those that failed a metric or did not complete first."""
     sessions: dict[str, list[MetricResult]] = field(default_factory=dict)
+    """The sessions the report shows: the first ``MAX_SESSIONS`` in the file."""
+    members: dict[str, list[SessionMember]] = field(default_factory=dict)
+    """Each shown session's traces, in order."""
     captured: dict[str, Trace] = field(default_factory=dict)
     statuses: dict[str, str] = field(default_factory=dict)
-    """How each trace's run ended (``ok``, ``error``, ``stopped``, ...), where known."""
-    session_scores: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    """Per trace, its session's scores as they stood after it (for the charts over time)."""
+    """How each listed trace's run ended (``ok``, ``error``, ``stopped``, ...), where known."""
+    trace_count: int = 0
+    session_count: int = 0
+    repeated_traces: int = 0
+    """Results lines of a trace already read: left out, each trace counts once."""
+    repeated_sessions: int = 0
+    """Closing lines of a session already read (a session cut in two by the open-sessions
+    limit, or results appended twice): left out, each session counts once."""
+    summary: ResultSummary = field(default_factory=ResultSummary)
+    """Every trace's results, aggregated per metric."""
+    session_summary: ResultSummary = field(default_factory=ResultSummary)
+    """Every closed session's results, aggregated per metric."""
+    bins: dict[str, list[int]] = field(default_factory=dict)
+    """Per metric, its scores per tenth of [0, 1] (traces and sessions)."""
     calibration: CalibrationReport | None = None
     """How far each judged metric agrees with human labels, when a calibration was given."""
     torn_lines: list[str] = field(default_factory=list)
@@ -52,6 +87,12 @@ class ReportData:
     """Lines of the capture that could not be read as traces (a writer killed mid-line, a
     line that is not a trace), as ``file:line``: skipped, as a replay skips them; a scored
     trace they held shows no spans."""
+
+    def _count_scores(self, results: list[MetricResult]) -> None:
+        for result in results:
+            if result.score is not None:
+                bins = self.bins.setdefault(result.name, [0] * 10)
+                bins[min(9, int(result.score * 10))] += 1
 
 
 def _lines(path: Path, torn: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -117,45 +158,50 @@ def load_results(
     *,
     redactor: Redactor | None = None,
 ) -> ReportData:
-    """Read per-trace and per-session results, and optionally the captured traces (for the
-    drill-down into spans and tool calls), redacted with ``redactor`` (default: the default
-    rules and those of ``configure_redaction``): pass the one your evaluator used, so the
-    report hides what it hid. ``path`` may be a results directory (written by a replay given
-    one as its output): its ``*.jsonl`` files are read as one results file."""
+    """Read per-trace and per-session results, and optionally the captured traces of the
+    listed traces (for the drill-down into spans and tool calls), redacted with ``redactor``
+    (default: the default rules and those of ``configure_redaction``): pass the one your
+    evaluator used, so the report hides what it hid. ``path`` may be a results directory
+    (written by a replay given one as its output): its ``*.jsonl`` files are read as one
+    results file. Every result is aggregated as it is read; only the listed traces' and
+    shown sessions' results are kept (see :class:`ReportData`)."""
     data = ReportData(source=str(path))
-    for source, number, record in _results_lines(Path(path), data.torn_lines):
-        if "spans" in record or "schema_version" in record:
-            raise CaptureError(
-                f"{source}:{number}: this is a capture (traces), not results; score it "
-                f"first, or give it to `agenteval report {path}` alone, which scores it"
-            )
-        try:
-            line = ResultsLine.model_validate(record)
-        except ValidationError as exc:
-            raise CaptureError(
-                f"{source}:{number}: not a results line: {describe_validation(exc)}"
-            ) from None
+    seen: set[str] = set()
+    seen_sessions: set[str] = set()
+    # listed traces: those that need a look (failed a metric, did not complete) first
+    flagged: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
+    others: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
+    for line in read_results(path, data.torn_lines):
         if line.trace_id is not None and line.results is not None:
-            data.traces[line.trace_id] = (line.session_id, line.results)
-            if line.status is not None:
-                data.statuses[line.trace_id] = line.status
-            if line.session_scores:
-                data.session_scores[line.trace_id] = line.session_scores
+            if line.trace_id in seen:
+                data.repeated_traces += 1
+                continue
+            seen.add(line.trace_id)
+            data.trace_count += 1
+            data.summary.add(line.results)
+            data._count_scores(line.results)
+            kept = flagged if failing(line.results) or line.status not in (None, "ok") else others
+            if len(kept) < MAX_TRACES:
+                kept.append((len(seen), line.trace_id, line.session_id, line.results, line.status))
         if line.session_results and line.session_id is not None:
-            data.sessions[line.session_id] = line.session_results
-    if not data.traces and not data.sessions:
-        raise CaptureError(
-            f"{path}: no results in the file; pass the --json output of `agenteval replay` "
-            "or an online evaluator's results_path"
-        )
-    if data.torn_lines:
-        shown = ", ".join(data.torn_lines[:3]) + (", ..." if len(data.torn_lines) > 3 else "")
-        logger.warning(
-            "agenteval: %d results line(s) were cut short by their writer (a killed process or "
-            "a full disk) and skipped: %s; the results they held are missing",
-            len(data.torn_lines),
-            shown,
-        )
+            if line.session_id in seen_sessions:
+                data.repeated_sessions += 1
+                continue
+            seen_sessions.add(line.session_id)
+            data.session_count += 1
+            data.session_summary.add(line.session_results)
+            data._count_scores(line.session_results)
+            if len(data.sessions) < MAX_SESSIONS:
+                data.sessions[line.session_id] = line.session_results
+    results_read(path, bool(data.trace_count or data.session_count), data.torn_lines)
+    del seen, seen_sessions
+    listed = sorted(flagged + others[: max(0, MAX_TRACES - len(flagged))])
+    for _, trace_id, session_id, results, status in listed:
+        data.traces[trace_id] = (session_id, results)
+        if status is not None:
+            data.statuses[trace_id] = status
+    if data.sessions:
+        data.members = _members(Path(path), set(data.sessions))
     if capture is not None:
         wanted = set(data.traces)
         # a capture from elsewhere may hold secrets; a report never shows them
@@ -172,21 +218,77 @@ def load_results(
                 data.statuses.setdefault(trace_id, str(trace.status))
         if wanted and not data.captured:
             raise CaptureError(
-                f"{capture}: holds none of the {len(wanted)} traces scored in {path}; "
+                f"{capture}: holds none of the {len(wanted)} traces listed from {path}; "
                 "pass the capture those results came from"
             )
     return data
+
+
+def read_results(path: str | os.PathLike[str], torn: list[str]) -> Iterator[ResultsLine]:
+    """Every line of a results file, or of a results directory's ``*.jsonl`` files, as it
+    streams; a line its writer cut short is listed in ``torn`` and skipped, any other line
+    that is not a results line is refused (:class:`CaptureError`, naming file and line).
+    Call :func:`results_read` after the last line."""
+    for source, number, record in _results_lines(Path(path), torn):
+        if "spans" in record or "schema_version" in record:
+            raise CaptureError(
+                f"{source}:{number}: this is a capture (traces), not results; score it "
+                f"first, or give it to `agenteval report {path}` alone, which scores it"
+            )
+        try:
+            yield ResultsLine.model_validate(record)
+        except ValidationError as exc:
+            raise CaptureError(
+                f"{source}:{number}: not a results line: {describe_validation(exc)}"
+            ) from None
+
+
+def results_read(path: str | os.PathLike[str], found: bool, torn: list[str]) -> None:
+    """After :func:`read_results`: refuse a file that held no results (``found``), and say
+    which lines were cut short."""
+    if not found:
+        raise CaptureError(
+            f"{path}: no results in the file; pass the --json output of `agenteval replay` "
+            "or an online evaluator's results_path"
+        )
+    if torn:
+        shown = ", ".join(torn[:3]) + (", ..." if len(torn) > 3 else "")
+        logger.warning(
+            "agenteval: %d results line(s) were cut short by their writer (a killed process or "
+            "a full disk) and skipped: %s; the results they held are missing",
+            len(torn),
+            shown,
+        )
+
+
+def _members(path: Path, sessions: set[str]) -> dict[str, list[SessionMember]]:
+    """The traces of the shown sessions, in order: a second pass over the file (which
+    sessions are shown is known only once their closing lines are read), taking from each
+    line only what a timeline draws. Each trace counts once, as in the first pass."""
+    members: dict[str, list[SessionMember]] = {session: [] for session in sessions}
+    seen: set[str] = set()
+    for _, _, record in _results_lines(path, []):
+        session, trace_id, results = (
+            record.get("session_id"),
+            record.get("trace_id"),
+            record.get("results"),
+        )
+        if session not in members or trace_id is None or results is None or trace_id in seen:
+            continue
+        seen.add(trace_id)
+        loop = any(r.get("name") == "loop_detection" and r.get("success") is False for r in results)
+        members[session].append(
+            SessionMember(trace_id, loop, dict(record.get("session_scores") or {}))
+        )
+    return members
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _histogram(scores: list[float]) -> dict[str, Any]:
-    """Traces per score bin (tenths), as the template draws them."""
-    bins = [0] * 10
-    for score in scores:
-        bins[min(9, int(score * 10))] += 1
+def _histogram(bins: list[int]) -> dict[str, Any]:
+    """Scores per tenth of [0, 1], as the template draws them."""
     peak = max(bins) or 1
     bars = [
         {
@@ -216,12 +318,15 @@ def _session_chart(points: dict[str, list[float | None]]) -> dict[str, Any] | No
         return top + (height - top - 22) * (1 - score)
 
     colours = ["#4a7fd4", "#d46a4a", "#3a9a5b", "#8a5ad4"]
+    step = -(-count // MAX_CHART_POINTS)  # a long session's line through evenly spaced points
     lines = [
         {
             "name": name,
             "colour": colours[n % len(colours)],
             "points": " ".join(
-                f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values) if v is not None
+                f"{x(i):.1f},{y(v):.1f}"
+                for i, v in enumerate(values)
+                if v is not None and (i % step == 0 or i == len(values) - 1)
             ),
         }
         for n, (name, values) in enumerate(points.items())
@@ -326,20 +431,7 @@ def _is_number(value: object) -> bool:
 def render_html(data: ReportData) -> str:
     """The report as one HTML document (a template with autoescaping: a trace's text is
     always escaped)."""
-    summary = ResultSummary()
-    scores: dict[str, list[float]] = {}
-    for _, results in data.traces.values():
-        summary.add(results)
-        for r in results:
-            if r.score is not None:
-                scores.setdefault(r.name, []).append(r.score)
-    session_summary = ResultSummary()
-    for results in data.sessions.values():
-        session_summary.add(results)
-        for r in results:
-            if r.score is not None:
-                scores.setdefault(r.name, []).append(r.score)
-    metrics = list(summary.metrics.values()) + list(session_summary.metrics.values())
+    metrics = list(data.summary.metrics.values()) + list(data.session_summary.metrics.values())
     loops = {
         tid
         for tid, (_, results) in data.traces.items()
@@ -347,33 +439,35 @@ def render_html(data: ReportData) -> str:
         if r.name == "loop_detection" and r.success is False
     }
     sessions = []
-    for session_id, results in list(data.sessions.items())[:MAX_SESSIONS]:
+    for session_id, results in data.sessions.items():
         risks, flagged = _session_risks(results)
-        members = [tid for tid, (sid, _) in data.traces.items() if sid == session_id]
+        members = data.members.get(session_id, [])
         over_time: dict[str, list[float | None]] = {}
-        for tid in members:
-            for name, value in data.session_scores.get(tid, {}).items():
+        for member in members:
+            for name, value in member.scores.items():
                 over_time.setdefault(name, []).append(value)
         cells = [
             {
-                "id": tid,
-                "flagged": tid in flagged,
-                "loop": tid in loops,
-                "colour": _risk_colour(risks.get(tid, 0.0)),
-                "risk": risks.get(tid),
+                "id": member.trace_id,
+                "listed": member.trace_id in data.traces,
+                "flagged": member.trace_id in flagged,
+                "loop": member.loop,
+                "colour": _risk_colour(risks.get(member.trace_id, 0.0)),
+                "risk": risks.get(member.trace_id),
             }
-            for tid in members
+            for member in members[:MAX_CELLS]
         ]
         sessions.append(
             {
                 "id": session_id,
                 "cells": cells,
+                "more": max(0, len(members) - MAX_CELLS),
                 "results": results,
                 "chart": _session_chart(over_time),
             }
         )
     traces = []
-    for index, (tid, (trace_session, results)) in enumerate(list(data.traces.items())[:MAX_TRACES]):
+    for index, (tid, (trace_session, results)) in enumerate(data.traces.items()):
         trace = data.captured.get(tid)
         status = data.statuses.get(tid)
         traces.append(
@@ -408,10 +502,14 @@ def render_html(data: ReportData) -> str:
         source=data.source,
         torn_lines=data.torn_lines,
         unread_capture_lines=data.unread_capture_lines,
-        trace_count=len(data.traces),
-        session_count=len(data.sessions),
+        trace_count=data.trace_count,
+        session_count=data.session_count,
+        listed_traces=len(data.traces),
+        shown_sessions=len(data.sessions),
+        repeated_traces=data.repeated_traces,
+        repeated_sessions=data.repeated_sessions,
         metrics=metrics,
-        histograms={m.name: _histogram(scores.get(m.name, [])) for m in metrics},
+        histograms={m.name: _histogram(data.bins.get(m.name, [0] * 10)) for m in metrics},
         calibration_items=calibration_items,
         calibrated=calibration.metrics if calibration is not None else {},
         sessions=sessions,

@@ -228,14 +228,17 @@ def _add_flagged(scored: _Scored, session_results: Iterable[MetricResult]) -> No
 
 
 def _from_results(path: str | os.PathLike[str]) -> _Scored:
-    from ..report._report import load_results
+    from ..report._report import read_results, results_read
 
-    data = load_results(path)
-    scored = _Scored()
-    for trace_id, (_, results) in data.traces.items():
-        scored.failing[trace_id] = failing(results)
-    for results in data.sessions.values():
-        _add_flagged(scored, results)
+    scored, sessions = _Scored(), 0
+    torn: list[str] = []
+    for line in read_results(path, torn):  # every line as it streams: no trace is left out
+        if line.trace_id is not None and line.results is not None:
+            scored.failing[line.trace_id] = failing(line.results)
+        if line.session_results:
+            sessions += 1
+            _add_flagged(scored, line.session_results)
+    results_read(path, bool(scored.failing or sessions), torn)
     return scored
 
 
