@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -195,7 +196,7 @@ def read_cases(path: str | os.PathLike[str]) -> list[EvalCase]:
 
 @dataclass
 class _Scored:
-    """What a replay found about each trace."""
+    """What a replay found about the traces that failed."""
 
     failing: dict[str, list[MetricResult]] = field(default_factory=dict)
     flagged: dict[str, list[MetricResult]] = field(default_factory=dict)
@@ -211,7 +212,9 @@ def _replayed(
     scored = _Scored()
 
     def on_trace(trace: Trace, results: TraceResults) -> None:
-        scored.failing[trace.id] = failing(results.results)
+        failed = failing(results.results)
+        if failed:  # only failures are kept: a capture may hold millions of traces
+            scored.failing[trace.id] = failed
 
     def on_session(session_id: str, results: list[MetricResult]) -> None:
         _add_flagged(scored, results)
@@ -234,7 +237,11 @@ def _from_results(path: str | os.PathLike[str]) -> _Scored:
     torn: list[str] = []
     for line in read_results(path, torn):  # every line as it streams: no trace is left out
         if line.trace_id is not None and line.results is not None:
-            scored.failing[line.trace_id] = failing(line.results)
+            failed = failing(line.results)
+            if failed:  # only failures are kept; a later line of the trace holds
+                scored.failing[line.trace_id] = failed
+            else:
+                scored.failing.pop(line.trace_id, None)
         if line.session_results:
             sessions += 1
             _add_flagged(scored, line.session_results)
@@ -341,8 +348,9 @@ def cases_from_capture(
         raise MetricInputError(
             f"select takes {', '.join(ALL_SELECTIONS)}; got {', '.join(select) or 'nothing'}"
         )
-    traces = list(read_in_run_order(capture, on_error=on_bad_line))
-    if not traces:
+    runs = read_in_run_order(capture, on_error=on_bad_line)
+    first = next(runs, None)
+    if first is None:
         raise CaptureError(f"{capture}: no traces in the file")
     scored = _from_results(results) if results is not None else _replayed(capture, metrics, judge)
 
@@ -352,18 +360,23 @@ def cases_from_capture(
         except UnknownMetricError:  # a results file may name a metric this installation lacks
             return False
 
-    earlier: dict[str, list[Trace]] = {}
+    # The capture streams past once, in run order: a trace is dropped once read, and what
+    # is kept of the others is the input and output of each session's turns (a case's
+    # earlier conversation) and the cases still waiting for a later run that passed.
+    earlier: dict[str, list[dict[str, Any]]] = {}
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
-    passing: dict[str, list[Trace]] = {}
-    for trace in traces:
-        session = earlier.setdefault(trace.session_id, []) if trace.session_id else []
+    awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
+    for trace in itertools.chain([first], runs):
+        turns = earlier.setdefault(trace.session_id, []) if trace.session_id else []
+        turn = {"input": trace.input, "output": trace.output}
         why = _why(trace, select, scored)
         if why is None:
             if not (trace.incomplete or trace.alerts or scored.failing.get(trace.id)) and (
                 trace.id not in scored.flagged
             ):
-                passing.setdefault(_key(trace.input), []).append(trace)
-            session.append(trace)
+                for case in awaiting.pop(_key(trace.input), []):
+                    _check_against(case, trace)
+            turns.append(turn)
             continue
         failed = sorted({r.name for r in why})
         alerts = [f"{alert.pattern}: {alert.message}" for alert in trace.alerts]
@@ -379,7 +392,7 @@ def cases_from_capture(
         if existing is not None:
             existing.count += 1
             existing.provenance.trace_ids.append(trace.id)
-            session.append(trace)
+            turns.append(turn)
             continue
         checks = list(BASE_CHECKS)
         if trace.alerts or "tool_call_loops" in failed:
@@ -393,10 +406,10 @@ def cases_from_capture(
             if trace.start_time is not None
             else None
         )
-        groups[(input_key, signature)] = RegressionCase(
+        case = groups[(input_key, signature)] = RegressionCase(
             id=_case_id(input_key, signature),
             input=trace.input,
-            conversation=[{"input": t.input, "output": t.output} for t in session] or None,
+            conversation=list(turns) or None,
             metrics=checks,
             tools_must_succeed=tools or None,
             tool_call_limits=limits or None,
@@ -412,18 +425,17 @@ def cases_from_capture(
                 failed_tools=tools,
             ),
         )
-        session.append(trace)
-    cases = list(groups.values())
-    order = {trace.id: index for index, trace in enumerate(traces)}
-    for case in cases:
-        first = order[case.provenance.trace_ids[0]]
-        later = [t for t in passing.get(_key(case.input), []) if order[t.id] > first]
-        if later:
-            reference = later[0]
-            case.expected_tool_calls = [
-                ExpectedToolCall(name=call.name, arguments=call.arguments)
-                for call in reference.tool_calls()
-            ]
-            case.provenance.reference_trace_id = reference.id
-            case.metrics.append("trajectory_match")
-    return cases
+        awaiting.setdefault(input_key, []).append(case)
+        turns.append(turn)
+    return list(groups.values())
+
+
+def _check_against(case: RegressionCase, reference: Trace) -> None:
+    """A later run with the case's input that passed: the case checks its tool calls
+    (``trajectory_match``)."""
+    case.expected_tool_calls = [
+        ExpectedToolCall(name=call.name, arguments=call.arguments)
+        for call in reference.tool_calls()
+    ]
+    case.provenance.reference_trace_id = reference.id
+    case.metrics.append("trajectory_match")
