@@ -572,6 +572,46 @@ def test_a_forked_child_scores_its_own_traces(tmp_path: Path) -> None:
     assert [t.output for t in read_capture(tmp_path / "c.jsonl")] == ["parent", "child"]
 
 
+class HeldMetric(Metric):
+    """Holds the traces whose output names an event until the test sets it."""
+
+    name = "held"
+    kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
+    blocking = True  # on a worker thread: the scoring loop goes on meanwhile
+    gates: ClassVar[dict[str, threading.Event]] = {}
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        gate = self.gates.get(str(case.actual_output))
+        if gate is not None:
+            gate.wait(20)
+        return Score(1.0)
+
+
+def test_a_flush_waits_for_what_was_handed_over_before_it_only(tmp_path: Path) -> None:
+    # a busy server: a request's flush waited until no trace at all was being scored, so
+    # other requests' traces, arriving all the time, held it for as long as they came
+    before, later = threading.Event(), threading.Event()
+    HeldMetric.gates = {"before": before, "later": later}
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "c.jsonl", metrics=[HeldMetric()], session_metrics=[], log=False
+    )
+    try:
+        evaluator.submit(trace("before", session="a"))
+        flushed: list[bool] = []
+        flusher = threading.Thread(target=lambda: flushed.append(evaluator.flush(20)))
+        flusher.start()
+        assert evaluator._hurry.wait(10)  # the flush waits for "before"
+        evaluator.submit(trace("later", session="b"))  # handed over after the flush began
+        before.set()
+        flusher.join(20)
+        assert flushed == [True]
+        assert (evaluator.stats.submitted, evaluator.stats.scored) == (2, 1)  # "later" waits
+    finally:
+        later.set()
+        evaluator.close()
+    assert evaluator.stats.scored == 2
+
+
 def test_close_accounts_for_every_captured_trace(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -467,20 +467,31 @@ class OnlineEvaluator:
             self._in_scoring.pop(trace_id, None)
             if not self._in_scoring:
                 self._hurry.clear()
-                self._idle.notify_all()
+            self._idle.notify_all()  # a flush waits for the traces handed over before it
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event recorded and every trace handed over so far is captured
-        and scored; False on timeout."""
+        and scored; False on timeout. Traces that arrive meanwhile are not waited for: a
+        busy agent never keeps a flush (or ``close``) waiting."""
         remaining = time_left(timeout)
         if not self.recorder.flush(remaining()):
             return False
         with self._idle:
-            if self._in_scoring:
-                self._hurry.set()
-            return self._idle.wait_for(lambda: not self._in_scoring, remaining())
+            waiting = list(self._in_scoring)  # in hand-off order, as they are mostly scored
+            if not waiting:
+                return True
+            self._hurry.set()
+            position = 0
+
+            def scored() -> bool:
+                nonlocal position
+                while position < len(waiting) and waiting[position] not in self._in_scoring:
+                    position += 1
+                return position == len(waiting)
+
+            return self._idle.wait_for(scored, remaining())
 
     def captured(self, timeout: float = 20.0) -> list[Trace]:
         """Every trace in this evaluator's capture file, once everything recorded so far is
