@@ -612,6 +612,54 @@ def test_a_flush_waits_for_what_was_handed_over_before_it_only(tmp_path: Path) -
     assert evaluator.stats.scored == 2
 
 
+class ClosedSink(Sink):
+    """Says when the evaluator closed it: the last thing a close does."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+@pytest.mark.parametrize("callback", ["on_result", "on_alert"])
+def test_a_callback_may_close_the_evaluator(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, callback: str
+) -> None:
+    # "stop recording on the first loop": the close waited for the very thread it ran on,
+    # gave up after its timeout, left the evaluator open and failed the callback
+    ended = ClosedSink()
+
+    def close(*_: object) -> None:
+        evaluator.close(10)
+
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "c.jsonl",
+        results_path=tmp_path / "r.jsonl",
+        sinks=[ended],
+        log=False,
+        **{callback: close},  # type: ignore[arg-type]
+    )
+    with caplog.at_level("WARNING", logger="agenteval"):
+        evaluator.submit(trace("an answer", session="s"))
+        if callback == "on_alert":
+            assert evaluator.flush(10)
+            evaluator.recorder.deliver_alert(
+                LoopAlert(
+                    session_id="s", trace_id="t", pattern="repeated_call", count=3, message="looped"
+                )
+            )
+        assert ended.closed.wait(20)
+    assert evaluator._closed and caplog.records == []
+    stats = evaluator.stats
+    assert (stats.submitted, stats.captured, stats.scored, stats.callback_errors) == (1, 1, 1, 0)
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [("results" in line, "session_results" in line) for line in lines] == [
+        (True, False),
+        (False, True),
+    ]
+
+
 def test_close_accounts_for_every_captured_trace(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

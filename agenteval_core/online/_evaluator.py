@@ -518,8 +518,17 @@ class OnlineEvaluator:
         a trace finished after close is neither captured nor scored, counted in
         ``stats.capture_errors`` and ``stats.dropped_from_scoring``, and said once.
         A close from another thread meanwhile (the exit hook, SIGTERM) waits for this one.
+        Called from a callback of the evaluator's (``on_result``, ``on_alert``, a sink), it
+        starts the close on a thread of its own and returns.
         """
         if self._closed:
+            return
+        if threading.current_thread() is self._thread or self.recorder.pump.runs_here():
+            # from a callback of ours (on_result, on_alert, a sink): closing waits for the
+            # thread it would run on, so it runs on a thread of its own, from now
+            threading.Thread(
+                target=self.close, args=(timeout,), name="agenteval-close", daemon=True
+            ).start()
             return
         if not self._close_lock.acquire(timeout=-1 if timeout is None else timeout):
             return  # another thread is closing it and took longer than ``timeout``

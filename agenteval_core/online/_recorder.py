@@ -157,6 +157,10 @@ class EventPump:
         self._queue.put(marker)
         return marker.done.wait(timeout)
 
+    def runs_here(self) -> bool:
+        """Whether the caller is on the pump's thread (in one of its handlers)."""
+        return threading.current_thread() is self._thread
+
     def _after_fork(self) -> None:
         self._late = threading.RLock()  # a parent thread may have held it
         if not self.closed:  # a fresh queue: what the parent queued is the parent's
