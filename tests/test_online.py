@@ -660,6 +660,29 @@ def test_a_callback_may_close_the_evaluator(
     ]
 
 
+def test_a_flush_from_a_callback_returns_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # it waited for scoring on the thread scoring needs: the loop stood still for the whole
+    # timeout, and for ever without one
+    flushed: list[bool] = []
+
+    def on_result(trace: Trace, results: TraceResults) -> None:
+        flushed.append(evaluator.flush(5))
+
+    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", on_result=on_result, log=False)
+    with caplog.at_level("WARNING", logger="agenteval"):
+        for output in ("first", "second"):
+            evaluator.submit(trace(output, session="s"))
+        assert evaluator.flush(20)
+    evaluator.close()
+    assert flushed == [False, False] and evaluator.stats.scored == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "agenteval: flush() was called from a callback on the evaluator's own thread, where "
+        "it cannot wait for scoring; it returned False. Flush from your own code"
+    ]
+
+
 def test_close_accounts_for_every_captured_trace(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -256,6 +256,7 @@ class OnlineEvaluator:
         self._in_scoring: dict[str, None] = {}  # ids handed to scoring and not yet scored
         self._failing_writes = 0  # capture writes failed in a row (logged at the first)
         self._said_late_trace = False  # a trace submitted after close was logged
+        self._said_flush_in_callback = False
         self._idle = threading.Condition()
         self._closed = False
         self._hurry = threading.Event()
@@ -474,7 +475,18 @@ class OnlineEvaluator:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event recorded and every trace handed over so far is captured
         and scored; False on timeout. Traces that arrive meanwhile are not waited for: a
-        busy agent never keeps a flush (or ``close``) waiting."""
+        busy agent never keeps a flush (or ``close``) waiting. Called from a callback of the
+        evaluator's (``on_result``, ``on_alert``, a sink), it returns False at once: what it
+        would wait for needs the thread the callback runs on."""
+        if self._on_own_thread():
+            if not self._said_flush_in_callback:
+                self._said_flush_in_callback = True
+                logger.warning(
+                    "agenteval: flush() was called from a callback on the evaluator's own "
+                    "thread, where it cannot wait for scoring; it returned False. Flush "
+                    "from your own code"
+                )
+            return False
         remaining = time_left(timeout)
         if not self.recorder.flush(remaining()):
             return False
@@ -508,6 +520,10 @@ class OnlineEvaluator:
         with skipping_bad_lines() as skipped:  # a fragment an earlier, killed process left
             return list(read_capture(self.capture_path, on_error=skipped.append))
 
+    def _on_own_thread(self) -> bool:
+        """Whether the caller is a callback on the scoring loop's thread or the recorder's."""
+        return threading.current_thread() is self._thread or self.recorder.pump.runs_here()
+
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), close every session (their results go to the sinks),
         then stop the threads and close the files and sinks.
@@ -523,7 +539,7 @@ class OnlineEvaluator:
         """
         if self._closed:
             return
-        if threading.current_thread() is self._thread or self.recorder.pump.runs_here():
+        if self._on_own_thread():
             # from a callback of ours (on_result, on_alert, a sink): closing waits for the
             # thread it would run on, so it runs on a thread of its own, from now
             threading.Thread(
