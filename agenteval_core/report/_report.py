@@ -88,7 +88,8 @@ class ReportData:
     line that is not a trace), as ``file:line``: skipped, as a replay skips them; a scored
     trace they held shows no spans."""
 
-    def _count_scores(self, results: list[MetricResult]) -> None:
+    def _aggregate(self, summary: ResultSummary, results: list[MetricResult]) -> None:
+        summary.add(results)
         for result in results:
             if result.score is not None:
                 bins = self.bins.setdefault(result.name, [0] * 10)
@@ -134,6 +135,14 @@ def _cut_short(line: str) -> bool:
     return False
 
 
+def _first_time(seen: set[str], key: str) -> bool:
+    """Whether ``key`` is new to ``seen`` (it is added)."""
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def _results_lines(path: Path, torn: list[str]) -> Iterator[tuple[Path, int, dict[str, Any]]]:
     """The records of a results file, or of every ``*.jsonl`` in a results directory."""
     if path.is_dir():
@@ -173,24 +182,20 @@ def load_results(
     others: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
     for line in read_results(path, data.torn_lines):
         if line.trace_id is not None and line.results is not None:
-            if line.trace_id in seen:
+            if not _first_time(seen, line.trace_id):
                 data.repeated_traces += 1
                 continue
-            seen.add(line.trace_id)
             data.trace_count += 1
-            data.summary.add(line.results)
-            data._count_scores(line.results)
+            data._aggregate(data.summary, line.results)
             kept = flagged if failing(line.results) or line.status not in (None, "ok") else others
             if len(kept) < MAX_TRACES:
                 kept.append((len(seen), line.trace_id, line.session_id, line.results, line.status))
         if line.session_results and line.session_id is not None:
-            if line.session_id in seen_sessions:
+            if not _first_time(seen_sessions, line.session_id):
                 data.repeated_sessions += 1
                 continue
-            seen_sessions.add(line.session_id)
             data.session_count += 1
-            data.session_summary.add(line.session_results)
-            data._count_scores(line.session_results)
+            data._aggregate(data.session_summary, line.session_results)
             if len(data.sessions) < MAX_SESSIONS:
                 data.sessions[line.session_id] = line.session_results
     results_read(path, bool(data.trace_count or data.session_count), data.torn_lines)
@@ -273,9 +278,10 @@ def _members(path: Path, sessions: set[str]) -> dict[str, list[SessionMember]]:
             record.get("trace_id"),
             record.get("results"),
         )
-        if session not in members or trace_id is None or results is None or trace_id in seen:
+        if session not in members or trace_id is None or results is None:
             continue
-        seen.add(trace_id)
+        if not _first_time(seen, trace_id):
+            continue
         loop = any(r.get("name") == "loop_detection" and r.get("success") is False for r in results)
         members[session].append(
             SessionMember(trace_id, loop, dict(record.get("session_scores") or {}))

@@ -330,6 +330,15 @@ def _call(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
         ) from exc
 
 
+def _not_run(
+    case: EvalCase, index: int, outcome: AttemptOutcome, reason: str, error: str
+) -> RunResult:
+    """An attempt the agent never finished: nothing to score."""
+    return RunResult(
+        case_id=case.id, attempt=index, passed=False, outcome=outcome, reason=reason, error=error
+    )
+
+
 async def _on_own_thread(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
     """A sync agent's attempt on a daemon thread of its own, in a copy of the caller's
     context (as ``asyncio.to_thread``). An attempt that times out is abandoned, not stopped
@@ -541,24 +550,11 @@ class EvalSuite:
             try:
                 scored = _with_output(case, await asyncio.wait_for(call(), timeout))
             except TimeoutError:
-                return RunResult(
-                    case_id=case.id,
-                    attempt=index,
-                    passed=False,
-                    outcome="agent_timeout",
-                    reason=f"the agent did not return within {timeout:g} s",
-                    error=f"timed out after {timeout:g} s",
-                )
+                why = f"the agent did not return within {timeout:g} s"
+                return _not_run(case, index, "agent_timeout", why, f"timed out after {timeout:g} s")
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
-                return RunResult(
-                    case_id=case.id,
-                    attempt=index,
-                    passed=False,
-                    outcome="agent_error",
-                    reason=f"the agent raised {error}",
-                    error=error,
-                )
+                return _not_run(case, index, "agent_error", f"the agent raised {error}", error)
         # runs of a case are independent attempts, not a session: score each on its own
         alone = (
             scored.model_copy(
