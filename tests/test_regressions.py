@@ -334,6 +334,27 @@ def test_suite_refuses_bad_input_in_one_line(cases_file: Path, tmp_path: Path) -
     )
     result = runner.invoke(cli, ["suite", str(broken_line), "--agent", "hotel_agent:fixed_agent"])
     assert result.exit_code == 2 and f"{broken_line}:1: tool_call_limits.0.name" in result.output
+    # an output in a directory that is not there is refused before the agent runs, not
+    # after the whole suite (whose results were then lost)
+    agent = tmp_path / "marking.py"
+    agent.write_text(
+        "from pathlib import Path\n\ndef run(question):\n"
+        "    Path(__file__).with_suffix('.ran').touch()\n    return 'x'\n"
+    )
+    for option in ("--junit", "--save"):
+        lost = runner.invoke(
+            cli, ["suite", str(cases_file), "--agent", f"{agent}:run", option, "no/such/out.xml"]
+        )
+        assert (lost.exit_code, lost.output) == (
+            2,
+            "agenteval: error: no/such/out.xml: no such file or directory; create no/such first\n",
+        )
+    assert not agent.with_suffix(".ran").exists()
+    cases_out = runner.invoke(cli, ["cases", str(cases_file), "-o", f"{cases_file}/cases.jsonl"])
+    assert (cases_out.exit_code, cases_out.output) == (
+        2,
+        f"agenteval: error: {cases_file}/cases.jsonl: {cases_file} is a file, not a directory\n",
+    )
     newer = tmp_path / "newer.jsonl"
     newer.write_text('{"agenteval_case": 9, "id": "x"}\n')
     with pytest.raises(CaptureError, match="cases format 9 is newer than this agenteval"):

@@ -7,6 +7,7 @@ Never a traceback.
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import json
@@ -185,6 +186,27 @@ def _describe_metric(name: str) -> None:
         for option in options:
             default = "" if option.default is inspect.Parameter.empty else f" = {option.default!r}"
             click.echo(f"  {option.name}{default}")
+
+
+class OutputFile(click.Path):
+    """A file a command writes. Its directory is checked when the command line is read,
+    before the work that fills it (a suite's whole run, a replay, judge calls): a mistyped
+    directory must not cost that work."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = os.fsdecode(super().convert(value, param, ctx))
+        parent = Path(path).parent
+        if not parent.is_dir():
+            missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+            blocked = any(folder.is_file() for folder in (parent, *parent.parents))
+            hint = "" if blocked else f"; create {parent} first"  # else: says which is a file
+            raise UserError(describe_os_error(missing, path) + hint)
+        if not os.access(parent, os.W_OK):
+            raise UserError(f"{path}: cannot write in {parent} (permission denied)")
+        return path
 
 
 def capture_files(path: Path) -> list[Path]:
@@ -743,7 +765,7 @@ def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -
     "--output",
     "output",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=OutputFile(),
     help="The capture file (.jsonl) to write; traces are appended if it exists.",
 )
 def import_command(spans: str, output: str) -> None:
@@ -897,7 +919,7 @@ def compare_command(
 @click.option(
     "--json",
     "json_out",
-    type=click.Path(dir_okay=False),
+    type=OutputFile(),
     help="Also write the figures as JSON, for agenteval report --calibration.",
 )
 @_judge_options(model_help="Judge model name; enables the LLM-judge metrics to calibrate.")
@@ -968,7 +990,7 @@ def calibrate_command(
     "html_out",
     default="agenteval-report.html",
     show_default=True,
-    type=click.Path(dir_okay=False),
+    type=OutputFile(),
     help="Where to write the report.",
 )
 @click.option(

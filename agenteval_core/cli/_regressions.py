@@ -27,7 +27,7 @@ from ..suite._cases import (
     write_cases,
 )
 from ..suite._suite import EvalSuite, SuiteReport, without_bounds
-from ._main import RunProblem, UserError, _split_names, capture_files, cli
+from ._main import OutputFile, RunProblem, UserError, _split_names, capture_files, cli
 
 __all__ = ["load_agent"]
 
@@ -70,7 +70,7 @@ def _why(case: RegressionCase) -> str:
     "-o",
     "--output",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=OutputFile(),
     help="Where to write the cases (JSON Lines; replaced).",
 )
 def cases_command(
@@ -233,10 +233,10 @@ def _junit(report: SuiteReport, problems: list[str], path: str) -> None:
 )
 @click.option("--min-pass-at-k", type=click.FloatRange(0, 1), help="Exit 1 below this pass@k.")
 @click.option("--min-pass-pow-k", type=click.FloatRange(0, 1), help="Exit 1 below this pass^k.")
-@click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
+@click.option("--junit", type=OutputFile(), help="Write JUnit XML here.")
 @click.option(
     "--save",
-    type=click.Path(dir_okay=False),
+    type=OutputFile(),
     help="Keep this run's per-case results here (JSON): a later run's --baseline.",
 )
 @click.option(
