@@ -199,7 +199,7 @@ def load_results(
             if len(data.sessions) < MAX_SESSIONS:
                 data.sessions[line.session_id] = line.session_results
     results_read(path, bool(data.trace_count or data.session_count), data.torn_lines)
-    del seen, seen_sessions
+    del seen, seen_sessions  # every id of the file: freed before the capture is read
     listed = sorted(flagged + others[: max(0, MAX_TRACES - len(flagged))])
     for _, trace_id, session_id, results, status in listed:
         data.traces[trace_id] = (session_id, results)

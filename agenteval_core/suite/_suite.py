@@ -339,7 +339,7 @@ def _not_run(
     )
 
 
-async def _on_own_thread(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
+async def _on_daemon_thread(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
     """A sync agent's attempt on a daemon thread of its own, in a copy of the caller's
     context (as ``asyncio.to_thread``). An attempt that times out is abandoned, not stopped
     (a thread cannot be): on a thread of asyncio's executor it would keep ``asyncio.run``,
@@ -543,7 +543,7 @@ class EvalSuite:
                 produced = (
                     await agent_fn(case.input, **arguments)
                     if inspect.iscoroutinefunction(agent_fn)
-                    else await _on_own_thread(agent_fn, case.input, arguments)
+                    else await _on_daemon_thread(agent_fn, case.input, arguments)
                 )
                 return await produced if inspect.isawaitable(produced) else produced
 
