@@ -10,8 +10,10 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   close).
 - On the recorder's one thread the translator maps the event to spans with its
   :class:`TraceAssembler` (``recorder.assembler(framework)``): ``start_span``,
-  ``end_span``, ``annotate``, ``mark``; every optional field is read under
-  :meth:`TraceAssembler.field`, so an odd field costs that field, never the span.
+  ``end_span`` (``fail_span`` for a span that raised: its text is :func:`error_text`,
+  and a run its caller stopped is ``cancelled``), ``annotate``, ``mark``; every optional
+  field is read under :meth:`TraceAssembler.field`, so an odd field costs that field,
+  never the span.
 - A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call.
 - Span attributes use the OpenTelemetry GenAI names spelled once here (``OPERATION_NAME``,
   ``REQUEST_MODEL``, ``PROVIDER_NAME``, ``INPUT_TOKENS``, ``OUTPUT_TOKENS``; the agent's
@@ -25,7 +27,16 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
 """
 
 from .online._react import json_arguments, react_actions
-from .online._recorder import UNSET, AlertEvent, EventPump, Recorder, RunRoots, TraceAssembler
+from .online._recorder import (
+    CANCELLED_BY_CALLER,
+    UNSET,
+    AlertEvent,
+    EventPump,
+    Recorder,
+    RunRoots,
+    TraceAssembler,
+    error_text,
+)
 from .schema._trace import (
     INPUT_TOKENS,
     OPERATION_NAME,
@@ -35,6 +46,7 @@ from .schema._trace import (
 )
 
 __all__ = [
+    "CANCELLED_BY_CALLER",
     "INPUT_TOKENS",
     "OPERATION_NAME",
     "OUTPUT_TOKENS",
@@ -46,6 +58,7 @@ __all__ = [
     "Recorder",
     "RunRoots",
     "TraceAssembler",
+    "error_text",
     "json_arguments",
     "react_actions",
 ]

@@ -209,6 +209,75 @@ def test_async_and_streaming_runs(evaluator: OnlineEvaluator) -> None:
     assert all(t.session_id == "async-session" and len(t.tool_calls()) == 2 for t in traces)
 
 
+def test_a_run_its_caller_stopped_is_cancelled_not_failed(evaluator: OnlineEvaluator) -> None:
+    # a timeout around the run (or a client gone) cancels its task inside a tool call; a
+    # web server stops reading a stream after its first chunk. Neither is the agent's error.
+    started, release = threading.Event(), threading.Event()
+
+    @tool
+    def wait_for_approval(order_id: str) -> str:
+        """Wait for a human to approve a refund."""
+        started.set()
+        release.wait(30)
+        return "approved"
+
+    approval = [
+        AIMessage(content="", tool_calls=[tool_call("wait_for_approval", "w1", order_id="A-1")])
+    ]
+    handler = AsyncAgentEvalCallbackHandler(evaluator, session_id="s-cancel")
+
+    async def cancel_inside_the_tool() -> None:
+        agent = create_agent(ScriptedChatModel(replies=approval), tools=[wait_for_approval])
+        run = asyncio.ensure_future(
+            agent.ainvoke({"messages": [("user", "Refund A-1")]}, config={"callbacks": [handler]})
+        )
+        assert await asyncio.to_thread(started.wait, 30)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        release.set()  # the sync tool's thread returns after its run ended
+
+    try:
+        asyncio.run(cancel_inside_the_tool())  # waits for that thread
+    finally:
+        release.set()
+    agent = create_agent(ScriptedChatModel(replies=two_tool_script()), tools=[lookup_order, refund])
+    stream = agent.stream(
+        {"messages": [("user", "Where is A-1?")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator, session_id="s-stream")]},
+    )
+    assert list(next(stream)) == ["model"]
+    stream.close()
+    assert evaluator.flush(10)
+    cancelled, abandoned = sorted(evaluator.captured(), key=lambda t: t.session_id or "")
+    assert (cancelled.input, cancelled.status, cancelled.status_reason, cancelled.error) == (
+        "Refund A-1",
+        RunStatus.CANCELLED,
+        "cancelled by its caller",
+        "CancelledError",
+    )
+    assert not cancelled.completed and cancelled.output is None
+    # the call in flight: its one record says it never returned
+    [call] = cancelled.tool_calls()
+    assert (call.id, call.name, call.arguments, call.result, call.error) == (
+        "w1",
+        "wait_for_approval",
+        {"order_id": "A-1"},
+        None,
+        "not ended before its run ended",
+    )
+    assert call.failed
+    assert (abandoned.input, abandoned.status, abandoned.status_reason, abandoned.error) == (
+        "Where is A-1?",
+        RunStatus.CANCELLED,
+        "cancelled by its caller",
+        "GeneratorExit",
+    )
+    assert abandoned.tool_calls() == []  # stopped after the model's first reply
+    stats = evaluator.stats
+    assert (stats.submitted, stats.captured, stats.scored) == (2, 2, 2)
+
+
 def run_view(trace: Trace) -> dict[str, Any]:
     """What a run did, span by span (not ids or times)."""
     return {

@@ -101,6 +101,57 @@ def test_a_run_its_caller_cancelled_says_so(evaluator: OnlineEvaluator) -> None:
         instrumentation.uninstrument()
     assert trace.status is RunStatus.CANCELLED
     assert trace.status_reason == "cancelled by its caller"
+    assert trace.error is None  # the workflow ended it, as asked: nothing raised
+
+
+def test_a_run_whose_task_is_cancelled_says_so(evaluator: OnlineEvaluator) -> None:
+    # what a timeout around the run (asyncio.wait_for) or a client gone does to it
+    started = asyncio.Event()
+
+    async def wait_for_approval(order_id: str) -> str:
+        """Wait for a human to approve."""
+        started.set()
+        await asyncio.Event().wait()
+        return "approved"
+
+    def ask(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        block = ToolCallBlock(
+            tool_call_id="w1", tool_name="wait_for_approval", tool_kwargs={"order_id": "A-1"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(async_fn=wait_for_approval)],
+        llm=MockFunctionCallingLLM(response_generator=ask),
+    )
+    instrumentation = instrument(evaluator)
+    try:
+
+        async def main() -> None:
+            run = asyncio.ensure_future(agent.run("Refund A-1 once approved"))
+            await started.wait()
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+
+        asyncio.run(main())
+        assert evaluator.flush(10)
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert (trace.status, trace.status_reason, trace.error) == (
+        RunStatus.CANCELLED,
+        "cancelled by its caller",
+        "CancelledError",  # the exception's name alone: it has no message
+    )
+    [call] = trace.tool_calls()
+    assert (call.id, call.name, call.arguments, call.result, call.error) == (
+        "w1",
+        "wait_for_approval",
+        {"order_id": "A-1"},
+        None,
+        "not ended before its run ended",  # its one record says it never returned
+    )
 
 
 def test_a_failed_llm_call_carries_the_providers_error(evaluator: OnlineEvaluator) -> None:

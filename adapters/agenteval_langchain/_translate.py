@@ -29,6 +29,7 @@ from agenteval_core.recording import (
     REQUEST_MODEL,
     AlertEvent,
     Recorder,
+    error_text,
 )
 
 __all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
@@ -88,10 +89,6 @@ def _state_summary(value: Any) -> Any:
     if isinstance(messages, list) and messages:
         return {"messages": len(messages), "last": messages[-1]}
     return value
-
-
-def _error(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
 
 
 def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
@@ -471,8 +468,8 @@ class Translator:
         flow = control_flow(error)
         if flow is None:
             if type(error).__name__ == "GraphRecursionError":  # LangGraph's step limit
-                self.assembler.mark(e.run_id, RunStatus.LIMIT, _error(error))
-            self.assembler.end_span(e.run_id, error=_error(error), end_time=e.at)
+                self.assembler.mark(e.run_id, RunStatus.LIMIT, error_text(error))
+            self.assembler.fail_span(e.run_id, error, end_time=e.at)
             return
         # an interrupt or a handoff passes through spans as an exception: control flow, not
         # a failure

@@ -19,12 +19,14 @@ from agenteval_core import (
     plain,
 )
 from agenteval_core.recording import (
+    CANCELLED_BY_CALLER,
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
     REQUEST_MODEL,
     AlertEvent,
     Recorder,
+    error_text,
     react_actions,
 )
 
@@ -409,7 +411,7 @@ class Translator:
             self.assembler.end_span(span_id, end_time=at)
 
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
-        message = f"{type(error).__name__}: {error}" if error is not None else "dropped"
+        message = error_text(error) if error is not None else "dropped"
         self._llm_methods.discard(span_id)
         self._direct_tools.discard(span_id)
         if span_id in self._nested_llm:  # the outer call records the error
@@ -430,13 +432,16 @@ class Translator:
             ended = _limit_or_timeout(error)
             if ended is not None:
                 self.assembler.mark(span_id, ended, message)
-        self.assembler.end_span(span_id, error=message, end_time=at)
+        if error is None:
+            self.assembler.end_span(span_id, error=message, end_time=at)
+        else:  # a run whose task its caller cancelled is cancelled, event or no event
+            self.assembler.fail_span(span_id, error, end_time=at)
 
     def _event(self, event: Any, at: float) -> None:
         if type(event).__name__ == "SpanCancelledEvent":  # the run's caller cancelled it
             key = self._parent(event.span_id)
             if key is not None:
-                self.assembler.mark(key, RunStatus.CANCELLED, "cancelled by its caller")
+                self.assembler.mark(key, RunStatus.CANCELLED, CANCELLED_BY_CALLER)
         elif (
             isinstance(event, LLMChatStartEvent | LLMChatEndEvent)
             and event.span_id in self._nested_llm

@@ -11,6 +11,7 @@ calls are checked by the one :class:`~agenteval_core.LoopGuard` before they run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -35,11 +36,34 @@ from ..schema._trace import (
     new_id,
 )
 
-__all__ = ["UNSET", "AlertEvent", "EventPump", "Recorder", "RunRoots", "TraceAssembler"]
+__all__ = [
+    "CANCELLED_BY_CALLER",
+    "UNSET",
+    "AlertEvent",
+    "EventPump",
+    "Recorder",
+    "RunRoots",
+    "TraceAssembler",
+    "error_text",
+]
 
 logger = logging.getLogger("agenteval")
 
 _T = TypeVar("_T")
+
+CALLER_STOPS = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)
+"""Exceptions by which a run's caller, not the run, ends it: a cancelled task (a timeout
+around the run, a client that went away), a stream closed before its end, Ctrl-C."""
+
+CANCELLED_BY_CALLER = "cancelled by its caller"
+"""The status reason of a ``cancelled`` run."""
+
+
+def error_text(error: BaseException) -> str:
+    """An exception as a trace records it: its type and message, or its type alone when it
+    has no message (``CancelledError``, not ``CancelledError: ``)."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 class AlertEvent(NamedTuple):
@@ -578,6 +602,14 @@ class TraceAssembler:
         if trace is not None and trace.status is None:
             trace.status, trace.status_reason = status, reason
 
+    def fail_span(self, key: Hashable, error: BaseException, *, end_time: float | None) -> None:
+        """Close a span that raised ``error``. A run whose root ends by its caller's doing
+        (:data:`CALLER_STOPS`) is ``cancelled``, as the frameworks that say so in an event
+        of their own have it: the run did not fail, nor did it complete."""
+        if isinstance(error, CALLER_STOPS) and self.is_root(key):
+            self.mark(key, RunStatus.CANCELLED, CANCELLED_BY_CALLER)
+        self.end_span(key, error=error_text(error), end_time=end_time)
+
     def annotate(
         self,
         key: Hashable,
@@ -646,6 +678,8 @@ class TraceAssembler:
             child = self._spans.pop(child_key).span
             child.error = child.error or note
             child.end_time = child.end_time or root.end_time
+            if child.tool_call is not None:  # the call's one record says it never returned
+                child.tool_call.error = child.error
         owner.open_keys.clear()
         self._traces.pop(owner.key, None)
         trace = owner.trace
