@@ -180,7 +180,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _RECORDED.clear()  # a report covers its own session only
 
 
+_WORKER_RESULTS = "agenteval_results"
+"""The key under which a pytest-xdist worker hands its results to the controller."""
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:  # a pytest-xdist worker: the controller writes the report
+        worker_output[_WORKER_RESULTS] = json.dumps(_RECORDED)
+        return
     path = session.config.getoption("--agenteval-report", default=None)
     if path:
         Path(path).write_text(json.dumps({"results": _RECORDED}, indent=2), encoding="utf-8")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist: a worker is done; its results join the controller's report (before
+    the controller's ``pytest_sessionfinish``, which waits for every worker)."""
+    handed = getattr(node, "workeroutput", {}).get(_WORKER_RESULTS)
+    if handed:
+        _RECORDED.extend(json.loads(handed))

@@ -52,6 +52,27 @@ def test_assert_eval_failure_names_score_threshold_and_reason(pytester: pytest.P
     ]
 
 
+def test_the_report_holds_every_workers_results_under_xdist(pytester: pytest.Pytester) -> None:
+    # pytest -n: each worker asserts in a process of its own, and the report is written once
+    pytester.makepyfile(
+        """
+        import pytest
+        from agenteval_core import Trace
+        from agenteval_core.pytest_plugin import assert_eval
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_answer(i):
+            assert_eval(Trace(id=f"t{i}", input="q", output=f"answer {i}"), ["tool_failures"])
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--agenteval-report", "report.json")
+    result.assert_outcomes(passed=6)
+    results = json.loads((pytester.path / "report.json").read_text())["results"]
+    assert sorted((r["trace_id"], r["name"], r["score"], r["reason"]) for r in results) == [
+        (f"t{i}", "tool_failures", 1.0, "no tool calls") for i in range(6)
+    ]
+
+
 def test_k_runs_fixture_asserts_pass_k_bounds(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
