@@ -617,3 +617,44 @@ def test_a_large_results_file_is_aggregated_whole_and_listed_in_part(
     assert 'href="#t-t0792"' not in page and 'title="t0792 risk' in page
     assert re.search(r'<span class="cell" style="[^"]*" title="t0792 risk', page)
     assert re.search(r'<a href="#t-t0000" class="cell" style="[^"]*" title="t0000 risk', page)
+
+
+def test_a_live_results_file_shows_its_open_sessions_with_their_scores_so_far(
+    tmp_path: Path,
+) -> None:
+    # a server's evaluator writes its results file for weeks; its sessions close at close()
+    # or past max_open_sessions. A report read meanwhile shows the open ones, marked open
+    from agenteval_core import OnlineEvaluator
+
+    path = tmp_path / "results.jsonl"
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl", results_path=path, log=False, max_open_sessions=1
+    )
+    try:
+        for session, text in (("a", "one"), ("a", "two"), ("b", "three")):  # b closes a
+            evaluator.submit(Trace(session_id=session, input=f"say {text}", output=f"{text}"))
+        assert evaluator.flush(20)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        so_far = [line["session_scores"] for line in lines if line.get("session_id") == "b"]
+        assert len(so_far) == 1 and isinstance(so_far[0]["agent_reliability"], float)
+        live = load_results(path)
+        assert (live.trace_count, live.session_count, live.open_session_count) == (3, 1, 1)
+        assert list(live.sessions) == ["a"] and live.open_sessions == {"b": so_far[0]}
+        assert [m.trace_id for m in live.members["b"]] == [lines[-1]["trace_id"]]
+        page = render_html(live)
+        assert '<span id="open-session-count">1</span> still open' in page
+        assert 'id="open-sessions"' in page
+        reliability = f"{so_far[0]['agent_reliability']:.3f}"
+        assert re.search(
+            rf'data-session="b">.*?\(open\).*?so far: agent_reliability {reliability}', page
+        )
+        assert re.search(r'data-session="b">.*?style="background:#a7adba"', page)  # grey
+        assert not re.search(r'data-session="a">[^\n]*\(open\)', page)
+    finally:
+        evaluator.close()
+    closed = load_results(path)
+    assert (closed.session_count, closed.open_session_count, closed.open_sessions) == (2, 0, {})
+    # no trace came after: the closing results are the scores it had so far
+    [final] = [r for r in closed.sessions["b"] if r.name == "agent_reliability"]
+    assert final.score == so_far[0]["agent_reliability"]
+    assert "still open" not in render_html(closed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -60,6 +61,11 @@ class ReportData:
     ``MAX_TRACES``, those that failed a metric or did not complete first."""
     sessions: dict[str, list[MetricResult]] = field(default_factory=dict)
     """The sessions the report shows: the first ``MAX_SESSIONS`` in the file."""
+    open_sessions: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Sessions the file has traces of but no closing line (the evaluator is still running,
+    or stopped without closing them): each with its scores so far, as its last trace's line
+    has them. Shown after the closed sessions, up to ``MAX_SESSIONS`` in all."""
+    open_session_count: int = 0
     members: dict[str, list[SessionMember]] = field(default_factory=dict)
     """Each shown session's traces, in order."""
     captured: dict[str, Trace] = field(default_factory=dict)
@@ -75,7 +81,8 @@ class ReportData:
     summary: ResultSummary = field(default_factory=ResultSummary)
     """Every trace's results, aggregated per metric."""
     session_summary: ResultSummary = field(default_factory=ResultSummary)
-    """Every closed session's results, aggregated per metric."""
+    """Every closed session's results, aggregated per metric (open sessions have no results
+    yet: see ``open_sessions``)."""
     bins: dict[str, list[int]] = field(default_factory=dict)
     """Per metric, its scores per tenth of [0, 1] (traces and sessions)."""
     calibration: CalibrationReport | None = None
@@ -180,17 +187,23 @@ def load_results(
     # listed traces: those that need a look (failed a metric, did not complete) first
     flagged: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
     others: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
+    # sessions with traces and no closing line yet, each with its latest scores: as many as
+    # the writer had open at once (an evaluator closes past max_open_sessions)
+    still_open: dict[str, dict[str, float | None]] = {}
     for line in read_results(path, data.torn_lines):
         if line.trace_id is not None and line.results is not None:
             if not _first_time(seen, line.trace_id):
                 data.repeated_traces += 1
                 continue
             data.trace_count += 1
+            if line.session_id is not None and line.session_id not in seen_sessions:
+                still_open[line.session_id] = line.session_scores or {}
             data._aggregate(data.summary, line.results)
             kept = flagged if failing(line.results) or line.status not in (None, "ok") else others
             if len(kept) < MAX_TRACES:
                 kept.append((len(seen), line.trace_id, line.session_id, line.results, line.status))
         if line.session_results and line.session_id is not None:
+            still_open.pop(line.session_id, None)
             if not _first_time(seen_sessions, line.session_id):
                 data.repeated_sessions += 1
                 continue
@@ -200,13 +213,17 @@ def load_results(
                 data.sessions[line.session_id] = line.session_results
     results_read(path, bool(data.trace_count or data.session_count), data.torn_lines)
     del seen, seen_sessions  # every id of the file: freed before the capture is read
+    data.open_session_count = len(still_open)
+    room = max(0, MAX_SESSIONS - len(data.sessions))
+    data.open_sessions = dict(itertools.islice(still_open.items(), room))
+    del still_open
     listed = sorted(flagged + others[: max(0, MAX_TRACES - len(flagged))])
     for _, trace_id, session_id, results, status in listed:
         data.traces[trace_id] = (session_id, results)
         if status is not None:
             data.statuses[trace_id] = status
-    if data.sessions:
-        data.members = _members(Path(path), set(data.sessions))
+    if data.sessions or data.open_sessions:
+        data.members = _members(Path(path), set(data.sessions) | set(data.open_sessions))
     if capture is not None:
         wanted = set(data.traces)
         # a capture from elsewhere may hold secrets; a report never shows them
@@ -373,6 +390,10 @@ def _duration(start: float | None, end: float | None) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+UNKNOWN_RISK = "#a7adba"
+"""A square's colour when its risk is not known yet (an open session)."""
+
+
 def _risk_colour(risk: float) -> str:
     risk = min(1.0, max(0.0, risk))
     return f"hsl({120 * (1 - risk):.0f}, 65%, 45%)"
@@ -445,8 +466,10 @@ def render_html(data: ReportData) -> str:
         if r.name == "loop_detection" and r.success is False
     }
     sessions = []
-    for session_id, results in data.sessions.items():
-        risks, flagged = _session_risks(results)
+    shown: list[tuple[str, list[MetricResult] | None]] = [*data.sessions.items()]
+    shown += [(session_id, None) for session_id in data.open_sessions]
+    for session_id, results in shown:  # None: open, no results yet
+        risks, flagged = _session_risks(results or [])
         members = data.members.get(session_id, [])
         over_time: dict[str, list[float | None]] = {}
         for member in members:
@@ -458,17 +481,29 @@ def render_html(data: ReportData) -> str:
                 "listed": member.trace_id in data.traces,
                 "flagged": member.trace_id in flagged,
                 "loop": member.loop,
-                "colour": _risk_colour(risks.get(member.trace_id, 0.0)),
+                # an open session's per-trace risks come with its closing results
+                "colour": UNKNOWN_RISK
+                if results is None
+                else _risk_colour(risks.get(member.trace_id, 0.0)),
                 "risk": risks.get(member.trace_id),
             }
             for member in members[:MAX_CELLS]
         ]
+        scores = (
+            [
+                {"name": name, "score": score}
+                for name, score in data.open_sessions[session_id].items()
+            ]
+            if results is None
+            else results
+        )
         sessions.append(
             {
                 "id": session_id,
+                "open": results is None,
                 "cells": cells,
                 "more": max(0, len(members) - MAX_CELLS),
-                "results": results,
+                "results": scores,
                 "chart": _session_chart(over_time),
             }
         )
@@ -510,8 +545,10 @@ def render_html(data: ReportData) -> str:
         unread_capture_lines=data.unread_capture_lines,
         trace_count=data.trace_count,
         session_count=data.session_count,
+        open_session_count=data.open_session_count,
         listed_traces=len(data.traces),
         shown_sessions=len(data.sessions),
+        shown_open_sessions=len(data.open_sessions),
         repeated_traces=data.repeated_traces,
         repeated_sessions=data.repeated_sessions,
         metrics=metrics,
