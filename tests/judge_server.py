@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agenteval_core.judges._openai import _ACCEPTED
+from agenteval_core.judges._openai import _ACCEPTED, _SHAPES
 
 
 @dataclass
@@ -31,10 +31,15 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     usage: tuple[int, int] = (100, 20)
+    finish_reason: str = "stop"
 
 
 PROBE = 'Reply with the JSON object {"ok": true}.'
 """The judges' preflight request for an output mode."""
+
+
+def _is_probe(request: dict[str, Any]) -> bool:
+    return bool(request.get("messages", [{}])[0].get("content") == PROBE)
 
 
 class _Server(ThreadingHTTPServer):
@@ -62,6 +67,9 @@ class JudgeServer:
         """The judges' preflight requests for an output mode (answered, not scripted)."""
         self.latency = 0.0
         self.models_status = 200
+        self.reasoning_model = False
+        """Answer as OpenAI does for its reasoning models (o-series, gpt-5): a request with
+        ``max_tokens``, or a ``temperature`` other than 1, is refused with its HTTP 400."""
         self.in_flight = 0
         self.peak_in_flight = 0
         self.open_connections = 0
@@ -106,8 +114,7 @@ class JudgeServer:
                     self._embeddings(request)
                     return
                 reply = server._next(request)
-                probe = request.get("messages", [{}])[0].get("content") == PROBE
-                if not probe:  # the figures tests read are the scoring requests'
+                if not _is_probe(request):  # the figures tests read are the scoring requests'
                     with server._lock:
                         server.in_flight += 1
                         server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
@@ -129,7 +136,7 @@ class JudgeServer:
                                 {
                                     "index": 0,
                                     "message": {"role": "assistant", "content": reply.content},
-                                    "finish_reason": "stop",
+                                    "finish_reason": reply.finish_reason,
                                 }
                             ],
                             "usage": {
@@ -171,15 +178,20 @@ class JudgeServer:
         self.base_url = f"{origin}/v1"
         # judges remember, per process, the output mode each URL accepted: a server on the
         # port of an earlier test's server (one that took JSON mode only, say) starts unseen
-        for seen in [key for key in _ACCEPTED if f"{key[0]}/".startswith(f"{origin}/")]:
-            del _ACCEPTED[seen]
+        for remembered in (_ACCEPTED, _SHAPES):
+            for seen in [key for key in remembered if f"{key[0]}/".startswith(f"{origin}/")]:
+                del remembered[seen]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     def _next(self, request: dict[str, Any]) -> Reply:
         with self._lock:
+            refused = self._refused_parameter(request)
+            if refused is not None:
+                (self.probes if _is_probe(request) else self.requests).append(request)
+                return refused
             kind = (request.get("response_format") or {}).get("type")
-            if request.get("messages", [{}])[0].get("content") == PROBE:
+            if _is_probe(request):
                 self.probes.append(request)
                 if kind in self.unsupported_formats:
                     return self.format_refusal(kind)
@@ -193,6 +205,30 @@ class JudgeServer:
         if self.responder is not None:
             return self.responder(request)
         return Reply(status=500, content="no scripted reply left")
+
+    def _refused_parameter(self, request: dict[str, Any]) -> Reply | None:
+        if not self.reasoning_model:
+            return None
+        if "max_tokens" in request:
+            error = {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this "
+                "model. Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error",
+                "param": "max_tokens",
+                "code": "unsupported_parameter",
+            }
+        elif request.get("temperature", 1) != 1:
+            error = {
+                "message": f"Unsupported value: 'temperature' does not support "
+                f"{request['temperature']} with this model. Only the default (1) value is "
+                "supported.",
+                "type": "invalid_request_error",
+                "param": "temperature",
+                "code": "unsupported_value",
+            }
+        else:
+            return None
+        return Reply(status=400, body=json.dumps({"error": error}))
 
     def reply(self, *replies: Reply | str | dict[str, Any]) -> None:
         """Queue replies: a ``Reply``, a content string, or a dict sent as JSON content."""

@@ -13,7 +13,7 @@ from judge_server import JudgeServer, Reply
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from pydantic import BaseModel
 
-from agenteval_core import JudgeParseError, JudgeUnavailableError
+from agenteval_core import JudgeParseError, JudgeUnavailableError, JudgeUnsupportedRequestError
 from agenteval_core.judges import JudgeCache, JudgeRequest, LangChainJudge, OpenAIJudge, parse_reply
 from agenteval_core.judges._parse import ReplyError
 
@@ -140,6 +140,61 @@ def test_server_without_json_schema_falls_back_to_json_mode(judge_server: JudgeS
     ]
     assert ask(j, request("second")).parsed.score == 0.6  # type: ignore[attr-defined]
     assert judge_server.requests[-1]["response_format"]["type"] == "json_object"  # remembered
+
+
+def test_a_reasoning_model_is_asked_with_the_parameters_it_takes(
+    judge_server: JudgeServer,
+) -> None:
+    # OpenAI's o-series and gpt-5 refuse max_tokens and a temperature other than 1 with an
+    # HTTP 400 each: the judge asks again without them, and remembers it
+    judge_server.reasoning_model = True
+    judge_server.reply({"score": 0.7, "reason": "fine"}, {"score": 0.4, "reason": "again"})
+    j = judge(judge_server, api_key="sk-test-0123456789abcdef")
+    asyncio.run(j.preflight())
+    assert ask(j).parsed == Verdict(score=0.7, reason="fine")  # type: ignore[attr-defined]
+    limits = [
+        ("max_tokens" in p, p.get("max_completion_tokens"), p.get("temperature"))
+        for p in judge_server.probes
+    ]
+    assert limits == [(True, None, 0.0), (False, 16, 0.0), (False, 16, None)]
+    # the preflight found the shape: scoring asks once, its limit covering the reasoning
+    [sent] = judge_server.requests
+    assert "max_tokens" not in sent and "temperature" not in sent
+    assert sent["max_completion_tokens"] == 512 + 8192
+    # another judge on the same endpoint and model starts from what was found
+    other = judge(judge_server, max_tokens=300)
+    assert ask(other, request("second")).parsed.score == 0.4  # type: ignore[attr-defined]
+    assert judge_server.requests[-1]["max_completion_tokens"] == 300  # the user's own limit
+    assert len(judge_server.requests) == 2
+
+
+def test_a_reply_cut_at_the_token_limit_says_so_without_asking_again(
+    judge_server: JudgeServer,
+) -> None:
+    judge_server.reply(Reply("", finish_reason="length", usage=(100, 512)))
+    j = judge(judge_server)
+    with pytest.raises(JudgeParseError) as failure:
+        ask(j)
+    assert str(failure.value) == (
+        "unparsable after 1 replies: the reply stopped at the token limit before it was "
+        "complete (the reply is empty); a reasoning model spends the limit thinking before it "
+        "answers: raise max_tokens (--judge-max-tokens)"
+    )
+    assert len(judge_server.requests) == 1 and j.stats.reasks == 0
+    assert failure.value.usage.output_tokens == 512  # the tokens it spent still count
+
+
+def test_a_placeholder_api_key_is_not_scrubbed_from_error_texts(
+    judge_server: JudgeServer,
+) -> None:
+    # vLLM's docs use "EMPTY", Ollama's "ollama": no secret, and words hold them
+    judge_server.reply(Reply(status=404, content="model not found, try: ollama pull llama3"))
+    with pytest.raises(JudgeUnsupportedRequestError, match="try: ollama pull llama3"):
+        ask(judge(judge_server, api_key="ollama"))
+    secret = "sk-proj-abcdefghijklmnop0123456789"
+    judge_server.reply(Reply(status=404, content=f"key {secret} has no access"))
+    with pytest.raises(JudgeUnsupportedRequestError, match=r"key \[REDACTED:api-key\] has"):
+        ask(judge(judge_server, api_key=secret))
 
 
 def test_cache_hits_make_no_call_and_prompt_versions_miss(

@@ -59,6 +59,8 @@ class Completion:
     usage_estimated: bool = False
     """The server's token counts were not usable (malformed or negative): the counts are
     estimated from characters (/ 4)."""
+    cut_at_limit: bool = False
+    """The reply stopped at the request's token limit (OpenAI's ``finish_reason`` "length")."""
 
 
 @dataclass
@@ -283,6 +285,13 @@ class BaseJudge(ABC):
                 parsed = parse_reply(text, request.schema)
             except ReplyError as exc:
                 problem = exc
+                if completion.cut_at_limit:  # asked again, it would stop at the same limit
+                    problem = ReplyError(
+                        f"the reply stopped at the token limit before it was complete ({exc}); "
+                        "a reasoning model spends the limit thinking before it answers: raise "
+                        "max_tokens (--judge-max-tokens)"
+                    )
+                    break
                 if attempt >= self.max_parse_retries:
                     break
                 attempt += 1
@@ -320,7 +329,7 @@ class BaseJudge(ABC):
             )
         else:
             error = JudgeParseError(  # a reply may echo the prompt's secrets
-                redact_text(f"unparsable after {self.max_parse_retries + 1} replies: {problem}"),
+                redact_text(f"unparsable after {attempt + 1} replies: {problem}"),
                 raw_reply=redact_text(text),
             )
         error.usage = usage

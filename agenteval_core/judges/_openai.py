@@ -12,6 +12,7 @@ import os
 import re
 import weakref
 import zlib
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
@@ -45,6 +46,42 @@ _ACCEPTED: dict[tuple[str, str], Mode] = {}
 """The output mode each endpoint and model accepted, found once per process."""
 
 
+@dataclass(frozen=True)
+class _RequestShape:
+    """The parameters a model takes. OpenAI's reasoning models (the o-series, gpt-5) refuse
+    ``max_tokens`` ("Use 'max_completion_tokens' instead") and any ``temperature`` but
+    their default, each with an HTTP 400 naming the parameter."""
+
+    token_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    temperature: bool = True
+
+
+_SHAPES: dict[tuple[str, str], _RequestShape] = {}
+"""The request shape each endpoint and model was found to take, once per process."""
+
+REASONING_ALLOWANCE = 8192
+"""Tokens added to the default reply limit for a model that takes ``max_completion_tokens``:
+its limit counts the tokens it reasons with before it answers (often a thousand or more
+for a verdict), and a limit sized for the answer alone would cut every reply empty."""
+
+
+def _refused_parameter(response: httpx.Response) -> str | None:
+    """``max_tokens`` or ``temperature`` when an HTTP 400 says the model does not take it."""
+    if response.status_code != 400:
+        return None
+    text = response.text[:4000]
+    try:
+        error = json.loads(text).get("error") or {}
+        param, message = error.get("param"), str(error.get("message") or "")
+    except (ValueError, AttributeError):
+        param, message = None, text
+    if "max_completion_tokens" in message and (param == "max_tokens" or "'max_tokens'" in message):
+        return "max_tokens"
+    if param == "temperature" or ("'temperature'" in message and "nsupported" in message):
+        return "temperature"
+    return None
+
+
 def _refuses_format(response: httpx.Response) -> bool:
     """A refusal of the requested output format rather than an outage: a 4xx or 5xx (429
     aside: that is a rate limit) whose body names it. llama-cpp-python answers 500 with its
@@ -63,6 +100,10 @@ _CONTEXT_WORDS = re.compile(
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """The largest judge response body read by default (after decompression): a verdict takes a
 few kilobytes, and a server or proxy gone wrong can send gigabytes."""
+
+MIN_SECRET_KEY_CHARS = 8
+"""API keys shorter than this are placeholders (a local server takes any), not secrets to
+scrub from error texts; every provider's real keys are far longer."""
 
 MAX_TIMEOUTS_IN_A_ROW = 3
 """Calls that time out one after another before the judge stops calling: each left the
@@ -197,6 +238,7 @@ class OpenAIJudge(BaseJudge):
         )
         self.output_mode: OutputMode = chosen
         self.mode: Mode = "json_schema" if chosen == "auto" else chosen
+        self._shape = _SHAPES.get((self.base_url, model), _RequestShape())
         self.max_tokens = max_tokens
         self.max_input_tokens = max_input_tokens
         self.result_deadline = result_deadline
@@ -298,6 +340,8 @@ class OpenAIJudge(BaseJudge):
                 except httpx.HTTPError:
                     return
                 self.stats.probes += 1
+                if self._takes_what_was_refused(response):
+                    continue
                 if not _refuses_format(response):
                     if response.status_code < 400:
                         _ACCEPTED[(self.base_url, self._model)] = self.mode
@@ -320,12 +364,19 @@ class OpenAIJudge(BaseJudge):
         *,
         max_tokens: int | None = None,
     ) -> dict[str, Any]:
+        shape = self._shape
+        limit = max_tokens or self.max_tokens
+        if limit is None:
+            limit = default_max_tokens(schema)
+            if shape.token_field == "max_completion_tokens":
+                limit += REASONING_ALLOWANCE
         payload: dict[str, Any] = {
             "model": self._model,
             "messages": messages,
-            "temperature": self.temperature,
-            "max_tokens": max_tokens or self.max_tokens or default_max_tokens(schema),
+            shape.token_field: limit,
         }
+        if shape.temperature:
+            payload["temperature"] = self.temperature
         if self.mode == "json_schema":
             payload["response_format"] = {
                 "type": "json_schema",
@@ -371,6 +422,8 @@ class OpenAIJudge(BaseJudge):
                     exc.usage.estimated_input_tokens += len(json.dumps(messages)) // 4
                 raise
             self._timeouts_in_a_row = 0
+            if self._takes_what_was_refused(response):
+                continue
             if _refuses_format(response) and self.output_mode == "auto" and self.mode != "text":
                 logger.info(
                     "agenteval: the judge at %s refuses output mode %s (HTTP %d); asking in %s",
@@ -387,6 +440,29 @@ class OpenAIJudge(BaseJudge):
             completion = _completion(response, messages)
             completion.calls = calls
             return completion
+
+    def _takes_what_was_refused(self, response: httpx.Response) -> bool:
+        """Whether the server refused a parameter this model does not take, now renamed or
+        left out for this endpoint and model (the caller asks again)."""
+        refused = _refused_parameter(response)
+        shape = self._shape
+        if refused == "max_tokens" and shape.token_field == "max_tokens":
+            shape = replace(shape, token_field="max_completion_tokens")
+        elif refused == "temperature" and shape.temperature:
+            shape = replace(shape, temperature=False)
+        else:
+            return False
+        logger.info(
+            "agenteval: %s at %s does not take %s (HTTP 400); asking %s",
+            self._model,
+            self.base_url,
+            refused,
+            "with max_completion_tokens"
+            if refused == "max_tokens"
+            else "at its default temperature",
+        )
+        self._shape = _SHAPES[(self.base_url, self._model)] = shape
+        return True
 
     def _refusal(self, response: httpx.Response, url: str, calls: int) -> JudgeError:
         """The error an HTTP error status is, by what replaying could do about it."""
@@ -418,7 +494,10 @@ class OpenAIJudge(BaseJudge):
         """An error text without this judge's API key (a server may echo it back) or other
         secrets (it may echo the prompt)."""
         key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        return redact_text(text.replace(key, "[REDACTED:api-key]") if key else text)
+        # a local server's placeholder ("EMPTY", "ollama") is no secret, and replacing it
+        # would garble the words of the message that contain it
+        secret = len(key) >= MIN_SECRET_KEY_CHARS
+        return redact_text(text.replace(key, "[REDACTED:api-key]") if secret else text)
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP client."""
@@ -508,21 +587,26 @@ def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Com
     the verdict is kept and a budget still counts the call."""
     try:
         body = response.json()
-        text = body["choices"][0]["message"]["content"] or ""
-    except (ValueError, KeyError, IndexError, TypeError):
+        choice = body["choices"][0]
+        text = choice["message"]["content"] or ""
+        cut = choice.get("finish_reason") == "length"
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return Completion(text=response.text[:2000])
     text = text if isinstance(text, str) else json.dumps(text)
     usage = body.get("usage")
     if not usage:  # not reported (many local servers): nothing to count
-        return Completion(text=text)
+        return Completion(text=text, cut_at_limit=cut)
     reported = usage if isinstance(usage, dict) else {}
     input_tokens = _token_count(reported.get("prompt_tokens", 0)) if reported else None
     output_tokens = _token_count(reported.get("completion_tokens", 0)) if reported else None
     if input_tokens is not None and output_tokens is not None:
-        return Completion(text=text, input_tokens=input_tokens, output_tokens=output_tokens)
+        return Completion(
+            text=text, input_tokens=input_tokens, output_tokens=output_tokens, cut_at_limit=cut
+        )
     return Completion(
         text=text,
         input_tokens=len(json.dumps(messages)) // 4 if input_tokens is None else input_tokens,
         output_tokens=len(text) // 4 if output_tokens is None else output_tokens,
         usage_estimated=True,
+        cut_at_limit=cut,
     )
