@@ -67,6 +67,10 @@ class JudgeServer:
         """The judges' preflight requests for an output mode (answered, not scripted)."""
         self.latency = 0.0
         self.models_status = 200
+        self.embedding_input_limit = 0
+        self.embedding_request_limit = 0
+        """Characters an embeddings request may hold per text and in all (0: no limit),
+        refused past them as OpenAI does (8,192 and 300,000 tokens)."""
         self.reasoning_model = False
         """Answer as OpenAI does for its reasoning models (o-series, gpt-5): a request with
         ``max_tokens``, or a ``temperature`` other than 1, is refused with its HTTP 400."""
@@ -161,12 +165,35 @@ class JudgeServer:
             def _embeddings(self, request: dict[str, Any]) -> None:
                 # a vector each text determines: (length, count of "a", 1)
                 server.embedding_requests.append(request)
-                data = [
-                    {"index": i, "embedding": [float(len(t)), float(t.count("a")), 1.0]}
-                    for i, t in enumerate(request["input"])
-                ]
-                body = json.dumps({"data": data, "model": request.get("model")}).encode()
-                self.send_response(200)
+                texts, status = request["input"], 200
+                # a character a token, as OpenAI's limits count them at worst
+                longest, total = max(map(len, texts), default=0), sum(map(len, texts))
+                if server.embedding_input_limit and longest > server.embedding_input_limit:
+                    status, message = (
+                        400,
+                        (
+                            f"This model's maximum context length is "
+                            f"{server.embedding_input_limit} tokens, however you requested "
+                            f"{longest} tokens. Please reduce your prompt."
+                        ),
+                    )
+                elif server.embedding_request_limit and total > server.embedding_request_limit:
+                    status, message = (
+                        400,
+                        (
+                            f"Requested {total} tokens, max {server.embedding_request_limit} "
+                            "tokens per request"
+                        ),
+                    )
+                if status != 200:
+                    body = json.dumps({"error": {"message": message}}).encode()
+                else:
+                    data = [
+                        {"index": i, "embedding": [float(len(t)), float(t.count("a")), 1.0]}
+                        for i, t in enumerate(texts)
+                    ]
+                    body = json.dumps({"data": data, "model": request.get("model")}).encode()
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

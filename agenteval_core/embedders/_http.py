@@ -12,19 +12,40 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import JudgeUnavailableError
+from .._errors import (
+    JudgeContextOverflowError,
+    JudgeError,
+    JudgeUnavailableError,
+    JudgeUnsupportedRequestError,
+)
 from .._sync import run_sync
 from ..judges._cache import JudgeCache, cache_key
+from ..judges._openai import CONTEXT_WORDS
 from ..judges._traffic import Traffic
 
 __all__ = ["HTTPEmbedder"]
+
+MAX_CHARS = 8_000
+"""Characters of a text that are embedded: OpenAI's embedding models take 8,192 tokens a
+text, and a token is rarely shorter than a character, so the start of a longer text is
+embedded rather than the request refused."""
+
+MAX_BATCH_CHARS = 250_000
+"""Characters one request may hold in all: OpenAI takes 300,000 tokens a request."""
 
 
 class HTTPEmbedder:
     """An :class:`~agenteval_core.Embedder` over the OpenAI embeddings API (OpenAI, vLLM,
     Ollama, LiteLLM, ...). Texts go in batches of ``batch_size`` under the same traffic
     control as the judges; vectors are cached on disk by model and text (``cache=None``
-    disables it) and L2-normalised."""
+    disables it) and L2-normalised.
+
+    A text longer than ``max_chars`` has its first ``max_chars`` characters embedded (an
+    agent's long answer would otherwise be refused, and with it every text of its batch),
+    and a batch holds at most ``max_batch_chars`` characters. A model with a smaller input
+    than OpenAI's 8,192 tokens needs a lower ``max_chars``; the error of a text still too
+    long says so.
+    """
 
     def __init__(
         self,
@@ -38,7 +59,14 @@ class HTTPEmbedder:
         max_retries: int = 4,
         timeout: float = 20.0,
         cache: JudgeCache | None = None,
+        max_chars: int = MAX_CHARS,
+        max_batch_chars: int = MAX_BATCH_CHARS,
     ) -> None:
+        for option, value in (("max_chars", max_chars), ("max_batch_chars", max_batch_chars)):
+            if value < 1:
+                raise ValueError(f"HTTPEmbedder: {option} must be >= 1, got {value}")
+        self.max_chars = max_chars
+        self.max_batch_chars = max_batch_chars
         self.model = model
         self.base_url = (
             base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -62,16 +90,15 @@ class HTTPEmbedder:
         return run_sync(self.aembed(texts))
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        keys = [cache_key("embedding", self.model, text) for text in texts]
+        sent = [text[: self.max_chars] for text in texts]  # what is embedded, and cached
+        keys = [cache_key("embedding", self.model, text) for text in sent]
         found: dict[str, list[float]] = {}
         if self.cache is not None:  # off the event loop: SQLite waits on the disk
             hits = await self.cache.aget_many(set(keys))
             found = {key: hit["vector"] for key, hit in hits.items()}
-        missing = list(dict.fromkeys(t for t, k in zip(texts, keys, strict=True) if k not in found))
+        missing = list(dict.fromkeys(t for t, k in zip(sent, keys, strict=True) if k not in found))
         async with httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client:
-            batches = [
-                missing[i : i + self.batch_size] for i in range(0, len(missing), self.batch_size)
-            ]
+            batches = self._batches(missing)
             results = await asyncio.gather(*(self._batch(client, batch) for batch in batches))
         fresh: dict[str, dict[str, Any]] = {}
         for batch, vectors in zip(batches, results, strict=True):
@@ -87,18 +114,50 @@ class HTTPEmbedder:
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
+    def _batches(self, texts: list[str]) -> list[list[str]]:
+        """``texts`` in order, in batches of at most ``batch_size`` texts and
+        ``max_batch_chars`` characters (a text alone may reach ``max_chars``)."""
+        batches: list[list[str]] = []
+        size = 0
+        for text in texts:
+            if (
+                not batches
+                or len(batches[-1]) == self.batch_size
+                or size + len(text) > (self.max_batch_chars)
+            ):
+                batches.append([])
+                size = 0
+            batches[-1].append(text)
+            size += len(text)
+        return batches
+
     async def _batch(self, client: httpx.AsyncClient, batch: list[str]) -> list[list[float]]:
         url = f"{self.base_url}/embeddings"
         response = await self.traffic.send(
             functools.partial(client.post, url, json={"model": self.model, "input": batch})
         )
         if response.status_code >= 400:
-            raise JudgeUnavailableError(
-                f"HTTP {response.status_code} from {url}: {response.text[:300]}"
-            )
+            raise self._refusal(response, url)
         data = sorted(response.json()["data"], key=lambda item: item["index"])
         if len(data) != len(batch):
             raise JudgeUnavailableError(
                 f"{url} returned {len(data)} embeddings for {len(batch)} texts"
             )
         return [item["embedding"] for item in data]
+
+    def _refusal(self, response: httpx.Response, url: str) -> JudgeError:
+        """The error an HTTP error status is, by what embedding again could do about it."""
+        body = response.text[:300]
+        status = response.status_code
+        if status >= 500 or status == 429:  # retried already
+            return JudgeUnavailableError(f"HTTP {status} from {url}: {body}")
+        if CONTEXT_WORDS.search(response.text[:4000]):
+            return JudgeContextOverflowError(
+                f"{self.model} refuses a text of up to {self.max_chars} characters as too long "
+                f"(HTTP {status}: {body}); pass HTTPEmbedder(max_chars=...) below its input "
+                "limit"
+            )
+        return JudgeUnsupportedRequestError(
+            f"HTTP {status} from {url}: {body}; embedding again gives the same: check the "
+            "model, the API key and max_batch_chars"
+        )

@@ -92,10 +92,11 @@ def _refuses_format(response: httpx.Response) -> bool:
     return any(word in body for word in ("response_format", "json_schema", "json_object"))
 
 
-_CONTEXT_WORDS = re.compile(
+CONTEXT_WORDS = re.compile(
     r"context[ _]length|maximum context|context window|too many tokens|exceeds? the context",
     re.IGNORECASE,
 )
+"""Words by which a server's error says the input is longer than the model takes."""
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """The largest judge response body read by default (after decompression): a verdict takes a
@@ -473,7 +474,7 @@ class OpenAIJudge(BaseJudge):
                 f"the server refuses output mode {self.mode} (HTTP {response.status_code}: "
                 f"{body}); pass --judge-output-mode auto, json_object or text"
             )
-        elif response.status_code < 500 and _CONTEXT_WORDS.search(response.text[:4000]):
+        elif response.status_code < 500 and CONTEXT_WORDS.search(response.text[:4000]):
             error = JudgeContextOverflowError(
                 f"the prompt is longer than {self._model}'s context (HTTP "
                 f"{response.status_code}: {body}); replaying gives the same: judge with a "
