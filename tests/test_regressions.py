@@ -283,6 +283,44 @@ def test_a_suite_given_no_bound_fails_on_any_failed_attempt(
     assert failure is not None and failure.get("message") == problem
 
 
+def test_junit_holds_what_xml_cannot_and_ci_still_reads_it(tmp_path: Path) -> None:
+    # a tool's error in colour, a NUL from a C library: ElementTree wrote them as they are,
+    # and CI's JUnit readers refused the whole file
+    (tmp_path / "agent.py").write_text(
+        "def run_agent(question):\n"
+        "    raise RuntimeError('tool said: \\x1b[31mERROR\\x1b[0m reset\\x00')\n"
+    )
+    cases = tmp_path / "cases.jsonl"
+    case_id = "book \x1b[1mnow\x1b[0m\x07"
+    cases.write_text(json.dumps({"agenteval_case": 1, "id": case_id, "input": "Book a room"}))
+    junit = tmp_path / "junit.xml"
+    agent = f"{tmp_path / 'agent.py'}:run_agent"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "suite",
+            str(cases),
+            "--agent",
+            agent,
+            "--metrics",
+            "tool_failures",
+            "--junit",
+            str(junit),
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    suite = ET.parse(junit).getroot().find("testsuite")  # raised on the file before
+    assert suite is not None
+    [case, gate] = suite.findall("testcase")
+    assert case.get("name") == "book now\\x07"
+    failure = case.find("failure")
+    assert failure is not None
+    reason = "the agent raised RuntimeError: tool said: ERROR reset\\x00"
+    assert failure.get("message") == f"1/1 attempts failed: {reason}"
+    assert failure.text == f"attempt 0: agent_error: {reason}"
+    assert gate.get("name") == "agenteval suite gate"
+
+
 def test_a_hanging_agent_fails_by_the_timeout_and_the_process_ends(
     cases_file: Path, tmp_path: Path
 ) -> None:

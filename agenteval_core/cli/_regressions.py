@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -187,31 +188,43 @@ def _baseline_table(comparison: BaselineComparison) -> TextTable:
     return table
 
 
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+"""Colour and cursor sequences (ECMA-48 CSI), as tools print them in their errors."""
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+"""Characters XML 1.0 cannot hold, escaped or not."""
+
+
+def _xml_text(text: str) -> str:
+    """``text`` as an XML document can hold it: terminal colour codes left out, any other
+    character XML 1.0 forbids (NUL, a lone escape) written as ``\\xNN``. ElementTree
+    writes them as they are, and CI's JUnit readers then refuse the whole file."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m[0]):02x}", _TERMINAL_CODES.sub("", text))
+
+
 def _junit(report: SuiteReport, problems: list[str], path: str) -> None:
     """JUnit XML: one test per case (failed when an attempt failed), and the gate."""
     failed_cases = sum(1 for case in report.cases if case.passes < len(case.runs))
+    name = _xml_text(report.name)
     suite = ET.Element(
         "testsuite",
-        name=report.name,
+        name=name,
         tests=str(len(report.cases) + 1),
         failures=str(failed_cases + bool(problems)),
         errors="0",
     )
     for case in report.cases:
-        test = ET.SubElement(suite, "testcase", classname=report.name, name=case.label)
+        test = ET.SubElement(suite, "testcase", classname=name, name=_xml_text(case.label))
         failed = [run for run in case.runs if not run.passed]
         if failed:
-            failure = ET.SubElement(
-                test,
-                "failure",
-                message=f"{len(failed)}/{len(case.runs)} attempts failed: {failed[0].reason}"[:500],
+            message = f"{len(failed)}/{len(case.runs)} attempts failed: {failed[0].reason}"
+            failure = ET.SubElement(test, "failure", message=_xml_text(message)[:500])
+            failure.text = _xml_text(
+                "\n".join(f"attempt {run.attempt}: {run.outcome}: {run.reason}" for run in failed)
             )
-            failure.text = "\n".join(
-                f"attempt {run.attempt}: {run.outcome}: {run.reason}" for run in failed
-            )
-    gate = ET.SubElement(suite, "testcase", classname=report.name, name="agenteval suite gate")
+    gate = ET.SubElement(suite, "testcase", classname=name, name="agenteval suite gate")
     if problems:
-        ET.SubElement(gate, "failure", message="; ".join(problems)[:500]).text = "\n".join(problems)
+        text = _xml_text("\n".join(problems))
+        ET.SubElement(gate, "failure", message=_xml_text("; ".join(problems))[:500]).text = text
     root = ET.Element("testsuites")
     root.append(suite)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
