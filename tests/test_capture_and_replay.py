@@ -106,6 +106,38 @@ def test_bad_line_names_file_line_and_field(tmp_path: Path) -> None:
     assert str(info.value).startswith(f"{path}:2 field 'spans.1.kind': Input should be")
 
 
+def test_a_compressed_capture_or_results_file_is_refused_with_how_to_read_it(
+    tmp_path: Path,
+) -> None:
+    # an archived capture: every line used to be reported as not UTF-8 ("is this a capture?")
+    import bz2
+    import gzip
+    import lzma
+
+    plain = write_lines(tmp_path / "c.jsonl", make_trace("x").model_dump_json() + "\n")
+    data = plain.read_bytes()
+    compressed = {
+        "gzip": ("c.jsonl.gz", gzip.compress(data), "gunzip -k"),
+        "xz": ("c.jsonl.xz", lzma.compress(data), "unxz -k"),
+        "bzip2": ("c.jsonl.bz2", bz2.compress(data), "bunzip2 -k"),
+        "zstd": ("c.jsonl.zst", b"\x28\xb5\x2f\xfd" + bytes(12), "zstd -d"),  # its magic
+    }
+    for kind, (name, content, command) in compressed.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        message = (
+            f"{path}: a {kind}-compressed file; decompress it first ({command} {path}): "
+            "agenteval reads JSON Lines as they are written"
+        )
+        with pytest.raises(CaptureError) as refused:
+            list(read_capture(path))
+        assert str(refused.value) == message
+        for command_line in (["replay", str(path)], ["report", str(path), "-o", "r.html"]):
+            result = CliRunner().invoke(cli, command_line)
+            assert (result.exit_code, result.output) == (2, f"agenteval: error: {message}\n")
+    assert [t.output for t in read_capture(plain)] == ["x"]  # a plain capture reads as before
+
+
 def test_newer_schema_version_and_non_jsonl_files(tmp_path: Path) -> None:
     newer = write_lines(
         tmp_path / "n.jsonl", json.dumps({"schema_version": SCHEMA_VERSION + 1}) + "\n"

@@ -20,7 +20,7 @@ from .._errors import CaptureError, describe_validation
 from .._redact import Redactor
 from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
-from ..schema._capture import read_capture, skipping_bad_lines
+from ..schema._capture import read_capture, refuse_compressed, skipping_bad_lines
 from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces
 from ..schema._trace import Trace, text_of
 
@@ -160,6 +160,7 @@ def _results_lines(path: Path, torn: list[str]) -> Iterator[tuple[Path, int, dic
                 "output of a replay"
             )
     elif path.is_file():
+        refuse_compressed(path)
         files = [path]
     else:
         raise CaptureError(f"{path}: no such results file; pass the --json output of a replay")

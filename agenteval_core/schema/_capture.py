@@ -251,6 +251,37 @@ def _shard_counts(directory: Path) -> set[int]:
     }
 
 
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gunzip -k"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+    (b"BZh", "bzip2", "bunzip2 -k"),
+)
+"""The first bytes of compressed files (a JSON line starts with ``{``), with the command that
+decompresses one."""
+
+
+def refuse_compressed(path: Path) -> None:
+    """Refuse a compressed file in one line that says how to read it: each of its lines
+    would otherwise be reported as not UTF-8. Captures and results are read as plain JSON
+    Lines (by byte ranges when replayed in parallel, which a compressed stream cannot give).
+
+    Raises:
+        CaptureError: the file starts as a gzip, zstd, xz or bzip2 file does.
+    """
+    try:
+        with open(path, "rb") as handle:
+            start = handle.read(6)
+    except OSError:
+        return  # the reader says what is wrong with it
+    for magic, kind, command in _COMPRESSED:
+        if start.startswith(magic):
+            raise CaptureError(
+                f"{path}: a {kind}-compressed file; decompress it first ({command} {path}): "
+                "agenteval reads JSON Lines as they are written"
+            )
+
+
 def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
     """The files of a capture, in capture order: ``[path]`` for a file; a capture
     directory's shards (see ``CaptureWriter(shards=N)``) in shard order.
@@ -263,6 +294,7 @@ def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
     if not path.is_dir():
         if not path.exists():
             raise CaptureError(f"{path}: no such capture file")
+        refuse_compressed(path)
         return [path]
     counts = _shard_counts(path)
     if not counts:
