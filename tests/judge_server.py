@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -67,6 +68,8 @@ class JudgeServer:
         """The judges' preflight requests for an output mode (answered, not scripted)."""
         self.latency = 0.0
         self.models_status = 200
+        self.paths: list[str] = []
+        """The path and query of every request, in arrival order."""
         self.embedding_input_limit = 0
         self.embedding_request_limit = 0
         """Characters an embeddings request may hold per text and in all (0: no limit),
@@ -104,7 +107,8 @@ class JudgeServer:
 
             def do_GET(self) -> None:  # GET /v1/models: the judges' preflight check
                 body = json.dumps({"data": [{"id": "judge-model"}]}).encode()
-                found = self.path.rstrip("/").endswith("/v1/models")
+                server.paths.append(self.path)
+                found = urlsplit(self.path).path.rstrip("/").endswith("/v1/models")
                 self.send_response(server.models_status if found else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -114,7 +118,8 @@ class JudgeServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(length) or b"{}")
-                if self.path.endswith("/embeddings"):
+                server.paths.append(self.path)
+                if urlsplit(self.path).path.endswith("/embeddings"):
                     self._embeddings(request)
                     return
                 reply = server._next(request)

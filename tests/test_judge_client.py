@@ -13,7 +13,12 @@ from judge_server import JudgeServer, Reply
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from pydantic import BaseModel
 
-from agenteval_core import JudgeParseError, JudgeUnavailableError, JudgeUnsupportedRequestError
+from agenteval_core import (
+    HTTPEmbedder,
+    JudgeParseError,
+    JudgeUnavailableError,
+    JudgeUnsupportedRequestError,
+)
 from agenteval_core.judges import JudgeCache, JudgeRequest, LangChainJudge, OpenAIJudge, parse_reply
 from agenteval_core.judges._parse import ReplyError
 
@@ -195,6 +200,28 @@ def test_a_placeholder_api_key_is_not_scrubbed_from_error_texts(
     judge_server.reply(Reply(status=404, content=f"key {secret} has no access"))
     with pytest.raises(JudgeUnsupportedRequestError, match=r"key \[REDACTED:api-key\] has"):
         ask(judge(judge_server, api_key=secret))
+
+
+def test_a_base_url_with_a_query_keeps_it_after_each_path(judge_server: JudgeServer) -> None:
+    # Azure OpenAI's classic endpoints: a deployment's URL with ?api-version=..., the key in
+    # an api-key header. The path was appended after the query, so every call hit the root
+    base = f"{judge_server.base_url}?api-version=2024-10-21"
+    judge_server.reply({"score": 0.5, "reason": "ok"})
+    secret = "azure-key-0123456789abcdef"
+    j = OpenAIJudge("gpt-4o", base_url=base, headers={"api-key": secret}, cache=None)
+    asyncio.run(j.preflight())
+    assert ask(j).parsed.score == 0.5  # type: ignore[attr-defined]
+    HTTPEmbedder("emb", base_url=base).embed(["aa"])
+    assert judge_server.paths == [
+        "/v1/models?api-version=2024-10-21",
+        "/v1/chat/completions?api-version=2024-10-21",  # the output mode's probe
+        "/v1/chat/completions?api-version=2024-10-21",
+        "/v1/embeddings?api-version=2024-10-21",
+    ]
+    judge_server.reply(Reply(status=400, content=f"bad request for key {secret}"))
+    with pytest.raises(JudgeUnsupportedRequestError) as refused:
+        ask(j, request("again"))
+    assert secret not in str(refused.value) and "key [REDACTED:api-key]" in str(refused.value)
 
 
 def test_cache_hits_make_no_call_and_prompt_versions_miss(

@@ -20,7 +20,7 @@ from .._errors import (
 )
 from .._sync import run_sync
 from ..judges._cache import JudgeCache, cache_key
-from ..judges._openai import CONTEXT_WORDS
+from ..judges._openai import CONTEXT_WORDS, api_url
 from ..judges._traffic import Traffic
 
 __all__ = ["HTTPEmbedder"]
@@ -132,7 +132,7 @@ class HTTPEmbedder:
         return batches
 
     async def _batch(self, client: httpx.AsyncClient, batch: list[str]) -> list[list[float]]:
-        url = f"{self.base_url}/embeddings"
+        url = api_url(self.base_url, "/embeddings")
         response = await self.traffic.send(
             functools.partial(client.post, url, json={"model": self.model, "input": batch})
         )

@@ -65,6 +65,14 @@ its limit counts the tokens it reasons with before it answers (often a thousand 
 for a verdict), and a limit sized for the answer alone would cut every reply empty."""
 
 
+def api_url(base_url: str, path: str) -> str:
+    """``path`` under an API root, any query of the root kept after it (Azure's classic
+    ``.../deployments/NAME?api-version=2024-10-21``): appended to the whole URL, the path
+    would land inside the query and the request on the root."""
+    root, _, query = base_url.partition("?")
+    return root.rstrip("/") + path + (f"?{query}" if query else "")
+
+
 def _refused_parameter(response: httpx.Response) -> str | None:
     """``max_tokens`` or ``temperature`` when an HTTP 400 says the model does not take it."""
     if response.status_code != 400:
@@ -101,6 +109,9 @@ CONTEXT_WORDS = re.compile(
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """The largest judge response body read by default (after decompression): a verdict takes a
 few kilobytes, and a server or proxy gone wrong can send gigabytes."""
+
+_KEY_HEADERS = frozenset({"api-key", "x-api-key"})
+"""Headers that carry an API key instead of ``Authorization`` (Azure OpenAI, gateways)."""
 
 MIN_SECRET_KEY_CHARS = 8
 """API keys shorter than this are placeholders (a local server takes any), not secrets to
@@ -292,12 +303,12 @@ class OpenAIJudge(BaseJudge):
             )
         try:
             async with httpx.AsyncClient(timeout=timeout, headers=self.headers) as client:
-                response = await client.get(f"{self.base_url}/models")
-                api_root = f"{self.base_url.rstrip('/')}/v1"
-                if response.status_code == 404 and not self.base_url.rstrip("/").endswith("/v1"):
+                response = await client.get(api_url(self.base_url, "/models"))
+                api_root = api_url(self.base_url, "/v1")
+                if response.status_code == 404 and not url.path.rstrip("/").endswith("/v1"):
                     # the commonest slip: the server's root instead of its API root
                     with contextlib.suppress(httpx.HTTPError):
-                        answer = await client.get(f"{api_root}/models")
+                        answer = await client.get(api_url(api_root, "/models"))
                         if answer.status_code == 200:
                             raise JudgeConfigError(
                                 f"the judge at {self.base_url} has no API there (HTTP 404), but "
@@ -337,7 +348,9 @@ class OpenAIJudge(BaseJudge):
                     max_tokens=16,
                 )
                 try:
-                    response = await client.post(f"{self.base_url}/chat/completions", json=payload)
+                    response = await client.post(
+                        api_url(self.base_url, "/chat/completions"), json=payload
+                    )
                 except httpx.HTTPError:
                     return
                 self.stats.probes += 1
@@ -397,7 +410,7 @@ class OpenAIJudge(BaseJudge):
                 "raise --judge-timeout (or lower --judge-concurrency) and replay"
             )
         client = self._client()
-        url = f"{self.base_url}/chat/completions"
+        url = api_url(self.base_url, "/chat/completions")
         calls = 0
 
         async def post() -> httpx.Response:
@@ -494,11 +507,14 @@ class OpenAIJudge(BaseJudge):
     def _scrub(self, text: str) -> str:
         """An error text without this judge's API key (a server may echo it back) or other
         secrets (it may echo the prompt)."""
-        key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        # a local server's placeholder ("EMPTY", "ollama") is no secret, and replacing it
-        # would garble the words of the message that contain it
-        secret = len(key) >= MIN_SECRET_KEY_CHARS
-        return redact_text(text.replace(key, "[REDACTED:api-key]") if secret else text)
+        keys = [self.headers.get("Authorization", "").removeprefix("Bearer ").strip()]
+        keys += [value for name, value in self.headers.items() if name.lower() in _KEY_HEADERS]
+        for key in keys:
+            # a local server's placeholder ("EMPTY", "ollama") is no secret, and replacing
+            # it would garble the words of the message that contain it
+            if len(key) >= MIN_SECRET_KEY_CHARS:
+                text = text.replace(key, "[REDACTED:api-key]")
+        return redact_text(text)
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP client."""
