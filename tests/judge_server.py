@@ -33,6 +33,8 @@ class Reply:
     delay: float = 0.0
     usage: tuple[int, int] = (100, 20)
     finish_reason: str = "stop"
+    refusal: str | None = None
+    """OpenAI's structured-outputs refusal: given, the message carries it beside ``content``."""
 
 
 PROBE = 'Reply with the JSON object {"ok": true}.'
@@ -144,7 +146,11 @@ class JudgeServer:
                             "choices": [
                                 {
                                     "index": 0,
-                                    "message": {"role": "assistant", "content": reply.content},
+                                    "message": {
+                                        "role": "assistant",
+                                        "content": reply.content,
+                                        **({"refusal": reply.refusal} if reply.refusal else {}),
+                                    },
                                     "finish_reason": reply.finish_reason,
                                 }
                             ],

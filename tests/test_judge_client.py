@@ -189,6 +189,21 @@ def test_a_reply_cut_at_the_token_limit_says_so_without_asking_again(
     assert failure.value.usage.output_tokens == 512  # the tokens it spent still count
 
 
+def test_a_model_that_declines_to_answer_says_why_without_asking_again(
+    judge_server: JudgeServer,
+) -> None:
+    # OpenAI's structured outputs: no content, the refusal beside it
+    judge_server.reply(Reply(None, refusal="I'm sorry, I can't assist with that request."))
+    j = judge(judge_server)
+    with pytest.raises(JudgeParseError) as failure:
+        ask(j)
+    assert str(failure.value) == (
+        "unparsable after 1 replies: the judge model declined to answer: "
+        "I'm sorry, I can't assist with that request."
+    )
+    assert len(judge_server.requests) == 1 and j.stats.reasks == 0
+
+
 def test_a_placeholder_api_key_is_not_scrubbed_from_error_texts(
     judge_server: JudgeServer,
 ) -> None:

@@ -61,6 +61,9 @@ class Completion:
     estimated from characters (/ 4)."""
     cut_at_limit: bool = False
     """The reply stopped at the request's token limit (OpenAI's ``finish_reason`` "length")."""
+    refusal: str | None = None
+    """Why the model declined to answer, when it says so apart from its reply (OpenAI's
+    structured outputs give ``message.refusal`` and no content)."""
 
 
 @dataclass
@@ -285,6 +288,11 @@ class BaseJudge(ABC):
                 parsed = parse_reply(text, request.schema)
             except ReplyError as exc:
                 problem = exc
+                if completion.refusal and not text.strip():  # the same prompt is declined again
+                    problem = ReplyError(
+                        f"the judge model declined to answer: {completion.refusal[:300]}"
+                    )
+                    break
                 if completion.cut_at_limit:  # asked again, it would stop at the same limit
                     problem = ReplyError(
                         f"the reply stopped at the token limit before it was complete ({exc}); "

@@ -605,20 +605,27 @@ def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Com
     try:
         body = response.json()
         choice = body["choices"][0]
-        text = choice["message"]["content"] or ""
+        message = choice["message"]
+        text = message["content"] or ""
         cut = choice.get("finish_reason") == "length"
+        refusal = message.get("refusal")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return Completion(text=response.text[:2000])
     text = text if isinstance(text, str) else json.dumps(text)
+    declined = refusal if isinstance(refusal, str) and refusal.strip() else None
     usage = body.get("usage")
     if not usage:  # not reported (many local servers): nothing to count
-        return Completion(text=text, cut_at_limit=cut)
+        return Completion(text=text, cut_at_limit=cut, refusal=declined)
     reported = usage if isinstance(usage, dict) else {}
     input_tokens = _token_count(reported.get("prompt_tokens", 0)) if reported else None
     output_tokens = _token_count(reported.get("completion_tokens", 0)) if reported else None
     if input_tokens is not None and output_tokens is not None:
         return Completion(
-            text=text, input_tokens=input_tokens, output_tokens=output_tokens, cut_at_limit=cut
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cut_at_limit=cut,
+            refusal=declined,
         )
     return Completion(
         text=text,
@@ -626,4 +633,5 @@ def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Com
         output_tokens=len(text) // 4 if output_tokens is None else output_tokens,
         usage_estimated=True,
         cut_at_limit=cut,
+        refusal=declined,
     )
