@@ -101,14 +101,40 @@ def test_children_still_open_at_root_end_are_kept_with_a_note() -> None:
     assert assembler.unknown_ends == 1
 
 
-def test_open_runs_are_bounded() -> None:
+def test_open_runs_are_bounded_by_evicting_stale_ones_only() -> None:
+    # 25 runs that never end, 10 at t=0 and 15 at t=1,000 s: past 10 open, those without an
+    # event for 600 s go, least recently active first; the active ones stay
     finished: list[Trace] = []
-    assembler = assembler_with(finished, max_open_runs=10)
-    for index in range(25):
-        assembler.start_span(f"root{index}", None, SpanKind.AGENT, "never ends")
-    assert assembler.open_traces() <= 10 and assembler.evicted == 15
+    assembler = assembler_with(finished, max_open_runs=10, stale_after=600.0)
+    for index in range(10):
+        assembler.start_span(f"old{index}", None, SpanKind.AGENT, "never ends", start_time=0.0)
+    assembler.start_span("old0/tool", "old0", SpanKind.TOOL, "t", start_time=500.0)  # active
+    for index in range(15):
+        assembler.start_span(f"new{index}", None, SpanKind.AGENT, "live", start_time=1000.0)
+    assert assembler.evicted == 9 and assembler.open_traces() == 16
+    assert sorted(trace.spans[0].name for trace in finished) == ["never ends"] * 9
     assert all(trace.error == "evicted: the run never ended" for trace in finished)
     assert all(trace.status is RunStatus.ERROR for trace in finished)
+    assembler.start_span("late", None, SpanKind.AGENT, "live", start_time=1100.0)
+    assert assembler.evicted == 10  # old0 was last active at 500 s
+    assert assembler.open_traces() == 16
+
+
+def test_thousands_of_live_runs_are_never_cut_short() -> None:
+    # a busy server: more runs in flight than max_open_runs, every one of them active
+    finished: list[Trace] = []
+    assembler = assembler_with(finished, max_open_runs=100)
+    for index in range(300):
+        assembler.start_span(f"r{index}", None, SpanKind.AGENT, "agent", input=f"q{index}")
+        assembler.start_span(f"r{index}/t", f"r{index}", SpanKind.TOOL, "wait")
+    for index in range(300):
+        assembler.end_span(f"r{index}/t", output="approved")
+        assembler.end_span(f"r{index}", output=f"a{index}")
+    assert assembler.evicted == 0
+    assert [(t.input, t.output, t.status) for t in finished] == [
+        (f"q{i}", f"a{i}", RunStatus.OK) for i in range(300)
+    ]
+    assert all(t.spans[1].output == "approved" and t.spans[1].error is None for t in finished)
 
 
 events = st.lists(

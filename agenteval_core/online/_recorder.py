@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
@@ -54,6 +55,10 @@ _T = TypeVar("_T")
 CALLER_STOPS = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)
 """Exceptions by which a run's caller, not the run, ends it: a cancelled task (a timeout
 around the run, a client that went away), a stream closed before its end, Ctrl-C."""
+
+STALE_AFTER = 600.0
+"""Seconds without an event after which an open run counts as one that will never end (a
+framework that lost its end event), evicted once more than ``max_open_runs`` are open."""
 
 CANCELLED_BY_CALLER = "cancelled by its caller"
 """The status reason of a ``cancelled`` run."""
@@ -369,6 +374,8 @@ class _OpenTrace:
     """Refused calls' spans whose framework stand-in was folded into them."""
     refusing: bool = False
     """The loop guard has refused a call of this run."""
+    last_event: float = 0.0
+    """When a span of this run last started or ended (the event's own time)."""
 
 
 @dataclass
@@ -383,8 +390,11 @@ class TraceAssembler:
     A span whose parent is unknown starts a new trace and is its root; when the root ends the
     trace is finished, ordered by start time, given its status, and passed on once. Children
     still open then are closed with an error note rather than lost. Ends of unknown spans are
-    counted and ignored. At most ``max_open_runs`` spans stay open: past that the oldest
-    unfinished trace is finished as it stands, with status ``error`` and the reason.
+    counted and ignored. Runs that never end are bounded: past ``max_open_runs`` open runs,
+    each run that has had no event for ``stale_after`` seconds, least recently active
+    first, is finished as it stands, with status ``error`` and the reason. A run still
+    active is never cut short, however many are open at once: a server's thousands of live
+    runs are not leaks.
     """
 
     def __init__(
@@ -394,13 +404,16 @@ class TraceAssembler:
         *,
         watch_loops: bool = True,
         max_open_runs: int = 10_000,
+        stale_after: float = STALE_AFTER,
     ) -> None:
         self.framework = framework
         self.recorder = recorder
         self.watch_loops = watch_loops
         self.max_open_runs = max_open_runs
+        self.stale_after = stale_after
         self._spans: dict[Hashable, _OpenSpan] = {}
-        self._traces: dict[Hashable, _OpenTrace] = {}
+        # least recently active first: a run moves to the end at each of its events
+        self._traces: OrderedDict[Hashable, _OpenTrace] = OrderedDict()
         self.unknown_ends = 0
         self.evicted = 0
 
@@ -470,13 +483,15 @@ class TraceAssembler:
             return  # a repeated start: keep the first
         parent = self._spans.get(parent_key) if parent_key is not None else None
         owner = self._new_trace(key, input, start_time) if parent is None else parent.owner
+        at = start_time if start_time is not None else time.time()
+        self._active(owner, at)
         span = Span(
             id=new_id()[:16],
             parent_id=parent.span.id if parent is not None else None,
             kind=kind,
             name=name,
             input=input,
-            start_time=start_time if start_time is not None else time.time(),
+            start_time=at,
             attributes=attributes or {},
             tool_call=tool_call,
         )
@@ -486,8 +501,8 @@ class TraceAssembler:
         self.annotate(key, session_id=session_id, metadata=metadata, tools=tools)
         if tool_call is not None and self.watch_loops:
             self.watch(owner.key, tool_call, started=span.start_time)
-        if len(self._spans) > self.max_open_runs:
-            self._evict_oldest()
+        if parent is None and len(self._traces) > self.max_open_runs:
+            self._evict_stale(at)
 
     def watch(self, key: Hashable, call: ToolCall, *, started: float | None = None) -> None:
         """Check a tool call of the trace rooted at ``key`` with the guard (alert only)."""
@@ -650,6 +665,7 @@ class TraceAssembler:
         span, owner = open_span.span, open_span.owner
         owner.open_keys.discard(key)
         span.end_time = end_time if end_time is not None else time.time()
+        self._active(owner, span.end_time)
         if output is not UNSET:
             span.output = output
         if error is not None:
@@ -696,8 +712,21 @@ class TraceAssembler:
             trace.status_reason = root.error
         self.recorder.trace_finished(owner.key, trace)
 
-    def _evict_oldest(self) -> None:
-        owner = next(iter(self._traces.values()))
+    def _active(self, owner: _OpenTrace, at: float) -> None:
+        owner.last_event = max(owner.last_event, at)
+        if owner.key in self._traces:
+            self._traces.move_to_end(owner.key)
+
+    def _evict_stale(self, now: float) -> None:
+        """Finish runs with no event for ``stale_after`` seconds, least recently active
+        first, until at most ``max_open_runs`` are open or the next one is still active."""
+        while len(self._traces) > self.max_open_runs:
+            owner = next(iter(self._traces.values()))
+            if now - owner.last_event < self.stale_after:
+                return
+            self._evict(owner)
+
+    def _evict(self, owner: _OpenTrace) -> None:
         root = self._spans[owner.key].span if owner.key in self._spans else owner.trace.spans[0]
         self.evicted += 1
         root.error = root.error or "evicted: the run never ended"
