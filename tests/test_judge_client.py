@@ -173,6 +173,16 @@ def test_a_reasoning_model_is_asked_with_the_parameters_it_takes(
     assert len(judge_server.requests) == 2
 
 
+def test_gpt_5_mini_is_priced_with_its_reasoning_tokens_as_output(
+    judge_server: JudgeServer,
+) -> None:
+    # its reasoning tokens are in completion_tokens: 1,000 in, 2,000 out (most of them
+    # reasoning) cost 1,000 × $0.25/M + 2,000 × $2.00/M = $0.00425
+    judge_server.reply(Reply(json.dumps({"score": 1.0, "reason": "ok"}), usage=(1000, 2000)))
+    j = OpenAIJudge("gpt-5-mini", base_url=judge_server.base_url, cache=None, budget_usd=1.0)
+    assert ask(j).cost_usd == pytest.approx(0.00425)  # type: ignore[attr-defined]
+
+
 def test_a_reply_cut_at_the_token_limit_says_so_without_asking_again(
     judge_server: JudgeServer,
 ) -> None:
