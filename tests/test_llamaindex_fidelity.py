@@ -65,13 +65,13 @@ def test_one_instrumentation_and_a_session_per_run(evaluator: OnlineEvaluator) -
     assert [[c.arguments for c in t.tool_calls()] for t in traces] == [[{"order_id": "A-1"}]] * 2
 
 
-def test_a_run_its_caller_cancelled_says_so(evaluator: OnlineEvaluator) -> None:
-    started = asyncio.Event()
+def approval_agent(started: asyncio.Event) -> FunctionAgent:
+    """An agent that calls ``wait_for_approval``, which sets ``started`` and never returns."""
 
     async def wait_for_approval(order_id: str) -> str:
         """Wait for a human to approve."""
         started.set()
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()
         return "approved"
 
     def ask(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
@@ -80,10 +80,16 @@ def test_a_run_its_caller_cancelled_says_so(evaluator: OnlineEvaluator) -> None:
         )
         return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
 
-    agent = FunctionAgent(
+    return FunctionAgent(
         tools=[FunctionTool.from_defaults(async_fn=wait_for_approval)],
         llm=MockFunctionCallingLLM(response_generator=ask),
     )
+
+
+def test_a_run_its_caller_cancelled_says_so(evaluator: OnlineEvaluator) -> None:
+    started = asyncio.Event()
+
+    agent = approval_agent(started)
     instrumentation = instrument(evaluator)
     try:
 
@@ -108,22 +114,7 @@ def test_a_run_whose_task_is_cancelled_says_so(evaluator: OnlineEvaluator) -> No
     # what a timeout around the run (asyncio.wait_for) or a client gone does to it
     started = asyncio.Event()
 
-    async def wait_for_approval(order_id: str) -> str:
-        """Wait for a human to approve."""
-        started.set()
-        await asyncio.Event().wait()
-        return "approved"
-
-    def ask(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
-        block = ToolCallBlock(
-            tool_call_id="w1", tool_name="wait_for_approval", tool_kwargs={"order_id": "A-1"}
-        )
-        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
-
-    agent = FunctionAgent(
-        tools=[FunctionTool.from_defaults(async_fn=wait_for_approval)],
-        llm=MockFunctionCallingLLM(response_generator=ask),
-    )
+    agent = approval_agent(started)
     instrumentation = instrument(evaluator)
     try:
 
