@@ -4,6 +4,8 @@ handoffs, each compared field by field with what the run did."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -13,6 +15,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import NodeTimeoutError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
@@ -522,3 +525,61 @@ def test_a_node_that_returns_a_command_is_recorded_as_its_fields(
     [trace] = evaluator.captured()
     [route_span] = [span for span in trace.spans if span.name == "route"]
     assert route_span.output == {"update": {"log": ["routed"]}, "goto": "billing"}
+
+
+def test_langgraphs_timeouts_end_a_run_as_timeout(evaluator: OnlineEvaluator) -> None:
+    # LangGraph ends a run for taking too long two ways: a graph's step_timeout (a plain
+    # TimeoutError("Timed out") from its loop) and a node's timeout (NodeTimeoutError). A
+    # tool's own socket timeout is a TimeoutError too, and stays an error
+
+    @tool
+    def wait_for_approval(order_id: str) -> str:
+        """Wait for a human to approve."""
+        time.sleep(1.0)  # past the step timeout, whatever the machine: LangGraph waits for it
+        return "approved"
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        raise TimeoutError("read timed out")
+
+    def calling(name: str, **arguments: Any) -> list[AIMessage]:
+        return [AIMessage(content="", tool_calls=[tool_call(name, "c1", **arguments)])]
+
+    handler = AgentEvalCallbackHandler(evaluator)
+    stepped = create_agent(
+        ScriptedChatModel(replies=calling("wait_for_approval", order_id="A-1")),
+        tools=[wait_for_approval],
+    )
+    stepped.step_timeout = 0.2
+    with pytest.raises(TimeoutError, match="Timed out"):
+        stepped.invoke({"messages": [("user", "step")]}, config={"callbacks": [handler]})
+
+    async def wait(state: MessagesState) -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("wait", wait, timeout=0.2)
+    graph.add_edge(START, "wait")
+    graph.add_edge("wait", END)
+    with pytest.raises(NodeTimeoutError):
+        asyncio.run(
+            graph.compile().ainvoke({"messages": [("user", "node")]}, {"callbacks": [handler]})
+        )
+    failing = create_agent(
+        ScriptedChatModel(replies=calling("fetch", url="https://example.com")), tools=[fetch]
+    )
+    with pytest.raises(TimeoutError, match="read timed out"):
+        failing.invoke({"messages": [("user", "socket")]}, config={"callbacks": [handler]})
+    assert evaluator.flush(30)
+    by_input = {trace.input: trace for trace in evaluator.captured()}
+    step, node, socket = by_input["step"], by_input["node"], by_input["socket"]
+    assert (step.status, step.status_reason, step.error) == (
+        RunStatus.TIMEOUT,
+        "TimeoutError: Timed out",
+        "TimeoutError: Timed out",
+    )
+    assert node.status is RunStatus.TIMEOUT and node.status_reason == node.error
+    assert (node.error or "").startswith("NodeTimeoutError: ")
+    assert (socket.status, socket.error) == (RunStatus.ERROR, "TimeoutError: read timed out")

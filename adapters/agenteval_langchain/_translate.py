@@ -91,6 +91,21 @@ def _state_summary(value: Any) -> Any:
     return value
 
 
+def _limit_or_timeout(error: BaseException) -> RunStatus | None:
+    """``limit`` for LangGraph's recursion limit; ``timeout`` for its node timeouts
+    (``NodeTimeoutError``) and its step timeout, which the Pregel loop raises as a plain
+    ``TimeoutError("Timed out")`` (its message is the only sign: a tool's own socket
+    timeout is a ``TimeoutError`` too, and stays an error)."""
+    name = type(error).__name__
+    if name == "GraphRecursionError":
+        return RunStatus.LIMIT
+    if name == "NodeTimeoutError" or (
+        isinstance(error, TimeoutError) and str(error) == "Timed out"
+    ):
+        return RunStatus.TIMEOUT
+    return None
+
+
 def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
     specs = []
     for tool in (invocation_params or {}).get("tools") or []:
@@ -467,8 +482,9 @@ class Translator:
         self._requests.pop(e.run_id, None)
         flow = control_flow(error)
         if flow is None:
-            if type(error).__name__ == "GraphRecursionError":  # LangGraph's step limit
-                self.assembler.mark(e.run_id, RunStatus.LIMIT, error_text(error))
+            ended = _limit_or_timeout(error)
+            if ended is not None:
+                self.assembler.mark(e.run_id, ended, error_text(error))
             self.assembler.fail_span(e.run_id, error, end_time=e.at)
             return
         # an interrupt or a handoff passes through spans as an exception: control flow, not
