@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -64,6 +65,44 @@ def test_a_failed_kickoff_becomes_one_trace_that_says_so(evaluator: OnlineEvalua
     assert agent_span.name == "support" and agent_span.error == message
     assert all(s.end_time is not None for s in trace.spans)
     assert listener.translator.assembler.open_traces() == 0  # nothing left behind
+
+
+def test_a_task_past_max_execution_time_is_a_timeout(evaluator: OnlineEvaluator) -> None:
+    @tool("slow_lookup")
+    def slow_lookup(order_id: str) -> str:
+        """Status of an order, slowly."""
+        time.sleep(1.5)  # past the agent's 1 s, whatever the machine
+        return "shipped"
+
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[action("slow_lookup", order_id="A-1"), "Thought: done\nFinal Answer: shipped"],
+    )
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=llm,
+        tools=[slow_lookup],
+        verbose=False,
+        max_execution_time=1,
+        max_retry_limit=0,
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        with pytest.raises(TimeoutError, match="execution timed out after 1 seconds"):
+            Crew(
+                agents=[agent],
+                tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)],
+            ).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    message = (
+        "Task 'Where is A-1?' execution timed out after 1 seconds. Consider increasing "
+        "max_execution_time or optimizing the task."
+    )
+    assert (trace.status, trace.status_reason, trace.error) == (RunStatus.TIMEOUT, message, message)
 
 
 def test_sessions_are_per_kickoff_and_the_guard_starts_clean_each_time(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -60,6 +61,11 @@ FORCED_FINAL_ANSWER = I18N_DEFAULT.errors("force_final_answer")
 """What CrewAI asks the model, without task or agent, when an agent reaches ``max_iter``."""
 
 OBSERVATION = "Observation:"
+
+
+_TIMED_OUT = re.compile(r"execution timed out after .*max_execution_time")
+"""The error CrewAI ends an agent's task with past its ``max_execution_time`` (a plain
+``TimeoutError`` whose text is the only sign)."""
 
 
 def _content(message: Any) -> str | None:
@@ -295,6 +301,8 @@ class Translator:
             # a run that failed earlier on this thread may have left holding its own events
             keys = [self.assembler.root_key(started) or event.parent_event_id or started]
         self._forget(name, event)
+        if _TIMED_OUT.search(error):
+            self.assembler.mark(keys[0], RunStatus.TIMEOUT, error)
         for key in keys:
             self.assembler.end_span(key, error=error, end_time=at)
 
