@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from coherence_labels import ECHOES, LABELLED
 from coherence_triples import TRIPLES
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agenteval_core import (
@@ -141,6 +141,9 @@ _SHARED = StaticEmbedder()  # one model load; its cache of pieces grows across e
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_ANY_TEXT, max_size=6), st.integers(min_value=1, max_value=40))
+# the tokenizer's added tokens, which it matches before lowercasing (found by this test)
+@example(["[UNK]"], 1)
+@example(["refund [PAD] Order", "x[UNK]y", "[unk]"], 40)
 def test_token_ids_are_the_tokenizers_own(texts: list[str], max_tokens: int) -> None:
     _SHARED.max_tokens = max_tokens
     assert _SHARED._token_ids(texts) == _tokenizer_ids(_SHARED, texts)

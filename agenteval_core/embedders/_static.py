@@ -25,6 +25,8 @@ _DATA = "agenteval_core.embedders.data"
 # same wherever it stands: words are cut here at whitespace (str.split, far cheaper than a
 # regular expression) and their ids kept. Agent texts reuse a small vocabulary, and a known
 # word costs a dict lookup, not a tokenizer pass; a new word goes through the tokenizer.
+# The tokenizer's added tokens ("[UNK]", "[PAD]") are matched in the raw text before it
+# is lowercased: a text that holds one goes through the tokenizer whole.
 _PRINTABLE_ASCII = re.compile(r"[\t\n\r -~]*")
 _WORD_CACHE_SIZE = 100_000
 
@@ -54,6 +56,8 @@ class StaticEmbedder(LocalEmbedder):
         self._model: tuple[Any, npt.NDArray[np.float32], int | None] | None = None
         self._lock = threading.Lock()
         self._word_ids: dict[str, list[int]] = {}
+        self._added: tuple[str, ...] = ()
+        """The tokenizer's added tokens, known once the model is loaded."""
 
     @property
     def name(self) -> str:
@@ -92,6 +96,8 @@ class StaticEmbedder(LocalEmbedder):
                 tokenizer.no_truncation()  # max_tokens is the one cut, whichever path
                 with (files / "minilm_static.npz").open("rb") as handle, np.load(handle) as data:
                     vectors = data["vectors"].astype(np.float32) * data["scales"][:, None]
+                added = tokenizer.get_added_tokens_decoder().values()
+                self._added = tuple(token.content for token in added)
                 self._model = (tokenizer, vectors, tokenizer.token_to_id("[UNK]"))
             return self._model
 
@@ -101,7 +107,14 @@ class StaticEmbedder(LocalEmbedder):
         # a token is at least one character: cutting the text first bounds the tokenizer's
         # work on a 2 MB tool result without changing which tokens count
         cut = [text[: self.max_tokens * 32] for text in texts]
-        split = [text.lower().split() if _PRINTABLE_ASCII.fullmatch(text) else None for text in cut]
+        added = self._added
+        split = [
+            text.lower().split()
+            if _PRINTABLE_ASCII.fullmatch(text)
+            and ("[" not in text or not any(token in text for token in added))
+            else None
+            for text in cut
+        ]
         known = self._word_ids
         seen = set().union(*(words for words in split if words))  # one pass in C
         new = list(seen.difference(known))
