@@ -29,32 +29,38 @@ def action(name: str, **arguments: Any) -> str:
     return f"Thought: check.\nAction: {name}\nAction Input: {json.dumps(arguments)}"
 
 
-def test_a_failed_kickoff_becomes_one_trace_that_says_so(evaluator: OnlineEvaluator) -> None:
-    @tool("lookup_order")
-    def lookup_order(order_id: str) -> str:
-        """Status of an order."""
-        raise ValueError("database down")
-
+def one_call_crew(order_tool: Any, answer: str, **agent_options: Any) -> Crew:
+    """One support agent on one task, "Where is A-1?": its model calls ``order_tool`` for
+    A-1, then answers ``answer``."""
     llm = ScriptedLLM(
         model="scripted",
-        replies=[action("lookup_order", order_id="A-1"), "Thought: done\nFinal Answer: sorry"],
+        replies=[action(order_tool.name, order_id="A-1"), f"Thought: done\nFinal Answer: {answer}"],
     )
     agent = Agent(
         role="support",
         goal="answer",
         backstory="b",
         llm=llm,
-        tools=[lookup_order],
+        tools=[order_tool],
         verbose=False,
-        tool_failure_policy="raise",
+        **agent_options,
     )
+    return Crew(
+        agents=[agent], tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)]
+    )
+
+
+def test_a_failed_kickoff_becomes_one_trace_that_says_so(evaluator: OnlineEvaluator) -> None:
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        raise ValueError("database down")
+
+    crew = one_call_crew(lookup_order, "sorry", tool_failure_policy="raise")
     listener = AgentEvalListener(evaluator)
     try:
         with pytest.raises(Exception, match="database down"):
-            Crew(
-                agents=[agent],
-                tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)],
-            ).kickoff(inputs={"session_id": "user-1"})
+            crew.kickoff(inputs={"session_id": "user-1"})
         [trace] = captured_by(listener)
     finally:
         listener.close()
@@ -74,27 +80,11 @@ def test_a_task_past_max_execution_time_is_a_timeout(evaluator: OnlineEvaluator)
         time.sleep(1.5)  # past the agent's 1 s, whatever the machine
         return "shipped"
 
-    llm = ScriptedLLM(
-        model="scripted",
-        replies=[action("slow_lookup", order_id="A-1"), "Thought: done\nFinal Answer: shipped"],
-    )
-    agent = Agent(
-        role="support",
-        goal="answer",
-        backstory="b",
-        llm=llm,
-        tools=[slow_lookup],
-        verbose=False,
-        max_execution_time=1,
-        max_retry_limit=0,
-    )
+    crew = one_call_crew(slow_lookup, "shipped", max_execution_time=1, max_retry_limit=0)
     listener = AgentEvalListener(evaluator)
     try:
         with pytest.raises(TimeoutError, match="execution timed out after 1 seconds"):
-            Crew(
-                agents=[agent],
-                tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)],
-            ).kickoff()
+            crew.kickoff()
         [trace] = captured_by(listener)
     finally:
         listener.close()
