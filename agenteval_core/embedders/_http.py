@@ -120,11 +120,8 @@ class HTTPEmbedder:
         batches: list[list[str]] = []
         size = 0
         for text in texts:
-            if (
-                not batches
-                or len(batches[-1]) == self.batch_size
-                or size + len(text) > (self.max_batch_chars)
-            ):
+            full = size + len(text) > self.max_batch_chars
+            if not batches or len(batches[-1]) == self.batch_size or full:
                 batches.append([])
                 size = 0
             batches[-1].append(text)

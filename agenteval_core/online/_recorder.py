@@ -713,9 +713,9 @@ class TraceAssembler:
         self.recorder.trace_finished(owner.key, trace)
 
     def _active(self, owner: _OpenTrace, at: float) -> None:
+        # an open span's run is open: its trace is always in _traces here
         owner.last_event = max(owner.last_event, at)
-        if owner.key in self._traces:
-            self._traces.move_to_end(owner.key)
+        self._traces.move_to_end(owner.key)
 
     def _evict_stale(self, now: float) -> None:
         """Finish runs with no event for ``stale_after`` seconds, least recently active
