@@ -59,6 +59,8 @@ class JudgeServer:
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
+        self.embedding_headers: list[dict[str, str]] = []
+        """The HTTP headers of each embeddings request, names lower-cased."""
         self.arrivals: list[float] = []
         self.completions: list[float] = []
         self.unsupported_formats: set[str] = set()
@@ -76,6 +78,9 @@ class JudgeServer:
         self.embedding_request_limit = 0
         """Characters an embeddings request may hold per text and in all (0: no limit),
         refused past them as OpenAI does (8,192 and 300,000 tokens)."""
+        self.embedding_responder: Callable[[list[str]], Reply] | None = None
+        """Given, it answers each embeddings request (its texts) with a raw ``body``, any
+        status and headers: servers that follow the API loosely, or break it."""
         self.reasoning_model = False
         """Answer as OpenAI does for its reasoning models (o-series, gpt-5): a request with
         ``max_tokens``, or a ``temperature`` other than 1, is refused with its HTTP 400."""
@@ -176,6 +181,7 @@ class JudgeServer:
             def _embeddings(self, request: dict[str, Any]) -> None:
                 # a vector each text determines: (length, count of "a", 1)
                 server.embedding_requests.append(request)
+                server.embedding_headers.append({k.lower(): v for k, v in self.headers.items()})
                 texts, status = request["input"], 200
                 # a character a token, as OpenAI's limits count them at worst
                 longest, total = max(map(len, texts), default=0), sum(map(len, texts))
@@ -196,7 +202,12 @@ class JudgeServer:
                             "tokens per request"
                         ),
                     )
-                if status != 200:
+                headers = {"Content-Type": "application/json"}
+                if server.embedding_responder is not None:
+                    reply = server.embedding_responder(texts)
+                    status, body = reply.status, (reply.body or "").encode()
+                    headers |= reply.headers
+                elif status != 200:
                     body = json.dumps({"error": {"message": message}}).encode()
                 else:
                     data = [
@@ -205,7 +216,8 @@ class JudgeServer:
                     ]
                     body = json.dumps({"data": data, "model": request.get("model")}).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

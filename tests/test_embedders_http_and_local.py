@@ -3,22 +3,28 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
-from judge_server import JudgeServer
+from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
     EvalCase,
     HTTPEmbedder,
     JudgeContextOverflowError,
+    JudgeUnsupportedRequestError,
     SentenceTransformerEmbedder,
     Trace,
 )
 from agenteval_core.judges import JudgeCache
-from agenteval_core.metrics import Coherence
+from agenteval_core.metrics import Coherence, LoopDetection
 
 
 def test_http_embedder_batches_normalises_and_caches(
@@ -82,6 +88,195 @@ def test_http_embedder_says_when_its_model_takes_less(judge_server: JudgeServer)
     judge_server.embedding_input_limit = 0
     with pytest.raises(ValueError, match="max_chars must be >= 1, got 0"):
         HTTPEmbedder("m", max_chars=0)
+
+
+def _vector(text: str) -> list[float]:
+    """The scripted server's vector of ``text``: (length, count of "a", 1)."""
+    return [float(len(text)), float(text.count("a")), 1.0]
+
+
+def _unit(vector: Sequence[float]) -> npt.NDArray[np.float64]:
+    return np.array(vector) / np.linalg.norm(vector)
+
+
+def test_http_embedder_reads_servers_that_follow_the_api_loosely(judge_server: JudgeServer) -> None:
+    embedder = HTTPEmbedder("emb-model", base_url=judge_server.base_url)
+    # no "index" on the items: the order given is the order of the texts
+    judge_server.embedding_responder = lambda texts: Reply(
+        body=json.dumps({"data": [{"embedding": _vector(t)} for t in texts]})
+    )
+    vectors = embedder.embed(["aa", "b"])
+    assert np.allclose(vectors, [_unit([2, 2, 1]), _unit([1, 0, 1])])
+
+    # vectors base64-encoded, as encoding_format="base64" gives them: little-endian float32
+    def base64_vectors(texts: list[str]) -> Reply:
+        encoded = [
+            base64.b64encode(np.array(_vector(t), dtype="<f4").tobytes()).decode() for t in texts
+        ]
+        data = [{"index": i, "embedding": e} for i, e in enumerate(encoded)]
+        return Reply(body=json.dumps({"data": data}))
+
+    judge_server.embedding_responder = base64_vectors
+    vectors = embedder.embed(["aaa", "bb"])
+    assert np.allclose(vectors, [_unit([3, 3, 1]), _unit([2, 0, 1])])
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (  # a gateway's login page, or a base_url that is not the API's root
+            Reply(body="<html>Sign in</html>", headers={"Content-Type": "text/html"}),
+            "the body is not JSON (text/html) (the body begins '<html>Sign in</html>')",
+        ),
+        (Reply(body='{"object": "list"}'), "no 'data' list of embedding objects"),
+        (
+            Reply(
+                body='{"data": [{"index": 0, "embedding": null}, {"index": 1, "embedding": null}]}'
+            ),
+            "embedding 0 is None, not a list of numbers",
+        ),
+        (
+            Reply(
+                body='{"data": [{"index": 0, "embedding": [1, 2]}, {"index": 1, "embedding": [1, 2, 3]}]}'
+            ),
+            "vectors of different lengths [2, 3]",
+        ),
+        (Reply(body='{"data": [{"index": 0, "embedding": [1, 2]}]}'), "1 embeddings for 2 texts"),
+        (
+            Reply(
+                body='{"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [2]}]}'
+            ),
+            "the indices [0, 0] are not 0 to 1",
+        ),
+        (
+            Reply(
+                body='{"data": [{"index": 0, "embedding": "@@"}, {"index": 1, "embedding": "@@"}]}'
+            ),
+            "embedding 0 is text that is not base64",
+        ),
+    ],
+)
+def test_http_embedder_says_what_is_wrong_with_a_broken_answer(
+    judge_server: JudgeServer, reply: Reply, problem: str
+) -> None:
+    # each used to escape as the parser's own error: "JSONDecodeError: Expecting value",
+    # "KeyError: 'data'", "AxisError: axis 1 is out of bounds"
+    judge_server.embedding_responder = lambda texts: reply
+    embedder = HTTPEmbedder("emb-model", base_url=judge_server.base_url)
+    with pytest.raises(JudgeUnsupportedRequestError) as raised:
+        embedder.embed(["aa", "b"])
+    url = f"{judge_server.base_url}/embeddings"
+    assert str(raised.value) == (
+        f"{url} answered HTTP 200 with no usable embeddings: {problem}"
+        + ("" if "(the body begins" in problem else f" (the body begins {reply.body!r})")
+        + "; is base_url the root of an OpenAI-compatible API, such as http://localhost:8000/v1?"
+    )
+
+
+def test_a_vector_with_nan_fails_its_cases_and_is_never_cached(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    # a model that overflows in half precision answers NaN: normalised, that row used to
+    # become zeros, the distance 1 of an empty text, and coherence a confident 0.0
+    def nan_for_broken(texts: list[str]) -> Reply:
+        vectors = [[math.nan, 1.0, 1.0] if t == "broken answer" else _vector(t) for t in texts]
+        data = [{"index": i, "embedding": v} for i, v in enumerate(vectors)]
+        return Reply(body=json.dumps({"data": data}))  # json writes NaN as Python reads it
+
+    judge_server.embedding_responder = nan_for_broken
+    cache = JudgeCache(tmp_path / "emb.sqlite")
+    embedder = HTTPEmbedder("emb-model", base_url=judge_server.base_url, cache=cache)
+    traces = [Trace(input="aa", output="broken answer"), Trace(input="aa", output="aab")]
+    results = Coherence(embedder=embedder).measure_batch([EvalCase.of(t) for t in traces], [()] * 2)
+    assert (results[0].score, results[0].success, results[0].metadata["error_kind"]) == (
+        None,
+        None,
+        "error",
+    )
+    assert results[0].error == (
+        "embedder error: http:emb-model gave 'broken answer' a vector with NaN or infinite "
+        "values; a cosine of it means nothing, so this case is not scored (check the "
+        "embedding model or server)"
+    )
+    # the other trace is scored as ever: (2, 2, 1)/3 · (3, 2, 1)/√14
+    assert results[1].error is None
+    assert results[1].score == pytest.approx(11 / (3 * math.sqrt(14)), rel=1e-5)
+    # the good vectors were cached, the broken one was not: it is asked for again
+    asked = len(judge_server.embedding_requests)
+    HTTPEmbedder("emb-model", base_url=judge_server.base_url, cache=cache).embed(
+        ["aa", "aab", "broken answer"]
+    )
+    assert judge_server.embedding_requests[asked:] == [
+        {"model": "emb-model", "input": ["broken answer"]}
+    ]
+
+
+class _BrokenEmbedder:
+    """An embedder of the user's: NaN for one text, or one row too few."""
+
+    def __init__(self, *, short: bool = False) -> None:
+        self.short = short
+
+    @property
+    def name(self) -> str:
+        return "mine"
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        rows = [[math.inf if t == "again" else len(t), 1.0] for t in texts]
+        return np.array(rows[:-1] if self.short else rows, dtype=np.float32)
+
+    async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return self.embed(texts)
+
+
+def test_any_embedder_s_unusable_vectors_fail_only_the_cases_that_use_them() -> None:
+    history = [Trace(session_id="s", input="q1", output="again")]
+    traces = [
+        Trace(session_id="s", input="q2", output="again and again"),
+        Trace(session_id="t", input="q3", output="fresh"),
+    ]
+    cases = [EvalCase.of(t) for t in traces]
+    results = LoopDetection(embedder=_BrokenEmbedder()).measure_batch(cases, [history, []])
+    assert results[0].error == (
+        "embedder error: mine gave 'again' a vector with NaN or infinite values; a cosine of "
+        "it means nothing, so this case is not scored (check the embedding model or server)"
+    )
+    assert (results[1].error, results[1].score) == (None, 1.0)  # no earlier output: 1.0
+    short = Coherence(embedder=_BrokenEmbedder(short=True)).measure(Trace(input="a", output="bc"))
+    assert short.error == (
+        "embedder error: mine returned an array of shape (1, 2) for 2 texts; an embedder "
+        "returns one row per text"
+    )
+
+
+def test_an_embedding_outage_is_reported_as_one_not_as_a_metric_bug(
+    judge_server: JudgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    judge_server.embedding_responder = lambda texts: Reply(status=503, body="overloaded")
+    embedder = HTTPEmbedder("emb-model", base_url=judge_server.base_url, max_retries=0)
+    with caplog.at_level(logging.WARNING, logger="agenteval"):
+        result = Coherence(embedder=embedder).measure(Trace(input="aa", output="aab"))
+    assert result.error == "judge unavailable: gave up after 1 attempts; last: HTTP 503: overloaded"
+    assert result.metadata["error_kind"] == "unavailable"  # what says "replay again"
+    assert "metric raised" not in caplog.text  # no traceback logged as if it were a bug
+
+
+def test_http_embedder_sends_azure_s_api_key_header_and_keeps_it_out_of_errors(
+    judge_server: JudgeServer,
+) -> None:
+    key = "azure-key-0123456789"
+    judge_server.embedding_responder = lambda texts: Reply(
+        status=401, body=json.dumps({"error": {"message": f"Access denied for key {key}."}})
+    )
+    embedder = HTTPEmbedder(
+        "emb-model", base_url=judge_server.base_url, api_key="", headers={"api-key": key}
+    )
+    with pytest.raises(JudgeUnsupportedRequestError) as raised:
+        embedder.embed(["aa"])
+    assert judge_server.embedding_headers[0]["api-key"] == key
+    assert "authorization" not in judge_server.embedding_headers[0]
+    assert key not in str(raised.value)
+    assert "Access denied for key [REDACTED:api-key]." in str(raised.value)
 
 
 def test_sentence_transformer_embedder_offline() -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +23,7 @@ from .._errors import (
 )
 from .._sync import run_sync
 from ..judges._cache import JudgeCache, cache_key
-from ..judges._openai import CONTEXT_WORDS, api_url
+from ..judges._openai import CONTEXT_WORDS, api_url, scrub_keys
 from ..judges._traffic import Traffic
 
 __all__ = ["HTTPEmbedder"]
@@ -45,6 +48,10 @@ class HTTPEmbedder:
     and a batch holds at most ``max_batch_chars`` characters. A model with a smaller input
     than OpenAI's 8,192 tokens needs a lower ``max_chars``; the error of a text still too
     long says so.
+
+    ``headers`` adds HTTP headers: Azure OpenAI takes its key as ``{"api-key": KEY}``.
+    A vector the server gives with NaN or infinite values is returned as it is (the
+    embedding metrics then fail the cases that use it) and never cached.
     """
 
     def __init__(
@@ -53,6 +60,7 @@ class HTTPEmbedder:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
+        headers: dict[str, str] | None = None,
         batch_size: int = 64,
         requests_per_period: int = 10,
         period: float = 1.0,
@@ -72,7 +80,9 @@ class HTTPEmbedder:
             base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         ).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.headers = dict(headers or {})
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
         self.batch_size = batch_size
         self.timeout = timeout
         self.cache = cache
@@ -105,14 +115,16 @@ class HTTPEmbedder:
             for text, vector in zip(batch, vectors, strict=True):
                 key = cache_key("embedding", self.model, text)
                 found[key] = vector
-                fresh[key] = {"vector": vector}
+                if all(map(math.isfinite, vector)):  # a broken vector is not kept for later
+                    fresh[key] = {"vector": vector}
         if self.cache is not None and fresh:
             await self.cache.aput_many(fresh)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         matrix = np.array([found[key] for key in keys], dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+        # a zero row stays zero; a row with NaN or infinity stays unusable (NaN), never zero
+        return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms != 0)
 
     def _batches(self, texts: list[str]) -> list[list[str]]:
         """``texts`` in order, in batches of at most ``batch_size`` texts and
@@ -135,26 +147,89 @@ class HTTPEmbedder:
         )
         if response.status_code >= 400:
             raise self._refusal(response, url)
-        data = sorted(response.json()["data"], key=lambda item: item["index"])
-        if len(data) != len(batch):
-            raise JudgeUnavailableError(
-                f"{url} returned {len(data)} embeddings for {len(batch)} texts"
-            )
-        return [item["embedding"] for item in data]
+        try:
+            return _vectors(response, len(batch))
+        except _Malformed as exc:
+            raise JudgeUnsupportedRequestError(
+                self._scrub(
+                    f"{url} answered HTTP {response.status_code} with no usable embeddings: "
+                    f"{exc} (the body begins {response.text[:200]!r}); is base_url the root "
+                    "of an OpenAI-compatible API, such as http://localhost:8000/v1?"
+                )
+            ) from None
 
     def _refusal(self, response: httpx.Response, url: str) -> JudgeError:
         """The error an HTTP error status is, by what embedding again could do about it."""
         body = response.text[:300]
         status = response.status_code
         if status >= 500 or status == 429:  # retried already
-            return JudgeUnavailableError(f"HTTP {status} from {url}: {body}")
+            return JudgeUnavailableError(self._scrub(f"HTTP {status} from {url}: {body}"))
         if CONTEXT_WORDS.search(response.text[:4000]):
             return JudgeContextOverflowError(
-                f"{self.model} refuses a text of up to {self.max_chars} characters as too long "
-                f"(HTTP {status}: {body}); pass HTTPEmbedder(max_chars=...) below its input "
-                "limit"
+                self._scrub(
+                    f"{self.model} refuses a text of up to {self.max_chars} characters as too "
+                    f"long (HTTP {status}: {body}); pass HTTPEmbedder(max_chars=...) below its "
+                    "input limit"
+                )
             )
         return JudgeUnsupportedRequestError(
-            f"HTTP {status} from {url}: {body}; embedding again gives the same: check the "
-            "model, the API key and max_batch_chars"
+            self._scrub(
+                f"HTTP {status} from {url}: {body}; embedding again gives the same: check the "
+                "model, the API key and max_batch_chars"
+            )
         )
+
+    def _scrub(self, text: str) -> str:
+        return scrub_keys(text, self.headers)
+
+
+class _Malformed(Exception):
+    """A successful response that holds no usable embeddings: what is wrong with it."""
+
+
+def _vectors(response: httpx.Response, count: int) -> list[list[float]]:
+    """The ``count`` embeddings of an embeddings response, in the order of the texts sent.
+
+    As OpenAI's API gives them (an ``index`` for each, vectors of floats) or as servers
+    that follow it loosely do: no ``index`` (the order given), or a vector base64-encoded
+    (little-endian float32, what ``encoding_format="base64"`` returns)."""
+    try:
+        body = response.json()
+    except ValueError:
+        raise _Malformed(f"the body is not JSON ({response.headers.get('content-type')})") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise _Malformed("no 'data' list of embedding objects")
+    if len(data) != count:
+        raise _Malformed(f"{len(data)} embeddings for {count} texts")
+    indices = [item.get("index") for item in data]
+    if all(index is None for index in indices):
+        ordered = data
+    elif sorted(map(str, indices)) == sorted(map(str, range(count))):
+        ordered = sorted(data, key=lambda item: int(item["index"]))
+    else:
+        raise _Malformed(f"the indices {indices[:10]} are not 0 to {count - 1}")
+    vectors = [_vector(item.get("embedding"), position) for position, item in enumerate(ordered)]
+    sizes = {len(vector) for vector in vectors}
+    if len(sizes) > 1:
+        raise _Malformed(f"vectors of different lengths {sorted(sizes)}")
+    return vectors
+
+
+def _vector(embedding: Any, position: int) -> list[float]:
+    if isinstance(embedding, str):
+        try:
+            raw = base64.b64decode(embedding, validate=True)
+        except (binascii.Error, ValueError):
+            raise _Malformed(f"embedding {position} is text that is not base64") from None
+        if not raw or len(raw) % 4:
+            raise _Malformed(f"embedding {position} is base64 of {len(raw)} bytes, no float32s")
+        return np.frombuffer(raw, dtype="<f4").astype(float).tolist()
+    if (
+        not isinstance(embedding, list)
+        or not embedding
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in embedding)
+    ):
+        shown = repr(embedding)[:60]
+        raise _Malformed(f"embedding {position} is {shown}, not a list of numbers")
+    return [float(x) for x in embedding]

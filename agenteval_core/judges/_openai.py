@@ -117,6 +117,20 @@ MIN_SECRET_KEY_CHARS = 8
 """API keys shorter than this are placeholders (a local server takes any), not secrets to
 scrub from error texts; every provider's real keys are far longer."""
 
+
+def scrub_keys(text: str, headers: dict[str, str]) -> str:
+    """``text`` (an error a server's answer went into) without the API key that ``headers``
+    send (a server may echo it back) or other secrets (it may echo the request)."""
+    keys = [headers.get("Authorization", "").removeprefix("Bearer ").strip()]
+    keys += [value for name, value in headers.items() if name.lower() in _KEY_HEADERS]
+    for key in keys:
+        # a local server's placeholder ("EMPTY", "ollama") is no secret, and replacing
+        # it would garble the words of the message that contain it
+        if len(key) >= MIN_SECRET_KEY_CHARS:
+            text = text.replace(key, "[REDACTED:api-key]")
+    return redact_text(text)
+
+
 MAX_TIMEOUTS_IN_A_ROW = 3
 """Calls that time out one after another before the judge stops calling: each left the
 server generating for nobody, and more would queue behind them."""
@@ -507,14 +521,7 @@ class OpenAIJudge(BaseJudge):
     def _scrub(self, text: str) -> str:
         """An error text without this judge's API key (a server may echo it back) or other
         secrets (it may echo the prompt)."""
-        keys = [self.headers.get("Authorization", "").removeprefix("Bearer ").strip()]
-        keys += [value for name, value in self.headers.items() if name.lower() in _KEY_HEADERS]
-        for key in keys:
-            # a local server's placeholder ("EMPTY", "ollama") is no secret, and replacing
-            # it would garble the words of the message that contain it
-            if len(key) >= MIN_SECRET_KEY_CHARS:
-                text = text.replace(key, "[REDACTED:api-key]")
-        return redact_text(text)
+        return scrub_keys(text, self.headers)
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP client."""

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import MetricInputError
+from .._errors import ErrorKind, MetricInputError
 from .._sync import run_sync
-from .._text import jaccard, loop_tokens
+from .._text import first_words, jaccard, loop_tokens
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
@@ -87,15 +87,21 @@ class _EmbeddingMetric(Metric):
         if isinstance(plan, Score):
             return plan
         texts = list(dict.fromkeys(plan.texts))
-        (cosines,) = _similarities([plan.texts], texts, self.embedder.embed(texts))
-        return self.score_similarities(case, plan, cosines)
+        (cosines,) = self._similarities([plan.texts], texts, self.embedder.embed(texts))
+        return self._scored(case, plan, cosines)
 
     async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         plan = self.texts_to_score(case, history)
         if isinstance(plan, Score):
             return plan
         texts = list(dict.fromkeys(plan.texts))
-        (cosines,) = _similarities([plan.texts], texts, await self.embedder.aembed(texts))
+        (cosines,) = self._similarities([plan.texts], texts, await self.embedder.aembed(texts))
+        return self._scored(case, plan, cosines)
+
+    def _scored(self, case: EvalCase, plan: Comparison, cosines: list[float] | Score) -> Score:
+        """The score from a case's cosines, or the failure that stands in for them."""
+        if isinstance(cosines, Score):
+            return cosines
         return self.score_similarities(case, plan, cosines)
 
     def measure_batch(
@@ -145,7 +151,7 @@ class _EmbeddingMetric(Metric):
         its cosines (``vectors`` embeds ``texts``; ``None`` when no case needed any)."""
         embedded = [plan.texts for plan in plans if isinstance(plan, Comparison)]
         similarities = iter(
-            _similarities(embedded, texts, vectors)
+            self._similarities(embedded, texts, vectors)
             if vectors is not None and not isinstance(vectors, Score)
             else []
         )
@@ -157,7 +163,7 @@ class _EmbeddingMetric(Metric):
                 scores.append(vectors)
             else:
                 try:
-                    scores.append(self.score_similarities(case, plan, next(similarities)))
+                    scores.append(self._scored(case, plan, next(similarities)))
                 except Exception as exc:
                     scores.append(Score.from_exception(exc))
         share = (time.perf_counter() - started) * 1000.0 / len(cases) if cases else 0.0
@@ -165,29 +171,60 @@ class _EmbeddingMetric(Metric):
             self._case_result(score, share, case) for case, score in zip(cases, scores, strict=True)
         ]
 
+    def _similarities(
+        self,
+        plans: Sequence[Sequence[str]],
+        texts: Sequence[str],
+        vectors: npt.NDArray[np.floating],
+    ) -> list[list[float] | Score]:
+        """For each plan, the cosine of its first text with each of the others (one product
+        for the whole batch), or the failure of a plan with a text the embedder gave no
+        usable vector. ``vectors`` should embed ``texts``, one row each; each row is
+        L2-normalised here (an embedder of the user's may not normalise), so a cosine is a
+        dot product, and a zero row (empty text) gives 0 (distance 1)."""
+        name = self.embedder.name
+        try:
+            matrix = np.asarray(vectors, dtype=np.float64)
+        except (TypeError, ValueError) as exc:  # rows of different lengths, or not numbers
+            return [_unusable(f"{name} returned no matrix of numbers ({exc})")] * len(plans)
+        if matrix.ndim != 2 or len(matrix) != len(texts):
+            problem = f"{name} returned an array of shape {matrix.shape} for {len(texts)} texts"
+            return [_unusable(f"{problem}; an embedder returns one row per text")] * len(plans)
+        # a NaN or infinite value (a model's overflow in half precision, a server's bug) would
+        # otherwise read as a zero row: the distance 1 of an empty text, a confident 0.0
+        usable = np.isfinite(matrix).all(axis=1)
+        broken = set(np.flatnonzero(~usable).tolist())
+        if broken:  # their cases fail below; zeros (in a copy) keep the product free of NaN
+            matrix = np.where(usable[:, None], matrix, 0.0)
+        row = {text: index for index, text in enumerate(texts)}
+        anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
+        others = [row[text] for plan in plans for text in plan[1:]]
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+        dots = np.einsum("ij,ij->i", matrix[anchors], matrix[others])
+        # rounding can take a normalised pair a hair past ±1
+        flat: list[float] = np.minimum(np.maximum(dots, -1.0, out=dots), 1.0, out=dots).tolist()
+        cosines: list[list[float] | Score] = []
+        start = 0
+        for plan in plans:
+            bad = [text for text in plan if row[text] in broken] if broken else None
+            if bad:
+                cosines.append(
+                    _unusable(
+                        f"{name} gave {first_words(bad[0])!r} a vector with NaN or infinite "
+                        "values; a cosine of it means nothing, so this case is not scored "
+                        "(check the embedding model or server)"
+                    )
+                )
+            else:
+                cosines.append(flat[start : start + len(plan) - 1])
+            start += len(plan) - 1
+        return cosines
 
-def _similarities(
-    plans: Sequence[Sequence[str]], texts: Sequence[str], vectors: npt.NDArray[np.floating]
-) -> list[list[float]]:
-    """For each plan, the cosine of its first text with each of the others: one product for
-    the whole batch. ``vectors`` holds the embeddings of ``texts``; each row is L2-normalised
-    here (an embedder of the user's may not normalise), so a cosine is a dot product, and a
-    zero row (empty text) gives 0 (distance 1)."""
-    row = {text: index for index, text in enumerate(texts)}
-    anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
-    others = [row[text] for plan in plans for text in plan[1:]]
-    matrix = np.asarray(vectors, dtype=np.float64)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
-    dots = np.einsum("ij,ij->i", matrix[anchors], matrix[others])
-    # rounding can take a normalised pair a hair past ±1
-    flat: list[float] = np.minimum(np.maximum(dots, -1.0, out=dots), 1.0, out=dots).tolist()
-    cosines = []
-    start = 0
-    for plan in plans:
-        cosines.append(flat[start : start + len(plan) - 1])
-        start += len(plan) - 1
-    return cosines
+
+def _unusable(problem: str) -> Score:
+    """The failure of a case whose texts the embedder gave no usable vectors."""
+    return Score.failure(f"embedder error: {problem}", error_kind=ErrorKind.JUDGE_ERROR)
 
 
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:

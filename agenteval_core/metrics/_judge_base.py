@@ -230,9 +230,7 @@ class JudgeMetric(Metric):
                 error_kind=ErrorKind.UNAVAILABLE,
             )
         except JudgeError as exc:  # never a silent skip: the result says why, by its kind
-            message = str(exc)  # a budget's own message begins with its label
-            error = message if message.startswith(f"{exc.label}:") else f"{exc.label}: {message}"
-            score = Score.failure(error, error_kind=exc.kind)
+            score = Score.from_exception(exc)
             if isinstance(exc, JudgeParseError):
                 score.metadata["raw_reply"] = exc.raw_reply
             accounting.add_failed(exc.usage, self.judge)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from .._errors import ErrorKind, MetricInputError
+from .._errors import ErrorKind, JudgeError, MetricInputError
 from .._sync import run_sync
 from ..schema._results import MetricResult, passes, unvalidated_result
 from ..schema._trace import EvalCase, Trace
@@ -72,9 +72,17 @@ class Score:
     @classmethod
     def from_exception(cls, exc: BaseException) -> Score:
         """The failure a metric that raised ``exc`` gives: invalid input for a
-        ``MetricInputError``, else a metric error (logged with its traceback: a bug)."""
+        ``MetricInputError``, a judge's or remote embedder's failure by its kind (its text
+        begins with the kind's label), else a metric error (logged with its traceback: a
+        bug)."""
         if isinstance(exc, MetricInputError):
             return cls.failure(f"invalid input: {exc}", error_kind=ErrorKind.INVALID_INPUT)
+        if isinstance(exc, JudgeError):
+            message = str(exc)  # a budget's own message begins with its label
+            labelled = message.startswith(f"{exc.label}:")
+            return cls.failure(
+                message if labelled else f"{exc.label}: {message}", error_kind=exc.kind
+            )
         logger.warning("metric raised %s: %s", type(exc).__name__, exc, exc_info=exc)
         return cls.failure(f"{type(exc).__name__}: {exc}", error_kind=ErrorKind.METRIC_ERROR)
 
