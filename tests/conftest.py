@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # CrewAI writes credentials and settings under HOME when it is imported, and sends telemetry;
 # keep both inside a throwaway directory for the whole run, before any module imports it.
-os.environ["HOME"] = tempfile.mkdtemp(prefix="agenteval-test-home-")
+_HOME = os.environ["HOME"] = tempfile.mkdtemp(prefix="agenteval-test-home-")
+_CREATOR = os.getpid()
+
+
+@atexit.register
+def _remove_home() -> None:
+    # a forked child that exits through sys.exit runs its parent's exit hooks too: only the
+    # process that made the directory removes it, once the tests are done with it
+    if os.getpid() == _CREATOR:
+        shutil.rmtree(_HOME, ignore_errors=True)
+
+
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["OTEL_SDK_DISABLED"] = "true"
 
