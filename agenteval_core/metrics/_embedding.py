@@ -192,10 +192,10 @@ class _EmbeddingMetric(Metric):
             return [_unusable(f"{problem}; an embedder returns one row per text")] * len(plans)
         # a NaN or infinite value (a model's overflow in half precision, a server's bug) would
         # otherwise read as a zero row: the distance 1 of an empty text, a confident 0.0
-        usable = np.isfinite(matrix).all(axis=1)
+        usable = np.all(np.isfinite(matrix), axis=1, keepdims=True)  # a column
         broken = set(np.flatnonzero(~usable).tolist())
         if broken:  # their cases fail below; zeros (in a copy) keep the product free of NaN
-            matrix = np.where(usable[:, None], matrix, 0.0)
+            matrix = np.where(usable, matrix, 0.0)
         row = {text: index for index, text in enumerate(texts)}
         anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
         others = [row[text] for plan in plans for text in plan[1:]]
