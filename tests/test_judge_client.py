@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 from pathlib import Path
 
 import pytest
 from judge_server import JudgeServer, Reply
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
 from agenteval_core import (
     HTTPEmbedder,
+    JudgeContextOverflowError,
     JudgeParseError,
     JudgeUnavailableError,
     JudgeUnsupportedRequestError,
@@ -326,6 +329,72 @@ def test_langchain_chat_model_judge() -> None:
     reply = ask(j)
     assert reply.parsed == Verdict(score=0.25, reason="weak")  # type: ignore[attr-defined]
     assert reply.model == "FakeListChatModel" and j.stats.reasks == 1  # type: ignore[attr-defined]
+
+
+def _chat_openai(server: JudgeServer | str, api_key: str = "sk-test-key") -> LangChainJudge:
+    """LangChain's ChatOpenAI, the model most LangChain judges use, against ``server``."""
+    base_url = server if isinstance(server, str) else server.base_url
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=base_url, api_key=api_key, max_retries=0)
+    return LangChainJudge(model, cache=None)
+
+
+def test_a_chat_openai_judge_answers_every_call_from_sync_code(judge_server: JudgeServer) -> None:
+    # langchain-openai keeps one HTTP client per process, bound to the event loop of its
+    # first call; each sync call here (as metric.measure makes) runs on a new loop, and
+    # every other one used to fail with "Connection error."
+    judge_server.reply(*[{"score": score, "reason": "ok"} for score in (0.25, 0.5, 0.75)])
+    j = _chat_openai(judge_server)
+    scores = [ask(j, request(f"q{i}")).parsed.score for i in range(3)]  # type: ignore[attr-defined]
+    assert scores == [0.25, 0.5, 0.75]
+    assert [r["model"] for r in judge_server.requests] == ["gpt-4o-mini"] * 3
+    assert [r["messages"][-1]["content"] for r in judge_server.requests] == ["q0", "q1", "q2"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "words"),
+    [
+        (
+            Reply(status=429, content="Rate limit reached for gpt-4o-mini"),
+            JudgeUnavailableError,
+            "RateLimitError: Error code: 429",
+        ),
+        (
+            Reply(status=503, content="overloaded"),
+            JudgeUnavailableError,
+            "Error code: 503",
+        ),
+        (
+            Reply(status=400, content="This model's maximum context length is 128000 tokens"),
+            JudgeContextOverflowError,
+            "maximum context length is 128000 tokens",
+        ),
+        (  # the server echoes the key: it never reaches a result or a report
+            Reply(status=401, content="Incorrect API key provided: sk-test-0123456789"),
+            JudgeUnsupportedRequestError,
+            "Incorrect API key provided: [REDACTED:api-key]",
+        ),
+    ],
+)
+def test_a_langchain_model_s_errors_are_judge_errors_of_their_kind(
+    judge_server: JudgeServer, reply: Reply, error: type[Exception], words: str
+) -> None:
+    # they used to escape as the SDK's own errors: each result a "metric_error" with a
+    # traceback logged as a bug, the key in its text, and no advice to replay an outage
+    judge_server.reply(reply)
+    with pytest.raises(error) as raised:
+        ask(_chat_openai(judge_server, api_key="sk-test-0123456789"))
+    assert type(raised.value) is error
+    assert str(raised.value).startswith("gpt-4o-mini: ") and words in str(raised.value)
+    assert "sk-test-0123456789" not in str(raised.value)
+    assert raised.value.usage.calls == 1  # type: ignore[attr-defined]
+
+
+def test_a_langchain_model_that_cannot_connect_is_unavailable() -> None:
+    with socket.socket() as closed:  # a port where nothing listens
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(JudgeUnavailableError, match=r"^gpt-4o-mini: \w*ConnectionError: "):
+        ask(_chat_openai(f"http://127.0.0.1:{port}/v1"))
 
 
 def test_parser_rejects_what_it_cannot_read() -> None:

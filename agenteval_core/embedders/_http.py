@@ -23,7 +23,7 @@ from .._errors import (
 )
 from .._sync import run_sync
 from ..judges._cache import JudgeCache, cache_key
-from ..judges._openai import CONTEXT_WORDS, api_url, scrub_keys
+from ..judges._openai import CONTEXT_WORDS, api_url, header_keys, scrub_keys
 from ..judges._traffic import Traffic
 
 __all__ = ["HTTPEmbedder"]
@@ -180,7 +180,7 @@ class HTTPEmbedder:
         )
 
     def _scrub(self, text: str) -> str:
-        return scrub_keys(text, self.headers)
+        return scrub_keys(text, header_keys(self.headers))
 
 
 class _Malformed(Exception):

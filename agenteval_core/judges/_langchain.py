@@ -2,16 +2,59 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
+from .._errors import (
+    JudgeContextOverflowError,
+    JudgeError,
+    JudgeUnavailableError,
+    JudgeUnsupportedRequestError,
+)
 from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
+from ._openai import CONTEXT_WORDS, scrub_keys
+from ._traffic import RETRY_STATUSES
 
 __all__ = ["LangChainJudge"]
 
 _ROLES = {"system": "system", "user": "human", "assistant": "ai"}
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _model_loop() -> asyncio.AbstractEventLoop:
+    """The event loop, on a daemon thread of its own, that every LangChain judge's model
+    runs on, from the first call to the end of the process.
+
+    Provider clients keep HTTP connections bound to the loop they were first used on
+    (langchain-openai and langchain-anthropic share one client per process): called from
+    a new loop each time, as a synchronous ``measure`` does, every other call failed with
+    "Connection error". On one loop of their own they always meet the same one."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="agenteval-langchain-judge", daemon=True
+            ).start()
+            _loop = loop
+        return _loop
+
+
+def _renew_after_fork() -> None:
+    # the child has neither the loop's thread nor, perhaps, a free lock
+    global _loop, _loop_lock
+    _loop, _loop_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_after_fork)
 
 
 class LangChainJudge(BaseJudge):
@@ -57,7 +100,14 @@ class LangChainJudge(BaseJudge):
     async def _complete(
         self, messages: list[dict[str, str]], schema: type[BaseModel]
     ) -> Completion:
-        reply = await self.chat_model.ainvoke([(_ROLES[m["role"]], m["content"]) for m in messages])
+        prompt = [(_ROLES[m["role"]], m["content"]) for m in messages]
+        call = asyncio.run_coroutine_threadsafe(self.chat_model.ainvoke(prompt), _model_loop())
+        try:  # cancelled here (a deadline, a closing run), the call is cancelled there
+            reply = await asyncio.wrap_future(call)
+        except Exception as exc:  # the provider's own errors, by what trying again can do
+            error = self._judge_error(exc)
+            error.usage.calls = 1  # the model's own retries are its own affair
+            raise error from exc
         content = reply.content
         text = (
             content
@@ -72,3 +122,60 @@ class LangChainJudge(BaseJudge):
             input_tokens=int(usage.get("input_tokens", 0)),
             output_tokens=int(usage.get("output_tokens", 0)),
         )
+
+    def _judge_error(self, exc: Exception) -> JudgeError:
+        """A provider's error (openai's, anthropic's, httpx's, as LangChain raises them) as
+        the judge error of its kind: what ``OpenAIJudge`` retries (a rate limit, a server
+        error, a lost connection, a timeout) is "judge unavailable" (replaying may help); a context overflow says so;
+        another refusal (a wrong key or model) is an "unsupported request". Never a metric
+        bug, and never with the model's API key in it (a server may echo it back)."""
+        text = scrub_keys(f"{type(exc).__name__}: {exc}", _secrets(self.chat_model))
+        message = f"{self.model}: {text}"
+        status = next(
+            (code for error in _chain(exc) if isinstance(code := _status(error), int)), None
+        )
+        if status in RETRY_STATUSES or (status is not None and status >= 500):
+            return JudgeUnavailableError(message)
+        if status is not None and CONTEXT_WORDS.search(text):
+            return JudgeContextOverflowError(message)
+        if status is not None and status >= 400:
+            return JudgeUnsupportedRequestError(message)
+        if any(_transient(error) for error in _chain(exc)):
+            return JudgeUnavailableError(message)
+        return JudgeError(message)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the errors it was raised from (LangChain wraps the provider's)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _status(error: BaseException) -> object:
+    """The HTTP status an SDK's error carries (``status_code``, or its response's)."""
+    status = getattr(error, "status_code", None)
+    return (
+        status
+        if status is not None
+        else getattr(getattr(error, "response", None), "status_code", None)
+    )
+
+
+def _transient(error: BaseException) -> bool:
+    """A lost connection or a timeout: the SDKs name their own classes so
+    (``APIConnectionError``, ``APITimeoutError``, httpx's ``ConnectTimeout``)."""
+    if isinstance(error, TimeoutError | ConnectionError):
+        return True
+    return any(
+        "Connection" in kind.__name__ or "Timeout" in kind.__name__ for kind in type(error).__mro__
+    )
+
+
+def _secrets(chat_model: Any) -> list[str]:
+    """The model's API keys: LangChain keeps them as ``SecretStr`` fields."""
+    fields = vars(chat_model).values() if hasattr(chat_model, "__dict__") else ()
+    return [value.get_secret_value() for value in fields if isinstance(value, SecretStr)]

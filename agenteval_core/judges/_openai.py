@@ -12,6 +12,7 @@ import os
 import re
 import weakref
 import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -118,11 +119,15 @@ MIN_SECRET_KEY_CHARS = 8
 scrub from error texts; every provider's real keys are far longer."""
 
 
-def scrub_keys(text: str, headers: dict[str, str]) -> str:
-    """``text`` (an error a server's answer went into) without the API key that ``headers``
-    send (a server may echo it back) or other secrets (it may echo the request)."""
+def header_keys(headers: Mapping[str, str]) -> list[str]:
+    """The API keys ``headers`` send: a bearer token, or Azure's and gateways' key headers."""
     keys = [headers.get("Authorization", "").removeprefix("Bearer ").strip()]
-    keys += [value for name, value in headers.items() if name.lower() in _KEY_HEADERS]
+    return keys + [value for name, value in headers.items() if name.lower() in _KEY_HEADERS]
+
+
+def scrub_keys(text: str, keys: Iterable[str]) -> str:
+    """``text`` (an error a server's answer went into) without the API ``keys`` (a server
+    may echo one back) or other secrets (it may echo the request)."""
     for key in keys:
         # a local server's placeholder ("EMPTY", "ollama") is no secret, and replacing
         # it would garble the words of the message that contain it
@@ -521,7 +526,7 @@ class OpenAIJudge(BaseJudge):
     def _scrub(self, text: str) -> str:
         """An error text without this judge's API key (a server may echo it back) or other
         secrets (it may echo the prompt)."""
-        return scrub_keys(text, self.headers)
+        return scrub_keys(text, header_keys(self.headers))
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP client."""
