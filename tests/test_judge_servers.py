@@ -5,8 +5,12 @@ llama-cpp-python (refuses json_schema with HTTP 500), Ollama (refuses it with 40
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -405,3 +409,38 @@ def test_a_result_deadline_ends_the_work(judge_server: JudgeServer) -> None:
         "judge unavailable: no answer within the result's deadline of 0.3 s (--judge-deadline)"
     )
     assert result.metadata["abandoned_calls"] == 1 and result.latency_ms < 1500
+
+
+def test_ctrl_c_says_what_the_replay_kept_and_exits_130(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    # a long replay against a paid judge, stopped half-way: it used to print click's bare
+    # "Aborted!" and exit 1, as if the run had found problems, saying nothing of its file
+    judge_server.responder = answer
+    judge_server.latency = 0.2
+    capture, results = capture_of(tmp_path / "c.jsonl", count=60), tmp_path / "r.jsonl"
+    command = [
+        sys.executable, "-m", "agenteval_core.cli", "replay", str(capture),
+        "--metrics", "confidence", "--judge-model", "judge-model",
+        "--judge-base-url", judge_server.base_url, "--judge-concurrency", "1",
+        "--json", str(results),
+    ]  # fmt: skip
+    env = os.environ | {"AGENTEVAL_CACHE_DIR": str(tmp_path / "cache")}
+    replaying = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(judge_server.requests) < 3:  # two traces scored, the third being judged
+        assert time.monotonic() < deadline and replaying.poll() is None
+        time.sleep(0.05)
+    replaying.send_signal(signal.SIGINT)
+    _, err = replaying.communicate(timeout=60)
+    assert replaying.returncode == 130
+    assert err.strip().splitlines()[-1] == (
+        f"agenteval: error: interrupted; the results of the traces scored so far are in "
+        f"{results}; the judge's answers so far are cached: replaying again does not pay "
+        "for them"
+    )
+    lines = results.read_text().splitlines()
+    scored = [json.loads(line) for line in lines]  # every line written is whole
+    assert 2 <= len(scored) < 60  # written as they were scored, the buffer flushed at the end
+    assert [line["trace_id"] for line in scored] == [f"t{i}" for i in range(len(scored))]
+    assert {r["score"] for line in scored for r in line["results"]} == {0.8}

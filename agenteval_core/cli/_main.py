@@ -68,10 +68,24 @@ class RunProblem(UserError):
     exit_code = 1
 
 
+class Interrupted(UserError):
+    """The user stopped the command (Ctrl-C); exit code 130, as a shell gives."""
+
+    exit_code = 130
+
+
+INTERRUPT_NOTE = "agenteval.interrupt_note"
+"""The key in ``click.Context.meta`` under which a command says what a Ctrl-C leaves
+behind (the results written so far, how to go on)."""
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            note = ctx.meta.get(INTERRUPT_NOTE)
+            raise Interrupted("interrupted" + (f"; {note}" if note else "")) from None
         except ResultsWriteError as exc:  # the run went through; its file did not
             raise RunProblem(str(exc)) from exc
         except AgentEvalError as exc:
@@ -552,6 +566,7 @@ def replay_command(
     --engine ray, Ray Data scores one or more captures on a cluster (or a local Ray).
     """
     capture = ", ".join(captures)
+    click.get_current_context().meta[INTERRUPT_NOTE] = _what_an_interrupt_keeps(json_out, judge)
     if engine == "ray":
         _replay_on_ray(
             captures, metric_names, json_out, quiet, workers, ray_address, max_open_sessions, judge
@@ -616,6 +631,18 @@ def replay_command(
         per_worker=workers > 1,
         cache_hits=judge.stats.cache_hits if judge is not None else None,
     )
+
+
+def _what_an_interrupt_keeps(json_out: str | None, judge: OpenAIJudge | None) -> str:
+    """What a replay stopped half-way leaves, and what running it again costs."""
+    kept = (
+        f"the results of the traces scored so far are in {json_out}"
+        if json_out
+        else "no results were written (--json FILE writes each trace's as it is scored)"
+    )
+    if judge is not None and judge.cache is not None:
+        kept += "; the judge's answers so far are cached: replaying again does not pay for them"
+    return kept
 
 
 def _conclude_replay(
