@@ -4,8 +4,10 @@ instrumentation or listener for the whole process, and runs of several users at 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,18 @@ from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.instrumentation.dispatcher import instrument_tags
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 
-from agenteval_core import OnlineEvaluator, current_session, session
+from agenteval_core import (
+    CallbackSink,
+    EvalCase,
+    Metric,
+    MetricKind,
+    MetricResult,
+    OnlineEvaluator,
+    Score,
+    Trace,
+    current_session,
+    session,
+)
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 USERS = [f"user-{i}" for i in range(6)]
@@ -103,3 +116,108 @@ def test_crewai_kickoffs_of_several_users(evaluator: OnlineEvaluator) -> None:
     finally:
         listener.close()
     assert [(t.session_id, t.output) for t in traces] == [(u, f"hi {u}") for u in USERS[:3]]
+
+
+# --- a session's end: said by the application, or after a time without runs ----------------
+
+
+def _part_sink(parts: list[tuple[str, int, list[str]]], ended: threading.Event) -> CallbackSink:
+    """Each closed session as (id, traces it held, the traces its reliability table lists)."""
+
+    def closed(session_id: str, results: list[MetricResult]) -> None:
+        reliability = next(r for r in results if r.name == "agent_reliability")
+        listed = list(reliability.metadata.get("per_trace_signals", {}))
+        parts.append((session_id, reliability.metadata["total_traces_in_session"], listed))
+        ended.set()
+
+    return CallbackSink(lambda trace, results: None, on_session=closed)
+
+
+def test_end_session_closes_it_with_the_runs_recorded_before_it(tmp_path: Path) -> None:
+    # a long-running service used to give a conversation's final session results only at
+    # close() (or past max_open_sessions): the results file and report showed it open
+    parts: list[tuple[str, int, list[str]]] = []
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "c.jsonl",
+        results_path=tmp_path / "r.jsonl",
+        metrics=["tool_failures"],
+        log=False,
+        sinks=[_part_sink(parts, threading.Event())],
+    )
+    handler = AgentEvalCallbackHandler(evaluator, session_id="u1")
+    agent = create_agent(ScriptedChatModel(replies=[AIMessage("Booked.")]), tools=[])
+    for request in ("Book Rome", "Book Paris"):
+        agent.invoke({"messages": [("user", request)]}, {"callbacks": [handler]})
+    # at once, while the recorder may still be assembling the second run's trace
+    evaluator.end_session("u1")
+    agent.invoke({"messages": [("user", "Book Oslo")]}, {"callbacks": [handler]})
+    assert evaluator.flush(10)
+    first, second, third = (t.id for t in evaluator.captured())
+    assert parts == [("u1", 2, [first, second])]
+    evaluator.close()
+    assert parts == [("u1", 2, [first, second]), ("u1", 1, [third])]
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [(line.get("trace_id"), line["session_id"]) for line in lines] == [
+        (first, "u1"),
+        (second, "u1"),
+        (None, "u1"),  # the session's line, before the run that came after its end
+        (third, "u1"),
+        (None, "u1"),
+    ]
+
+
+class _Gate(Metric):
+    """Holds every trace on a worker thread until the test opens it: traces in flight."""
+
+    name = "gate"
+    kind = MetricKind.DETERMINISTIC
+    blocking = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+
+    def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        assert self.open.wait(10)
+        return Score(1.0, "through")
+
+
+def test_a_session_ended_while_its_traces_are_scored_closes_when_the_last_is_in() -> None:
+    parts: list[tuple[str, int, list[str]]] = []
+    gate = _Gate()
+    with OnlineEvaluator(
+        capture=None, metrics=[gate], log=False, sinks=[_part_sink(parts, threading.Event())]
+    ) as evaluator:
+        for name in ("s0", "s1"):
+            evaluator.submit(Trace(id=name, input="q", output=name, session_id="s"))
+        evaluator.end_session("s")
+        # submitted after the end: a new session of the same id, never the ended one
+        evaluator.submit(Trace(id="s2", input="q", output="s2", session_id="s"))
+        assert not evaluator.flush(0.3) and parts == []  # all three held at the gate
+        gate.open.set()
+        assert evaluator.flush(10)
+        assert [(p[0], p[1]) for p in parts] == [("s", 2)]
+    assert [(p[0], p[1]) for p in parts] == [("s", 2), ("s", 1)]
+
+
+def test_an_idle_session_closes_while_the_service_runs() -> None:
+    parts: list[tuple[str, int, list[str]]] = []
+    ended = threading.Event()
+    with OnlineEvaluator(
+        capture=None,
+        metrics=["tool_failures"],
+        log=False,
+        session_idle_timeout=0.2,
+        sinks=[_part_sink(parts, ended)],
+    ) as evaluator:
+        for name in ("a0", "a1"):
+            evaluator.submit(Trace(id=name, input="q", output=name, session_id="a"))
+        assert ended.wait(10)  # no close, no end_session: 0.2 s without a run
+        assert parts == [("a", 2, ["a0", "a1"])]
+        evaluator.submit(Trace(id="a2", input="q", output="a2", session_id="a"))
+        assert evaluator.flush(10)
+        assert evaluator.stats.sessions_cut == 0  # an idle close is no cut
+    assert parts[1:] == [("a", 1, ["a2"])]
+    for wrong in (0, -1.0):
+        with pytest.raises(ValueError, match="session_idle_timeout must be a number of sec"):
+            OnlineEvaluator(capture=None, session_idle_timeout=wrong)

@@ -127,6 +127,8 @@ class _SessionState:
     accumulators: dict[str, SessionAccumulator]
     unfolded: int = 0
     """Traces read whose results are not folded in yet: such a session is never evicted."""
+    last_read: float = 0.0
+    """When its latest trace was read (``time.monotonic()``): what an idle timeout measures."""
 
 
 @dataclass
@@ -234,6 +236,9 @@ class Engine:
         its own: it was cut in two, and its session metrics were given for each part. A
         session that comes back after :data:`CLOSED_EARLY_KEPT` others were closed so is
         not counted."""
+        self._ending: dict[int, tuple[str, _SessionState]] = {}
+        """Sessions ended (:meth:`end_session`) with traces still being measured, by the
+        ``id`` of their state: each closes when its last trace is folded in."""
         self._tails: dict[str, asyncio.Task[tuple[EvalCase, TraceResults]]] = {}
         self._slots: asyncio.Semaphore | None = None
 
@@ -376,6 +381,7 @@ class Engine:
             history: Sequence[Trace] = ()
             if trace is not None and trace.session_id:
                 state = self._state(trace.session_id)
+                state.last_read = time.monotonic()
                 history = state.history.frozen()
                 state.history.append(trace)
                 state.unfolded += 1
@@ -395,6 +401,8 @@ class Engine:
         if state is not None and trace is not None:
             state.unfolded -= 1
             self._add_signals(state, trace, results)
+            if not state.unfolded and (ended := self._ending.pop(id(state), None)):
+                self._finish(*ended)  # the last trace of a session ended meanwhile
             if self._snapshots:
                 session_results = [
                     acc.snapshot(trace.session_id) for acc in state.accumulators.values()
@@ -507,14 +515,50 @@ class Engine:
 
     def close_session(self, session_id: str) -> list[MetricResult]:
         """Finish a session: its final results go to the sinks and are returned."""
-        results = self.session_results(session_id)
-        if self._sessions.pop(session_id, None) is not None and results:
+        state = self._sessions.pop(session_id, None)
+        return self._finish(session_id, state) if state is not None else []
+
+    def _finish(self, session_id: str, state: _SessionState) -> list[MetricResult]:
+        results = [acc.result(session_id) for acc in state.accumulators.values()]
+        if results:
             for sink in self.sinks:
                 _deliver(sink.session_scored, session_id, results)
         return results
 
+    def end_session(self, session_id: str) -> None:
+        """End a session its application says is over (a conversation closed): it closes,
+        its final results to the sinks, once the traces read for it so far are folded in.
+        A trace of the same id read after this starts a new session."""
+        state = self._sessions.get(session_id)
+        if state is None:
+            return
+        if not state.unfolded:
+            self.close_session(session_id)
+            return
+        del self._sessions[session_id]  # its traces in flight still fold into ``state``
+        self._ending[id(state)] = (session_id, state)
+
+    def close_idle(self, idle_for: float) -> list[str]:
+        """Close the sessions no trace was read for in the last ``idle_for`` seconds (one
+        with traces still being measured stays open); their ids, least recently active
+        first. A trace of the same id read later starts a new session."""
+        cutoff = time.monotonic() - idle_for
+        idle = []
+        for session_id, state in self._sessions.items():  # least recently active first
+            if state.last_read > cutoff:
+                break
+            if not state.unfolded:
+                idle.append(session_id)
+        for session_id in idle:
+            self.close_session(session_id)
+        return idle
+
     def close_all(self) -> None:
-        """Close every open session, least recently active first."""
+        """Close every open session, least recently active first, and the ended ones whose
+        last traces were not folded in (scoring stopped before they were)."""
+        for session_id, state in list(self._ending.values()):
+            self._finish(session_id, state)
+        self._ending.clear()
         for session_id in list(self._sessions):
             self.close_session(session_id)
 

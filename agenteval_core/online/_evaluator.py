@@ -171,6 +171,11 @@ class OnlineEvaluator:
         max_open_sessions: sessions kept open at once; past that the least recently active
             close (their final results go to the sinks), so memory stays flat. A session
             closed so that meets another trace is cut in two (``stats.sessions_cut``).
+        session_idle_timeout: seconds without a new trace after which a session closes
+            (its final results go to the sinks), so a long-running service reports its
+            finished conversations while it runs; ``None`` (the default): sessions close
+            at :meth:`end_session`, past ``max_open_sessions``, or at ``close()``. A later
+            trace with the same id starts a new session.
         exit_timeout: seconds the exit hook waits for scoring at interpreter exit.
         close_on_sigterm: on SIGTERM (which by default ends the process without exit
             hooks), close every evaluator within its ``exit_timeout`` first, then end the
@@ -203,6 +208,7 @@ class OnlineEvaluator:
         batch_delay: float = 0.2,
         concurrency: int | None = None,
         max_open_sessions: int = MAX_OPEN_SESSIONS,
+        session_idle_timeout: float | None = None,
         exit_timeout: float = 5.0,
         close_on_sigterm: bool = False,
         seed: int | None = 0,
@@ -235,6 +241,12 @@ class OnlineEvaluator:
             seed=seed,
             max_open_sessions=max_open_sessions,
         )
+        if session_idle_timeout is not None and not session_idle_timeout > 0:
+            raise ValueError(
+                f"session_idle_timeout must be a number of seconds > 0 (or None), got "
+                f"{session_idle_timeout!r}"
+            )
+        self.session_idle_timeout = session_idle_timeout
         self.capture_path, self._capture = _open_capture(capture, capture_shards)
         self.results_path = Path(results_path) if results_path is not None else None
         self.redactor = redactor
@@ -253,7 +265,9 @@ class OnlineEvaluator:
         self.queue_size = queue_size
         self.batch_size = batch_size
         self.batch_delay = batch_delay
-        self._in_scoring: dict[str, None] = {}  # ids handed to scoring and not yet scored
+        # ids handed to scoring and not yet scored, and the session ends handed over with them
+        self._in_scoring: dict[str | _SessionEnd, None] = {}
+        self._ends_in_recorder = 0  # session ends on their way through the recorder
         self._failing_writes = 0  # capture writes failed in a row (logged at the first)
         self._said_late_trace = False  # a trace submitted after close was logged
         self._said_flush_in_callback = False
@@ -272,6 +286,7 @@ class OnlineEvaluator:
         if self._closed:
             return
         self._in_scoring = {}
+        self._ends_in_recorder = 0
         self._idle = threading.Condition()
         self._problems_lock = threading.Lock()
         self._close_lock = threading.Lock()
@@ -282,7 +297,7 @@ class OnlineEvaluator:
 
     def _start_loop(self) -> None:
         self._loop = asyncio.new_event_loop()
-        self._queue: asyncio.Queue[Trace] | None = None
+        self._queue: asyncio.Queue[Trace | _SessionEnd] | None = None
         ready = threading.Event()
         self._thread = threading.Thread(
             target=self._run_loop, args=(ready,), name="agenteval-evaluator", daemon=True
@@ -314,6 +329,11 @@ class OnlineEvaluator:
         The hand-off is bounded here, on the caller's thread: with ``queue_size`` traces
         already waiting, the trace is captured but not scored, and counted.
         """
+        if self._ends_in_recorder and not self.recorder.pump.runs_here():
+            # a session's end waits in the recorder: this trace, submitted after it, goes
+            # the same way, so it never joins the session that ended before it came
+            self.recorder.put((self._submit_event, trace))
+            return
         try:
             self.stats.submitted += 1
             if self.redactor is not None:
@@ -333,6 +353,35 @@ class OnlineEvaluator:
             self._loop.call_soon_threadsafe(self._enqueue, trace)
         except Exception as exc:  # e.g. the loop is already closed at interpreter exit
             self.problem("submit", exc, "a trace was neither captured nor scored")
+
+    def _submit_event(self, event: tuple[Any, Trace]) -> None:
+        self.submit(event[1])
+
+    def end_session(self, session_id: str) -> None:
+        """Say a session is over (the user closed the conversation): once its runs recorded
+        so far are captured and scored, it closes and its final results go to the sinks
+        (``session_scored``; the results file's session line). A run recorded later with
+        the same id starts a new session. Never blocks or raises; a ``flush`` afterwards
+        waits for the close."""
+        # in order with the runs' events: a run that returned just before has its trace
+        # handed over first, even if the recorder has not assembled it yet
+        with self._idle:
+            self._ends_in_recorder += 1
+        self.recorder.put((self._hand_over_end, session_id))
+
+    def _hand_over_end(self, event: tuple[Any, str]) -> None:
+        """On the recorder's thread, after the events before the end: hand it to scoring."""
+        end = _SessionEnd(event[1])
+        try:
+            with self._idle:
+                self._ends_in_recorder -= 1
+                if self._closed:  # close() has closed every session already
+                    return
+                self._in_scoring[end] = None
+            self._loop.call_soon_threadsafe(self._enqueue, end)
+        except Exception as exc:
+            self._done(end)
+            self.problem("end_session", exc, f"session {event[1]!r} stays open until close")
 
     def _write_capture(self, trace: Trace) -> None:
         """Append a trace to the capture; a failure (a full disk) is counted, said once per
@@ -432,27 +481,64 @@ class OnlineEvaluator:
         self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         self._loop.close()
 
-    def _enqueue(self, trace: Trace) -> None:
+    def _enqueue(self, item: Trace | _SessionEnd) -> None:
         assert self._queue is not None
-        self._queue.put_nowait(trace)
+        self._queue.put_nowait(item)
 
     async def _batches(self) -> AsyncIterator[list[Trace]]:
         """The next trace, plus whatever else arrives within ``batch_delay`` (or until a
         flush asks for hurry), up to ``batch_size``: scoring in batches lets metrics batch
-        their work, and keeps scoring from competing with a busy agent on every trace."""
+        their work, and keeps scoring from competing with a busy agent on every trace.
+
+        A session's end ends the batch: the engine reads the batch (each trace joins its
+        session) before the next one is asked for, and only then the session ends, so it
+        holds exactly the traces submitted before :meth:`end_session`."""
         assert self._queue is not None
         while True:
-            batch = [await self._queue.get()]
+            first = await self._next_item()
+            if isinstance(first, _SessionEnd):
+                self._end(first)
+                continue
+            batch, end = [first], None
             deadline = time.monotonic() + self.batch_delay
             while len(batch) < self.batch_size and not self._hurry.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), min(remaining, 0.01)))
+                    item = await asyncio.wait_for(self._queue.get(), min(remaining, 0.01))
                 except TimeoutError:
                     continue
+                if isinstance(item, _SessionEnd):
+                    end = item
+                    break
+                batch.append(item)
             yield batch
+            if end is not None:
+                self._end(end)
+            self._close_idle_sessions()
+
+    async def _next_item(self) -> Trace | _SessionEnd:
+        """The next item handed over; with an idle timeout, idle sessions close while
+        nothing arrives."""
+        assert self._queue is not None
+        if self.session_idle_timeout is None:
+            return await self._queue.get()
+        while True:
+            try:  # a session idle past the timeout closes within a quarter of it more
+                return await asyncio.wait_for(
+                    self._queue.get(), min(self.session_idle_timeout / 4, 60.0)
+                )
+            except TimeoutError:
+                self._close_idle_sessions()
+
+    def _close_idle_sessions(self) -> None:
+        if self.session_idle_timeout is not None:
+            self.engine.close_idle(self.session_idle_timeout)
+
+    def _end(self, end: _SessionEnd) -> None:
+        self.engine.end_session(end.session_id)
+        self._done(end)
 
     async def _consume(self) -> None:
         while True:
@@ -463,9 +549,9 @@ class OnlineEvaluator:
             except Exception as exc:  # never let the loop die with traces queued
                 logger.warning("agenteval scoring failed: %s", exc, exc_info=exc)
 
-    def _done(self, trace_id: str) -> None:
+    def _done(self, handed_over: str | _SessionEnd) -> None:
         with self._idle:
-            self._in_scoring.pop(trace_id, None)
+            self._in_scoring.pop(handed_over, None)
             if not self._in_scoring:
                 self._hurry.clear()
             self._idle.notify_all()  # a flush waits for the traces handed over before it
@@ -577,7 +663,8 @@ class OnlineEvaluator:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(remaining())
         with self._idle:
-            leftover, self._in_scoring = list(self._in_scoring), {}
+            leftover = [key for key in self._in_scoring if isinstance(key, str)]
+            self._in_scoring = {}  # a session end left over: close() closed every session
         for trace_id in leftover:  # captured, not scored in time: counted, never silent
             self._unscored(trace_id, "not scored before the evaluator closed")
         if leftover:
@@ -651,6 +738,15 @@ def _open_capture(
         fallback,
     )
     return fallback, writer
+
+
+class _SessionEnd:
+    """A session's end, handed to scoring in order with the traces (each one distinct)."""
+
+    __slots__ = ("session_id",)
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
 
 
 class _Done(Sink):
