@@ -512,6 +512,10 @@ def test_a_phoenix_span_export_imports() -> None:
     ("content", "message"),
     [
         ('{"resourceSpans": []}\n{oops', r"spans\.json:2: not JSON \(Expecting property name"),
+        (  # lines counted across pretty-printed documents and blank lines
+            '{"resourceSpans": []}\n\n{\n  "resourceSpans": []\n}\n{oops',
+            r"spans\.json:6: not JSON \(Expecting property name",
+        ),
         ('{"resourceSpans": []}', r"spans\.json: holds no spans"),
         (
             '{"traces": [1]}',

@@ -244,12 +244,14 @@ def _documents(text: str, where: str) -> Iterator[tuple[Any, str]]:
     """JSON values one after another: one document, JSON Lines, or pretty-printed spans."""
     decoder = json.JSONDecoder()
     position, length = 0, len(text)
+    line, counted = 1, 0  # the line of ``counted``: newlines are counted once, as it moves on
     while True:
         while position < length and text[position].isspace():
             position += 1
         if position >= length:
             return
-        line = text.count("\n", 0, position) + 1
+        line += text.count("\n", counted, position)
+        counted = position
         try:
             value, position = decoder.raw_decode(text, position)
         except json.JSONDecodeError as exc:
