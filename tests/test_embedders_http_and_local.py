@@ -256,7 +256,10 @@ def test_an_embedding_outage_is_reported_as_one_not_as_a_metric_bug(
     embedder = HTTPEmbedder("emb-model", base_url=judge_server.base_url, max_retries=0)
     with caplog.at_level(logging.WARNING, logger="agenteval"):
         result = Coherence(embedder=embedder).measure(Trace(input="aa", output="aab"))
-    assert result.error == "judge unavailable: gave up after 1 attempts; last: HTTP 503: overloaded"
+    url = f"{judge_server.base_url}/embeddings"
+    assert result.error == (
+        f"judge unavailable: gave up after 1 attempts; last: HTTP 503 from {url}: overloaded"
+    )
     assert result.metadata["error_kind"] == "unavailable"  # what says "replay again"
     assert "metric raised" not in caplog.text  # no traceback logged as if it were a bug
 

@@ -447,11 +447,12 @@ def test_retry_after_is_honoured_up_to_its_maximum_and_every_retry_is_logged(
     assert reply.parsed.score == 1.0  # type: ignore[attr-defined]
     assert waits == [30.0, 120.0]  # 30 s as asked (the backoff cap is 20 s); 600 s capped
     retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    url = f"{judge_server.base_url}/chat/completions"
     assert retries == [
-        "agenteval: judge request failed (HTTP 429: "
+        f"agenteval: judge request failed (HTTP 429 from {url}: "
         + json.dumps({"error": {"message": "slow down"}})
         + "); retry 1 of 3 in 30.0 s",
-        "agenteval: judge request failed (HTTP 503: "
+        f"agenteval: judge request failed (HTTP 503 from {url}: "
         + json.dumps({"error": {"message": "busy"}})
         + "); retry 2 of 3 in 120.0 s",
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,7 @@ from agenteval_core import (
     TraceResults,
     read_capture,
 )
+from agenteval_core.judges import OpenAIJudge
 from agenteval_core.recording import EventPump, Recorder, RunRoots, TraceAssembler
 
 
@@ -994,3 +996,28 @@ def test_a_judge_metric_without_a_judge_is_refused_when_the_evaluator_is_made() 
         "task_completion needs a judge: pass judge=OpenAIJudge(...) (from the command line: "
         "--judge-model), or leave the metric out"
     )
+
+
+def test_a_judge_that_fails_every_trace_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a wrong judge URL failed every judged trace without a word at WARNING: only
+    # stats.metric_errors grew, and a service ran for days scoring nothing with its judge
+    with socket.socket() as closed:  # a port where nothing listens
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    judge = OpenAIJudge("gpt-4o-mini", base_url=url, api_key="sk-test", max_retries=0, cache=None)
+    with (
+        caplog.at_level(logging.WARNING, logger="agenteval"),
+        OnlineEvaluator(capture=None, log=False, metrics=["confidence"], judge=judge) as evaluator,
+    ):
+        for output in ("one", "two", "three"):
+            evaluator.submit(Trace(id=output, input="q", output=output))
+        assert evaluator.flush(30)
+    assert evaluator.stats.metric_errors == 3
+    assert [r.getMessage() for r in caplog.records if "could not score" in r.getMessage()] == [
+        "agenteval: confidence could not score trace one: judge unavailable: gave up after 1 "
+        f"attempts; last: connection error (ConnectError) to {url}/chat/completions; later "
+        "results that fail this way (unavailable) are counted in stats.metric_errors, not logged"
+    ]

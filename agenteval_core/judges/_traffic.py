@@ -136,7 +136,7 @@ class Traffic:
         retrying (a success, or e.g. a 400, or one ``final`` says retrying cannot fix);
         raises ``JudgeUnavailableError`` when retries run out."""
         throttler, semaphore = self._limits()
-        last_problem = "no attempt made"
+        kind = last_problem = "no attempt made"
         for attempt in range(self.max_retries + 1):
             wait: float | None = None
             async with semaphore, throttler:
@@ -145,10 +145,11 @@ class Traffic:
                 self.stats.calls += 1
                 try:
                     response = await request()
-                except httpx.TimeoutException:
-                    last_problem = "timed out"
+                except httpx.TimeoutException as exc:
+                    kind = "timed out"
+                    last_problem = f"{kind} ({_where(exc)})"
                     if not self.retry_timeouts:
-                        self._note(last_problem)
+                        self._note(kind)
                         error = JudgeUnavailableError(
                             "timed out; not sent again, since the server may still be "
                             "working on it (raise --judge-timeout for a slow server)"
@@ -156,15 +157,17 @@ class Traffic:
                         error.usage.abandoned = 1
                         raise error from None
                 except httpx.TransportError as exc:
-                    last_problem = f"connection error ({type(exc).__name__})"
+                    kind = f"connection error ({type(exc).__name__})"
+                    last_problem = f"{kind} to {_where(exc)}"
                 else:
                     if response.status_code not in RETRY_STATUSES or (
                         final is not None and final(response)
                     ):
                         return response  # success, or an error retrying cannot fix
-                    last_problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                    kind = f"HTTP {response.status_code}"
+                    last_problem = f"{kind} from {_where(response)}: {response.text[:200]}"
                     wait = retry_after_seconds(response)
-            self._note(last_problem.split(":")[0])
+            self._note(kind)
             if attempt == self.max_retries:
                 break
             self.stats.retries += 1
@@ -183,3 +186,12 @@ class Traffic:
         raise JudgeUnavailableError(
             f"gave up after {self.max_retries + 1} attempts; last: {last_problem}"
         )
+
+
+def _where(sent: httpx.Response | httpx.RequestError) -> str:
+    """The URL a response or a failed request was for: an error that names it says which
+    server to check (an evaluator's judge is configured far from where it fails)."""
+    try:
+        return str(sent.request.url)
+    except RuntimeError:  # made without a request (a test's response, a transport's own)
+        return "the server"

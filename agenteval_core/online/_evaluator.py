@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import CaptureError, describe_os_error
+from .._errors import CaptureError, ErrorKind, describe_os_error
 from .._fork import renew_after_fork
 from .._redact import Redactor
 from .._sync import time_left
@@ -38,7 +38,7 @@ from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink, cl
 from ..metrics._loops import LoopGuard
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import CaptureWriter, read_capture, skipping_bad_lines
-from ..schema._results import TraceResults
+from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import LoopAlert, Trace
 from ._recorder import Recorder
 
@@ -109,6 +109,7 @@ class _Bookkeeping(Sink):
 
     def __init__(self, evaluator: OnlineEvaluator) -> None:
         self.evaluator = evaluator
+        self._said: set[str] = set()  # the kinds of failed results logged (once each)
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         evaluator = self.evaluator
@@ -124,7 +125,10 @@ class _Bookkeeping(Sink):
                 evaluator.engine.max_open_sessions,
             )
         evaluator.stats.sessions_cut = cut
-        evaluator.stats.metric_errors += sum(1 for r in results.results if r.status == "error")
+        failed = [r for r in results.results if r.status == "error"]
+        evaluator.stats.metric_errors += len(failed)
+        for result in failed:
+            self._say_first(trace, result)
         for result in results.results:
             if result.name == "loop_detection" and result.success is False:
                 evaluator.recorder.deliver_alert(
@@ -137,6 +141,24 @@ class _Bookkeeping(Sink):
                         f"(loop_detection {result.score:.2f} < {result.threshold})",
                     )
                 )
+
+    def _say_first(self, trace: Trace, result: MetricResult) -> None:
+        """Log the first failed result of each kind at WARNING: a judge that cannot be
+        reached or refuses every request (a wrong URL, key or model) fails each judged
+        trace, and a service would otherwise never say so. A metric's own bug is logged
+        with its traceback where it raised."""
+        kind = str(result.metadata.get("error_kind") or ErrorKind.METRIC_ERROR)
+        if kind == ErrorKind.METRIC_ERROR or kind in self._said:
+            return
+        self._said.add(kind)
+        logger.warning(
+            "agenteval: %s could not score trace %s: %s; later results that fail this way "
+            "(%s) are counted in stats.metric_errors, not logged",
+            result.name,
+            trace.id,
+            result.error,
+            kind,
+        )
 
 
 class OnlineEvaluator:
