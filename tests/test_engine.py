@@ -612,6 +612,44 @@ def test_sessions_past_the_limit_close_after_their_batch() -> None:
     assert closed == [("y", ["y0"]), ("x", ["x0", "x1"])]
 
 
+class _Slow(Metric):
+    """Waits on the event loop (so traces are measured concurrently) for a time its trace
+    names: the later traces of a batch finish first."""
+
+    name = "slow"
+    kind: ClassVar[MetricKind] = MetricKind.JUDGE
+
+    async def acompute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+        await asyncio.sleep(float(str(case.actual_output)))  # the order, not a time
+        return Score(1.0, "done")
+
+
+@pytest.mark.parametrize("concurrent", [False, True], ids=["in order", "concurrently"])
+def test_a_session_s_closing_results_come_after_all_its_traces(concurrent: bool) -> None:
+    # one session open at most: b0 makes a close. Its closing results used to reach the
+    # sinks when it closed, before a1's results (folded, not yet delivered): a results
+    # file then had a's closing line above a trace of a, and a report read that trace as
+    # the start of a new part of a
+    events: list[tuple[str, str]] = []
+    sink = CallbackSink(
+        lambda trace, results: events.append(("trace", trace.id)),
+        on_session=lambda session, results: events.append(("session", session)),
+    )
+    metrics: list[str | Metric] = ["coherence", "agent_reliability"]
+    if concurrent:  # a0 and a1 take longer than b0: b0 is measured first
+        metrics.append(_Slow())
+    engine = Engine(metrics, max_open_sessions=1, sinks=[sink], concurrency=4)
+    outputs = {"a0": "0.05", "a1": "0.05", "b0": "0"}
+    batch = [Trace(id=i, input="q", output=o, session_id=i[0]) for i, o in outputs.items()]
+    asyncio.run(engine.stream([batch]))
+    engine.close_all()
+    traces = [("trace", "a0"), ("trace", "a1"), ("trace", "b0")]
+    if concurrent:  # b0, folded first, found a in flight and closed b (after b0's results)
+        assert events == [*traces, ("session", "b"), ("session", "a")]
+    else:  # the batch folded whole, a closed: after a1's results, before b0's
+        assert events == [*traces[:2], ("session", "a"), traces[2], ("session", "b")]
+
+
 def test_a_session_closed_past_the_limit_and_met_again_is_counted_as_cut() -> None:
     # one open session at most; batches [a0, b0], [a1], [b1]: a closes after the first
     # batch (b was the more recent), a1 opens it again (cut 1) and b closes; b1 opens b

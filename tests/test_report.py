@@ -658,3 +658,51 @@ def test_a_live_results_file_shows_its_open_sessions_with_their_scores_so_far(
     [final] = [r for r in closed.sessions["b"] if r.name == "agent_reliability"]
     assert final.score == so_far[0]["agent_reliability"]
     assert "still open" not in render_html(closed)
+
+
+def test_a_session_that_closed_and_came_back_is_shown_part_by_part(tmp_path: Path) -> None:
+    # a session ended (end_session, idle, or past the open-sessions limit) and then had more
+    # traces used to lose its later parts: each closing line after the first was read as
+    # the same results appended twice, and the page showed the first conversation alone
+    def trace(trace_id: str, reliability: float) -> dict[str, object]:
+        return {
+            "trace_id": trace_id,
+            "session_id": "u1",
+            "status": "ok",
+            "results": [_result("coherence", 0.9)],
+            "session_scores": {"agent_reliability": reliability},
+        }
+
+    def closing(reliability: float) -> dict[str, object]:
+        return {"session_id": "u1", "session_results": [_result("agent_reliability", reliability)]}
+
+    lines = [
+        trace("t1", 0.95),
+        trace("t2", 0.9),
+        closing(0.9),
+        trace("t3", 0.4),
+        closing(0.4),
+        closing(0.4),  # the same results appended twice: read once
+        trace("t4", 0.7),  # a third part, still open
+    ]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = load_results(results)
+    assert (data.session_count, data.repeated_sessions, data.open_session_count) == (2, 1, 1)
+    assert {key: [r.score for r in rs] for key, rs in data.sessions.items()} == {
+        "u1": [0.9],
+        "u1 · part 2": [0.4],
+    }
+    assert data.open_sessions == {"u1 · part 3": {"agent_reliability": 0.7}}
+    assert {key: [m.trace_id for m in ms] for key, ms in data.members.items()} == {
+        "u1": ["t1", "t2"],
+        "u1 · part 2": ["t3"],
+        "u1 · part 3": ["t4"],
+    }
+    page = render_html(data)
+    assert [re.sub(r"<[^>]+>", "", m) for m in re.findall(r'data-session="([^"]*)"', page)] == [
+        "u1",
+        "u1 · part 2",
+        "u1 · part 3",
+    ]
+    assert cell(page, "agent_reliability", "mean") == f"{(0.9 + 0.4) / 2:.3f}"

@@ -127,6 +127,9 @@ class _SessionState:
     accumulators: dict[str, SessionAccumulator]
     unfolded: int = 0
     """Traces read whose results are not folded in yet: such a session is never evicted."""
+    undelivered: int = 0
+    """Traces read whose results have not gone to the sinks yet: a session closing now
+    waits for them, so its closing results always come after its traces'."""
     last_read: float = 0.0
     """When its latest trace was read (``time.monotonic()``): what an idle timeout measures."""
 
@@ -236,9 +239,12 @@ class Engine:
         its own: it was cut in two, and its session metrics were given for each part. A
         session that comes back after :data:`CLOSED_EARLY_KEPT` others were closed so is
         not counted."""
-        self._ending: dict[int, tuple[str, _SessionState]] = {}
-        """Sessions ended (:meth:`end_session`) with traces still being measured, by the
-        ``id`` of their state: each closes when its last trace is folded in."""
+        self._closing: dict[int, tuple[str, _SessionState]] = {}
+        """Sessions closed (ended, evicted) while their last traces' results were still on
+        their way to the sinks, by the ``id`` of their state: each closes once they are
+        delivered. A trace of the same id read meanwhile opens a new session."""
+        self._reading: dict[int, _SessionState] = {}
+        """The session of each case read and not yet delivered, by the case's ``id``."""
         self._tails: dict[str, asyncio.Task[tuple[EvalCase, TraceResults]]] = {}
         self._slots: asyncio.Semaphore | None = None
 
@@ -301,11 +307,17 @@ class Engine:
         return delivered
 
     def _deliver(self, scored: tuple[EvalCase, TraceResults]) -> TraceResults:
-        """Hand a trace's results to the sinks; results are delivered in input order."""
+        """Hand a trace's results to the sinks; results are delivered in input order. The
+        session it closed meanwhile, if this was its last trace, closes after it."""
         case, outcome = scored
         if case.trace is not None:
             for sink in self.sinks:
                 _deliver(sink.trace_scored, case.trace, outcome)
+        state = self._reading.pop(id(case), None)
+        if state is not None:
+            state.undelivered -= 1
+            if not state.undelivered and (closing := self._closing.pop(id(state), None)):
+                self._finish(*closing)
         return outcome
 
     async def prepare(self, items: Sequence[EvalCase | Trace]) -> None:
@@ -385,6 +397,8 @@ class Engine:
                 history = state.history.frozen()
                 state.history.append(trace)
                 state.unfolded += 1
+                state.undelivered += 1
+                self._reading[id(case)] = state
             sampled = not draw or self._sampler.random() < self.judge_sample_rate
             if not sampled:
                 self.judge_not_sampled += 1
@@ -401,8 +415,6 @@ class Engine:
         if state is not None and trace is not None:
             state.unfolded -= 1
             self._add_signals(state, trace, results)
-            if not state.unfolded and (ended := self._ending.pop(id(state), None)):
-                self._finish(*ended)  # the last trace of a session ended meanwhile
             if self._snapshots:
                 session_results = [
                     acc.snapshot(trace.session_id) for acc in state.accumulators.values()
@@ -432,7 +444,7 @@ class Engine:
             if not state.unfolded:
                 closing.append(session_id)
         for session_id in closing:
-            self.close_session(session_id)
+            self._close_after_delivery(session_id)
         self._closed_early.update(dict.fromkeys(closing))
         while len(self._closed_early) > CLOSED_EARLY_KEPT:
             self._closed_early.popitem(last=False)
@@ -529,14 +541,18 @@ class Engine:
         """End a session its application says is over (a conversation closed): it closes,
         its final results to the sinks, once the traces read for it so far are folded in.
         A trace of the same id read after this starts a new session."""
-        state = self._sessions.get(session_id)
-        if state is None:
-            return
-        if not state.unfolded:
-            self.close_session(session_id)
-            return
-        del self._sessions[session_id]  # its traces in flight still fold into ``state``
-        self._ending[id(state)] = (session_id, state)
+        if session_id in self._sessions:
+            self._close_after_delivery(session_id)
+
+    def _close_after_delivery(self, session_id: str) -> None:
+        """Close an open session now, or, when results of its traces are still on their
+        way (folding into it, then to the sinks), once they are delivered; a trace of the
+        same id read meanwhile opens a new session."""
+        state = self._sessions.pop(session_id)
+        if state.undelivered:
+            self._closing[id(state)] = (session_id, state)
+        else:
+            self._finish(session_id, state)
 
     def close_idle(self, idle_for: float) -> list[str]:
         """Close the sessions no trace was read for in the last ``idle_for`` seconds (one
@@ -550,15 +566,16 @@ class Engine:
             if not state.unfolded:
                 idle.append(session_id)
         for session_id in idle:
-            self.close_session(session_id)
+            self._close_after_delivery(session_id)
         return idle
 
     def close_all(self) -> None:
-        """Close every open session, least recently active first, and the ended ones whose
-        last traces were not folded in (scoring stopped before they were)."""
-        for session_id, state in list(self._ending.values()):
+        """Close every open session, least recently active first, and the closed ones whose
+        last traces' results were not delivered (scoring stopped before they were)."""
+        for session_id, state in list(self._closing.values()):
             self._finish(session_id, state)
-        self._ending.clear()
+        self._closing.clear()
+        self._reading.clear()
         for session_id in list(self._sessions):
             self.close_session(session_id)
 

@@ -76,8 +76,10 @@ class ReportData:
     repeated_traces: int = 0
     """Results lines of a trace already read: left out, each trace counts once."""
     repeated_sessions: int = 0
-    """Closing lines of a session already read (a session cut in two by the open-sessions
-    limit, or results appended twice): left out, each session counts once."""
+    """Closing lines of a session already closed with no trace of it read since (results
+    appended twice): left out, each session counts once. A session that closed and then
+    had more traces (ended by ``end_session``, idle, or cut by the open-sessions limit) is
+    a part of its own, shown as ``ID · part N``."""
     summary: ResultSummary = field(default_factory=ResultSummary)
     """Every trace's results, aggregated per metric."""
     session_summary: ResultSummary = field(default_factory=ResultSummary)
@@ -142,6 +144,36 @@ def _cut_short(line: str) -> bool:
     return False
 
 
+class _Parts:
+    """Which part of its session a results line belongs to, read in file order: a session
+    closes, and a trace of its id read after that (ended by ``end_session``, idle, or past
+    the open-sessions limit) opens its next part; a closing line with no trace read since
+    the last one is the same results appended twice. Both passes over a file use it, so
+    they agree on every part."""
+
+    def __init__(self) -> None:
+        self._closed: dict[str, int] = {}  # parts closed so far, by session id
+        self._fresh: set[str] = set()  # sessions with a trace read since their last close
+
+    def trace(self, session_id: str) -> str:
+        """A trace (read for the first time) of ``session_id``: the part it belongs to."""
+        self._fresh.add(session_id)
+        return self._key(session_id, self._closed.get(session_id, 0) + 1)
+
+    def close(self, session_id: str) -> str | None:
+        """A closing line: the part it closes, or None when it repeats the last close."""
+        closed = self._closed.get(session_id, 0)
+        if closed and session_id not in self._fresh:
+            return None
+        self._fresh.discard(session_id)
+        self._closed[session_id] = closed + 1
+        return self._key(session_id, closed + 1)
+
+    @staticmethod
+    def _key(session_id: str, part: int) -> str:
+        return session_id if part == 1 else f"{session_id} · part {part}"
+
+
 def _first_time(seen: set[str], key: str) -> bool:
     """Whether ``key`` is new to ``seen`` (it is added)."""
     if key in seen:
@@ -184,7 +216,7 @@ def load_results(
     shown sessions' results are kept (see :class:`ReportData`)."""
     data = ReportData(source=str(path))
     seen: set[str] = set()
-    seen_sessions: set[str] = set()
+    parts = _Parts()
     # listed traces: those that need a look (failed a metric, did not complete) first
     flagged: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
     others: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
@@ -197,23 +229,24 @@ def load_results(
                 data.repeated_traces += 1
                 continue
             data.trace_count += 1
-            if line.session_id is not None and line.session_id not in seen_sessions:
-                still_open[line.session_id] = line.session_scores or {}
+            if line.session_id is not None:
+                still_open[parts.trace(line.session_id)] = line.session_scores or {}
             data._aggregate(data.summary, line.results)
             kept = flagged if failing(line.results) or line.status not in (None, "ok") else others
             if len(kept) < MAX_TRACES:
                 kept.append((len(seen), line.trace_id, line.session_id, line.results, line.status))
         if line.session_results and line.session_id is not None:
-            still_open.pop(line.session_id, None)
-            if not _first_time(seen_sessions, line.session_id):
+            part = parts.close(line.session_id)
+            if part is None:
                 data.repeated_sessions += 1
                 continue
+            still_open.pop(part, None)
             data.session_count += 1
             data._aggregate(data.session_summary, line.session_results)
             if len(data.sessions) < MAX_SESSIONS:
-                data.sessions[line.session_id] = line.session_results
+                data.sessions[part] = line.session_results
     results_read(path, bool(data.trace_count or data.session_count), data.torn_lines)
-    del seen, seen_sessions  # every id of the file: freed before the capture is read
+    del seen, parts  # every id of the file: freed before the capture is read
     data.open_session_count = len(still_open)
     room = max(0, MAX_SESSIONS - len(data.sessions))
     data.open_sessions = dict(itertools.islice(still_open.items(), room))
@@ -290,20 +323,28 @@ def _members(path: Path, sessions: set[str]) -> dict[str, list[SessionMember]]:
     line only what a timeline draws. Each trace counts once, as in the first pass."""
     members: dict[str, list[SessionMember]] = {session: [] for session in sessions}
     seen: set[str] = set()
+    parts = _Parts()
     for _, _, record in _results_lines(path, []):
         session, trace_id, results = (
             record.get("session_id"),
             record.get("trace_id"),
             record.get("results"),
         )
-        if session not in members or trace_id is None or results is None:
+        if not isinstance(session, str):
             continue
-        if not _first_time(seen, trace_id):
-            continue
-        loop = any(r.get("name") == "loop_detection" and r.get("success") is False for r in results)
-        members[session].append(
-            SessionMember(trace_id, loop, dict(record.get("session_scores") or {}))
-        )
+        if trace_id is not None and results is not None:  # as load_results reads a line
+            if not _first_time(seen, trace_id):
+                continue
+            part = parts.trace(session)
+            if part in members:
+                loop = any(
+                    r.get("name") == "loop_detection" and r.get("success") is False for r in results
+                )
+                members[part].append(
+                    SessionMember(trace_id, loop, dict(record.get("session_scores") or {}))
+                )
+        if record.get("session_results"):
+            parts.close(session)
     return members
 
 
