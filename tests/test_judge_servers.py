@@ -416,7 +416,16 @@ def test_ctrl_c_says_what_the_replay_kept_and_exits_130(
 ) -> None:
     # a long replay against a paid judge, stopped half-way: it used to print click's bare
     # "Aborted!" and exit 1, as if the run had found problems, saying nothing of its file
-    judge_server.responder = answer
+    asked: list[dict[str, Any]] = []
+    third = threading.Event()
+
+    def answer_counting(request: dict[str, Any]) -> Reply:
+        asked.append(request)
+        if len(asked) == 3:  # two traces scored, the third being judged
+            third.set()
+        return answer(request)
+
+    judge_server.responder = answer_counting
     judge_server.latency = 0.2
     capture, results = capture_of(tmp_path / "c.jsonl", count=60), tmp_path / "r.jsonl"
     command = [
@@ -427,10 +436,7 @@ def test_ctrl_c_says_what_the_replay_kept_and_exits_130(
     ]  # fmt: skip
     env = os.environ | {"AGENTEVAL_CACHE_DIR": str(tmp_path / "cache")}
     replaying = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while len(judge_server.requests) < 3:  # two traces scored, the third being judged
-        assert time.monotonic() < deadline and replaying.poll() is None
-        time.sleep(0.05)
+    assert third.wait(60), replaying.poll()
     replaying.send_signal(signal.SIGINT)
     _, err = replaying.communicate(timeout=60)
     assert replaying.returncode == 130
