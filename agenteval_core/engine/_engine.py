@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,10 +239,11 @@ class Engine:
         its own: it was cut in two, and its session metrics were given for each part. A
         session that comes back after :data:`CLOSED_EARLY_KEPT` others were closed so is
         not counted."""
-        self._closing: dict[int, tuple[str, _SessionState]] = {}
+        self._closing: dict[int, tuple[str, _SessionState, Callable[[], None] | None]] = {}
         """Sessions closed (ended, evicted) while their last traces' results were still on
         their way to the sinks, by the ``id`` of their state: each closes once they are
-        delivered. A trace of the same id read meanwhile opens a new session."""
+        delivered (then what the closer asked to be called). A trace of the same id read
+        meanwhile opens a new session."""
         self._reading: dict[int, _SessionState] = {}
         """The session of each case read and not yet delivered, by the case's ``id``."""
         self._tails: dict[str, asyncio.Task[tuple[EvalCase, TraceResults]]] = {}
@@ -317,7 +318,8 @@ class Engine:
         if state is not None:
             state.undelivered -= 1
             if not state.undelivered and (closing := self._closing.pop(id(state), None)):
-                self._finish(*closing)
+                session_id, closed, then = closing
+                self._finish(session_id, closed, then)
         return outcome
 
     async def prepare(self, items: Sequence[EvalCase | Trace]) -> None:
@@ -530,29 +532,38 @@ class Engine:
         state = self._sessions.pop(session_id, None)
         return self._finish(session_id, state) if state is not None else []
 
-    def _finish(self, session_id: str, state: _SessionState) -> list[MetricResult]:
+    def _finish(
+        self, session_id: str, state: _SessionState, then: Callable[[], None] | None = None
+    ) -> list[MetricResult]:
         results = [acc.result(session_id) for acc in state.accumulators.values()]
         if results:
             for sink in self.sinks:
                 _deliver(sink.session_scored, session_id, results)
+        if then is not None:
+            then()
         return results
 
-    def end_session(self, session_id: str) -> None:
+    def end_session(self, session_id: str, then: Callable[[], None] | None = None) -> None:
         """End a session its application says is over (a conversation closed): it closes,
-        its final results to the sinks, once the traces read for it so far are folded in.
+        its final results to the sinks, once the results of the traces read for it so far
+        have gone to them, and ``then`` is called (at once when no such session is open).
         A trace of the same id read after this starts a new session."""
         if session_id in self._sessions:
-            self._close_after_delivery(session_id)
+            self._close_after_delivery(session_id, then)
+        elif then is not None:
+            then()
 
-    def _close_after_delivery(self, session_id: str) -> None:
+    def _close_after_delivery(
+        self, session_id: str, then: Callable[[], None] | None = None
+    ) -> None:
         """Close an open session now, or, when results of its traces are still on their
         way (folding into it, then to the sinks), once they are delivered; a trace of the
         same id read meanwhile opens a new session."""
         state = self._sessions.pop(session_id)
         if state.undelivered:
-            self._closing[id(state)] = (session_id, state)
+            self._closing[id(state)] = (session_id, state, then)
         else:
-            self._finish(session_id, state)
+            self._finish(session_id, state, then)
 
     def close_idle(self, idle_for: float) -> list[str]:
         """Close the sessions no trace was read for in the last ``idle_for`` seconds (one
@@ -572,8 +583,8 @@ class Engine:
     def close_all(self) -> None:
         """Close every open session, least recently active first, and the closed ones whose
         last traces' results were not delivered (scoring stopped before they were)."""
-        for session_id, state in list(self._closing.values()):
-            self._finish(session_id, state)
+        for session_id, state, then in list(self._closing.values()):
+            self._finish(session_id, state, then)
         self._closing.clear()
         self._reading.clear()
         for session_id in list(self._sessions):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -559,8 +560,8 @@ class OnlineEvaluator:
             self.engine.close_idle(self.session_idle_timeout)
 
     def _end(self, end: _SessionEnd) -> None:
-        self.engine.end_session(end.session_id)
-        self._done(end)
+        # done once the session has closed: a flush after end_session waits for its close
+        self.engine.end_session(end.session_id, then=functools.partial(self._done, end))
 
     async def _consume(self) -> None:
         while True:
