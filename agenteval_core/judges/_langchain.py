@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ from .._errors import (
     JudgeUnavailableError,
     JudgeUnsupportedRequestError,
 )
+from .._fork import renew_after_fork
 from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
 from ._openai import CONTEXT_WORDS, scrub_keys
@@ -25,36 +25,40 @@ __all__ = ["LangChainJudge"]
 
 _ROLES = {"system": "system", "user": "human", "assistant": "ai"}
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
 
-
-def _model_loop() -> asyncio.AbstractEventLoop:
+class _ModelLoop:
     """The event loop, on a daemon thread of its own, that every LangChain judge's model
-    runs on, from the first call to the end of the process.
+    runs on, from the first call to the end of the process (renewed in a forked child,
+    which has neither the thread nor, perhaps, a free lock).
 
     Provider clients keep HTTP connections bound to the loop they were first used on
     (langchain-openai and langchain-anthropic share one client per process): called from
     a new loop each time, as a synchronous ``measure`` does, every other call failed with
     "Connection error". On one loop of their own they always meet the same one."""
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(
-                target=loop.run_forever, name="agenteval-langchain-judge", daemon=True
-            ).start()
-            _loop = loop
-        return _loop
+
+    _loop: asyncio.AbstractEventLoop | None
+    _lock: threading.Lock
+
+    def __init__(self) -> None:
+        self._after_fork()
+        renew_after_fork(self)
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="agenteval-langchain-judge", daemon=True
+                ).start()
+                self._loop = loop
+            return self._loop
+
+    def _after_fork(self) -> None:
+        self._loop = None
+        self._lock = threading.Lock()
 
 
-def _renew_after_fork() -> None:
-    # the child has neither the loop's thread nor, perhaps, a free lock
-    global _loop, _loop_lock
-    _loop, _loop_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_renew_after_fork)
+_MODEL_LOOP = _ModelLoop()
 
 
 class LangChainJudge(BaseJudge):
@@ -101,7 +105,7 @@ class LangChainJudge(BaseJudge):
         self, messages: list[dict[str, str]], schema: type[BaseModel]
     ) -> Completion:
         prompt = [(_ROLES[m["role"]], m["content"]) for m in messages]
-        call = asyncio.run_coroutine_threadsafe(self.chat_model.ainvoke(prompt), _model_loop())
+        call = asyncio.run_coroutine_threadsafe(self.chat_model.ainvoke(prompt), _MODEL_LOOP.get())
         try:  # cancelled here (a deadline, a closing run), the call is cancelled there
             reply = await asyncio.wrap_future(call)
         except Exception as exc:  # the provider's own errors, by what trying again can do
