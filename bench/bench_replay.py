@@ -7,8 +7,6 @@ python -m bench replay [--quick]
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -30,31 +28,22 @@ from agenteval_core import (
 )
 from agenteval_core.metrics import AgentConsistency, AgentReliability
 
+from ._memory import peak_rss_mib
 from ._synthetic import write_capture
 
 EMBEDDING = ("coherence", "loop_detection")
 
 _CHILD = """
-import resource, sys
+import sys
 from agenteval_core import replay
-report = replay(sys.argv[1])
-try:  # this process's own peak: Linux's ru_maxrss keeps the parent's peak across exec
-    with open("/proc/self/status") as status:
-        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-except OSError:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kib = peak // 1024 if sys.platform == "darwin" else peak  # macOS reports bytes
-print(report.traces, kib)
+print(replay(sys.argv[1]).traces)
 """
 
 
 def _peak_rss_mib(path: Path) -> tuple[int, float]:
     """Replay in a fresh process; its own peak resident memory."""
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)], check=True, capture_output=True, text=True
-    )
-    traces, kib = done.stdout.split()
-    return int(traces), int(kib) / 1024
+    traces, mib = peak_rss_mib(_CHILD, str(path))
+    return int(traces), mib
 
 
 def _instant(number: int) -> Metric:

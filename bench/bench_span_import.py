@@ -1,7 +1,9 @@
-"""What importing OpenTelemetry spans costs as the file grows: ``import_otlp`` on JSON Lines
-of OpenInference spans (an agent span and three tool spans per trace, one span a line, as
-a collector's file exporter or Phoenix's export writes them), at one size and at four
-times that size. The time per span should stay the same (goal: ratio about 1, linear).
+"""What importing OpenTelemetry spans costs as the file grows: ``iter_otlp`` (what
+``agenteval import`` runs, a trace at a time) on JSON Lines of OpenInference spans (an
+agent span and three tool spans per trace, one span a line, as a collector's file exporter
+or Phoenix's export writes them), at one size and at four times that size. The time per span should stay the same (goal: ratio about 1, linear), and
+``agenteval import``'s peak memory too (goal: flat, ratio about 1): it writes each trace
+as its last span is read.
 
     python -m bench span_import [--quick]
 """
@@ -14,7 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agenteval_otel import import_otlp
+from agenteval_otel import iter_otlp
+
+from ._memory import peak_rss_mib
 
 
 def _span(trace: int, span: int, parent: int | None, kind: str, text: str) -> dict[str, Any]:
@@ -49,6 +53,12 @@ def _write(path: Path, traces: int) -> int:
     return traces * 4
 
 
+_IMPORT = """
+import sys
+from agenteval_core.cli import cli
+cli(["import", sys.argv[1], "-o", sys.argv[2]], standalone_mode=False)
+"""
+
 ROUNDS = 3
 """Each size is imported this many times; the fastest counts."""
 
@@ -56,6 +66,7 @@ ROUNDS = 3
 def main(quick: bool = False) -> None:
     base = 1_000 if quick else 5_000
     per_span: list[float] = []
+    peaks: list[float] = []
     with tempfile.TemporaryDirectory() as name:
         for traces in (base, base * 4):
             path = Path(name) / f"spans-{traces}.jsonl"
@@ -63,10 +74,9 @@ def main(quick: bool = False) -> None:
             seconds = float("inf")
             for _ in range(ROUNDS):  # a neighbour on a shared machine only ever adds time
                 started = time.perf_counter()
-                imported = import_otlp(path)
+                imported = sum(1 for _ in iter_otlp(path))
                 seconds = min(seconds, time.perf_counter() - started)
-                assert len(imported) == traces
-                del imported
+                assert imported == traces
             per_span.append(seconds / spans * 1e6)
             size = path.stat().st_size / 1e6
             print(
@@ -74,4 +84,8 @@ def main(quick: bool = False) -> None:
                 f"{ROUNDS}), "
                 f"{per_span[-1]:.0f} µs per span"
             )
+            _, mib = peak_rss_mib(_IMPORT, str(path), str(Path(name) / f"capture-{traces}.jsonl"))
+            peaks.append(mib)
+            print(f"  peak memory of `agenteval import` on them: {mib:.0f} MiB")
     print(f"µs per span, 4x the spans / 1x: {per_span[1] / per_span[0]:.2f} (goal: about 1)")
+    print(f"peak memory, 4x the spans / 1x: {peaks[1] / peaks[0]:.2f} (goal: flat, about 1)")

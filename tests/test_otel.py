@@ -17,7 +17,9 @@ from agenteval_otel import (
     OTelExporter,
     OTelSink,
     PhoenixAnnotations,
+    _otlp,
     import_otlp,
+    iter_otlp,
     otel_ids,
     otlp_json,
 )
@@ -522,15 +524,83 @@ def test_a_phoenix_span_export_imports() -> None:
             r"spans\.json:1: not an OpenTelemetry span or OTLP document \(keys: traces\)",
         ),
         ("[1, 2]", r"spans\.json:1: expected a JSON object, got int"),
+        (  # the line of the byte, past a document and a character cut by the pieces
+            '{"resourceSpans": []}\n{"name": "caf\u00e9",\n "x": "\udcff"}',
+            r"spans\.json:3: not UTF-8 \(byte 0xff: invalid start byte\)",
+        ),
     ],
 )
+@pytest.mark.parametrize("piece", [_otlp.PIECE, 5])
 def test_what_is_not_a_span_file_is_said_with_file_and_line(
-    tmp_path: Path, content: str, message: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str, message: str, piece: int
 ) -> None:
+    """Said alike when the file is read whole and when 5-byte pieces cut every document."""
+    monkeypatch.setattr(_otlp, "PIECE", piece)
     path = tmp_path / "spans.json"
-    path.write_text(content)
+    path.write_bytes(content.encode("utf-8", "surrogateescape"))
     with pytest.raises(CaptureError, match=message):
         import_otlp(path)
+
+
+def spans_of(trace: Trace) -> list[dict[str, Any]]:
+    """A trace's spans in OTLP JSON, in the order they ended (the root last)."""
+    document = otlp_json(exported(trace))
+    return list(document["resourceSpans"][0]["scopeSpans"][0]["spans"])
+
+
+def test_a_span_file_is_imported_a_trace_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collector's file: traces A and B interleaved, then C, one span a line, with text
+    that is not ASCII. Read in 7-byte pieces, every document and character is cut. The
+    traces come back whole, in the order of their first spans, and each as soon as its last
+    span is read: A before C's lines are read."""
+    monkeypatch.setattr(_otlp, "PIECE", 7)
+    traces = []
+    for name in "ABC":
+        trace = sample_trace()
+        trace.id, trace.input = f"trace-{name}", f"Où est la commande {name}? 注文"
+        traces.append(trace)
+    a, b, c = (spans_of(trace) for trace in traces)
+    interleaved = [span for pair in zip(a, b, strict=True) for span in pair] + c
+    path = tmp_path / "spans.jsonl"
+    lines = [
+        json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}, ensure_ascii=False)
+        for span in interleaved
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    size = path.stat().st_size
+    read: list[int] = []
+    given = iter_otlp(path, on_progress=read.append)
+    assert sum(read) == size  # the file was checked whole before any trace was given
+    first = next(given)
+    c_bytes = sum(len(line.encode()) + 1 for line in lines[-len(c) :])
+    assert first == traces[0]
+    assert sum(read) - size < size - c_bytes  # A came before C's spans were read
+    assert [first, *given] == traces
+    assert sum(read) == 2 * size
+    assert import_otlp(path) == traces
+
+
+def test_a_span_file_with_a_byte_order_mark_imports(tmp_path: Path) -> None:
+    """Some Windows tools start UTF-8 files with a byte order mark, which is no JSON."""
+    trace = sample_trace()
+    path = tmp_path / "spans.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(otlp_json(exported(trace))).encode())
+    assert import_otlp(path) == [trace]
+
+
+def test_a_bad_span_file_writes_nothing(tmp_path: Path) -> None:
+    """The import command checks the whole file first: a bad last line leaves no capture
+    with half the traces in it."""
+    path = tmp_path / "spans.jsonl"
+    good = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans_of(sample_trace())}]}]})
+    path.write_text(good + "\n" + '{"resourceSpans": [' + "\n")
+    capture = tmp_path / "capture.jsonl"
+    result = CliRunner().invoke(cli, ["import", str(path), "-o", str(capture)])
+    assert result.exit_code == 2
+    assert f"{path}:2: not JSON (Expecting value)" in result.output
+    assert not capture.exists()
 
 
 def test_import_command_writes_a_capture(tmp_path: Path) -> None:

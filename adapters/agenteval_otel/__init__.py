@@ -19,7 +19,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._conventions import otel_ids
 from ._export import ExportedTrace, ExportError, OTelExporter, OTelSink
-from ._import import import_otlp, import_otlp_json
+from ._import import import_otlp, import_otlp_json, iter_otlp
 from ._otlp import otlp_json
 from ._phoenix import PhoenixAnnotations
 
@@ -31,6 +31,7 @@ __all__ = [
     "PhoenixAnnotations",
     "import_otlp",
     "import_otlp_json",
+    "iter_otlp",
     "otel_ids",
     "otlp_json",
 ]

@@ -15,12 +15,15 @@ import ast
 import json
 import os
 import re
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 from agenteval_core import (
     AGENT_NAME,
     OTEL_OPERATION_NAMES,
+    CaptureError,
     LoopAlert,
     RunStatus,
     Span,
@@ -32,9 +35,9 @@ from agenteval_core import (
 from agenteval_core.recording import OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL
 
 from ._conventions import ENCODED, FROM_TRACE, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
-from ._otlp import RawSpan, read_spans
+from ._otlp import SPANS, TRACE_IDS, RawSpan, SpanSource
 
-__all__ = ["import_otlp", "import_otlp_json"]
+__all__ = ["import_otlp", "import_otlp_json", "iter_otlp"]
 
 # OpenInference's span kinds, ours among them and the others read as the nearest of ours
 FROM_OPENINFERENCE_KIND = {
@@ -534,11 +537,63 @@ def _framework(raws: list[RawSpan]) -> str:
     return "otel"
 
 
+def iter_otlp(
+    source: str | os.PathLike[str] | dict[str, Any] | list[Any],
+    *,
+    on_progress: Callable[[int], None] | None = None,
+) -> Iterator[Trace]:
+    """:func:`import_otlp` one trace at a time, for span files of any size.
+
+    The source is read twice. The first pass checks every document and finds the document
+    that holds each trace's last span, so a bad line raises here, before any trace is
+    given. The second gives each trace as soon as its last span is read (and those before
+    it are given), in the order of their first spans, as :func:`import_otlp` lists them.
+    Memory holds the traces whose spans are still being read and each trace's id, never
+    the file: a collector writes a trace's spans within moments of each other.
+
+    Args:
+        source: as :func:`import_otlp`.
+        on_progress: called with the bytes read since its last call, in both passes (they
+            add up to twice the file's size).
+
+    Raises:
+        CaptureError: as :func:`import_otlp`.
+    """
+    spans = SpanSource(source)
+    last: dict[str, int] = {}
+    documents = 0
+    for documents, trace_ids in enumerate(spans.documents(TRACE_IDS, on_progress), start=1):
+        for trace_id in trace_ids:
+            last[trace_id] = documents
+    if not last:
+        raise CaptureError(f"{spans.where}: holds no spans")
+    # what the file held at the first pass: a collector may be appending to it
+    return _grouped(islice(spans.documents(SPANS, on_progress), documents), last)
+
+
+def _grouped(batches: Iterator[list[RawSpan]], last: dict[str, int]) -> Iterator[Trace]:
+    held: dict[str, list[RawSpan]] = {}
+    order: deque[str] = deque()  # held trace ids, by first span
+    for document, batch in enumerate(batches, start=1):
+        for raw in batch:
+            group = held.get(raw.trace_id)
+            if group is None:
+                group = held[raw.trace_id] = []
+                order.append(raw.trace_id)
+            group.append(raw)
+        while order and last.get(order[0], document) <= document:
+            trace_id = order.popleft()
+            yield _trace(trace_id, held.pop(trace_id))
+    for trace_id in order:  # only if the file changed between the passes: nothing is lost
+        yield _trace(trace_id, held[trace_id])
+
+
 def import_otlp(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> list[Trace]:
     """Traces from OpenTelemetry span files: OTLP JSON (camelCase or snake_case), JSON Lines,
     the SDK's span JSON, or Phoenix's span API output; a path, JSON text or parsed value.
 
-    Spans are grouped by trace id, in start order, root first. Spans written by
+    Spans are grouped by trace id, in start order, root first; traces are listed in the
+    order of their first spans (:func:`iter_otlp` gives them one at a time). Spans written by
     :class:`OTelExporter` come back as the trace that was exported. Spans from OpenInference
     instrumentors (LangChain/LangGraph, LlamaIndex) and GenAI-convention instrumentors are
     mapped to what agenteval's adapters record: the user's message as input, the final
@@ -546,13 +601,10 @@ def import_otlp(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> 
     model's tool calls, tool definitions from ``llm.tools``.
 
     Raises:
-        CaptureError: the source is missing, not JSON, or holds no spans (the message names
-            the file and line).
+        CaptureError: the source is missing, not JSON (or not UTF-8), or holds no spans
+            (the message names the file and line).
     """
-    by_trace: dict[str, list[RawSpan]] = defaultdict(list)
-    for raw in read_spans(source):
-        by_trace[raw.trace_id].append(raw)
-    return [_trace(trace_id, raws) for trace_id, raws in by_trace.items()]
+    return list(iter_otlp(source))
 
 
 import_otlp_json = import_otlp

@@ -6,25 +6,33 @@ Reads, from a file, text or parsed value:
 - one document or span per line (JSON Lines), or documents one after another (what the
   SDK's console/file exporter writes: ``ReadableSpan.to_json()``, pretty-printed);
 - Phoenix's span API (``{"data": [{"context": {...}, "attributes": {...}}]}``).
+
+A file is read a piece at a time (:class:`SpanSource`), so memory holds the document being
+read, not the file.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import codecs
+import io
 import json
 import os
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Generic, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from agenteval_core import CaptureError
 
-__all__ = ["RawSpan", "otlp_json", "read_spans"]
+__all__ = ["SPANS", "TRACE_IDS", "RawSpan", "SpanSource", "otlp_json"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -206,10 +214,30 @@ def _context_span(raw: dict[str, Any]) -> RawSpan:
     )
 
 
-def _spans_of(document: Any, where: str) -> Iterator[RawSpan]:
+def _otlp_trace_id(raw: dict[str, Any]) -> str:
+    return _hex_id(_get(raw, "traceId", "trace_id"), 32)
+
+
+def _context_trace_id(raw: dict[str, Any]) -> str:
+    return _hex_id(raw["context"].get("trace_id"), 32)
+
+
+@dataclass(frozen=True)
+class _Reading(Generic[T]):
+    """What a span of each shape is read into: a whole span, or its trace id alone."""
+
+    otlp: Callable[[dict[str, Any]], T]
+    context: Callable[[dict[str, Any]], T]
+
+
+SPANS = _Reading(_otlp_span, _context_span)
+TRACE_IDS = _Reading(_otlp_trace_id, _context_trace_id)
+
+
+def _spans_of(document: Any, where: str, reading: _Reading[T]) -> Iterator[T]:
     if isinstance(document, list):
         for item in document:
-            yield from _spans_of(item, where)
+            yield from _spans_of(item, where, reading)
         return
     if not isinstance(document, dict):
         raise CaptureError(f"{where}: expected a JSON object, got {type(document).__name__}")
@@ -223,15 +251,15 @@ def _spans_of(document: Any, where: str) -> Iterator[RawSpan]:
             )
             for scope in scopes:
                 for raw in scope.get("spans") or []:
-                    yield _otlp_span(raw)
+                    yield reading.otlp(raw)
     elif "data" in document and isinstance(document["data"], list):
-        yield from _spans_of(document["data"], where)
+        yield from _spans_of(document["data"], where, reading)
     elif "context" in document and isinstance(document["context"], dict):
-        yield _context_span(document)
+        yield reading.context(document)
     elif _get(document, "traceId", "trace_id") is not None and (
         _get(document, "spanId", "span_id") is not None
     ):
-        yield _otlp_span(document)
+        yield reading.otlp(document)
     else:
         keys = ", ".join(sorted(document)[:6]) or "none"
         raise CaptureError(
@@ -240,42 +268,99 @@ def _spans_of(document: Any, where: str) -> Iterator[RawSpan]:
         )
 
 
-def _documents(text: str, where: str) -> Iterator[tuple[Any, str]]:
-    """JSON values one after another: one document, JSON Lines, or pretty-printed spans."""
-    decoder = json.JSONDecoder()
-    position, length = 0, len(text)
+_SPACE = re.compile(r"\s*")
+PIECE = 1 << 20
+"""Characters read from a span file at once: memory holds the document being read and about
+this much more, never the whole file (a collector's file grows to gigabytes)."""
+_NEAR_END = 8
+"""A JSON error this close to the end of what was read may be a document cut by the piece's
+end (a ``\\uXXXX`` escape is the longest thing cut so): more is read before it counts."""
+
+
+def _documents(
+    stream: BinaryIO, where: str, on_progress: Callable[[int], None] | None = None
+) -> Iterator[tuple[Any, str]]:
+    """JSON values one after another (one document, JSON Lines, or pretty-printed spans), read
+    a piece at a time, each with its place (``where:line``); ``on_progress`` is given the
+    bytes of each piece."""
+    json_decoder = json.JSONDecoder()
+    # utf-8-sig: a byte order mark (some Windows tools write one) is no JSON
+    utf8 = codecs.getincrementaldecoder("utf-8-sig")()
+    text, position, ended = "", 0, False
     line, counted = 1, 0  # the line of ``counted``: newlines are counted once, as it moves on
     while True:
-        while position < length and text[position].isspace():
-            position += 1
-        if position >= length:
-            return
+        position = _SPACE.match(text, position).end()  # type: ignore[union-attr]
         line += text.count("\n", counted, position)
         counted = position
+        if position < len(text):
+            try:
+                value, end = json_decoder.raw_decode(text, position)
+            except json.JSONDecodeError as exc:
+                cut = exc.pos >= len(text) - _NEAR_END or exc.msg.startswith("Unterminated")
+                if ended or not cut:
+                    raise CaptureError(
+                        f"{where}:{line}: not JSON ({exc.msg}); expected OTLP JSON or JSON "
+                        "Lines of spans"
+                    ) from exc
+            else:
+                yield value, f"{where}:{line}"
+                position = end
+                continue
+        elif ended:
+            return
+        # at least as much again as the document begun: one cut many times is read in few tries
+        piece = stream.read(max(PIECE, len(text) - position))
+        if on_progress is not None:
+            on_progress(len(piece))
         try:
-            value, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as exc:
+            more = utf8.decode(piece, final=not piece)
+        except UnicodeDecodeError as exc:
+            line += text.count("\n", position) + exc.object[: exc.start].count(b"\n")
             raise CaptureError(
-                f"{where}:{line}: not JSON ({exc.msg}); expected OTLP JSON or JSON Lines of spans"
-            ) from exc
-        yield value, f"{where}:{line}"
+                f"{where}:{line}: not UTF-8 (byte 0x{exc.object[exc.start]:02x}: {exc.reason}); "
+                "OpenTelemetry span files are UTF-8 JSON"
+            ) from None
+        text, position, counted, ended = text[position:] + more, 0, 0, not piece
 
 
-def read_spans(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> list[RawSpan]:
-    """Every span in ``source``: a file path, JSON text, or an already parsed document."""
-    if isinstance(source, dict | list):
-        return list(_spans_of(source, "document"))
-    path = Path(source)
-    looks_like_path = isinstance(source, os.PathLike) or not str(source).lstrip().startswith(
-        ("{", "[")
-    )
-    if looks_like_path:
-        if not path.is_file():
+class SpanSource:
+    """A span file, JSON text or parsed value, read document by document, as often as asked.
+
+    Raises:
+        CaptureError: ``source`` names no file.
+    """
+
+    def __init__(self, source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> None:
+        self._value: dict[str, Any] | list[Any] | None = None
+        self._path: Path | None = None
+        self._text = ""
+        if isinstance(source, dict | list):
+            self._value, self.where = source, "document"
+            return
+        looks_like_path = isinstance(source, os.PathLike) or not str(source).lstrip().startswith(
+            ("{", "[")
+        )
+        if not looks_like_path:
+            self._text, self.where = str(source), "text"
+            return
+        self._path, self.where = Path(source), str(source)
+        if not self._path.is_file():
             raise CaptureError(f"{source}: no such file; pass an OTLP JSON or JSON Lines file")
-        text, where = path.read_text(encoding="utf-8"), str(source)
-    else:
-        text, where = str(source), "text"
-    spans = [span for value, at in _documents(text, where) for span in _spans_of(value, at)]
-    if not spans:
-        raise CaptureError(f"{where}: holds no spans")
-    return spans
+
+    def documents(
+        self, reading: _Reading[T], on_progress: Callable[[int], None] | None = None
+    ) -> Iterator[list[T]]:
+        """The spans of each document, in file order, read as ``reading`` says (:data:`SPANS`
+        or :data:`TRACE_IDS`); ``on_progress`` is given the bytes read since its last call.
+
+        Raises:
+            CaptureError: a document is not JSON or not spans (the message names the file
+                and line).
+        """
+        if self._value is not None:
+            yield list(_spans_of(self._value, self.where, reading))
+            return
+        stream = io.BytesIO(self._text.encode()) if self._path is None else self._path.open("rb")
+        with stream:
+            for value, at in _documents(stream, self.where, on_progress):
+                yield list(_spans_of(value, at, reading))

@@ -798,31 +798,51 @@ def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -
 def import_command(spans: str, output: str) -> None:
     """Convert OpenTelemetry spans (OTLP JSON, JSON Lines, Phoenix's span export) written by
     agenteval, OpenInference or GenAI-convention instrumentors into a capture that replay,
-    report and compare read."""
+    report and compare read. The span file is checked whole before anything is written,
+    then its traces are written as they are read: a file of any size fits in memory."""
     try:
-        from agenteval_otel import import_otlp
+        from agenteval_otel import iter_otlp
     except ImportError as exc:
         raise UserError(f"{exc}") from None
     from ..schema._capture import CaptureWriter
     from ..schema._trace import SpanKind
 
-    try:
-        traces = import_otlp(spans)
-    except AgentEvalError as exc:
-        raise UserError(str(exc)) from None
-    with CaptureWriter(output) as writer:
-        for trace in traces:
-            writer.write(trace)
-    count = sum(len(trace.spans) for trace in traces)
-    click.echo(f"imported {len(traces)} trace(s), {count} span(s), from {spans} into {output}")
+    err = Console(stderr=True)
+    size = os.path.getsize(spans) if os.path.isfile(spans) else 0
+    progress = Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not err.is_terminal or not size,
+    )
     steps = {SpanKind.LLM, SpanKind.TOOL}
-    stepless = [t for t in traces if not any(span.kind in steps for span in t.spans)]
+    traces = span_count = stepless = stepless_without_input = 0
+    with progress:
+        task = progress.add_task("import", total=2 * size)  # checked, then converted
+        try:
+            found = iter_otlp(spans, on_progress=lambda read: progress.advance(task, read))
+        except AgentEvalError as exc:
+            raise UserError(str(exc)) from None
+        with CaptureWriter(output) as writer:
+            for trace in found:
+                writer.write(trace)
+                traces += 1
+                span_count += len(trace.spans)
+                if not any(span.kind in steps for span in trace.spans):
+                    stepless += 1
+                    stepless_without_input += trace.input is None
+    click.echo(f"imported {traces} trace(s), {span_count} span(s), from {spans} into {output}")
     if stepless:  # e.g. OpenInference's CrewAI instrumentor writes no LLM or tool spans
-        no_input = sum(trace.input is None for trace in stepless)
         click.echo(
-            f"agenteval: warning: {spans}: {len(stepless)} of {len(traces)} trace(s) hold no "
+            f"agenteval: warning: {spans}: {stepless} of {traces} trace(s) hold no "
             "LLM or tool span, so only their input and output can be scored"
-            + (f"; {no_input} of them have no input either" if no_input else ""),
+            + (
+                f"; {stepless_without_input} of them have no input either"
+                if stepless_without_input
+                else ""
+            ),
             err=True,
         )
     click.echo(f"score them with: agenteval replay {output}")
