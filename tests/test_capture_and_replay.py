@@ -94,6 +94,42 @@ def test_torn_last_line_is_reported_after_every_complete_line(tmp_path: Path) ->
     assert [t.output for t in read_back] == ["0", "1", "2", "after crash"]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="writers lock the file with flock")
+def test_a_line_being_written_is_read_whole(tmp_path: Path) -> None:
+    """A capture replayed while a service writes it: the reader meets the last line half
+    written, while its writer (here this test, holding the lock as CaptureWriter does for
+    each line) is still appending it. The reader waits for the line, and reads it whole."""
+    import fcntl
+
+    path = tmp_path / "live.jsonl"
+    first, second = make_trace("first"), make_trace("second")
+    with CaptureWriter(path) as writer:
+        writer.write(first)
+    line = second.json_bytes() + b"\n"
+    half = len(line) // 2
+    read_half = threading.Event()
+    got: list[Trace] = []
+    errors: list[CaptureFormatError] = []
+
+    def progress(size: int) -> None:
+        if size == half:  # the reader has the half line, without its newline
+            read_half.set()
+
+    def read() -> None:
+        got.extend(read_capture(path, on_error=errors.append, on_progress=progress))
+
+    with path.open("ab", buffering=0) as appending:
+        fcntl.flock(appending.fileno(), fcntl.LOCK_EX)
+        appending.write(line[:half])
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert read_half.wait(10)
+        appending.write(line[half:])
+        fcntl.flock(appending.fileno(), fcntl.LOCK_UN)
+    reader.join(10)
+    assert (got, errors) == ([first, second], [])
+
+
 def test_bad_line_names_file_line_and_field(tmp_path: Path) -> None:
     bad = make_trace("x").model_dump(mode="json")
     bad["spans"][1]["kind"] = "robot"

@@ -402,6 +402,21 @@ if sys.platform != "win32":
     def _unlock_file(file: IO[bytes]) -> None:
         fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
+    def _share_lock(file: IO[bytes], timeout: float) -> bool:
+        """Take a shared lock on ``file`` within ``timeout`` seconds; whether it was taken
+        (never on a file system without locks)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:  # a writer is appending a line: a few ms at most
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.002)
+            except OSError:
+                return False
+
 else:  # no flock on Windows: there, processes sharing a capture may interleave split writes
 
     def _lock_file(file: IO[bytes]) -> None:
@@ -409,6 +424,9 @@ else:  # no flock on Windows: there, processes sharing a capture may interleave 
 
     def _unlock_file(file: IO[bytes]) -> None:
         pass
+
+    def _share_lock(file: IO[bytes], timeout: float) -> bool:
+        return False
 
 
 def _line_error(path: str, number: int, line: bytes, exc: ValidationError) -> CaptureFormatError:
@@ -465,7 +483,9 @@ def read_capture(
     A bad line raises :class:`CaptureFormatError` (file, line number, field), or, when
     ``on_error`` is given, is passed to it and skipped, so every good line is still read. A
     truncated last line (a writer that died mid-line) is reported with ``truncated=True``
-    after every complete line before it. A line over ``max_line_bytes`` is refused without
+    after every complete line before it; a last line that a :class:`CaptureWriter` (of any
+    process) is still appending is waited for and read whole, so a capture can be read while
+    a service writes it. A line over ``max_line_bytes`` is refused without
     being held in memory whole. ``on_progress`` receives the bytes consumed per line.
 
     ``shard=(index, count)`` reads one of ``count`` parts of the capture, every session
@@ -598,10 +618,34 @@ def split_lines(
         number += 1
         if on_progress is not None:
             on_progress(len(line))
+        if len(line) <= max_line_bytes and not line.endswith(b"\n"):
+            rest = _rest_of_line_being_written(handle, max_line_bytes + 1 - len(line))
+            if on_progress is not None and rest:
+                on_progress(len(rest))
+            line += rest
         oversize = 0
         if len(line) > max_line_bytes and not line.endswith(b"\n"):
             oversize = len(line) + _skip_rest_of_line(handle, on_progress)
         yield number, line, oversize
+
+
+LAST_LINE_WAIT = 5.0
+"""Seconds a reader waits for a capture's writer to finish the line it is appending."""
+
+
+def _rest_of_line_being_written(handle: IO[bytes], limit: int) -> bytes:
+    """The rest of a last line read without its newline: a capture being written (a service
+    replayed while it runs) ends so whenever a writer is mid-line. agenteval's writers
+    append each line holding an exclusive lock on the file, so once this reader holds a
+    shared one, a line they were appending is whole; a line still without its newline is
+    torn (its writer stopped mid-line). Without the lock (no ``flock``, a writer stuck
+    holding it for :data:`LAST_LINE_WAIT` seconds) the rest is read as it stands."""
+    locked = _share_lock(handle, LAST_LINE_WAIT)
+    try:
+        return handle.readline(limit)
+    finally:
+        if locked:
+            _unlock_file(handle)
 
 
 def parse_line(
