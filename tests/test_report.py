@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import pytest
 from browser import CHROMIUM, chromium
@@ -24,7 +25,7 @@ from agenteval_core import (
     replay,
 )
 from agenteval_core.judges import OpenAIJudge
-from agenteval_core.report._report import load_results, render_html, write_report
+from agenteval_core.report._report import ReportData, load_results, render_html, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "captures" / "support_agent.jsonl"
@@ -225,6 +226,47 @@ def test_lines_their_writer_cut_short_are_skipped_and_named(
         "results they held are missing from this report.</p>"
     ) in page
     assert 'id="torn-lines"' not in render_html(whole)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="writers lock the file with flock")
+def test_a_results_line_being_written_is_read_whole(
+    results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report on a service's live results file: the reader meets the last line half
+    written while its writer (here this test, holding the file's lock as ResultsFileSink
+    does) is still appending it. The reader waits for the line and reads it whole: nothing
+    is reported torn, every trace is there."""
+    import fcntl
+    import threading
+
+    from agenteval_core.report import _report
+
+    lines = results.read_bytes().splitlines(keepends=True)
+    live = tmp_path / "live.jsonl"
+    live.write_bytes(b"".join(lines[:-1]))
+    half = len(lines[-1]) // 2
+    reached = threading.Event()
+    real = _report.rest_of_line_being_written
+
+    def waiting_reader(handle: IO[bytes], limit: int) -> bytes:
+        reached.set()  # the reader holds the half line, without its newline
+        return real(handle, limit)
+
+    monkeypatch.setattr(_report, "rest_of_line_being_written", waiting_reader)
+    loaded: list[ReportData] = []
+    with live.open("ab", buffering=0) as appending:
+        fcntl.flock(appending.fileno(), fcntl.LOCK_EX)
+        appending.write(lines[-1][:half])
+        reader = threading.Thread(target=lambda: loaded.append(load_results(live)))
+        reader.start()
+        assert reached.wait(10)
+        appending.write(lines[-1][half:])
+        fcntl.flock(appending.fileno(), fcntl.LOCK_UN)
+    reader.join(10)
+    [data] = loaded
+    whole = load_results(results)
+    assert data.torn_lines == []
+    assert (data.traces, data.sessions) == (whole.traces, whole.sessions)
 
 
 def test_a_capture_with_lines_that_are_not_traces_is_reported_as_a_replay_reads_it(

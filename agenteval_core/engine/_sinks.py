@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pydantic_core
 
 from .._fork import renew_after_fork
-from ..schema._capture import append_line, is_capture_shard
+from ..schema._capture import append_line, appending, is_capture_shard
 from ..schema._results import RESULTS_VERSION, MetricResult, ResultsLine, TraceResults
 from ..schema._trace import LoopAlert, Trace
 
@@ -217,7 +217,8 @@ class ResultsFileSink(Sink):
         fd = self._file.fileno()
         start = self._end if self._end >= 0 else os.fstat(fd).st_size
         try:
-            self._end = append_line(self._file, lines, self._end)
+            with appending(self._file):  # a reader of the live file waits for whole lines
+                self._end = append_line(self._file, lines, self._end)
         except OSError as exc:  # counted here, raised for the caller to report as it does
             # the whole lines a full disk still took are in the file; the rest are lost
             stored = max(0, os.fstat(fd).st_size - start)

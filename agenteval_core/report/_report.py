@@ -20,7 +20,13 @@ from .._errors import CaptureError, describe_validation
 from .._redact import Redactor
 from ..calibration._calibrate import CalibrationReport
 from ..engine._summary import ResultSummary
-from ..schema._capture import read_capture, refuse_compressed, skipping_bad_lines
+from ..schema._capture import (
+    MAX_LINE_BYTES,
+    read_capture,
+    refuse_compressed,
+    rest_of_line_being_written,
+    skipping_bad_lines,
+)
 from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces
 from ..schema._trace import Trace, text_of
 
@@ -108,9 +114,12 @@ class ReportData:
 def _lines(path: Path, torn: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """The JSON object on each line of a results file. A line cut short by its writer (the
     writer's next line starts on a line of its own) is listed in ``torn`` and skipped; any
-    other line that is not a JSON object is refused."""
+    other line that is not a JSON object is refused. A last line a writer is still appending
+    (a service's live file) is waited for and read whole."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            if not raw.endswith(b"\n"):  # the last line: its writer may be appending it
+                raw += rest_of_line_being_written(handle, MAX_LINE_BYTES)
             if not raw.strip():
                 continue
             try:

@@ -99,11 +99,8 @@ class CaptureWriter:
         line = memoryview(encode_trace(trace) + b"\n")
         with self._lock:
             self._follow_path()
-            _lock_file(self._file)
-            try:
+            with appending(self._file):
                 self._end = append_line(self._file, line, self._end)
-            finally:
-                _unlock_file(self._file)
             if self.fsync:
                 os.fsync(self._file.fileno())
             self.written += 1
@@ -375,6 +372,18 @@ def append_line(file: IO[bytes], line: bytes | bytearray | memoryview, known_end
     return size
 
 
+@contextlib.contextmanager
+def appending(file: IO[bytes]) -> Iterator[None]:
+    """Hold ``file``'s exclusive lock while lines are appended to it: writers of other
+    processes wait, and so does a reader that met a last line without its newline
+    (:func:`rest_of_line_being_written`)."""
+    _lock_file(file)
+    try:
+        yield
+    finally:
+        _unlock_file(file)
+
+
 def _last_byte(file: IO[bytes], fd: int, size: int) -> bytes:
     if hasattr(os, "pread"):
         return os.pread(fd, 1, size - 1)
@@ -619,7 +628,7 @@ def split_lines(
         if on_progress is not None:
             on_progress(len(line))
         if len(line) <= max_line_bytes and not line.endswith(b"\n"):
-            rest = _rest_of_line_being_written(handle, max_line_bytes + 1 - len(line))
+            rest = rest_of_line_being_written(handle, max_line_bytes + 1 - len(line))
             if on_progress is not None and rest:
                 on_progress(len(rest))
             line += rest
@@ -633,11 +642,12 @@ LAST_LINE_WAIT = 5.0
 """Seconds a reader waits for a capture's writer to finish the line it is appending."""
 
 
-def _rest_of_line_being_written(handle: IO[bytes], limit: int) -> bytes:
-    """The rest of a last line read without its newline: a capture being written (a service
-    replayed while it runs) ends so whenever a writer is mid-line. agenteval's writers
-    append each line holding an exclusive lock on the file, so once this reader holds a
-    shared one, a line they were appending is whole; a line still without its newline is
+def rest_of_line_being_written(handle: IO[bytes], limit: int) -> bytes:
+    """The rest of a last line read without its newline: a capture or results file being
+    written (a service replayed or reported on while it runs) ends so whenever a writer is
+    mid-line. agenteval's writers append holding an exclusive lock on the file
+    (:func:`appending`), so once this reader holds a shared one, a line they were appending
+    is whole; a line still without its newline is
     torn (its writer stopped mid-line). Without the lock (no ``flock``, a writer stuck
     holding it for :data:`LAST_LINE_WAIT` seconds) the rest is read as it stands."""
     locked = _share_lock(handle, LAST_LINE_WAIT)
