@@ -130,6 +130,34 @@ def test_a_line_being_written_is_read_whole(tmp_path: Path) -> None:
     assert (got, errors) == ([first, second], [])
 
 
+def test_a_file_system_without_locks_still_takes_every_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some network and FUSE mounts refuse flock (ENOLCK): lines are appended unlocked."""
+    import errno
+
+    from agenteval_core import ResultsFileSink
+    from agenteval_core.schema import _capture
+
+    def refused(file: object) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(_capture, "_lock_file", refused)
+    trace = make_trace("kept")
+    with CaptureWriter(tmp_path / "c.jsonl") as writer:
+        writer.write(trace)
+    assert list(read_capture(tmp_path / "c.jsonl")) == [trace]
+    sink = ResultsFileSink(tmp_path / "r.jsonl")
+    sink.session_scored("s1", [])
+    sink.close()
+    assert (sink.lines_lost, sink.write_error) == (0, None)
+    assert json.loads((tmp_path / "r.jsonl").read_text()) == {
+        "results_version": RESULTS_VERSION,
+        "session_id": "s1",
+        "session_results": [],
+    }
+
+
 def test_bad_line_names_file_line_and_field(tmp_path: Path) -> None:
     bad = make_trace("x").model_dump(mode="json")
     bad["spans"][1]["kind"] = "robot"

@@ -376,8 +376,13 @@ def append_line(file: IO[bytes], line: bytes | bytearray | memoryview, known_end
 def appending(file: IO[bytes]) -> Iterator[None]:
     """Hold ``file``'s exclusive lock while lines are appended to it: writers of other
     processes wait, and so does a reader that met a last line without its newline
-    (:func:`rest_of_line_being_written`)."""
-    _lock_file(file)
+    (:func:`rest_of_line_being_written`). On a file system without locks (some network and
+    FUSE mounts) the lines are appended unlocked, as on Windows: never lost for want of one."""
+    try:
+        _lock_file(file)
+    except OSError:
+        yield
+        return
     try:
         yield
     finally:
