@@ -595,14 +595,7 @@ def replay_command(
             "process; drop --workers to export"
         )
     export = _otel_sink(otel_endpoint, phoenix_url, project)
-    progress = Progress(
-        TextColumn("replaying"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not show_progress,
-    )
+    progress = _bytes_progress("replaying", err, show=show_progress)
     with progress:
         task = progress.add_task("replay", total=sum(os.path.getsize(f) for f in files))
         report = replay(
@@ -785,6 +778,18 @@ def _otel_sink(endpoint: str | None, phoenix: str | None, project: str | None) -
     return sink
 
 
+def _bytes_progress(doing: str, console: Console, *, show: bool) -> Progress:
+    """A progress bar over bytes read, with the time left, on ``console`` when ``show``."""
+    return Progress(
+        TextColumn(doing),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not show,
+    )
+
+
 @cli.command("import")
 @click.argument("spans")
 @click.option(
@@ -809,14 +814,7 @@ def import_command(spans: str, output: str) -> None:
 
     err = Console(stderr=True)
     size = os.path.getsize(spans) if os.path.isfile(spans) else 0
-    progress = Progress(
-        TextColumn("importing"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not err.is_terminal or not size,
-    )
+    progress = _bytes_progress("importing", err, show=err.is_terminal and size > 0)
     steps = {SpanKind.LLM, SpanKind.TOOL}
     traces = span_count = stepless = stepless_without_input = 0
     with progress:
