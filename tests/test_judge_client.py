@@ -130,6 +130,61 @@ def test_malformed_then_truncated_then_good_reply_is_reasked(judge_server: Judge
     assert "could not be used" in reask[-1]["content"]
 
 
+# a reasoning model's reply when the server leaves its thinking in the content: a draft
+# object and braces in the reasoning, the answer after it
+THINKING = (
+    '<think>\nThe format is {"score": ..., "reason": ...}. The agent answered, so maybe '
+    '{"score": 0.9, "reason": "draft"}? No: it skipped the refund.\n</think>\n\n'
+)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        THINKING + '{"score": 0.4, "reason": "skipped the refund"}',
+        # DeepSeek-R1's template opens the block in the prompt: the reply holds its end only
+        THINKING.removeprefix("<think>") + '{"score": 0.4, "reason": "skipped the refund"}',
+        THINKING.replace("think>", "THINKING>")
+        + '```json\n{"score": 0.4, "reason": "skipped the refund"}\n```',
+    ],
+    ids=["think-block", "closing-tag-only", "thinking-then-fence"],
+)
+def test_a_reasoning_models_thinking_is_not_read_as_its_answer(
+    judge_server: JudgeServer, content: str
+) -> None:
+    judge_server.reply(Reply(content))
+    j = judge(judge_server)
+    reply = ask(j)
+    assert reply.parsed == Verdict(score=0.4, reason="skipped the refund")  # type: ignore[attr-defined]
+    assert (len(judge_server.requests), j.stats.reasks) == (1, 0)
+
+
+def test_a_reply_that_stops_while_thinking_is_truncated(judge_server: JudgeServer) -> None:
+    """Its draft object is never the answer. Cut at the token limit, the advice is to raise
+    it; cut otherwise, the judge is asked again."""
+    thinking = '<think>\nMaybe {"score": 0.9, "reason": "draft"}, but'
+    judge_server.reply(Reply(thinking, finish_reason="length", usage=(100, 512)))
+    with pytest.raises(JudgeParseError) as failure:
+        ask(judge(judge_server))
+    assert str(failure.value) == (
+        "unparsable after 1 replies: the reply stopped at the token limit before it was "
+        "complete (the reply is truncated: it stops inside its <think> reasoning, before the "
+        "answer); a reasoning model spends the limit thinking before it answers: raise "
+        "max_tokens (--judge-max-tokens)"
+    )
+    judge_server.reply(Reply(thinking), Reply('{"score": 0.4, "reason": "skipped"}'))
+    j = judge(judge_server)
+    assert ask(j).parsed == Verdict(score=0.4, reason="skipped")  # type: ignore[attr-defined]
+    assert (
+        "stops inside its <think> reasoning" in judge_server.requests[-1]["messages"][-1]["content"]
+    )
+    with pytest.raises(ReplyError, match="holds reasoning and no answer after it"):
+        parse_reply("<think>The agent did well.</think>", Verdict)
+    # an answer that mentions the tags is an answer
+    mentions = '{"score": 1, "reason": "it printed <think> and </think> tags"}'
+    assert parse_reply(mentions, Verdict).reason == "it printed <think> and </think> tags"
+
+
 def test_still_unparsable_raises_with_the_raw_reply(judge_server: JudgeServer) -> None:
     judge_server.reply("no", "still no", "never")
     with pytest.raises(JudgeParseError, match="unparsable after 3 replies") as failure:

@@ -13,10 +13,37 @@ __all__ = ["ReplyError", "parse_reply"]
 T = TypeVar("T", bound=BaseModel)
 
 _FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+# a reasoning model's thinking, written before its answer when the server leaves it in the
+# content (DeepSeek-R1 and its distillations, QwQ, Qwen3 on vLLM without a reasoning
+# parser, llama.cpp, LM Studio); R1's template opens the block in the prompt, so the reply
+# may hold only its end
+_REASONING_TAG = r"(think|thinking|reasoning)"
+_LEADING_REASONING = re.compile(rf"\s*<{_REASONING_TAG}>.*?</\1>", re.DOTALL | re.IGNORECASE)
+_OPENED = re.compile(rf"\s*<{_REASONING_TAG}>", re.IGNORECASE)
+_CLOSED = re.compile(rf"</{_REASONING_TAG}>", re.IGNORECASE)
 
 
 class ReplyError(ValueError):
     """A reply that is not the JSON the schema asks for; the message says what is wrong."""
+
+
+def _answer(text: str) -> str:
+    """The reply after the reasoning a model wrote before its answer (braces in it, a JSON
+    draft, would be read as the answer or break it)."""
+    while leading := _LEADING_REASONING.match(text):
+        text = text[leading.end() :]
+    opened = _OPENED.match(text)
+    if opened:
+        raise ReplyError(
+            f"the reply is truncated: it stops inside its <{opened.group(1)}> reasoning, "
+            "before the answer"
+        )
+    closed = _CLOSED.search(text)
+    if closed and not text.lstrip().startswith("{"):  # not inside an answer's string
+        before = text[: closed.start()].lower()
+        if "<" + closed.group(1).lower() not in before:
+            text = text[closed.end() :]  # the block was opened in the prompt
+    return text
 
 
 def _json_object(text: str) -> Any:
@@ -48,13 +75,17 @@ def _json_object(text: str) -> Any:
 def parse_reply(text: str, schema: type[T]) -> T:
     """The reply's JSON object validated against ``schema``; ``ReplyError`` says why not.
 
-    Accepts a bare object, one inside a fenced code block, or one surrounded by prose. It
-    never repairs JSON: a truncated object is an error, so the judge is asked again. Fields
+    Accepts a bare object, one inside a fenced code block, or one surrounded by prose, after
+    the ``<think>`` block a reasoning model may write first (its reasoning is never read as
+    the answer; a reply that stops inside it is truncated). It never repairs JSON: a truncated object is an error, so the judge is asked again. Fields
     are validated strictly: a boolean or a string where the schema has a number is an error
     (JSON's ``true`` would otherwise read as a perfect 1.0).
     """
     if not text or not text.strip():
         raise ReplyError("the reply is empty")
+    text = _answer(text)
+    if not text.strip():
+        raise ReplyError("the reply holds reasoning and no answer after it")
     data = _json_object(text)
     if not isinstance(data, dict):
         raise ReplyError(f"the reply is JSON but not an object: {type(data).__name__}")
