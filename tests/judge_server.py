@@ -26,7 +26,8 @@ class Reply:
     """One scripted answer: an assistant message ``content``, or a raw ``body``, with any
     status, headers and delay."""
 
-    content: str | None = None
+    content: str | list[dict[str, Any]] | None = None
+    """A string, or content parts (as Mistral's reasoning models answer)."""
     status: int = 200
     body: str | None = None
     headers: dict[str, str] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from agenteval_core import (
     JudgeUnsupportedRequestError,
 )
 from agenteval_core.judges import JudgeCache, JudgeRequest, LangChainJudge, OpenAIJudge, parse_reply
-from agenteval_core.judges._parse import ReplyError
+from agenteval_core.judges._parse import ReplyError, reply_text
 
 
 class Verdict(BaseModel):
@@ -183,6 +183,28 @@ def test_a_reply_that_stops_while_thinking_is_truncated(judge_server: JudgeServe
     # an answer that mentions the tags is an answer
     mentions = '{"score": 1, "reason": "it printed <think> and </think> tags"}'
     assert parse_reply(mentions, Verdict).reason == "it printed <think> and </think> tags"
+
+
+# how Mistral's Magistral answers through its OpenAI-compatible API: content parts, its
+# reasoning (a JSON draft in it) in a part of its own
+MAGISTRAL = [
+    {"type": "thinking", "thinking": [{"type": "text", "text": '{"score": 0.9, "reason": "x"}'}]},
+    {"type": "text", "text": '{"score": 0.4, '},
+    {"type": "text", "text": '"reason": "skipped the refund"}'},
+]
+
+
+@pytest.mark.parametrize("client", ["openai", "langchain"])
+def test_a_reply_in_content_parts_is_read_without_its_reasoning(
+    judge_server: JudgeServer, client: str
+) -> None:
+    judge_server.reply(Reply(MAGISTRAL))
+    j = judge(judge_server) if client == "openai" else _chat_openai(judge_server)
+    reply = ask(j)
+    assert reply.parsed == Verdict(score=0.4, reason="skipped the refund")  # type: ignore[attr-defined]
+    assert len(judge_server.requests) == 1
+    assert reply_text([{"type": "reasoning", "text": "{}"}, "plain "]) == "plain "
+    assert reply_text({"score": 1}) == '{"score": 1}'  # an object where text belongs
 
 
 def test_still_unparsable_raises_with_the_raw_reply(judge_server: JudgeServer) -> None:

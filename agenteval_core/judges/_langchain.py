@@ -19,6 +19,7 @@ from .._fork import renew_after_fork
 from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
 from ._openai import CONTEXT_WORDS, scrub_keys
+from ._parse import reply_text
 from ._traffic import RETRY_STATUSES
 
 __all__ = ["LangChainJudge"]
@@ -112,14 +113,7 @@ class LangChainJudge(BaseJudge):
             error = self._judge_error(exc)
             error.usage.calls = 1  # the model's own retries are its own affair
             raise error from exc
-        content = reply.content
-        text = (
-            content
-            if isinstance(content, str)
-            else "".join(
-                part.get("text", "") if isinstance(part, dict) else str(part) for part in content
-            )
-        )
+        text = reply_text(reply.content)
         usage = getattr(reply, "usage_metadata", None) or {}
         return Completion(
             text=text,

@@ -29,6 +29,7 @@ from .._errors import (
 from .._redact import redact_text
 from ._base import DEFAULT_CACHE, BaseJudge, Completion, json_schema
 from ._cache import JudgeCache
+from ._parse import reply_text
 from ._traffic import Traffic
 
 logger = logging.getLogger("agenteval")
@@ -618,12 +619,11 @@ def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Com
         body = response.json()
         choice = body["choices"][0]
         message = choice["message"]
-        text = message["content"] or ""
+        text = reply_text(message["content"])
         cut = choice.get("finish_reason") == "length"
         refusal = message.get("refusal")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return Completion(text=response.text[:2000])
-    text = text if isinstance(text, str) else json.dumps(text)
     declined = refusal if isinstance(refusal, str) and refusal.strip() else None
     usage = body.get("usage")
     if not usage:  # not reported (many local servers): nothing to count

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["ReplyError", "parse_reply"]
+__all__ = ["ReplyError", "parse_reply", "reply_text"]
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -21,6 +21,32 @@ _REASONING_TAG = r"(think|thinking|reasoning)"
 _LEADING_REASONING = re.compile(rf"\s*<{_REASONING_TAG}>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _OPENED = re.compile(rf"\s*<{_REASONING_TAG}>", re.IGNORECASE)
 _CLOSED = re.compile(rf"</{_REASONING_TAG}>", re.IGNORECASE)
+
+
+_REASONING_PARTS = frozenset({"thinking", "reasoning", "redacted_thinking"})
+
+
+def reply_text(content: Any) -> str:
+    """A reply's content as text. A string is kept as it is. From a list of content parts
+    (Mistral's Magistral answers so through its OpenAI-compatible API; LangChain's content
+    blocks), the text of each part, leaving out the parts that hold the model's reasoning.
+    Any other value (an object where text belongs) is read as its JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part
+            if isinstance(part, str)
+            else part["text"]
+            if isinstance(part, dict)
+            and part.get("type", "text") not in _REASONING_PARTS
+            and isinstance(part.get("text"), str)
+            else ""
+            for part in content
+        )
+    return json.dumps(content)
 
 
 class ReplyError(ValueError):
