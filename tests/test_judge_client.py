@@ -279,6 +279,32 @@ def test_a_reply_cut_at_the_token_limit_says_so_without_asking_again(
     assert failure.value.usage.output_tokens == 512  # the tokens it spent still count
 
 
+@pytest.mark.parametrize("client", ["openai", "langchain"])
+def test_a_reply_the_provider_filtered_or_cut_is_not_asked_again(
+    judge_server: JudgeServer, client: str
+) -> None:
+    """Azure OpenAI's content filter ends a reply with finish_reason content_filter (no
+    content, or part of it): the same prompt is filtered again. A reply cut at the token
+    limit would stop at the same place. Through LangChain too, which passes the finish
+    reason on in response_metadata."""
+
+    def make() -> OpenAIJudge | LangChainJudge:
+        return judge(judge_server) if client == "openai" else _chat_openai(judge_server)
+
+    judge_server.reply(Reply(None, finish_reason="content_filter"))
+    with pytest.raises(JudgeParseError) as failure:
+        ask(make())
+    assert str(failure.value) == (
+        "unparsable after 1 replies: the provider's content filter withheld the reply (finish "
+        "reason content_filter); asking again gives the same: judge these traces with another "
+        "model or provider"
+    )
+    judge_server.reply(Reply('{"score": 0.9, "rea', finish_reason="length"))
+    with pytest.raises(JudgeParseError, match="raise max_tokens"):
+        ask(make())
+    assert len(judge_server.requests) == 2
+
+
 def test_a_model_that_declines_to_answer_says_why_without_asking_again(
     judge_server: JudgeServer,
 ) -> None:

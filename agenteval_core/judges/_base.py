@@ -64,6 +64,9 @@ class Completion:
     refusal: str | None = None
     """Why the model declined to answer, when it says so apart from its reply (OpenAI's
     structured outputs give ``message.refusal`` and no content)."""
+    filtered: str | None = None
+    """The finish reason of a reply the provider's content filter withheld or cut
+    (``content_filter``: Azure OpenAI; ``SAFETY``: Gemini)."""
 
 
 @dataclass
@@ -291,6 +294,13 @@ class BaseJudge(ABC):
                 if completion.refusal and not text.strip():  # the same prompt is declined again
                     problem = ReplyError(
                         f"the judge model declined to answer: {completion.refusal[:300]}"
+                    )
+                    break
+                if completion.filtered:  # the same prompt is filtered again
+                    problem = ReplyError(
+                        "the provider's content filter withheld the reply (finish reason "
+                        f"{completion.filtered}); asking again gives the same: judge these "
+                        "traces with another model or provider"
                     )
                     break
                 if completion.cut_at_limit:  # asked again, it would stop at the same limit

@@ -62,6 +62,12 @@ class _ModelLoop:
 _MODEL_LOOP = _ModelLoop()
 
 
+# how providers say why a reply ended, as LangChain passes it on in response_metadata
+# (finish_reason: OpenAI, Azure, Gemini; stop_reason: Anthropic)
+_CUT_AT_LIMIT = frozenset({"length", "max_tokens", "MAX_TOKENS"})
+_FILTERED = frozenset({"content_filter", "SAFETY", "PROHIBITED_CONTENT"})
+
+
 class LangChainJudge(BaseJudge):
     """Judges with a LangChain ``BaseChatModel``: ``LangChainJudge(ChatOpenAI(...))``.
 
@@ -113,12 +119,16 @@ class LangChainJudge(BaseJudge):
             error = self._judge_error(exc)
             error.usage.calls = 1  # the model's own retries are its own affair
             raise error from exc
-        text = reply_text(reply.content)
         usage = getattr(reply, "usage_metadata", None) or {}
+        metadata = getattr(reply, "response_metadata", None) or {}
+        finish = metadata.get("finish_reason") or metadata.get("stop_reason")
         return Completion(
-            text=text,
+            text=reply_text(reply.content),
             input_tokens=int(usage.get("input_tokens", 0)),
             output_tokens=int(usage.get("output_tokens", 0)),
+            cut_at_limit=finish in _CUT_AT_LIMIT,
+            filtered=finish if finish in _FILTERED else None,
+            refusal="the model stopped with stop reason 'refusal'" if finish == "refusal" else None,
         )
 
     def _judge_error(self, exc: Exception) -> JudgeError:

@@ -620,30 +620,29 @@ def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Com
         choice = body["choices"][0]
         message = choice["message"]
         text = reply_text(message["content"])
-        cut = choice.get("finish_reason") == "length"
+        finish = choice.get("finish_reason")
         refusal = message.get("refusal")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return Completion(text=response.text[:2000])
-    declined = refusal if isinstance(refusal, str) and refusal.strip() else None
+    ending: dict[str, Any] = {
+        "cut_at_limit": finish == "length",
+        "filtered": finish if finish == "content_filter" else None,
+        "refusal": refusal if isinstance(refusal, str) and refusal.strip() else None,
+    }
     usage = body.get("usage")
     if not usage:  # not reported (many local servers): nothing to count
-        return Completion(text=text, cut_at_limit=cut, refusal=declined)
+        return Completion(text=text, **ending)
     reported = usage if isinstance(usage, dict) else {}
     input_tokens = _token_count(reported.get("prompt_tokens", 0)) if reported else None
     output_tokens = _token_count(reported.get("completion_tokens", 0)) if reported else None
     if input_tokens is not None and output_tokens is not None:
         return Completion(
-            text=text,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cut_at_limit=cut,
-            refusal=declined,
+            text=text, input_tokens=input_tokens, output_tokens=output_tokens, **ending
         )
     return Completion(
         text=text,
         input_tokens=len(json.dumps(messages)) // 4 if input_tokens is None else input_tokens,
         output_tokens=len(text) // 4 if output_tokens is None else output_tokens,
         usage_estimated=True,
-        cut_at_limit=cut,
-        refusal=declined,
+        **ending,
     )
