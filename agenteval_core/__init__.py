@@ -88,7 +88,13 @@ if TYPE_CHECKING:
         default_evaluator,
     )
     from .report._report import write_report
-    from .schema._capture import CaptureWriter, line_shard, read_capture, shard_capture
+    from .schema._capture import (
+        CaptureWriter,
+        line_shard,
+        read_capture,
+        refuse_compressed,
+        shard_capture,
+    )
     from .schema._results import RESULTS_VERSION, MetricResult, ResultsLine, TraceResults
     from .schema._trace import (
         AGENT_NAME,
@@ -143,6 +149,7 @@ _EXPORTS: dict[str, str] = {
     "read_capture": ".schema._capture",
     "line_shard": ".schema._capture",
     "shard_capture": ".schema._capture",
+    "refuse_compressed": ".schema._capture",
     "plain": ".schema._values",
     "Embedder": ".embedders._hashing",
     "HashingEmbedder": ".embedders._hashing",

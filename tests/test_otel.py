@@ -524,6 +524,10 @@ def test_a_phoenix_span_export_imports() -> None:
             r"spans\.json:1: not an OpenTelemetry span or OTLP document \(keys: traces\)",
         ),
         ("[1, 2]", r"spans\.json:1: expected a JSON object, got int"),
+        (  # a collector's archived file
+            "\x1f\udc8b\x08\x00",  # bytes 1f 8b: gzip's magic
+            r"spans\.json: a gzip-compressed file; decompress it first \(gunzip -k .*spans\.json\)",
+        ),
         (  # the line of the byte, past a document and a character cut by the pieces
             '{"resourceSpans": []}\n{"name": "caf\u00e9",\n "x": "\udcff"}',
             r"spans\.json:3: not UTF-8 \(byte 0xff: invalid start byte\)",

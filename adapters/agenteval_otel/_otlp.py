@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Generic, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from agenteval_core import CaptureError
+from agenteval_core import CaptureError, refuse_compressed
 
 __all__ = ["SPANS", "TRACE_IDS", "RawSpan", "SpanSource", "otlp_json"]
 
@@ -327,7 +327,7 @@ class SpanSource:
     """A span file, JSON text or parsed value, read document by document, as often as asked.
 
     Raises:
-        CaptureError: ``source`` names no file.
+        CaptureError: ``source`` names no file, or a compressed one.
     """
 
     def __init__(self, source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> None:
@@ -346,6 +346,7 @@ class SpanSource:
         self._path, self.where = Path(source), str(source)
         if not self._path.is_file():
             raise CaptureError(f"{source}: no such file; pass an OTLP JSON or JSON Lines file")
+        refuse_compressed(self._path)  # a collector's archived file: say how to read it
 
     def documents(
         self, reading: _Reading[T], on_progress: Callable[[int], None] | None = None

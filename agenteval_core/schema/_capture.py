@@ -31,12 +31,15 @@ __all__ = [
     "MAX_LINE_BYTES",
     "CaptureWriter",
     "append_line",
+    "appending",
     "line_session",
     "line_shard",
     "parse_line",
     "parse_lines",
     "read_capture",
     "read_in_run_order",
+    "refuse_compressed",
+    "rest_of_line_being_written",
     "shard_capture",
     "skipping_bad_lines",
     "split_lines",
@@ -260,8 +263,9 @@ decompresses one."""
 
 def refuse_compressed(path: Path) -> None:
     """Refuse a compressed file in one line that says how to read it: each of its lines
-    would otherwise be reported as not UTF-8. Captures and results are read as plain JSON
-    Lines (by byte ranges when replayed in parallel, which a compressed stream cannot give).
+    would otherwise be reported as not UTF-8. Captures, results and span files are read as
+    the plain JSON they are written as (captures by byte ranges when replayed in parallel,
+    which a compressed stream cannot give).
 
     Raises:
         CaptureError: the file starts as a gzip, zstd, xz or bzip2 file does.
