@@ -270,7 +270,7 @@ def _spans_of(document: Any, where: str, reading: _Reading[T]) -> Iterator[T]:
 
 _SPACE = re.compile(r"\s*")
 PIECE = 1 << 20
-"""Characters read from a span file at once: memory holds the document being read and about
+"""Bytes read from a span file at once: memory holds the document being read and about
 this much more, never the whole file (a collector's file grows to gigabytes)."""
 _NEAR_END = 8
 """A JSON error this close to the end of what was read may be a document cut by the piece's

@@ -819,18 +819,18 @@ def import_command(spans: str, output: str) -> None:
     traces = span_count = stepless = stepless_without_input = 0
     with progress:
         task = progress.add_task("import", total=2 * size)  # checked, then converted
-        try:
+        try:  # a bad file fails here, before the capture is opened
             found = iter_otlp(spans, on_progress=lambda read: progress.advance(task, read))
+            with CaptureWriter(output) as writer:
+                for trace in found:  # raises only if the file changed after its check
+                    writer.write(trace)
+                    traces += 1
+                    span_count += len(trace.spans)
+                    if not any(span.kind in steps for span in trace.spans):
+                        stepless += 1
+                        stepless_without_input += trace.input is None
         except AgentEvalError as exc:
             raise UserError(str(exc)) from None
-        with CaptureWriter(output) as writer:
-            for trace in found:
-                writer.write(trace)
-                traces += 1
-                span_count += len(trace.spans)
-                if not any(span.kind in steps for span in trace.spans):
-                    stepless += 1
-                    stepless_without_input += trace.input is None
     click.echo(f"imported {traces} trace(s), {span_count} span(s), from {spans} into {output}")
     if stepless:  # e.g. OpenInference's CrewAI instrumentor writes no LLM or tool spans
         click.echo(

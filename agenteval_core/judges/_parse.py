@@ -103,9 +103,10 @@ def parse_reply(text: str, schema: type[T]) -> T:
 
     Accepts a bare object, one inside a fenced code block, or one surrounded by prose, after
     the ``<think>`` block a reasoning model may write first (its reasoning is never read as
-    the answer; a reply that stops inside it is truncated). It never repairs JSON: a truncated object is an error, so the judge is asked again. Fields
-    are validated strictly: a boolean or a string where the schema has a number is an error
-    (JSON's ``true`` would otherwise read as a perfect 1.0).
+    the answer; a reply that stops inside it is truncated). It never repairs JSON: a
+    truncated object is an error, so the judge is asked again. Fields are validated
+    strictly: a boolean or a string where the schema has a number is an error (JSON's
+    ``true`` would otherwise read as a perfect 1.0).
     """
     if not text or not text.strip():
         raise ReplyError("the reply is empty")
