@@ -561,6 +561,26 @@ def test_retry_after_is_honoured_up_to_its_maximum_and_every_retry_is_logged(
     ]
 
 
+def test_retry_after_ms_is_read_before_the_rounded_retry_after(judge_server: JudgeServer) -> None:
+    # Azure OpenAI sends both (Retry-After rounded to whole seconds); a gateway may send the
+    # milliseconds alone; a garbled value falls back to Retry-After
+    judge_server.reply(
+        Reply(status=429, content="slow", headers={"retry-after-ms": "250", "Retry-After": "1"}),
+        Reply(status=429, content="slow", headers={"retry-after-ms": "1500"}),
+        Reply(status=429, content="slow", headers={"retry-after-ms": "soon", "Retry-After": "2"}),
+        {"score": 1, "reason": "ok"},
+    )
+    j = judge(judge_server)
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    j.traffic.sleep = record  # type: ignore[method-assign]
+    assert ask(j).parsed.score == 1.0  # type: ignore[attr-defined]
+    assert waits == [0.25, 1.5, 2.0]
+
+
 def _closed_port() -> int:
     import socket
 

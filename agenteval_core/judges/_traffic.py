@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import math
 import random
 import time
 import weakref
@@ -33,7 +34,17 @@ logger = logging.getLogger("agenteval")
 
 
 def retry_after_seconds(response: httpx.Response) -> float | None:
-    """Seconds a ``Retry-After`` header asks to wait (a number or an HTTP date), if any."""
+    """Seconds the server asks to wait, if it says: ``retry-after-ms`` (Azure OpenAI and
+    OpenAI send it beside ``Retry-After``, which they round to whole seconds; some gateways
+    send it alone), else ``Retry-After`` (a number of seconds or an HTTP date)."""
+    milliseconds = response.headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            wait = float(milliseconds) / 1000.0
+        except ValueError:
+            wait = math.nan
+        if math.isfinite(wait):
+            return max(0.0, wait)
     value = response.headers.get("retry-after")
     if value is None:
         return None
