@@ -103,6 +103,55 @@ def test_a_timeout_is_abandoned_not_sent_again(judge_server: JudgeServer) -> Non
     assert reply.parsed.score == 0.5 and reply.calls == 2  # type: ignore[attr-defined]
 
 
+def test_an_error_in_a_200_body_is_that_error_not_an_unparsable_reply(
+    judge_server: JudgeServer,
+) -> None:
+    # OpenRouter answers 200 once the model started; a model failing meanwhile sends the error
+    # in the body, or a choice ending in finish_reason "error"
+    upstream = {"error": {"code": 502, "message": "Provider returned error"}}
+    failed_choice = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "error",
+                "message": {"role": "assistant", "content": ""},
+                "error": {"code": 429, "message": "Rate limit exceeded upstream"},
+            }
+        ]
+    }
+    judge_server.reply(
+        Reply(body=json.dumps(upstream)),
+        Reply(body=json.dumps(failed_choice)),
+        {"score": 0.5, "reason": "ok"},
+    )
+    j = judge(judge_server)
+    reply = ask(j)
+    assert reply.parsed == Verdict(score=0.5, reason="ok")  # type: ignore[attr-defined]
+    # retried as the 502 and the 429 they report, never re-asked as unparsable
+    assert j.traffic.stats.failures == {"HTTP 502": 1, "HTTP 429": 1}
+    assert (j.stats.reasks, j.stats.unparsable, len(judge_server.requests)) == (0, 0, 3)
+    # a refusal reported so is refused as its status: not sent again
+    too_long = {"error": {"code": 400, "message": "This model's maximum context length is 8192"}}
+    judge_server.reply(Reply(body=json.dumps(too_long)))
+    with pytest.raises(JudgeContextOverflowError, match="maximum context length is 8192"):
+        ask(judge(judge_server))
+    assert len(judge_server.requests) == 4
+    # an error without a code is an upstream failure; an "error" beside a finished choice is
+    # none (some servers send "error": null)
+    verdict = {"role": "assistant", "content": json.dumps({"score": 1, "reason": "fine"})}
+    judge_server.reply(
+        Reply(body=json.dumps({"error": "model not loaded"})),
+        Reply(
+            body=json.dumps(
+                {"error": None, "choices": [{"finish_reason": "stop", "message": verdict}]}
+            )
+        ),
+    )
+    j = judge(judge_server)
+    assert ask(j).parsed == Verdict(score=1.0, reason="fine")  # type: ignore[attr-defined]
+    assert j.traffic.stats.failures == {"HTTP 502": 1}
+
+
 def test_judge_down_raises_unavailable_with_the_cause(judge_server: JudgeServer) -> None:
     for _ in range(4):
         judge_server.reply(Reply(status=503, content="overloaded"))

@@ -59,6 +59,36 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+UPSTREAM_FAILED = 502
+"""The status of an error a 200 response's body reports without a usable code of its own."""
+
+
+def reported_status(response: httpx.Response) -> httpx.Response:
+    """``response`` with the status its body reports, when it is a 200 whose body is an
+    error: OpenRouter answers 200 once a model has started, and a model that fails while
+    answering sends ``{"error": {"code": 502, "message": ...}}`` in the body, or a choice
+    that ended with ``finish_reason: "error"``. Read as the error it reports, it is retried
+    or refused as that status is, instead of reading as a reply that matches no schema."""
+    if response.status_code != 200 or b'"error"' not in response.content:
+        return response
+    try:
+        body = response.json()
+        error, choices = body.get("error"), body.get("choices")
+        if choices:  # a reply; an error only when its choice says it ended in one
+            if choices[0].get("finish_reason") != "error":
+                return response
+            error = choices[0].get("error") or error or {}
+        elif not error:
+            return response
+    except (ValueError, AttributeError, IndexError, KeyError, TypeError):
+        return response
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if type(code) is int and 400 <= code <= 599 else UPSTREAM_FAILED
+    return httpx.Response(
+        status, headers=response.headers, content=response.content, request=response.request
+    )
+
+
 @dataclass
 class TrafficStats:
     """What went over the wire: calls made, retries, and why."""
@@ -155,7 +185,7 @@ class Traffic:
                     await self.pace()
                 self.stats.calls += 1
                 try:
-                    response = await request()
+                    response = reported_status(await request())
                 except httpx.TimeoutException as exc:
                     kind = "timed out"
                     last_problem = f"{kind} ({_where(exc)})"
