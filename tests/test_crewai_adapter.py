@@ -16,7 +16,14 @@ from capture_helpers import captured_by
 from crewai import Agent, Crew, Task
 from crewai.tools import BaseTool, tool
 
-from agenteval_core import AGENT_NAME, LoopAlert, OnlineEvaluator, SpanKind
+from agenteval_core import (
+    AGENT_NAME,
+    LoopAlert,
+    MetricResult,
+    OnlineEvaluator,
+    Sink,
+    SpanKind,
+)
 from agenteval_core.recording import PROVIDER_NAME
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
@@ -137,6 +144,53 @@ def test_the_evaluator_waits_for_events_the_bus_has_not_delivered(
     finally:
         crewai_event_bus.off(TaskCompletedEvent, slow)
     assert [(t.status, t.output) for t in traces] == [("ok", "late.")]
+
+
+def test_end_session_right_after_a_kickoff_closes_the_session_with_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the bus still holds the kickoff's last event when kickoff() returns and the
+    # application ends the conversation: the end must wait for it, never close the session
+    # without its run (which would then open a session of its own, closed only at close)
+    from crewai.events import CrewKickoffCompletedEvent
+
+    monkeypatch.setenv("CREWAI_TRACING_ENABLED", "false")
+    closed: list[tuple[str, list[MetricResult]]] = []
+
+    class Ends(Sink):
+        def session_scored(self, session_id: str, results: list[MetricResult]) -> None:
+            closed.append((session_id, results))
+
+    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", sinks=[Ends()])
+    listener = AgentEvalListener(evaluator, session_id="chat-7")
+    pump = evaluator.recorder.pump
+    put, bus_delivered = pump.put, threading.Event()
+
+    def delivered_late(event: tuple[Any, ...]) -> None:
+        if isinstance(event[1], CrewKickoffCompletedEvent):  # on the bus's thread
+            bus_delivered.wait(10)
+        put(event)
+
+    monkeypatch.setattr(pump, "put", delivered_late)
+    try:
+        llm = ScriptedLLM(model="scripted", replies=["Thought: done.\nFinal Answer: bye."])
+        crew_for(llm).kickoff()
+        evaluator.end_session("chat-7")  # returns at once, the bus still holding the event
+        bus_delivered.set()
+        assert evaluator.flush(10)
+        assert [session for session, _ in closed] == ["chat-7"]
+        (trace,) = evaluator.captured()
+        signals = closed[0][1][0].metadata["per_trace_signals"]
+        assert (trace.session_id, trace.output, list(signals)) == (
+            "chat-7",
+            "bye.",
+            [trace.id],
+        )
+    finally:
+        bus_delivered.set()
+        listener.close()
+        evaluator.close()
+    assert [session for session, _ in closed] == ["chat-7"]  # and no second one at close
 
 
 def test_tool_error_is_captured(listener: AgentEvalListener) -> None:

@@ -270,6 +270,37 @@ def test_a_flush_first_drains_the_frameworks_that_deliver_on_their_own_thread() 
     recorder.close(5)
 
 
+def test_an_event_put_after_drains_follows_what_the_framework_still_delivers() -> None:
+    # a session's end after a CrewAI kickoff that returned with its last event still on
+    # the bus: the end waits for it on a thread of its own, and what follows waits in turn
+    recorder = Recorder(on_trace=lambda trace: None, on_alert=lambda alert: None)
+    handled: list[str] = []
+
+    def handle(event: tuple[Any, ...]) -> None:
+        handled.append(event[1])
+
+    released = threading.Event()
+    on_the_bus = ["the run's last event"]
+
+    def bus_drain(timeout: float | None) -> bool:
+        assert released.wait(10)
+        while on_the_bus:
+            recorder.put((handle, on_the_bus.pop()))
+        return True
+
+    recorder.drain_before_flush(bus_drain)
+    recorder.put_after_drains((handle, "the session's end"))  # returns at once
+    recorder.put_after_drains((handle, "a run submitted after it"))
+    assert handled == []  # both wait on the bus
+    released.set()
+    assert recorder.flush(10)
+    assert handled == ["the run's last event", "the session's end", "a run submitted after it"]
+    recorder.forget_drain(bus_drain)
+    recorder.put_after_drains((handle, "no framework to wait for"))  # queued there and then
+    assert recorder.flush(10) and handled[-1] == "no framework to wait for"
+    recorder.close(5)
+
+
 def test_guard_refusal_is_recorded_on_the_trace_and_alerts_arrive_on_one_thread() -> None:
     finished: list[Trace] = []
     alerts: list[tuple[LoopAlert, str]] = []

@@ -355,7 +355,7 @@ class OnlineEvaluator:
         if self._ends_in_recorder and not self.recorder.pump.runs_here():
             # a session's end waits in the recorder: this trace, submitted after it, goes
             # the same way, so it never joins the session that ended before it came
-            self.recorder.put((self._submit_event, trace))
+            self.recorder.put_after_drains((self._submit_event, trace))
             return
         try:
             self.stats.submitted += 1
@@ -387,10 +387,11 @@ class OnlineEvaluator:
         the same id starts a new session. Never blocks or raises; a ``flush`` afterwards
         waits for the close."""
         # in order with the runs' events: a run that returned just before has its trace
-        # handed over first, even if the recorder has not assembled it yet
+        # handed over first, even if the recorder has not assembled it yet, or its
+        # framework (CrewAI's event bus) has not yet delivered its last events
         with self._idle:
             self._ends_in_recorder += 1
-        self.recorder.put((self._hand_over_end, session_id))
+        self.recorder.put_after_drains((self._hand_over_end, session_id))
 
     def _hand_over_end(self, event: tuple[Any, str]) -> None:
         """On the recorder's thread, after the events before the end: hand it to scoring."""

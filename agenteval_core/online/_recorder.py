@@ -204,6 +204,11 @@ class EventPump:
             self._thread.join(timeout)
 
 
+DRAIN_WAIT = 30.0
+"""The longest an event given to :meth:`Recorder.put_after_drains` waits for a framework's
+pending events (CrewAI's own flush waits as long by default); then it is queued anyway."""
+
+
 class Recorder:
     """The live path of one evaluator, shared by every adapter attached to it.
 
@@ -232,6 +237,14 @@ class Recorder:
         self._on_alert = on_alert
         self._on_problem = on_problem
         self._drains: list[Callable[[float | None], bool]] = []
+        self._waiting_on_drains: threading.Thread | None = None
+        """The thread holding the latest event queued by :meth:`put_after_drains`."""
+        self._waiting_lock = threading.Lock()
+        renew_after_fork(self)
+
+    def _after_fork(self) -> None:
+        self._waiting_on_drains = None  # its thread is not in the child
+        self._waiting_lock = threading.Lock()
 
     def drain_before_flush(self, drain: Callable[[float | None], bool]) -> None:
         """Have every :meth:`flush` first call ``drain(timeout)``, which returns False when
@@ -249,6 +262,40 @@ class Recorder:
     def put(self) -> Callable[[tuple[Any, ...]], None]:
         """Queue an event ``(handler, *payload)``: never blocks, never raises."""
         return self.pump.put
+
+    def put_after_drains(self, event: tuple[Any, ...]) -> None:
+        """Queue an event once the events a framework still has on their way to its handlers
+        are queued (the drains of :meth:`drain_before_flush`, waited up to
+        :data:`DRAIN_WAIT`): a session's end after a CrewAI kickoff that returned while its
+        event bus was still delivering the run's last events. Never blocks: the wait is on a
+        thread of its own. Events queued so keep their order."""
+        with self._waiting_lock:
+            earlier = self._waiting_on_drains
+            if not self._drains and (earlier is None or not earlier.is_alive()):
+                self.put(event)
+                return
+            waiting = threading.Thread(
+                target=self._put_when_drained,
+                args=(event, earlier),
+                name="agenteval-after-drains",
+                daemon=True,
+            )
+            self._waiting_on_drains = waiting
+            waiting.start()
+
+    def _put_when_drained(self, event: tuple[Any, ...], earlier: threading.Thread | None) -> None:
+        self._run_drains(DRAIN_WAIT)
+        if earlier is not None:
+            earlier.join()
+        self.put(event)
+
+    def _wait_for_queued_after_drains(self, timeout: float | None) -> bool:
+        """Wait until the events given to :meth:`put_after_drains` so far are queued."""
+        waiting = self._waiting_on_drains
+        if waiting is None:
+            return True
+        waiting.join(timeout)
+        return not waiting.is_alive()
 
     def assembler(self, framework: str, *, watch_loops: bool = True) -> TraceAssembler:
         """A trace assembler for one adapter object. With ``watch_loops`` it checks each tool
@@ -324,17 +371,27 @@ class Recorder:
         """Wait until every event delivered so far (see :meth:`drain_before_flush`) is
         handled; False on timeout."""
         remaining = time_left(timeout)
+        delivered = self._run_drains(remaining())
+        delivered = self._wait_for_queued_after_drains(remaining()) and delivered
+        return self.pump.flush(remaining()) and delivered
+
+    def _run_drains(self, timeout: float | None) -> bool:
+        """Wait for the events frameworks have on their way; False when one timed out."""
+        remaining = time_left(timeout)
         delivered = True
         for drain in list(self._drains):
             try:
                 delivered = drain(remaining()) and delivered
             except Exception as exc:  # the framework's own wait: its failure is not ours
                 self._problem("event delivery", exc, "a flush went on without waiting for it")
-        return self.pump.flush(remaining()) and delivered
+        return delivered
 
     def close(self, timeout: float | None = None) -> None:
-        """Handle what is queued, then stop the pump's thread."""
-        self.pump.close(timeout)
+        """Handle what is queued (the events waiting on drains included), then stop the
+        pump's thread."""
+        remaining = time_left(timeout)
+        self._wait_for_queued_after_drains(remaining())
+        self.pump.close(remaining())
 
 
 class RunRoots:
