@@ -16,6 +16,7 @@ from crewai import Agent, Crew, Process, Task
 from crewai.tools import tool
 
 from agenteval_core import (
+    AGENT_NAME,
     GUARD_REFUSED,
     CallbackSink,
     OnlineEvaluator,
@@ -555,4 +556,124 @@ def test_a_handled_tool_error_has_the_text_the_model_saw_react(
         (asked.id, None, "no order Z-9", None),
         (asked.id, None, "no order Z-9", 2),
         (asked.id, shown, "no order Z-9", 3),
+    ]
+
+
+def test_an_agents_own_kickoff_is_one_trace_of_its_steps(evaluator: OnlineEvaluator) -> None:
+    # Agent.kickoff(): one agent, no crew or task. It was three traces, one per LLM call
+    # and tool run, each taking the model's message list as its input and its ReAct text
+    # as its output
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return {"A-1": "shipped"}[order_id]
+
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[action("lookup_order", order_id="A-1"), "Thought: done\nFinal Answer: shipped."],
+    )
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm, tools=[lookup_order])
+    listener = AgentEvalListener(evaluator)
+    try:
+        result = agent.kickoff("Where is A-1?")
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert result.raw == "shipped."
+    assert (trace.input, trace.output, trace.status, trace.session_id) == (
+        "Where is A-1?",
+        "shipped.",
+        RunStatus.OK,
+        str(agent.id),  # the agent's kickoffs are its session, as a crew's are
+    )
+    root, first, run, second = trace.spans
+    assert [(s.kind, s.name, s.parent_id) for s in trace.spans] == [
+        (SpanKind.AGENT, "support", None),
+        (SpanKind.LLM, "scripted", root.id),
+        (SpanKind.TOOL, "lookup_order", root.id),
+        (SpanKind.LLM, "scripted", root.id),
+    ]
+    assert [(t.name, t.parameters["required"]) for t in trace.tools] == [
+        ("lookup_order", ["order_id"])
+    ]
+    assert root.attributes[AGENT_NAME] == first.attributes[AGENT_NAME] == "support"
+    [asked] = first.requested_tool_calls or []
+    assert run.tool_call is not None
+    assert (asked.id, asked.name, asked.arguments) == (
+        run.tool_call.id,
+        "lookup_order",
+        {"order_id": "A-1"},
+    )
+    assert (run.tool_call.result, second.output) == (
+        "shipped",
+        "Thought: done\nFinal Answer: shipped.",
+    )
+
+
+def test_an_agents_own_kickoffs_fail_stop_and_run_side_by_side(
+    evaluator: OnlineEvaluator,
+) -> None:
+    from agenteval_crewai.testing import native_call
+
+    ran: list[str] = []
+
+    @tool("get_weather")
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        ran.append(city)
+        return f"sunny in {city}"
+
+    def broken(messages: Any) -> str:
+        raise ConnectionError("model endpoint down")
+
+    def forecaster(llm: ScriptedLLM) -> Agent:
+        return Agent(role="forecaster", goal="weather", backstory="b", llm=llm, tools=[get_weather])
+
+    looping = ScriptedLLM(
+        model="gpt-4o",
+        native=True,
+        replies=[
+            *[[native_call(f"call_{i}", "get_weather", city="Paris")] for i in range(4)],
+            "Paris is sunny.",
+        ],
+    )
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    try:
+        forecaster(looping).kickoff("Weather in Paris?")
+        with pytest.raises(ConnectionError):
+            forecaster(ScriptedLLM(model="scripted", reply=broken)).kickoff("Weather in Rome?")
+
+        async def side_by_side() -> None:
+            def kickoff(city: str) -> Any:
+                call = native_call(f"call_{city}", "get_weather", city=city)
+                llm = ScriptedLLM(model="gpt-4o", native=True, replies=[[call], city])
+                return forecaster(llm).kickoff_async(f"Weather in {city}?")
+
+            await asyncio.gather(kickoff("Oslo"), kickoff("Lima"))
+
+        asyncio.run(side_by_side())
+        stopped, failed, *together = captured_by(listener)
+    finally:
+        listener.close()
+    # the guard refused the third and fourth identical requests of the agent's own kickoff
+    assert ran[:2] == ["Paris", "Paris"]
+    assert stopped.input == "Weather in Paris?" and stopped.status is RunStatus.STOPPED
+    assert [
+        (s.tool_call.id, s.tool_call.result, bool(s.attributes.get(GUARD_REFUSED)))
+        for s in stopped.spans
+        if s.tool_call is not None
+    ] == [
+        ("call_0", "sunny in Paris", False),
+        ("call_1", "sunny in Paris", False),
+        ("call_2", None, True),
+        ("call_3", None, True),
+    ]
+    assert (failed.input, failed.status) == ("Weather in Rome?", RunStatus.ERROR)
+    assert failed.error is not None and "model endpoint down" in failed.error
+    # two kickoffs at once, on one event loop: each trace holds its own agent's steps only
+    assert sorted(
+        (t.input, t.output, [(c.id, c.result) for c in t.tool_calls()]) for t in together
+    ) == [
+        ("Weather in Lima?", "Lima", [("call_Lima", "sunny in Lima")]),
+        ("Weather in Oslo?", "Oslo", [("call_Oslo", "sunny in Oslo")]),
     ]

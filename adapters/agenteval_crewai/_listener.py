@@ -101,8 +101,10 @@ class AgentEvalListener(BaseEventListener):
 
     def _before_tool_call(self, context: ToolCallHookContext) -> bool | None:
         try:
-            # the kickoff's start event id: the key of the trace's root span
-            run = getattr(context.crew, "_kickoff_event_id", None)
+            # the kickoff's start event id, the crew's or (Agent.kickoff(), without a crew)
+            # the agent's: the key of the trace's root span
+            kicked_off = context.crew if context.crew is not None else context.agent
+            run = getattr(kicked_off, "_kickoff_event_id", None)
             if run is None:
                 return None
             call = ToolCall(name=context.tool_name, arguments=dict(context.tool_input or {}))

@@ -33,6 +33,7 @@ __all__ = ["EVENT_NAMES", "BusEvent", "Translator"]
 
 STARTS = {
     "CrewKickoffStartedEvent": SpanKind.AGENT,
+    "LiteAgentExecutionStartedEvent": SpanKind.AGENT,
     "TaskStartedEvent": SpanKind.TASK,
     "AgentExecutionStartedEvent": SpanKind.AGENT,
     "LLMCallStartedEvent": SpanKind.LLM,
@@ -40,6 +41,7 @@ STARTS = {
 }
 ENDS = {
     "CrewKickoffCompletedEvent",
+    "LiteAgentExecutionCompletedEvent",
     "TaskCompletedEvent",
     "AgentExecutionCompletedEvent",
     "LLMCallCompletedEvent",
@@ -47,6 +49,7 @@ ENDS = {
 }
 FAILURES = {
     "CrewKickoffFailedEvent",
+    "LiteAgentExecutionErrorEvent",
     "TaskFailedEvent",
     "AgentExecutionErrorEvent",
     "LLMCallFailedEvent",
@@ -239,6 +242,9 @@ class Translator:
         # scope → execution: CrewAI runs an agent's steps in a flow whose events it does not
         # publish here; the LLM and tool events name that flow as their parent
         self._scopes: dict[str, str] = {}
+        # agent id → its own kickoffs (Agent.kickoff(), no crew or task) whose steps have
+        # not been seen yet: the first step's scope is then bound to the oldest
+        self._unbound_kickoffs: dict[str, list[str]] = {}
 
     def refuser(
         self, root: str, task_id: str | None, call: ToolCall
@@ -247,7 +253,8 @@ class Translator:
         (CrewAI opens no tool span for it) under the agent execution of its task."""
 
         def refuse(event: AlertEvent) -> None:
-            execution = self._executions.get(task_id)
+            # an agent's own kickoff has no task: its root span is its execution
+            execution = self._executions.get(task_id) if task_id is not None else root
             if execution is not None and call.id is None:  # the id of the request refused
                 call.id = self._call_id(execution, call.name, call.arguments)
             self.assembler.refuse(execution or root, event.alert, call=call)
@@ -315,6 +322,15 @@ class Translator:
             self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
         elif name.startswith("Task"):
             self._tasks.pop(_task_id(event), None)
+        elif name.startswith("LiteAgent"):
+            execution = event.started_event_id
+            for waiting in self._unbound_kickoffs.values():
+                if execution in waiting:
+                    waiting.remove(execution)
+            self._unbound_kickoffs = {k: v for k, v in self._unbound_kickoffs.items() if v}
+            self._last_llm.pop(execution or "", None)
+            self._last_call.pop(execution or "", None)
+            self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
 
     def _parent(self, event: Any) -> str | None:
         parent = event.parent_event_id
@@ -326,14 +342,35 @@ class Translator:
             self._scopes.setdefault(str(parent), found)
         elif parent is not None:  # no task named (the forced final answer): by its scope
             found = self._scopes.get(str(parent))
+            if found is None:  # the first step of an agent's own kickoff
+                found = self._bind_kickoff(str(parent), getattr(event, "agent_id", None))
         return found
+
+    def _bind_kickoff(self, scope: str, agent_id: Any) -> str | None:
+        """The agent's own kickoff (without a task) that a step of scope ``scope`` belongs
+        to: the oldest of that agent's kickoffs not yet bound to a scope."""
+        waiting = self._unbound_kickoffs.get(str(agent_id)) if agent_id else None
+        if not waiting:
+            return None
+        self._scopes[scope] = found = waiting.pop(0)
+        return found
+
+    def _execution_of(self, event: Any) -> str | None:
+        """The agent execution an LLM or tool event is a step of: its task's, else (the
+        forced final answer; an agent's own kickoff, which has no task) its scope's."""
+        task = _task_id(event)
+        if task is not None:
+            return self._executions.get(task)
+        scope = event.parent_event_id
+        return self._scopes.get(str(scope)) if scope is not None else None
 
     def _start(
         self, name: str, event: Any, at: float, source: Any = None, session: str | None = None
     ) -> None:
         key = event.event_id
         kind = STARTS[name]
-        parent = None if name == "CrewKickoffStartedEvent" else self._parent(event)
+        roots = ("CrewKickoffStartedEvent", "LiteAgentExecutionStartedEvent")
+        parent = None if name in roots else self._parent(event)
         if name == "CrewKickoffStartedEvent":
             # the crew is the event's source (CrewAI leaves event.crew unset)
             inputs = event.inputs if isinstance(event.inputs, dict) else {}
@@ -356,6 +393,25 @@ class Translator:
                 start_time=at,
                 session_id=session,
             )
+        elif name == "LiteAgentExecutionStartedEvent":
+            # Agent.kickoff(): one agent, no crew or task; the agent is the event's source
+            info = event.agent_info if isinstance(event.agent_info, dict) else {}
+            role, agent_id = info.get("role"), info.get("id") or getattr(source, "id", None)
+            self.assembler.start_span(
+                key,
+                None,
+                kind,
+                str(role or "agent"),
+                input=plain(event.messages),
+                start_time=at,
+                session_id=session
+                or self.session_id
+                or (str(agent_id) if agent_id is not None else None),
+                tools=_tool_specs(event.tools),
+                attributes=_agent_of(role),
+            )
+            if agent_id is not None:
+                self._unbound_kickoffs.setdefault(str(agent_id), []).append(key)
         elif name == "TaskStartedEvent":
             task = getattr(event, "task", None)
             description = getattr(task, "description", None) or event.task_name
@@ -410,7 +466,7 @@ class Translator:
                     key, RunStatus.LIMIT, f"{agent} reached max_iter: CrewAI forced a final answer"
                 )
         else:  # ToolUsageStartedEvent
-            execution = self._executions.get(_task_id(event), "")
+            execution = self._execution_of(event) or ""
             arguments = json_arguments(event.tool_args)
             # a ReAct model may call "Delegate work to coworker"; CrewAI runs it as (and the
             # tool list says) delegate_work_to_coworker: one name for one tool
@@ -456,7 +512,7 @@ class Translator:
             attributes: dict[str, Any] = self.assembler.field(
                 "the token usage", lambda: _usage(event), {}
             )
-            execution = self._executions.get(_task_id(event))
+            execution = self._execution_of(event)
             if execution is not None:  # the tool runs that follow take these calls' ids
                 asked = list(requested) if native else event.call_id
                 self._last_llm[execution] = (asked, 0)
