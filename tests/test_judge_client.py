@@ -152,6 +152,39 @@ def test_an_error_in_a_200_body_is_that_error_not_an_unparsable_reply(
     assert j.traffic.stats.failures == {"HTTP 502": 1}
 
 
+def test_a_reply_the_server_refused_as_bad_json_is_read_and_re_asked(
+    judge_server: JudgeServer,
+) -> None:
+    # Groq checks a JSON-mode reply itself and answers HTTP 400 json_validate_failed with
+    # the reply in failed_generation: it was "replaying gives the same: check the judge
+    # options", failing the verdict at once
+    def refused(generated: str) -> Reply:
+        error = {
+            "message": "Failed to generate JSON. Please adjust your prompt. "
+            "See 'failed_generation' for more details.",
+            "type": "invalid_request_error",
+            "code": "json_validate_failed",
+            "failed_generation": generated,
+        }
+        return Reply(status=400, body=json.dumps({"error": error}))
+
+    judge_server.reply(
+        refused('```json\n{"score": 0.7, "reason": "fenced"}\n```'),  # read as it is
+        refused('{"score": 0.4, "reason": "cut sho'),  # cut short: asked again
+        {"score": 0.4, "reason": "whole"},
+    )
+    j = judge(judge_server)
+    assert ask(j).parsed == Verdict(score=0.7, reason="fenced")  # type: ignore[attr-defined]
+    reply = ask(j)
+    assert reply.parsed == Verdict(score=0.4, reason="whole")  # type: ignore[attr-defined]
+    assert (j.stats.reasks, len(judge_server.requests)) == (1, 3)
+    # the re-ask shows the model its refused reply
+    assert judge_server.requests[2]["messages"][-2] == {
+        "role": "assistant",
+        "content": '{"score": 0.4, "reason": "cut sho',
+    }
+
+
 def test_judge_down_raises_unavailable_with_the_cause(judge_server: JudgeServer) -> None:
     for _ in range(4):
         judge_server.reply(Reply(status=503, content="overloaded"))
