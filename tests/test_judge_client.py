@@ -183,6 +183,10 @@ def test_a_reply_the_server_refused_as_bad_json_is_read_and_re_asked(
         "role": "assistant",
         "content": '{"score": 0.4, "reason": "cut sho',
     }
+    # and so through LangChain, whose SDK raises the 400 with the response on the error
+    judge_server.reply(refused('```json\n{"score": 0.2, "reason": "via langchain"}\n```'))
+    reply = ask(_chat_openai(judge_server))
+    assert reply.parsed == Verdict(score=0.2, reason="via langchain")  # type: ignore[attr-defined]
 
 
 def test_judge_down_raises_unavailable_with_the_cause(judge_server: JudgeServer) -> None:

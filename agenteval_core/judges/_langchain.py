@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, SecretStr
 
 from .._errors import (
@@ -18,7 +19,7 @@ from .._errors import (
 from .._fork import renew_after_fork
 from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
-from ._openai import CONTEXT_WORDS, scrub_keys
+from ._openai import CONTEXT_WORDS, refused_generation, scrub_keys
 from ._parse import reply_text
 from ._traffic import RETRY_STATUSES
 
@@ -116,6 +117,12 @@ class LangChainJudge(BaseJudge):
         try:  # cancelled here (a deadline, a closing run), the call is cancelled there
             reply = await asyncio.wrap_future(call)
         except Exception as exc:  # the provider's own errors, by what trying again can do
+            for cause in _chain(exc):  # an SDK's error keeps the HTTP response it was
+                response = getattr(cause, "response", None)
+                if isinstance(response, httpx.Response):
+                    refused = refused_generation(response, messages)
+                    if refused is not None:
+                        return refused
             error = self._judge_error(exc)
             error.usage.calls = 1  # the model's own retries are its own affair
             raise error from exc

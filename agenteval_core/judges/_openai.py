@@ -92,18 +92,28 @@ def _refused_parameter(response: httpx.Response) -> str | None:
     return None
 
 
-def _failed_generation(response: httpx.Response) -> str | None:
+def refused_generation(
+    response: httpx.Response, messages: list[dict[str, str]]
+) -> Completion | None:
     """The reply a server generated and then refused itself for failing its JSON check:
     Groq answers HTTP 400 ``json_validate_failed`` with the reply in ``failed_generation``
     (often valid JSON in a Markdown fence, or cut short). It is the model's answer, read
-    and re-asked as any malformed reply is: nothing about the request was wrong."""
+    and re-asked as any malformed reply is: nothing about the request was wrong. Its usage
+    is estimated (characters / 4): the server reports none."""
     if response.status_code != 400 or b"failed_generation" not in response.content:
         return None
     try:
         failed = response.json()["error"]["failed_generation"]
     except (ValueError, KeyError, TypeError):
         return None
-    return failed if isinstance(failed, str) else None
+    if not isinstance(failed, str):
+        return None
+    return Completion(
+        text=failed,
+        input_tokens=len(json.dumps(messages)) // 4,
+        output_tokens=len(failed) // 4,
+        usage_estimated=True,
+    )
 
 
 def _refuses_format(response: httpx.Response) -> bool:
@@ -470,15 +480,10 @@ class OpenAIJudge(BaseJudge):
                     exc.usage.estimated_input_tokens += len(json.dumps(messages)) // 4
                 raise
             self._timeouts_in_a_row = 0
-            failed = _failed_generation(response)
-            if failed is not None:  # the model's reply, refused by the server's JSON check
-                return Completion(
-                    text=failed,
-                    input_tokens=len(json.dumps(messages)) // 4,
-                    output_tokens=len(failed) // 4,
-                    usage_estimated=True,
-                    calls=calls,
-                )
+            refused = refused_generation(response, messages)
+            if refused is not None:  # the model's reply, refused by the server's JSON check
+                refused.calls = calls
+                return refused
             if self._takes_what_was_refused(response):
                 continue
             if _refuses_format(response) and self.output_mode == "auto" and self.mode != "text":
