@@ -150,6 +150,13 @@ def test_an_error_in_a_200_body_is_that_error_not_an_unparsable_reply(
     j = judge(judge_server)
     assert ask(j).parsed == Verdict(score=1.0, reason="fine")  # type: ignore[attr-defined]
     assert j.traffic.stats.failures == {"HTTP 502": 1}
+    # through LangChain (the model's own retries are its own affair): the error it reports,
+    # by its kind, never a bare "ValueError"
+    judge_server.reply(Reply(body=json.dumps(upstream)), Reply(body=json.dumps(too_long)))
+    with pytest.raises(JudgeUnavailableError, match="Provider returned error"):
+        ask(_chat_openai(judge_server))
+    with pytest.raises(JudgeContextOverflowError, match="maximum context length is 8192"):
+        ask(_chat_openai(judge_server))
 
 
 def test_a_reply_the_server_refused_as_bad_json_is_read_and_re_asked(

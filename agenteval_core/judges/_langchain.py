@@ -21,7 +21,7 @@ from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
 from ._openai import CONTEXT_WORDS, refused_generation, scrub_keys
 from ._parse import reply_text
-from ._traffic import RETRY_STATUSES
+from ._traffic import RETRY_STATUSES, UPSTREAM_FAILED
 
 __all__ = ["LangChainJudge"]
 
@@ -171,13 +171,19 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _status(error: BaseException) -> object:
-    """The HTTP status an SDK's error carries (``status_code``, or its response's)."""
+    """The HTTP status an SDK's error carries (``status_code``, or its response's), or the
+    code of the error a 200 reply's body reported: langchain-openai raises that body's
+    ``error`` object as a ``ValueError`` (OpenRouter's ``{"code": 502, ...}`` when the
+    model fails while answering)."""
     status = getattr(error, "status_code", None)
-    return (
-        status
-        if status is not None
-        else getattr(getattr(error, "response", None), "status_code", None)
-    )
+    if status is None:
+        status = getattr(getattr(error, "response", None), "status_code", None)
+    if status is None and isinstance(error, ValueError) and error.args:
+        reported = error.args[0]
+        status = reported.get("code") if isinstance(reported, dict) else None
+        if type(status) is not int:
+            status = UPSTREAM_FAILED if isinstance(reported, dict) else None
+    return status
 
 
 def _transient(error: BaseException) -> bool:
