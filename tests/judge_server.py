@@ -79,6 +79,9 @@ class JudgeServer:
         self.embedding_request_limit = 0
         """Characters an embeddings request may hold per text and in all (0: no limit),
         refused past them as OpenAI does (8,192 and 300,000 tokens)."""
+        self.embedding_batch_limit = 0
+        """Texts an embeddings request may hold (0: no limit), refused past it as
+        text-embeddings-inference does (HTTP 413; its default is 32)."""
         self.embedding_responder: Callable[[list[str]], Reply] | None = None
         """Given, it answers each embeddings request (its texts) with a raw ``body``, any
         status and headers: servers that follow the API loosely, or break it."""
@@ -195,6 +198,12 @@ class JudgeServer:
                             f"{longest} tokens. Please reduce your prompt."
                         ),
                     )
+                elif server.embedding_batch_limit and len(texts) > server.embedding_batch_limit:
+                    status, message = (
+                        413,
+                        f"batch size {len(texts)} > maximum allowed batch size "
+                        f"{server.embedding_batch_limit}",
+                    )
                 elif server.embedding_request_limit and total > server.embedding_request_limit:
                     status, message = (
                         400,
@@ -208,6 +217,8 @@ class JudgeServer:
                     reply = server.embedding_responder(texts)
                     status, body = reply.status, (reply.body or "").encode()
                     headers |= reply.headers
+                elif status == 413:  # text-embeddings-inference's own error shape
+                    body = json.dumps({"error": message, "error_type": "Validation"}).encode()
                 elif status != 200:
                     body = json.dumps({"error": {"message": message}}).encode()
                 else:

@@ -76,6 +76,47 @@ def test_http_embedder_cuts_long_texts_and_bounds_each_request(judge_server: Jud
     assert results[0].score == pytest.approx(expected, rel=1e-5)
 
 
+def test_http_embedder_sends_no_more_texts_a_request_than_the_server_takes(
+    judge_server: JudgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # text-embeddings-inference takes 32 texts a request by default and refuses more with
+    # HTTP 413: every batch of the default 64 failed, and with it every embedding metric
+    judge_server.embedding_batch_limit = 32
+    embedder = HTTPEmbedder("emb-model", base_url=judge_server.base_url)
+    texts = [f"text {i} " + "a" * i for i in range(100)]
+    with caplog.at_level("INFO", logger="agenteval"):
+        vectors = embedder.embed(texts)
+    # each text's own vector: (length, count of "a", 1), normalised
+    expected = np.array([[len(t), t.count("a"), 1.0] for t in texts])
+    assert np.allclose(vectors, expected / np.linalg.norm(expected, axis=1, keepdims=True))
+    sizes = [len(request["input"]) for request in judge_server.embedding_requests]
+    # 64 and 36 refused, then sent 32 at a time, as the refusal said
+    assert sorted(sizes) == [4, 32, 32, 32, 36, 64]
+    assert embedder.batch_size == 32
+    # said once, by whichever refusal came first (the two batches go at once)
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"agenteval: {judge_server.base_url}/embeddings refused ")
+    assert "(HTTP 413: " in said and said.endswith("sending at most 32 a request from now on")
+    embedder.embed([f"later {i}" for i in range(40)])  # no refusal from now on
+    assert [len(r["input"]) for r in judge_server.embedding_requests[6:]] == [32, 8]
+    # a refusal that names no number: halves until the server takes them
+    judge_server.embedding_requests.clear()
+    judge_server.embedding_batch_limit = 0
+    judge_server.embedding_responder = lambda sent: (
+        Reply(status=413, body="Failed to buffer the request body: length limit exceeded")
+        if len(sent) > 10
+        else Reply(body=json.dumps({"data": [{"embedding": [1.0, 0.0]} for _ in sent]}))
+    )
+    halving = HTTPEmbedder("emb-model", base_url=judge_server.base_url)
+    assert halving.embed([f"t{i}" for i in range(40)]).shape == (40, 2)
+    assert sorted(len(r["input"]) for r in judge_server.embedding_requests) == [10] * 4 + [
+        20,
+        20,
+        40,
+    ]
+    assert halving.batch_size == 10
+
+
 def test_http_embedder_says_when_its_model_takes_less(judge_server: JudgeServer) -> None:
     judge_server.embedding_input_limit = 512
     text = "c" * 1_000

@@ -6,8 +6,10 @@ import asyncio
 import base64
 import binascii
 import functools
+import logging
 import math
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +29,8 @@ from ..judges._openai import CONTEXT_WORDS, api_url, header_keys, scrub_keys
 from ..judges._traffic import Traffic
 
 __all__ = ["HTTPEmbedder"]
+
+logger = logging.getLogger("agenteval")
 
 MAX_CHARS = 8_000
 """Characters of a text that are embedded: OpenAI's embedding models take 8,192 tokens a
@@ -48,6 +52,10 @@ class HTTPEmbedder:
     and a batch holds at most ``max_batch_chars`` characters. A model with a smaller input
     than OpenAI's 8,192 tokens needs a lower ``max_chars``; the error of a text still too
     long says so.
+
+    A server that takes fewer texts a request than ``batch_size`` (text-embeddings-inference
+    takes 32 by default) refuses a batch as too large: its parts are sent instead, as many
+    texts each as the refusal says (else half), and ``batch_size`` is lowered to that.
 
     ``headers`` adds HTTP headers: Azure OpenAI takes its key as ``{"api-key": KEY}``.
     A vector the server gives with NaN or infinite values is returned as it is (the
@@ -145,6 +153,24 @@ class HTTPEmbedder:
         response = await self.traffic.send(
             functools.partial(client.post, url, json={"model": self.model, "input": batch})
         )
+        if len(batch) > 1 and _batch_too_large(response):
+            # the server takes fewer texts a request: as many as it says, else half; the
+            # parts are sent on their own, and later batches are no larger
+            size = _stated_limit(response, len(batch)) or len(batch) // 2
+            if size < self.batch_size:
+                self.batch_size = size
+                logger.info(
+                    "agenteval: %s refused %d texts in one request (HTTP %d: %s); sending "
+                    "at most %d a request from now on",
+                    url,
+                    len(batch),
+                    response.status_code,
+                    self._scrub(response.text[:200]),
+                    size,
+                )
+            parts = [batch[start : start + size] for start in range(0, len(batch), size)]
+            vectors = await asyncio.gather(*(self._batch(client, part) for part in parts))
+            return [vector for part in vectors for vector in part]
         if response.status_code >= 400:
             raise self._refusal(response, url)
         try:
@@ -181,6 +207,41 @@ class HTTPEmbedder:
 
     def _scrub(self, text: str) -> str:
         return scrub_keys(text, header_keys(self.headers))
+
+
+_BATCH_LIMIT_WORDS = re.compile(
+    r"batch[ _]?size|too many (?:inputs|texts|items)|batch .{0,40}(?:larger|exceed|maximum)",
+    re.IGNORECASE,
+)
+"""How a server's refusal says a request held more texts than it takes: text-embeddings-
+inference's "batch size 64 > maximum allowed batch size 32" (HTTP 413 or 422), DashScope's
+"batch size is invalid, it should not be larger than 10" (HTTP 400)."""
+
+
+def _batch_too_large(response: httpx.Response) -> bool:
+    """A refusal of the request's size, which fewer texts a request avoids: HTTP 413 (too
+    many texts, or a body over the server's payload limit), or a 400 or 422 that says the
+    batch is too large."""
+    if response.status_code == 413:
+        return True
+    return response.status_code in (400, 422) and bool(
+        _BATCH_LIMIT_WORDS.search(response.text[:2000])
+    )
+
+
+_STATED_LIMIT = re.compile(
+    r"(?:maximum allowed batch size|larger than|at most|max(?:imum)?[ _]batch[ _]size)"
+    r"\D{0,12}?(\d+)",
+    re.IGNORECASE,
+)
+
+
+def _stated_limit(response: httpx.Response, sent: int) -> int | None:
+    """The number of texts a refusal says a request may hold, when it says one below
+    ``sent`` ("... > maximum allowed batch size 32")."""
+    found = _STATED_LIMIT.search(response.text[:2000])
+    limit = int(found.group(1)) if found else 0
+    return limit if 0 < limit < sent else None
 
 
 class _Malformed(Exception):
