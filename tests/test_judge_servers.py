@@ -46,6 +46,27 @@ def ollama(server: JudgeServer) -> None:
     server.unsupported_formats = {"json_schema"}  # the default refusal: HTTP 400 naming it
 
 
+# what Gemini's OpenAI-compatible endpoint answers to a schema with a key it does not take:
+# a list holding the error, naming Gemini's own field, response_schema
+GEMINI_REFUSAL = json.dumps(
+    [
+        {
+            "error": {
+                "code": 400,
+                "message": 'Invalid JSON payload received. Unknown name "$defs" at '
+                "'generation_config.response_schema': Cannot find field.",
+                "status": "INVALID_ARGUMENT",
+            }
+        }
+    ]
+)
+
+
+def gemini(server: JudgeServer) -> None:
+    server.unsupported_formats = {"json_schema"}
+    server.format_refusal = lambda kind: Reply(status=400, body=GEMINI_REFUSAL)
+
+
 def answer(request: dict[str, Any]) -> Reply:
     return Reply(json.dumps({"score": 0.8, "reason": "fine"}))
 
@@ -75,6 +96,8 @@ def replay_with(server: JudgeServer, capture: Path, *options: str) -> Any:
         (llama_cpp, ["json_schema", "json_object"], "json_object"),
         # Ollama-like: json_schema refused (400), json_object taken
         (ollama, ["json_schema", "json_object"], "json_object"),
+        # Gemini-like: the schema refused (400) by its own field's name, json_object taken
+        (gemini, ["json_schema", "json_object"], "json_object"),
         # vLLM: json_schema taken at once
         (lambda server: None, ["json_schema"], "json_schema"),
     ],

@@ -116,14 +116,20 @@ def refused_generation(
     )
 
 
+_FORMAT_WORDS = ("response_format", "json_schema", "json_object", "response_schema")
+"""Words by which a refusal names the output format: OpenAI's parameter and its types, and
+Gemini's own field for the schema (``generation_config.response_schema``)."""
+
+
 def _refuses_format(response: httpx.Response) -> bool:
     """A refusal of the requested output format rather than an outage: a 4xx or 5xx (429
     aside: that is a rate limit) whose body names it. llama-cpp-python answers 500 with its
-    validation error ("Input should be 'text' or 'json_object'"), others 400 or 422."""
+    validation error ("Input should be 'text' or 'json_object'"), others 400 or 422; Gemini
+    a 400 naming a schema key it does not take "at 'generation_config.response_schema'"."""
     if response.status_code < 400 or response.status_code == 429:
         return False
     body = response.text[:4000].lower()
-    return any(word in body for word in ("response_format", "json_schema", "json_object"))
+    return any(word in body for word in _FORMAT_WORDS)
 
 
 CONTEXT_WORDS = re.compile(
