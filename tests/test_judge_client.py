@@ -396,6 +396,27 @@ def test_a_reply_the_provider_filtered_or_cut_is_not_asked_again(
     with pytest.raises(JudgeParseError, match="raise max_tokens"):
         ask(make())
     assert len(judge_server.requests) == 2
+    # the filter may refuse the prompt instead: Azure's HTTP 400 content_filter. It read as
+    # an unsupported request, and a replay ended saying to change the output mode or model
+    filtered_prompt = {
+        "message": "The response was filtered due to the prompt triggering Azure OpenAI's "
+        "content management policy. Please modify your prompt and retry.",
+        "type": None,
+        "param": "prompt",
+        "code": "content_filter",
+        "status": 400,
+        "innererror": {"code": "ResponsibleAIPolicyViolation"},
+    }
+    judge_server.reply(Reply(status=400, body=json.dumps({"error": filtered_prompt})))
+    with pytest.raises(JudgeParseError) as failure:
+        ask(make())
+    assert str(failure.value) == (
+        "unparsable after 1 replies: the provider's content filter refused the prompt (HTTP "
+        "400 content_filter: The response was filtered due to the prompt triggering Azure "
+        "OpenAI's content management policy); asking again gives the same: judge these traces "
+        "with another model or provider"
+    )
+    assert len(judge_server.requests) == 3
 
 
 def test_a_model_that_declines_to_answer_says_why_without_asking_again(

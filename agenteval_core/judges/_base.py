@@ -65,8 +65,9 @@ class Completion:
     """Why the model declined to answer, when it says so apart from its reply (OpenAI's
     structured outputs give ``message.refusal`` and no content)."""
     filtered: str | None = None
-    """The finish reason of a reply the provider's content filter withheld or cut
-    (``content_filter``: Azure OpenAI; ``SAFETY``: Gemini)."""
+    """What the provider's content filter did, when it stopped the call: "withheld the
+    reply (finish reason content_filter)" (Azure OpenAI; ``SAFETY``: Gemini), or "refused
+    the prompt (...)" (Azure OpenAI's HTTP 400)."""
 
 
 @dataclass
@@ -298,9 +299,8 @@ class BaseJudge(ABC):
                     break
                 if completion.filtered:  # the same prompt is filtered again
                     problem = ReplyError(
-                        "the provider's content filter withheld the reply (finish reason "
-                        f"{completion.filtered}); asking again gives the same: judge these "
-                        "traces with another model or provider"
+                        f"the provider's content filter {completion.filtered}; asking again "
+                        "gives the same: judge these traces with another model or provider"
                     )
                     break
                 if completion.cut_at_limit:  # asked again, it would stop at the same limit

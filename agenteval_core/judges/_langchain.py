@@ -19,7 +19,7 @@ from .._errors import (
 from .._fork import renew_after_fork
 from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
-from ._openai import CONTEXT_WORDS, refused_generation, scrub_keys
+from ._openai import CONTEXT_WORDS, refusal_completion, scrub_keys
 from ._parse import reply_text
 from ._traffic import RETRY_STATUSES, UPSTREAM_FAILED
 
@@ -120,7 +120,7 @@ class LangChainJudge(BaseJudge):
             for cause in _chain(exc):  # an SDK's error keeps the HTTP response it was
                 response = getattr(cause, "response", None)
                 if isinstance(response, httpx.Response):
-                    refused = refused_generation(response, messages)
+                    refused = refusal_completion(response, messages)
                     if refused is not None:
                         return refused
             error = self._judge_error(exc)
@@ -134,7 +134,9 @@ class LangChainJudge(BaseJudge):
             input_tokens=int(usage.get("input_tokens", 0)),
             output_tokens=int(usage.get("output_tokens", 0)),
             cut_at_limit=finish in _CUT_AT_LIMIT,
-            filtered=finish if finish in _FILTERED else None,
+            filtered=f"withheld the reply (finish reason {finish})"
+            if finish in _FILTERED
+            else None,
             refusal="the model stopped with stop reason 'refusal'" if finish == "refusal" else None,
         )
 

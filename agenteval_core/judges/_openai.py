@@ -92,28 +92,39 @@ def _refused_parameter(response: httpx.Response) -> str | None:
     return None
 
 
-def refused_generation(
+def refusal_completion(
     response: httpx.Response, messages: list[dict[str, str]]
 ) -> Completion | None:
-    """The reply a server generated and then refused itself for failing its JSON check:
-    Groq answers HTTP 400 ``json_validate_failed`` with the reply in ``failed_generation``
-    (often valid JSON in a Markdown fence, or cut short). It is the model's answer, read
-    and re-asked as any malformed reply is: nothing about the request was wrong. Its usage
-    is estimated (characters / 4): the server reports none."""
-    if response.status_code != 400 or b"failed_generation" not in response.content:
+    """The completion an HTTP 400 stands for when nothing about the request was wrong:
+
+    - a reply the server generated and then refused for failing its JSON check (Groq's
+      ``json_validate_failed``, the reply in ``failed_generation``, often valid JSON in a
+      Markdown fence, or cut short): it is the model's answer, read and re-asked as any
+      malformed reply is, its usage estimated (characters / 4: the server reports none);
+    - a prompt the provider's content filter refused (Azure OpenAI's ``content_filter``,
+      a trace about harmful content): no reply, and asking again gives the same, as for a
+      reply the filter withheld.
+    """
+    if response.status_code != 400 or (
+        b"failed_generation" not in response.content and b"content_filter" not in response.content
+    ):
         return None
     try:
-        failed = response.json()["error"]["failed_generation"]
-    except (ValueError, KeyError, TypeError):
+        error = response.json()["error"]
+        failed, code = error.get("failed_generation"), error.get("code")
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not isinstance(failed, str):
-        return None
-    return Completion(
-        text=failed,
-        input_tokens=len(json.dumps(messages)) // 4,
-        output_tokens=len(failed) // 4,
-        usage_estimated=True,
-    )
+    if isinstance(failed, str):
+        return Completion(
+            text=failed,
+            input_tokens=len(json.dumps(messages)) // 4,
+            output_tokens=len(failed) // 4,
+            usage_estimated=True,
+        )
+    if code == "content_filter":
+        said = str(error.get("message") or "").split(". ")[0]
+        return Completion(text="", filtered=f"refused the prompt (HTTP 400 content_filter: {said})")
+    return None
 
 
 _FORMAT_WORDS = ("response_format", "json_schema", "json_object", "response_schema")
@@ -486,8 +497,8 @@ class OpenAIJudge(BaseJudge):
                     exc.usage.estimated_input_tokens += len(json.dumps(messages)) // 4
                 raise
             self._timeouts_in_a_row = 0
-            refused = refused_generation(response, messages)
-            if refused is not None:  # the model's reply, refused by the server's JSON check
+            refused = refusal_completion(response, messages)
+            if refused is not None:  # a refused reply or prompt, not a bad request
                 refused.calls = calls
                 return refused
             if self._takes_what_was_refused(response):
@@ -660,7 +671,9 @@ def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Com
         return Completion(text=response.text[:2000])
     ending: dict[str, Any] = {
         "cut_at_limit": finish == "length",
-        "filtered": finish if finish == "content_filter" else None,
+        "filtered": f"withheld the reply (finish reason {finish})"
+        if finish == "content_filter"
+        else None,
         "refusal": refusal if isinstance(refusal, str) and refusal.strip() else None,
     }
     usage = body.get("usage")
