@@ -346,6 +346,33 @@ def test_a_reasoning_model_is_asked_with_the_parameters_it_takes(
     assert len(judge_server.requests) == 2
 
 
+def test_a_reasoning_model_is_given_the_time_it_reasons_in(
+    judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 20 s a call suits a verdict; a reasoning model thinks for thousands of tokens first,
+    # and three timeouts in a row stop a judge. Here 0.5 s and 3 s stand for 20 and 180 s
+    from agenteval_core.judges import _openai
+
+    monkeypatch.setattr(_openai, "DEFAULT_TIMEOUT", 0.5)
+    monkeypatch.setattr(_openai, "REASONING_TIMEOUT", 3.0)
+    answer = json.dumps({"score": 0.6, "reason": "thought it over"})
+    judge_server.reply(Reply(answer, delay=1.0))  # answers in a second
+    plain = OpenAIJudge("judge-model", base_url=judge_server.base_url, cache=None)
+    assert plain.timeout == 0.5
+    with pytest.raises(JudgeUnavailableError, match="timed out"):
+        ask(plain)
+    judge_server.reasoning_model = True  # refuses max_tokens: found to be a reasoning model
+    judge_server.reply(Reply(answer, delay=1.0))
+    thinking = OpenAIJudge("reasoner", base_url=judge_server.base_url, cache=None)
+    assert thinking.timeout == 0.5  # not known yet
+    reply = ask(thinking)
+    assert reply.parsed == Verdict(score=0.6, reason="thought it over")  # type: ignore[attr-defined]
+    assert thinking.timeout == 3.0
+    # a timeout given is kept, reasoning model or not
+    given = OpenAIJudge("reasoner", base_url=judge_server.base_url, cache=None, timeout=0.5)
+    assert given.timeout == 0.5
+
+
 def test_gpt_5_mini_is_priced_with_its_reasoning_tokens_as_output(
     judge_server: JudgeServer,
 ) -> None:

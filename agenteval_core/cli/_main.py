@@ -364,11 +364,12 @@ def _judge_options(model_help: str) -> Callable[[Callable[..., Any]], Callable[.
         click.option(
             "--judge-timeout",
             type=click.FloatRange(min=0, min_open=True),
-            default=20.0,
-            show_default=True,
+            default=None,
             envvar="AGENTEVAL_JUDGE_TIMEOUT",
             help="Seconds one judge call may take in all, to the last byte of its answer "
-            "(also $AGENTEVAL_JUDGE_TIMEOUT); a local model on a CPU may need more.",
+            "(also $AGENTEVAL_JUDGE_TIMEOUT). Default 20, or 180 for a reasoning model "
+            "(o-series, gpt-5), which reasons before it answers; a local model on a CPU "
+            "may need more.",
         ),
         click.option(
             "--judge-max-tokens",

@@ -66,7 +66,7 @@ def judge_from_options(
     requests_per_second: float = 10.0,
     budget_usd: float | None = None,
     output_mode: OutputMode | None = None,
-    timeout: float = 20.0,
+    timeout: float | None = None,
     max_tokens: int | None = None,
     max_input_tokens: int | None = None,
     result_deadline: float | None = None,

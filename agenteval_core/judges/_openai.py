@@ -61,6 +61,15 @@ class _RequestShape:
 _SHAPES: dict[tuple[str, str], _RequestShape] = {}
 """The request shape each endpoint and model was found to take, once per process."""
 
+DEFAULT_TIMEOUT = 20.0
+"""Seconds one judge call may take by default: a verdict of a few hundred tokens."""
+
+REASONING_TIMEOUT = 180.0
+"""Seconds one call to a reasoning model may take by default: it reasons for up to
+:data:`REASONING_ALLOWANCE` tokens before it answers, and a judge prompt about a long run
+often takes it longer than :data:`DEFAULT_TIMEOUT` (timed out three times in a row, a judge
+stops calling)."""
+
 REASONING_ALLOWANCE = 8192
 """Tokens added to the default reply limit for a model that takes ``max_completion_tokens``:
 its limit counts the tokens it reasons with before it answers (often a thousand or more
@@ -216,8 +225,10 @@ class OpenAIJudge(BaseJudge):
         max_retries: retries on 429, 5xx, timeouts and connection errors (honouring Retry-After).
         backoff_base: first backoff in seconds (doubles per retry, full jitter, capped at 20 s).
         timeout: seconds one HTTP call may take in all, from connecting to the last byte of
-            the response (default 20), so a server that trickles its answer cannot hold a
-            call open; each retry is logged at INFO.
+            the response, so a server that trickles its answer cannot hold a call open; each
+            retry is logged at INFO. Default 20, or 180 once the model is found to be a
+            reasoning model (it takes ``max_completion_tokens``: o-series, gpt-5), which
+            reasons for thousands of tokens before it answers.
         max_response_bytes: the largest response body read (default 4 MiB, counted after
             decompression while it is read): a larger one is refused as an invalid answer
             before it can take the process's memory (the result says "judge unavailable").
@@ -256,7 +267,7 @@ class OpenAIJudge(BaseJudge):
         max_concurrency: int = 8,
         max_retries: int = 4,
         backoff_base: float = 0.5,
-        timeout: float = 20.0,
+        timeout: float | None = None,
         max_parse_retries: int = 2,
         temperature: float = 0.0,
         cache: JudgeCache | None = DEFAULT_CACHE,
@@ -298,7 +309,7 @@ class OpenAIJudge(BaseJudge):
             self.headers["Authorization"] = f"Bearer {key}"
         # the encodings whose inflation _read_bounded bounds
         self.headers.setdefault("Accept-Encoding", "gzip, deflate")
-        self.timeout = timeout
+        self._timeout = timeout
         self.max_response_bytes = max_response_bytes
         self.temperature = temperature
         self.traffic = Traffic(
@@ -336,6 +347,15 @@ class OpenAIJudge(BaseJudge):
     @property
     def model(self) -> str:
         return self._model
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one call may take in all: the one given, else :data:`DEFAULT_TIMEOUT`,
+        or :data:`REASONING_TIMEOUT` for a model found to be a reasoning model."""
+        if self._timeout is not None:
+            return self._timeout
+        reasoning = self._shape.token_field == "max_completion_tokens"
+        return REASONING_TIMEOUT if reasoning else DEFAULT_TIMEOUT
 
     def _client(self) -> httpx.AsyncClient:
         # an httpx client belongs to the event loop it was made on
@@ -531,16 +551,16 @@ class OpenAIJudge(BaseJudge):
             shape = replace(shape, temperature=False)
         else:
             return False
+        self._shape = _SHAPES[(self.base_url, self._model)] = shape
         logger.info(
             "agenteval: %s at %s does not take %s (HTTP 400); asking %s",
             self._model,
             self.base_url,
             refused,
-            "with max_completion_tokens"
+            f"with max_completion_tokens, a reasoning model's limit, and {self.timeout:g} s a call"
             if refused == "max_tokens"
             else "at its default temperature",
         )
-        self._shape = _SHAPES[(self.base_url, self._model)] = shape
         return True
 
     def _refusal(self, response: httpx.Response, url: str, calls: int) -> JudgeError:
@@ -600,7 +620,10 @@ async def _bounded_post(
     ``max_bytes`` of body, counted as it is decompressed (a small gzip body can inflate to
     gigabytes)."""
     try:
-        async with asyncio.timeout(timeout), client.stream("POST", url, json=payload) as response:
+        async with (
+            asyncio.timeout(timeout),
+            client.stream("POST", url, json=payload, timeout=timeout) as response,
+        ):
             body = await _read_bounded(response, max_bytes)
     except TimeoutError:
         raise httpx.ReadTimeout(f"no whole response within {timeout:g} s") from None
