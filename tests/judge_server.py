@@ -73,6 +73,8 @@ class JudgeServer:
         """The judges' preflight requests for an output mode (answered, not scripted)."""
         self.latency = 0.0
         self.models_status = 200
+        self.models_body: str | None = None
+        """Given, the body of the answer to ``GET /v1/models`` (else the one model's list)."""
         self.paths: list[str] = []
         """The path and query of every request, in arrival order."""
         self.embedding_input_limit = 0
@@ -117,7 +119,9 @@ class JudgeServer:
                 super().finish()
 
             def do_GET(self) -> None:  # GET /v1/models: the judges' preflight check
-                body = json.dumps({"data": [{"id": "judge-model"}]}).encode()
+                body = (
+                    server.models_body or json.dumps({"data": [{"id": "judge-model"}]})
+                ).encode()
                 server.paths.append(self.path)
                 found = urlsplit(self.path).path.rstrip("/").endswith("/v1/models")
                 self.send_response(server.models_status if found else 404)

@@ -722,6 +722,26 @@ def test_retry_after_ms_is_read_before_the_rounded_retry_after(judge_server: Jud
     assert waits == [0.25, 1.5, 2.0]
 
 
+GEMINI_BAD_KEY = json.dumps(
+    [
+        {
+            "error": {
+                "code": 400,
+                "message": "API key not valid. Please pass a valid API key.",
+                "status": "INVALID_ARGUMENT",
+                "details": [
+                    {
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "API_KEY_INVALID",
+                        "domain": "googleapis.com",
+                    }
+                ],
+            }
+        }
+    ]
+)
+
+
 def _closed_port() -> int:
     import socket
 
@@ -764,13 +784,21 @@ def _closed_port() -> int:
             "set OPENAI_API_KEY or pass --judge-api-key",
         ),
         (
+            # Gemini's OpenAI-compatible API refuses a bad key with a 400, a list body
+            ["--judge-base-url", "{server}"],
+            {"status": "400", "body": GEMINI_BAD_KEY},
+            "agenteval: error: the judge at {server} rejected the API key (HTTP 400: API key "
+            "not valid. Please pass a valid API key.); set OPENAI_API_KEY or pass "
+            "--judge-api-key",
+        ),
+        (
             ["--judge-base-url", "{root}"],
             {},
             "agenteval: error: the judge at {root} has no API there (HTTP 404), but "
             "{server} answers; set --judge-base-url to {server}",
         ),
     ],
-    ids=["no-key", "bad-url", "refused", "401", "403", "404-missing-v1"],
+    ids=["no-key", "bad-url", "refused", "401", "403", "400-bad-key", "404-missing-v1"],
 )
 def test_a_misconfigured_judge_stops_replay_before_scoring(
     judge_server: JudgeServer,
@@ -789,6 +817,7 @@ def test_a_misconfigured_judge_stops_replay_before_scoring(
     with CaptureWriter(capture) as writer:
         writer.write(Trace(input="q", output="a"))
     judge_server.models_status = int(env.get("status", 200))
+    judge_server.models_body = env.get("body")
     port = _closed_port()
 
     def fill(text: str) -> str:

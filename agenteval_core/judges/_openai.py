@@ -410,6 +410,16 @@ class OpenAIJudge(BaseJudge):
                 f"the judge at {self.base_url} rejected the API key (HTTP "
                 f"{response.status_code}); set OPENAI_API_KEY or pass --judge-api-key"
             )
+        if response.status_code == 400 and b"API_KEY_INVALID" in response.content:
+            # Google's APIs (Gemini's OpenAI-compatible one) refuse a bad key with a 400
+            said = re.search(r'"message":\s*"([^"]{1,200})"', response.text)
+            raise JudgeConfigError(
+                self._scrub(
+                    f"the judge at {self.base_url} rejected the API key (HTTP 400: "
+                    f"{said.group(1) if said else 'API_KEY_INVALID'}); set OPENAI_API_KEY or "
+                    "pass --judge-api-key"
+                )
+            )
         await self._find_output_mode()
 
     async def _find_output_mode(self) -> None:
