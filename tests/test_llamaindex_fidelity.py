@@ -16,7 +16,16 @@ from llama_index.core.instrumentation.dispatcher import instrument_tags
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
-from llama_index.core.workflow import StartEvent, StopEvent, Workflow, step
+from llama_index.core.workflow import (
+    Context,
+    HumanResponseEvent,
+    InputRequiredEvent,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    step,
+)
+from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
 
@@ -24,6 +33,21 @@ from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
 def lookup_order(order_id: str) -> str:
     """Status of an order."""
     return "shipped"
+
+
+async def refund_once_approved(ctx: Context, order_id: str) -> str:
+    """Refund an order once a human approves."""
+    approval = await ctx.wait_for_event(
+        HumanResponseEvent,
+        waiter_id=f"approve-{order_id}",
+        waiter_event=InputRequiredEvent(prefix=f"Refund {order_id}?"),
+    )
+    return "refunded" if approval.response == "yes" else "not approved"
+
+
+# LlamaIndex passes ``ctx`` to a tool whose annotation is the Context class itself; this
+# module's annotations are strings (``from __future__ import annotations``)
+refund_once_approved.__annotations__["ctx"] = Context
 
 
 def answer(text: str) -> ChatMessage:
@@ -476,3 +500,68 @@ def test_a_loop_of_a_steps_own_calls_is_an_alert(
         False,
         trace.id,
     )
+
+
+def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_paused(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # LlamaIndex's human-in-the-loop: ctx.wait_for_event suspends the tool's step by
+    # raising WaitingForEvent, and runs the step again once the event comes. The suspension
+    # was recorded as a failed call (then the call again): tool_failures saw a failure that
+    # never happened. A run stopped while it waits (its context saved for later) was
+    # "cancelled"; it is paused for a human, as a LangGraph interrupt is
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        order = "A-2" if "A-2" in str(messages[-1].content or "") else "A-1"
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("Refunded.")
+        block = ToolCallBlock(
+            tool_call_id="c1", tool_name="refund_once_approved", tool_kwargs={"order_id": order}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    def refund_agent() -> FunctionAgent:
+        return FunctionAgent(
+            tools=[FunctionTool.from_defaults(async_fn=refund_once_approved)],
+            llm=MockFunctionCallingLLM(response_generator=reply),
+        )
+
+    async def approved_at_once() -> str:
+        handler = refund_agent().run("Refund A-1")
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                handler.ctx.send_event(HumanResponseEvent(response="yes"))
+        return str(await handler)
+
+    async def paused_then_resumed() -> str:
+        agent = refund_agent()
+        handler = agent.run("Refund A-2")
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                saved = handler.ctx.to_dict()  # the app keeps the run for later
+                await handler.cancel_run()
+                break
+        with pytest.raises(WorkflowCancelledByUser):
+            await handler
+        resumed = agent.run(ctx=Context.from_dict(agent, saved))
+        resumed.ctx.send_event(HumanResponseEvent(response="yes"))
+        return str(await resumed)
+
+    instrumentation = instrument(evaluator, session_id="u1")
+    try:
+        assert asyncio.run(approved_at_once()) == "Refunded."
+        assert asyncio.run(paused_then_resumed()) == "Refunded."
+        at_once, paused, resumed = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    calls = [(c.id, c.name, c.arguments, c.result, c.error) for c in at_once.tool_calls()]
+    assert calls == [("c1", "refund_once_approved", {"order_id": "A-1"}, "refunded", None)]
+    assert (at_once.status, at_once.output) == (RunStatus.OK, "Refunded.")
+    assert (paused.input, paused.status, paused.status_reason, paused.output) == (
+        "Refund A-2",
+        RunStatus.INTERRUPTED,
+        "waiting for HumanResponseEvent: Refund A-2?",
+        None,
+    )
+    assert paused.tool_calls() == []  # the call waits: it runs in the resumed run
+    assert [(c.id, c.result, c.error) for c in resumed.tool_calls()] == [("c1", "refunded", None)]
+    assert resumed.status is RunStatus.OK

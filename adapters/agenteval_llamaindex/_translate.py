@@ -164,6 +164,18 @@ def _limit_or_timeout(error: BaseException | None) -> RunStatus | None:
     return None
 
 
+def _waiting_reason(error: BaseException | None) -> str | None:
+    """Why a step waits, when ``error`` is how LlamaIndex workflows suspend it
+    (``WaitingForEvent``, raised by ``ctx.wait_for_event`` until the event comes: the step
+    then runs again), else None: "waiting for HumanResponseEvent: Refund A-1?"."""
+    if error is None or "WaitingForEvent" not in {c.__name__ for c in type(error).__mro__}:
+        return None
+    added = getattr(error, "add", None)
+    awaited = getattr(getattr(added, "event_type", None), "__name__", "an event")
+    asked = getattr(getattr(added, "waiter_event", None), "prefix", None)
+    return f"waiting for {awaited}" + (f": {asked}" if asked else "")
+
+
 class SpanStarted(NamedTuple):
     """LlamaIndex opened a span (the handler's ``new_span``)."""
 
@@ -221,6 +233,10 @@ class Translator:
         self._llm_methods: set[str] = set()
         self._nested_llm: set[str] = set()
         self._tool_errors: dict[str, str] = {}
+        # call_tool span → why its step was suspended; run's root → why it waits, until a
+        # step of it ends again (the suspended step runs again once its event comes)
+        self._suspended: dict[str, str] = {}
+        self._waiting: dict[Any, str] = {}
         # tools a workflow step called itself (tool.acall(...)), not through an agent's call_tool
         self._direct_tools: set[str] = set()
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
@@ -397,7 +413,17 @@ class Translator:
             error = getattr(result, "content", None) if getattr(result, "is_error", False) else None
             content = getattr(result, "content", result)
             self.assembler.end_span(span_id, output=plain(content), error=error, end_time=at)
+        elif name.endswith("call_tool") and span_id in self._suspended:
+            # a step waiting for an event: not a call yet (it runs again when the event
+            # comes), and a run that stops here was paused, not failed
+            root = self.assembler.root_key(span_id)
+            if root is not None:
+                self._waiting[root] = self._suspended[span_id]
+            del self._suspended[span_id]
+            self.assembler.discard_span(span_id)
         elif name.endswith("call_tool"):
+            root = self.assembler.root_key(span_id)
+            self._waiting.pop(root, None)
             output = getattr(result, "tool_output", None)
             content = getattr(output, "content", None) if output is not None else None
             error = self._tool_errors.pop(span_id, None)
@@ -406,6 +432,7 @@ class Translator:
             self.assembler.end_span(span_id, output=plain(content), error=error, end_time=at)
         elif self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
+            self._waiting.pop(span_id, None)
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
         else:
             self.assembler.end_span(span_id, end_time=at)
@@ -420,9 +447,14 @@ class Translator:
             return
         parent = self._folded.pop(span_id, "unset")
         if parent != "unset":
-            # a tool's own span dropped: the error belongs to its call_tool span
+            # a tool's own span dropped: the error belongs to its call_tool span, unless
+            # the tool only waits for an event
             if parent is not None and _name(parent).endswith("call_tool"):
-                self._tool_errors[parent] = message
+                waiting = _waiting_reason(error)
+                if waiting is not None:
+                    self._suspended[parent] = waiting
+                else:
+                    self._tool_errors[parent] = message
             # an LLM call that failed: its span (opened by LLMChatStartEvent) gets the
             # provider's error, since no LLMChatEndEvent will come
             self.assembler.end_span(("llm", span_id), error=message, end_time=at)
@@ -432,6 +464,9 @@ class Translator:
             ended = _limit_or_timeout(error)
             if ended is not None:
                 self.assembler.mark(span_id, ended, message)
+            waiting = self._waiting.pop(span_id, None)
+            if waiting is not None:  # stopped while it waited for an event: paused
+                self.assembler.mark(span_id, RunStatus.INTERRUPTED, waiting)
         if error is None:
             self.assembler.end_span(span_id, error=message, end_time=at)
         else:  # a run whose task its caller cancelled is cancelled, event or no event
@@ -440,7 +475,11 @@ class Translator:
     def _event(self, event: Any, at: float) -> None:
         if type(event).__name__ == "SpanCancelledEvent":  # the run's caller cancelled it
             key = self._parent(event.span_id)
-            if key is not None:
+            root = self.assembler.root_key(key) if key is not None else None
+            waiting = self._waiting.pop(root, None) if root is not None else None
+            if waiting is not None:  # stopped while it waited for an event (a human): paused
+                self.assembler.mark(root, RunStatus.INTERRUPTED, waiting)
+            elif key is not None:
                 self.assembler.mark(key, RunStatus.CANCELLED, CANCELLED_BY_CALLER)
         elif (
             isinstance(event, LLMChatStartEvent | LLMChatEndEvent)

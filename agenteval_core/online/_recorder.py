@@ -645,10 +645,19 @@ class TraceAssembler:
             return False
         owner.stood_in.add(refused.id)
         refused.tool_call.id = refused.tool_call.id or stand_in.id
-        owner.trace.spans.remove(open_span.span)
-        del self._spans[key]
-        owner.open_keys.discard(key)
+        self.discard_span(key)
         return True
+
+    def discard_span(self, key: Hashable) -> None:
+        """Drop an open span from its trace, as if it never started: a step its framework
+        suspended to run again later (LlamaIndex suspends a step that waits for an event by
+        raising in it), or a stand-in for a call recorded elsewhere. Not a run's root."""
+        open_span = self._spans.get(key)
+        if open_span is None or open_span.owner.key == key:
+            return
+        open_span.owner.trace.spans.remove(open_span.span)
+        del self._spans[key]
+        open_span.owner.open_keys.discard(key)
 
     def shown_to_model(self, key: Hashable, call_id: str, result: Any) -> None:
         """A tool call of the trace ``key`` belongs to raised, its framework handled the
