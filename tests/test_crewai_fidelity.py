@@ -388,12 +388,8 @@ def test_a_second_listener_on_one_evaluator_replaces_the_first(
     assert [r.getMessage() for r in caplog.records if "second AgentEvalListener" in r.getMessage()]
 
 
-def test_a_refused_call_is_recorded_once_with_its_provider_id(
-    evaluator: OnlineEvaluator,
-) -> None:
-    from agenteval_crewai.testing import native_call
-
-    ran: list[str] = []
+def weather_tool(ran: list[str]) -> Any:
+    """A weather tool that notes each city it ran for in ``ran``."""
 
     @tool("get_weather")
     def get_weather(city: str) -> str:
@@ -401,15 +397,46 @@ def test_a_refused_call_is_recorded_once_with_its_provider_id(
         ran.append(city)
         return f"sunny in {city}"
 
-    llm = ScriptedLLM(
-        model="gpt-4o",
-        native=True,
-        replies=[
-            *[[native_call(f"call_{i}", "get_weather", city="Paris")] for i in range(4)],
-            "Paris is sunny.",
-        ],
+    return get_weather
+
+
+def asks_paris_four_times() -> ScriptedLLM:
+    """A function-calling model that asks for Paris's weather four times (ids call_0 to
+    call_3), then answers: the guard refuses the third and fourth requests."""
+    from agenteval_crewai.testing import native_call
+
+    calls = [[native_call(f"call_{i}", "get_weather", city="Paris")] for i in range(4)]
+    return ScriptedLLM(model="gpt-4o", native=True, replies=[*calls, "Paris is sunny."])
+
+
+def refused_after_two(trace: Trace) -> list[tuple[str | None, Any, bool]]:
+    """Each tool span's request id, result and whether the guard refused it."""
+    return [
+        (s.tool_call.id, s.tool_call.result, bool(s.attributes.get(GUARD_REFUSED)))
+        for s in trace.spans
+        if s.tool_call is not None
+    ]
+
+
+PARIS_REFUSED_AFTER_TWO = [
+    ("call_0", "sunny in Paris", False),
+    ("call_1", "sunny in Paris", False),
+    ("call_2", None, True),
+    ("call_3", None, True),
+]
+
+
+def test_a_refused_call_is_recorded_once_with_its_provider_id(
+    evaluator: OnlineEvaluator,
+) -> None:
+    ran: list[str] = []
+    agent = Agent(
+        role="forecaster",
+        goal="weather",
+        backstory="b",
+        llm=asks_paris_four_times(),
+        tools=[weather_tool(ran)],
     )
-    agent = Agent(role="forecaster", goal="weather", backstory="b", llm=llm, tools=[get_weather])
     task = Task(description="Weather in Paris?", expected_output="short", agent=agent)
     listener = AgentEvalListener(evaluator, stop_on_loop=True)
     try:
@@ -420,17 +447,7 @@ def test_a_refused_call_is_recorded_once_with_its_provider_id(
     assert ran == ["Paris", "Paris"]  # the third identical request closed the loop
     # one tool span per request, each with the provider's id; the refused ones once (it
     # was: a "blocked by hook" run with the id, and again as a refused span without one)
-    calls = [
-        (s.tool_call.id, s.tool_call.result, bool(s.attributes.get(GUARD_REFUSED)))
-        for s in trace.spans
-        if s.tool_call is not None
-    ]
-    assert calls == [
-        ("call_0", "sunny in Paris", False),
-        ("call_1", "sunny in Paris", False),
-        ("call_2", None, True),
-        ("call_3", None, True),
-    ]
+    assert refused_after_two(trace) == PARIS_REFUSED_AFTER_TWO
     assert trace.status is RunStatus.STOPPED
 
 
@@ -616,12 +633,7 @@ def test_an_agents_own_kickoffs_fail_stop_and_run_side_by_side(
     from agenteval_crewai.testing import native_call
 
     ran: list[str] = []
-
-    @tool("get_weather")
-    def get_weather(city: str) -> str:
-        """Current weather for a city."""
-        ran.append(city)
-        return f"sunny in {city}"
+    get_weather = weather_tool(ran)
 
     def broken(messages: Any) -> str:
         raise ConnectionError("model endpoint down")
@@ -629,17 +641,9 @@ def test_an_agents_own_kickoffs_fail_stop_and_run_side_by_side(
     def forecaster(llm: ScriptedLLM) -> Agent:
         return Agent(role="forecaster", goal="weather", backstory="b", llm=llm, tools=[get_weather])
 
-    looping = ScriptedLLM(
-        model="gpt-4o",
-        native=True,
-        replies=[
-            *[[native_call(f"call_{i}", "get_weather", city="Paris")] for i in range(4)],
-            "Paris is sunny.",
-        ],
-    )
     listener = AgentEvalListener(evaluator, stop_on_loop=True)
     try:
-        forecaster(looping).kickoff("Weather in Paris?")
+        forecaster(asks_paris_four_times()).kickoff("Weather in Paris?")
         with pytest.raises(ConnectionError):
             forecaster(ScriptedLLM(model="scripted", reply=broken)).kickoff("Weather in Rome?")
 
@@ -658,16 +662,7 @@ def test_an_agents_own_kickoffs_fail_stop_and_run_side_by_side(
     # the guard refused the third and fourth identical requests of the agent's own kickoff
     assert ran[:2] == ["Paris", "Paris"]
     assert stopped.input == "Weather in Paris?" and stopped.status is RunStatus.STOPPED
-    assert [
-        (s.tool_call.id, s.tool_call.result, bool(s.attributes.get(GUARD_REFUSED)))
-        for s in stopped.spans
-        if s.tool_call is not None
-    ] == [
-        ("call_0", "sunny in Paris", False),
-        ("call_1", "sunny in Paris", False),
-        ("call_2", None, True),
-        ("call_3", None, True),
-    ]
+    assert refused_after_two(stopped) == PARIS_REFUSED_AFTER_TWO
     assert (failed.input, failed.status) == ("Weather in Rome?", RunStatus.ERROR)
     assert failed.error is not None and "model endpoint down" in failed.error
     # two kickoffs at once, on one event loop: each trace holds its own agent's steps only
