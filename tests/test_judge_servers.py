@@ -269,7 +269,8 @@ def test_a_context_overflow_says_replaying_will_not_help(
     assert done.output.strip().splitlines()[-1] == (
         f"agenteval: error: context overflow: 2 result(s) not scored (see the table); the rest "
         f"is in {results}; the prompts were longer than the judge model's context; replaying "
-        "gives the same: judge with a longer-context model"
+        "gives the same: judge with a longer-context model, or cut what is sent with "
+        "--judge-max-input-tokens N"
     )
     assert len(judge_server.requests) == 2  # a 400 is not retried
     result = json.loads(results.read_text().splitlines()[0])["results"][0]

@@ -691,7 +691,8 @@ def _conclude_replay(
          "requests themselves; replaying gives the same: change --judge-output-mode or "
          "--judge-model"),
         (ErrorKind.CONTEXT_OVERFLOW, "context overflow", "the prompts were longer than the "
-         "judge model's context; replaying gives the same: judge with a longer-context model"),
+         "judge model's context; replaying gives the same: judge with a longer-context model, "
+         "or cut what is sent with --judge-max-input-tokens N"),
         (ErrorKind.UNAVAILABLE, "judge unavailable", "replay again to score them (raise "
          "--judge-timeout for a slow server)"),
     ):  # fmt: skip
