@@ -5,6 +5,7 @@ handoffs, each compared field by field with what the run did."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Annotated, Any, TypedDict
 
@@ -12,6 +13,9 @@ import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
+from langchain.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
+from langchain.agents.middleware.model_call_limit import ModelCallLimitExceededError
+from langchain.agents.middleware.tool_call_limit import ToolCallLimitExceededError
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -583,3 +587,52 @@ def test_langgraphs_timeouts_end_a_run_as_timeout(evaluator: OnlineEvaluator) ->
     assert node.status is RunStatus.TIMEOUT and node.status_reason == node.error
     assert (node.error or "").startswith("NodeTimeoutError: ")
     assert (socket.status, socket.error) == (RunStatus.ERROR, "TimeoutError: read timed out")
+
+
+@pytest.mark.parametrize(
+    ("middleware", "reason", "executed"),
+    [
+        (
+            ModelCallLimitMiddleware(run_limit=3),  # exit_behavior="end", the default
+            "Model call limits exceeded: run limit (3/3)",
+            3,
+        ),
+        (
+            ModelCallLimitMiddleware(run_limit=3, exit_behavior="error"),
+            "ModelCallLimitExceededError: Model call limits exceeded: run limit (3/3)",
+            3,
+        ),
+        (
+            ToolCallLimitMiddleware(run_limit=2, exit_behavior="end"),
+            "Tool call limit reached: run limit exceeded (3/2 calls).",
+            2,
+        ),
+        (
+            ToolCallLimitMiddleware(run_limit=2, exit_behavior="error"),
+            "ToolCallLimitExceededError: Tool call limit reached: run limit exceeded (3/2 calls).",
+            2,
+        ),
+    ],
+    ids=["model-end", "model-error", "tool-end", "tool-error"],
+)
+def test_a_run_a_call_limit_middleware_ended_is_a_limit_not_a_completed_run(
+    evaluator: OnlineEvaluator, middleware: Any, reason: str, executed: int
+) -> None:
+    # LangChain's call-limit middlewares end a looping run with a message of their own: it
+    # was an "ok" run whose answer was "Model call limits exceeded", scored as one; raised,
+    # an "error" run, as if a tool had broken
+    replies = [
+        AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
+        for i in range(10)
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=replies), tools=[lookup_order], middleware=[middleware]
+    )
+    handler = AgentEvalCallbackHandler(evaluator)
+    with contextlib.suppress(ModelCallLimitExceededError, ToolCallLimitExceededError):
+        agent.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
+    [trace] = evaluator.captured()
+    assert (trace.status, trace.status_reason) == (RunStatus.LIMIT, reason)
+    assert [c.result for c in trace.tool_calls()] == ["shipped"] * executed
+    # so a suite fails the attempt, and the session's reliability counts the run as failed
+    assert trace.incomplete

@@ -91,13 +91,32 @@ def _state_summary(value: Any) -> Any:
     return value
 
 
+_LIMIT_ERRORS = ("ModelCallLimitExceededError", "ToolCallLimitExceededError")
+"""What LangChain's call-limit middlewares raise at their limit (``exit_behavior="error"``)."""
+
+
+def _limit_reached(name: str, output: Any) -> str | None:
+    """What a call-limit middleware (``ModelCallLimitMiddleware``,
+    ``ToolCallLimitMiddleware``) said when its hook ``name`` ended the run at its limit
+    (``exit_behavior="end"``, the default: the run ends with a message of its own, which
+    read as the agent's answer to a run that completed), else None."""
+    if "CallLimitMiddleware." not in name or not isinstance(output, dict):
+        return None
+    if output.get("jump_to") != "end":
+        return None
+    messages = output.get("messages") or []
+    said = _text(getattr(messages[-1], "content", "")) if messages else ""
+    return said or f"{name.split('.')[0]} ended the run at its limit"
+
+
 def _limit_or_timeout(error: BaseException) -> RunStatus | None:
-    """``limit`` for LangGraph's recursion limit; ``timeout`` for its node timeouts
+    """``limit`` for LangGraph's recursion limit and the call-limit middlewares' errors;
+    ``timeout`` for its node timeouts
     (``NodeTimeoutError``) and its step timeout, which the Pregel loop raises as a plain
     ``TimeoutError("Timed out")`` (its message is the only sign: a tool's own socket
     timeout is a ``TimeoutError`` too, and stays an error)."""
     name = type(error).__name__
-    if name == "GraphRecursionError":
+    if name in ("GraphRecursionError", *_LIMIT_ERRORS):
         return RunStatus.LIMIT
     if name == "NodeTimeoutError" or (
         isinstance(error, TimeoutError) and str(error) == "Timed out"
@@ -464,6 +483,9 @@ class Translator:
         self._requests.pop(e.run_id, None)
         span = self.assembler.span_of(e.run_id)
         inner = not self.assembler.is_root(e.run_id)
+        limit = _limit_reached(span.name, output) if inner and span is not None else None
+        if limit is not None:
+            self.assembler.mark(e.run_id, RunStatus.LIMIT, limit)
         if inner and span is not None and span.kind is SpanKind.AGENT:  # a sub-agent's answer
             output = conversation_text(output, "ai")
         elif inner:
