@@ -636,3 +636,61 @@ def test_a_run_a_call_limit_middleware_ended_is_a_limit_not_a_completed_run(
     assert [c.result for c in trace.tool_calls()] == ["shipped"] * executed
     # so a suite fails the attempt, and the session's reliability counts the run as failed
     assert trace.incomplete
+
+
+def test_create_react_agents_answer_at_its_step_limit_is_a_limit(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # LangGraph's prebuilt agent, short of steps, answers "Sorry, need more steps to process
+    # this request." instead of raising the recursion error: an "ok" run with that answer
+    replies = [
+        AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
+        for i in range(10)
+    ]
+    agent = create_react_agent(ScriptedChatModel(replies=replies), tools=[lookup_order])
+    handler = AgentEvalCallbackHandler(evaluator)
+    state = agent.invoke(
+        {"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler], "recursion_limit": 6}
+    )
+    assert state["messages"][-1].content == "Sorry, need more steps to process this request."
+    [trace] = evaluator.captured()
+    assert (trace.status, trace.status_reason) == (
+        RunStatus.LIMIT,
+        "out of steps (recursion_limit): the agent answered "
+        "'Sorry, need more steps to process this request.'",
+    )
+    assert [c.result for c in trace.tool_calls()] == ["shipped"] * 2
+
+
+def test_a_sub_agent_its_limit_ended_leaves_the_run_to_answer(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # the middleware ends the sub-agent's graph, not the run: the parent goes on and answers
+    replies = [
+        AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
+        for i in range(10)
+    ]
+    researcher = create_agent(
+        ScriptedChatModel(replies=replies),
+        tools=[lookup_order],
+        middleware=[ModelCallLimitMiddleware(run_limit=2)],
+        name="researcher",
+    )
+
+    def research(state: MessagesState) -> dict[str, Any]:
+        return {"messages": researcher.invoke(state)["messages"][len(state["messages"]) :]}
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("A-1 is on its way.")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("research", research)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "research")
+    graph.add_edge("research", "answer")
+    graph.add_edge("answer", END)
+    handler = AgentEvalCallbackHandler(evaluator)
+    graph.compile().invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
+    [trace] = evaluator.captured()
+    assert (trace.status, trace.output) == (RunStatus.OK, "A-1 is on its way.")
+    assert [c.result for c in trace.tool_calls()] == ["shipped"] * 2

@@ -109,6 +109,19 @@ def _limit_reached(name: str, output: Any) -> str | None:
     return said or f"{name.split('.')[0]} ended the run at its limit"
 
 
+OUT_OF_STEPS = "Sorry, need more steps to process this request."
+"""What LangGraph's ``create_react_agent`` answers in place of its model's reply when the
+run has too few steps left of its ``recursion_limit`` to call a tool: the run ends there,
+without the recursion error, as if it had answered."""
+
+
+def _last_ai_text(output: Any) -> str | None:
+    """The text of a graph state's last message, when it is the AI's."""
+    messages = output.get("messages") if isinstance(output, dict) else None
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    return _text(last.content) if last is not None and getattr(last, "type", None) == "ai" else None
+
+
 def _limit_or_timeout(error: BaseException) -> RunStatus | None:
     """``limit`` for LangGraph's recursion limit and the call-limit middlewares' errors;
     ``timeout`` for its node timeouts
@@ -276,6 +289,8 @@ class Translator:
         self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
         # thread id → its paused trace's id and request, for the run that resumes it
         self._interrupted: dict[Any, tuple[str, Any]] = {}
+        # run's root → what a call-limit middleware said as it ended (a sub-agent) graph
+        self._limits_said: dict[Any, str] = {}
         # open inner runs → the request their input holds, for the one found to be an agent
         self._requests: dict[UUID, Any] = {}
         self._streaming: dict[Any, float] = {}  # LLM run → when its first token came
@@ -483,9 +498,13 @@ class Translator:
         self._requests.pop(e.run_id, None)
         span = self.assembler.span_of(e.run_id)
         inner = not self.assembler.is_root(e.run_id)
-        limit = _limit_reached(span.name, output) if inner and span is not None else None
-        if limit is not None:
-            self.assembler.mark(e.run_id, RunStatus.LIMIT, limit)
+        if inner and span is not None:
+            said = _limit_reached(span.name, output)
+            root = self.assembler.root_key(e.run_id)
+            if said is not None and root is not None:  # the run's end, if its answer stays
+                self._limits_said[root] = said
+        else:
+            self._ended_at_limit(e.run_id, output)
         if inner and span is not None and span.kind is SpanKind.AGENT:  # a sub-agent's answer
             output = conversation_text(output, "ai")
         elif inner:
@@ -502,6 +521,7 @@ class Translator:
     def _end_error(self, e: Event) -> None:
         error = e.args[0]
         self._requests.pop(e.run_id, None)
+        self._limits_said.pop(e.run_id, None)
         flow = control_flow(error)
         if flow is None:
             ended = _limit_or_timeout(error)
@@ -516,6 +536,17 @@ class Translator:
         self.assembler.end_span(
             e.run_id, end_time=e.at, attributes={CONTROL_FLOW: flow, **_command(error)}
         )
+
+    def _ended_at_limit(self, root: UUID, output: Any) -> None:
+        """Mark a run ``limit`` when its last message is what ended it at a limit: a
+        call-limit middleware's words (a sub-agent it ended leaves its parent to go on and
+        answer), or ``create_react_agent``'s :data:`OUT_OF_STEPS`."""
+        said, final = self._limits_said.pop(root, None), _last_ai_text(output)
+        if final is not None and final == said:
+            self.assembler.mark(root, RunStatus.LIMIT, said)
+        elif final == OUT_OF_STEPS:
+            reason = f"out of steps (recursion_limit): the agent answered {OUT_OF_STEPS!r}"
+            self.assembler.mark(root, RunStatus.LIMIT, reason)
 
     def _interrupt(self, key: UUID, interrupts: Any) -> None:
         values = [getattr(i, "value", i) for i in interrupts or []]
