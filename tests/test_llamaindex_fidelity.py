@@ -565,3 +565,47 @@ def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_pa
     assert paused.tool_calls() == []  # the call waits: it runs in the resumed run
     assert [(c.id, c.result, c.error) for c in resumed.tool_calls()] == [("c1", "refunded", None)]
     assert resumed.status is RunStatus.OK
+
+
+@pytest.mark.parametrize("early_stopping_method", ["force", "generate"])
+def test_a_run_at_max_iterations_is_a_limit_whether_it_raises_or_answers(
+    evaluator: OnlineEvaluator, early_stopping_method: str
+) -> None:
+    # with "generate", LlamaIndex asks the model for a last answer without tools at the
+    # limit: the run was "ok", its forced answer scored as a finished run's (CrewAI's
+    # forced final answer at max_iter was already a limit)
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if "maximum number of iterations" in str(messages[-1].content):
+            return answer("A-1 may have shipped.")
+        done = sum(1 for m in messages if m.role == MessageRole.TOOL)
+        block = ToolCallBlock(
+            tool_call_id=f"c{done}", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+        early_stopping_method=early_stopping_method,
+    )
+
+    async def run() -> str:
+        return str(await agent.run("Where is A-1?", max_iterations=2))
+
+    instrumentation = instrument(evaluator)
+    try:
+        if early_stopping_method == "force":
+            with pytest.raises(Exception, match="Max iterations of 2 reached"):
+                asyncio.run(run())
+        else:
+            assert asyncio.run(run()) == "A-1 may have shipped."
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert trace.status is RunStatus.LIMIT
+    assert [c.id for c in trace.tool_calls()] == ["c0"]  # the second turn is the limit
+    if early_stopping_method == "generate":
+        assert trace.status_reason == (
+            "reached max_iterations (2): LlamaIndex asked for a final answer"
+        )
+        assert trace.output == "A-1 may have shipped."

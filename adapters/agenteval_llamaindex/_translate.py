@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from llama_index.core.agent.workflow.prompts import DEFAULT_EARLY_STOPPING_PROMPT
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatStartEvent
@@ -174,6 +176,23 @@ def _waiting_reason(error: BaseException | None) -> str | None:
     awaited = getattr(getattr(added, "event_type", None), "__name__", "an event")
     asked = getattr(getattr(added, "waiter_event", None), "prefix", None)
     return f"waiting for {awaited}" + (f": {asked}" if asked else "")
+
+
+_EARLY_STOP = re.compile(
+    re.escape(DEFAULT_EARLY_STOPPING_PROMPT).replace(re.escape("{max_iterations}"), r"(\d+)")
+)
+"""LlamaIndex's last request to the model of an agent at its ``max_iterations`` with
+``early_stopping_method="generate"`` (its system message; the number is the limit)."""
+
+
+def _early_stop(messages: Any) -> str | None:
+    """Why a request to the model ends its run at a limit: the agent reached
+    ``max_iterations`` and LlamaIndex asks for a final answer without tools, else None."""
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    found = _EARLY_STOP.fullmatch(str(getattr(last, "content", None) or ""))
+    if found is None:
+        return None
+    return f"reached max_iterations ({found.group(1)}): LlamaIndex asked for a final answer"
 
 
 class SpanStarted(NamedTuple):
@@ -488,6 +507,11 @@ class Translator:
             return  # the same call to the model, seen again from inside the outer method
         elif isinstance(event, LLMChatStartEvent):
             parent = self._parent(event.span_id)
+            stopped = self.assembler.field(
+                "the early stop", lambda: _early_stop(event.messages), None
+            )
+            if stopped is not None and parent is not None:
+                self.assembler.mark(parent, RunStatus.LIMIT, stopped)
             model = (event.model_dict or {}).get("model") or (event.model_dict or {}).get(
                 "class_name"
             )
