@@ -589,6 +589,16 @@ def test_langgraphs_timeouts_end_a_run_as_timeout(evaluator: OnlineEvaluator) ->
     assert (socket.status, socket.error) == (RunStatus.ERROR, "TimeoutError: read timed out")
 
 
+def looking_up_a_1_for_ever() -> ScriptedChatModel:
+    """A model that asks to look up A-1 again at every turn (ids c0, c1, ...)."""
+    return ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
+            for i in range(10)
+        ]
+    )
+
+
 @pytest.mark.parametrize(
     ("middleware", "reason", "executed"),
     [
@@ -621,13 +631,7 @@ def test_a_run_a_call_limit_middleware_ended_is_a_limit_not_a_completed_run(
     # LangChain's call-limit middlewares end a looping run with a message of their own: it
     # was an "ok" run whose answer was "Model call limits exceeded", scored as one; raised,
     # an "error" run, as if a tool had broken
-    replies = [
-        AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
-        for i in range(10)
-    ]
-    agent = create_agent(
-        ScriptedChatModel(replies=replies), tools=[lookup_order], middleware=[middleware]
-    )
+    agent = create_agent(looking_up_a_1_for_ever(), tools=[lookup_order], middleware=[middleware])
     handler = AgentEvalCallbackHandler(evaluator)
     with contextlib.suppress(ModelCallLimitExceededError, ToolCallLimitExceededError):
         agent.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
@@ -643,11 +647,7 @@ def test_create_react_agents_answer_at_its_step_limit_is_a_limit(
 ) -> None:
     # LangGraph's prebuilt agent, short of steps, answers "Sorry, need more steps to process
     # this request." instead of raising the recursion error: an "ok" run with that answer
-    replies = [
-        AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
-        for i in range(10)
-    ]
-    agent = create_react_agent(ScriptedChatModel(replies=replies), tools=[lookup_order])
+    agent = create_react_agent(looking_up_a_1_for_ever(), tools=[lookup_order])
     handler = AgentEvalCallbackHandler(evaluator)
     state = agent.invoke(
         {"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler], "recursion_limit": 6}
@@ -666,12 +666,8 @@ def test_a_sub_agent_its_limit_ended_leaves_the_run_to_answer(
     evaluator: OnlineEvaluator,
 ) -> None:
     # the middleware ends the sub-agent's graph, not the run: the parent goes on and answers
-    replies = [
-        AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
-        for i in range(10)
-    ]
     researcher = create_agent(
-        ScriptedChatModel(replies=replies),
+        looking_up_a_1_for_ever(),
         tools=[lookup_order],
         middleware=[ModelCallLimitMiddleware(run_limit=2)],
         name="researcher",
