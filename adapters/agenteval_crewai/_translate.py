@@ -316,10 +316,7 @@ class Translator:
     def _forget(self, name: str, event: Any) -> None:
         """Drop the lookup entries of an agent execution or task that ended."""
         if name.startswith("AgentExecution"):
-            execution = self._executions.pop(_task_id(event), None)
-            self._last_llm.pop(execution or "", None)
-            self._last_call.pop(execution or "", None)
-            self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
+            self._forget_execution(self._executions.pop(_task_id(event), None))
         elif name.startswith("Task"):
             self._tasks.pop(_task_id(event), None)
         elif name.startswith("LiteAgent"):
@@ -328,9 +325,13 @@ class Translator:
                 if execution in waiting:
                     waiting.remove(execution)
             self._unbound_kickoffs = {k: v for k, v in self._unbound_kickoffs.items() if v}
-            self._last_llm.pop(execution or "", None)
-            self._last_call.pop(execution or "", None)
-            self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
+            self._forget_execution(execution)
+
+    def _forget_execution(self, execution: str | None) -> None:
+        """Drop what was kept about the steps of an agent execution that ended."""
+        self._last_llm.pop(execution or "", None)
+        self._last_call.pop(execution or "", None)
+        self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
 
     def _parent(self, event: Any) -> str | None:
         parent = event.parent_event_id

@@ -21,7 +21,7 @@ from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
 from ._openai import CONTEXT_WORDS, refusal_completion, scrub_keys
 from ._parse import reply_text
-from ._traffic import RETRY_STATUSES, UPSTREAM_FAILED
+from ._traffic import RETRY_STATUSES, reported_code
 
 __all__ = ["LangChainJudge"]
 
@@ -182,9 +182,7 @@ def _status(error: BaseException) -> object:
         status = getattr(getattr(error, "response", None), "status_code", None)
     if status is None and isinstance(error, ValueError) and error.args:
         reported = error.args[0]
-        status = reported.get("code") if isinstance(reported, dict) else None
-        if type(status) is not int:
-            status = UPSTREAM_FAILED if isinstance(reported, dict) else None
+        status = reported_code(reported) if isinstance(reported, dict) else None
     return status
 
 

@@ -11,7 +11,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from asyncio_throttle import Throttler
@@ -21,8 +21,11 @@ from .._errors import JudgeUnavailableError
 __all__ = [
     "RETRY_AFTER_MAX",
     "RETRY_STATUSES",
+    "UPSTREAM_FAILED",
     "Traffic",
     "TrafficStats",
+    "reported_code",
+    "reported_status",
     "retry_after_seconds",
 ]
 
@@ -82,11 +85,19 @@ def reported_status(response: httpx.Response) -> httpx.Response:
             return response
     except (ValueError, AttributeError, IndexError, KeyError, TypeError):
         return response
-    code = error.get("code") if isinstance(error, dict) else None
-    status = code if type(code) is int and 400 <= code <= 599 else UPSTREAM_FAILED
     return httpx.Response(
-        status, headers=response.headers, content=response.content, request=response.request
+        reported_code(error),
+        headers=response.headers,
+        content=response.content,
+        request=response.request,
     )
+
+
+def reported_code(error: Any) -> int:
+    """The HTTP status an error object a 200 body held reports: its ``code`` when that is
+    an error status, else :data:`UPSTREAM_FAILED`."""
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if type(code) is int and 400 <= code <= 599 else UPSTREAM_FAILED
 
 
 @dataclass
