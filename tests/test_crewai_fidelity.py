@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -671,4 +672,77 @@ def test_an_agents_own_kickoffs_fail_stop_and_run_side_by_side(
     ) == [
         ("Weather in Lima?", "Lima", [("call_Lima", "sunny in Lima")]),
         ("Weather in Oslo?", "Oslo", [("call_Oslo", "sunny in Oslo")]),
+    ]
+
+
+def test_one_agent_kicked_off_on_two_threads_at_once_keeps_each_runs_steps(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # one Agent object serving two requests at once (a web server's threads): the agent
+    # keeps only its last kickoff's id, so the steps of both went to whichever kickoff was
+    # bound first, and the guard counted both runs' calls as the later kickoff's: two users
+    # asking the same thing twice each read as one run asking four times, and was stopped
+    from agenteval_crewai.testing import native_call
+
+    ran: list[str] = []
+    second_under_way = threading.Event()
+
+    def reply(messages: Any) -> Any:
+        user = "a" if "(user a)" in str(messages) else "b"
+        if user == "a":  # the first request's first model call comes after the second's
+            second_under_way.wait(10)
+        else:
+            second_under_way.set()
+        answered = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool")
+        if answered < 2:
+            return [native_call(f"call_{user}{answered}", "get_weather", city="Paris")]
+        return f"Paris is sunny ({user})."
+
+    llm = ScriptedLLM(model="gpt-4o", native=True, reply=reply)
+    agent = Agent(
+        role="forecaster", goal="weather", backstory="b", llm=llm, tools=[weather_tool(ran)]
+    )
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    answers: dict[str, str] = {}
+
+    def kickoff(user: str) -> None:
+        answers[user] = agent.kickoff(f"Weather in Paris? (user {user})").raw
+
+    try:
+        first = threading.Thread(target=kickoff, args=("a",))
+        first.start()
+        # the second kickoff starts once the first has (its model call is waiting)
+        deadline = time.monotonic() + 10
+        while not getattr(agent, "_kickoff_event_id", None) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second = threading.Thread(target=kickoff, args=("b",))
+        second.start()
+        first.join(30)
+        second.join(30)
+        traces = captured_by(listener)
+    finally:
+        listener.close()
+    assert answers == {"a": "Paris is sunny (a).", "b": "Paris is sunny (b)."}
+    assert ran == ["Paris"] * 4  # no call refused
+    assert sorted(
+        (
+            t.input,
+            t.output,
+            t.status,
+            [(c.id, c.name, c.arguments, c.result) for c in t.tool_calls()],
+            [a.pattern for a in t.alerts],
+        )
+        for t in traces
+    ) == [
+        (
+            f"Weather in Paris? (user {user})",
+            f"Paris is sunny ({user}).",
+            RunStatus.OK,
+            [
+                (f"call_{user}{i}", "get_weather", {"city": "Paris"}, "sunny in Paris")
+                for i in range(2)
+            ],
+            [],
+        )
+        for user in ("a", "b")
     ]

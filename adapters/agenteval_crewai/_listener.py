@@ -13,7 +13,7 @@ import weakref
 from typing import Any
 
 import crewai.events as crew_events
-from crewai.events import BaseEventListener, crewai_event_bus
+from crewai.events import BaseEventListener, crewai_event_bus, event_context
 from crewai.hooks.tool_hooks import (
     ToolCallHookContext,
     register_before_tool_call_hook,
@@ -27,6 +27,23 @@ from ._translate import EVENT_NAMES, BusEvent, Translator
 __all__ = ["AgentEvalListener"]
 
 logger = logging.getLogger("agenteval")
+
+_KICKOFF_SCOPES = frozenset({"crew_kickoff_started", "lite_agent_execution_started"})
+
+
+def kickoff_in_scope() -> str | None:
+    """The start event id of the crew or agent kickoff the running code belongs to: the
+    innermost kickoff on CrewAI's event scope stack (a context variable, so each thread
+    and task has its own), or None when there is none or the stack cannot be read. A Crew
+    or Agent keeps only its last kickoff's id (``_kickoff_event_id``), which a kickoff of
+    the same object on another thread overwrites: one agent serving concurrent requests."""
+    stack = getattr(event_context, "_event_id_stack", None)  # CrewAI has no public reader
+    try:
+        entries = stack.get() if stack is not None else ()
+        return next((str(i) for i, kind in reversed(entries) if kind in _KICKOFF_SCOPES), None)
+    except (TypeError, ValueError):  # a shape of another CrewAI version
+        return None
+
 
 _listening: weakref.WeakKeyDictionary[OnlineEvaluator, AgentEvalListener] = (
     weakref.WeakKeyDictionary()
@@ -94,7 +111,11 @@ class AgentEvalListener(BaseEventListener):
             # CrewAI runs this in a context copied from the code that emitted the event, so
             # the session of agenteval_core.session(...) is seen here, not on the recorder's
             if self._active:
-                pump.put(BusEvent(handle, event, time.time(), source, current_session()))
+                pump.put(
+                    BusEvent(
+                        handle, event, time.time(), source, current_session(), kickoff_in_scope()
+                    )
+                )
 
         for name in EVENT_NAMES:
             crewai_event_bus.on(getattr(crew_events, name))(record)
@@ -104,7 +125,7 @@ class AgentEvalListener(BaseEventListener):
             # the kickoff's start event id, the crew's or (Agent.kickoff(), without a crew)
             # the agent's: the key of the trace's root span
             kicked_off = context.crew if context.crew is not None else context.agent
-            run = getattr(kicked_off, "_kickoff_event_id", None)
+            run = kickoff_in_scope() or getattr(kicked_off, "_kickoff_event_id", None)
             if run is None:
                 return None
             call = ToolCall(name=context.tool_name, arguments=dict(context.tool_input or {}))

@@ -216,6 +216,8 @@ class BusEvent(NamedTuple):
     source: Any
     session: str | None
     """The session of ``agenteval_core.session(...)`` where the event was emitted."""
+    kickoff: str | None = None
+    """The start event id of the kickoff whose scope the event was emitted in."""
 
 
 class Translator:
@@ -285,7 +287,7 @@ class Translator:
         name = type(payload).__name__
         at = payload.timestamp.timestamp() if getattr(payload, "timestamp", None) else at
         if name in STARTS:
-            self._start(name, payload, at, source, session)
+            self._start(name, payload, at, source, session, event.kickoff)
         elif name in ENDS:
             self._end(name, payload, at)
         elif name in FAILURES:
@@ -333,7 +335,7 @@ class Translator:
         self._last_call.pop(execution or "", None)
         self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
 
-    def _parent(self, event: Any) -> str | None:
+    def _parent(self, event: Any, kickoff: str | None = None) -> str | None:
         parent = event.parent_event_id
         if parent is not None and self.assembler.trace_of(parent) is not None:
             return str(parent)
@@ -344,16 +346,19 @@ class Translator:
         elif parent is not None:  # no task named (the forced final answer): by its scope
             found = self._scopes.get(str(parent))
             if found is None:  # the first step of an agent's own kickoff
-                found = self._bind_kickoff(str(parent), getattr(event, "agent_id", None))
+                found = self._bind_kickoff(str(parent), getattr(event, "agent_id", None), kickoff)
         return found
 
-    def _bind_kickoff(self, scope: str, agent_id: Any) -> str | None:
+    def _bind_kickoff(self, scope: str, agent_id: Any, kickoff: str | None) -> str | None:
         """The agent's own kickoff (without a task) that a step of scope ``scope`` belongs
-        to: the oldest of that agent's kickoffs not yet bound to a scope."""
+        to: ``kickoff``, the one the step was emitted in, when it is one of that agent's
+        kickoffs not yet bound to a scope; else (CrewAI's scope stack unread) the oldest."""
         waiting = self._unbound_kickoffs.get(str(agent_id)) if agent_id else None
         if not waiting:
             return None
-        self._scopes[scope] = found = waiting.pop(0)
+        found = kickoff if kickoff in waiting else waiting[0]
+        waiting.remove(found)
+        self._scopes[scope] = found
         return found
 
     def _execution_of(self, event: Any) -> str | None:
@@ -366,12 +371,18 @@ class Translator:
         return self._scopes.get(str(scope)) if scope is not None else None
 
     def _start(
-        self, name: str, event: Any, at: float, source: Any = None, session: str | None = None
+        self,
+        name: str,
+        event: Any,
+        at: float,
+        source: Any = None,
+        session: str | None = None,
+        kickoff: str | None = None,
     ) -> None:
         key = event.event_id
         kind = STARTS[name]
         roots = ("CrewKickoffStartedEvent", "LiteAgentExecutionStartedEvent")
-        parent = None if name in roots else self._parent(event)
+        parent = None if name in roots else self._parent(event, kickoff)
         if name == "CrewKickoffStartedEvent":
             # the crew is the event's source (CrewAI leaves event.crew unset)
             inputs = event.inputs if isinstance(event.inputs, dict) else {}
