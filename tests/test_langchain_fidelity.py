@@ -690,3 +690,58 @@ def test_a_sub_agent_its_limit_ended_leaves_the_run_to_answer(
     [trace] = evaluator.captured()
     assert (trace.status, trace.output) == (RunStatus.OK, "A-1 is on its way.")
     assert [c.result for c in trace.tool_calls()] == ["shipped"] * 2
+
+
+def test_a_tool_that_answers_with_a_command_has_its_tool_message_as_result(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # LangGraph's way for a tool to update the agent's state: return
+    # Command(update={..., "messages": [ToolMessage(...)]}). The call's result was the whole
+    # command as a dict, and a tool message with status "error" in it was no failure
+    from langchain.agents import AgentState
+
+    class Profile(AgentState):
+        user_name: str
+
+    @tool
+    def remember_name(user: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Remember the user's name."""
+        said = ToolMessage(f"Saved the name {user}", tool_call_id=tool_call_id)
+        return Command(update={"user_name": user, "messages": [said]})
+
+    @tool
+    def save_preference(drink: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Save what the user likes to drink."""
+        said = ToolMessage("preference store is down", tool_call_id=tool_call_id, status="error")
+        return Command(update={"messages": [said]})
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage(
+                "",
+                tool_calls=[
+                    tool_call("remember_name", "c1", user="Ada"),
+                    tool_call("save_preference", "c2", drink="tea"),
+                ],
+            ),
+            AIMessage("Nice to meet you, Ada."),
+        ]
+    )
+    agent = create_agent(model, tools=[remember_name, save_preference], state_schema=Profile)
+    state = agent.invoke(
+        {"messages": [("user", "I'm Ada and I like tea")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    assert state["user_name"] == "Ada"
+    [trace] = evaluator.captured()
+    assert sorted((c.id, c.name, c.arguments, c.result, c.error) for c in trace.tool_calls()) == [
+        ("c1", "remember_name", {"user": "Ada"}, "Saved the name Ada", None),
+        (
+            "c2",
+            "save_preference",
+            {"drink": "tea"},
+            "preference store is down",
+            "preference store is down",
+        ),
+    ]
+    assert (trace.output, trace.status) == ("Nice to meet you, Ada.", RunStatus.OK)

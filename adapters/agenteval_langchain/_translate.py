@@ -180,11 +180,29 @@ def control_flow(error: BaseException) -> str | None:
     return "interrupt" if "GraphInterrupt" in names else "handoff"
 
 
-def _command(error: BaseException) -> dict[str, Any]:
-    """Where a handoff (``ParentCommand``) goes, as span attributes."""
-    command = error.args[0] if error.args else None
+def _goto(command: Any) -> dict[str, Any]:
+    """Where a LangGraph ``Command`` sends the graph next (a handoff), as span attributes."""
     goto = getattr(command, "goto", None)
     return {HANDOFF_TARGET: jsonable(goto)} if goto else {}
+
+
+def _command_reply(command: Any, call_id: str | None) -> tuple[Any, dict[str, Any]]:
+    """What the model is shown of a tool's ``Command(update={"messages": [ToolMessage(...)],
+    ...})``: the tool message that answers the call (by its id, else the only one), whose
+    text, status and artifact are the call's as a tool message's are (a command without one
+    stays as it is); and where the command sends the graph next, as span attributes."""
+    update = getattr(command, "update", None)
+    pairs = list(update.items()) if isinstance(update, dict) else update
+    messages: list[Any] = []
+    for pair in pairs if isinstance(pairs, list | tuple) else ():
+        if isinstance(pair, tuple) and len(pair) == 2 and pair[0] == "messages":
+            value = pair[1]
+            messages.extend(value if isinstance(value, list | tuple) else [value])
+    replies = [m for m in messages if isinstance(m, ToolMessage)]
+    answering = [m for m in replies if m.tool_call_id == call_id] or (
+        replies if len(replies) == 1 else []
+    )
+    return (answering[-1] if answering else command), _goto(command)
 
 
 def _session(metadata: dict[str, Any] | None) -> str | None:
@@ -474,6 +492,10 @@ class Translator:
     def _tool_end(self, e: Event) -> None:
         output = e.args[0]
         error, attributes = None, None
+        if type(output).__name__ == "Command":  # a LangGraph tool that updates the state
+            span = self.assembler.span_of(e.run_id)
+            call_id = span.tool_call.id if span is not None and span.tool_call else None
+            output, attributes = _command_reply(output, call_id)
         if isinstance(output, ToolMessage):
             if output.status == "error":
                 error = _text(output.content)
@@ -482,7 +504,8 @@ class Translator:
                 summary = self.assembler.field(
                     "the tool's artifact", lambda: _summary(artifact), None
                 )
-                attributes = {"agenteval.tool.artifact": summary} if summary else None
+                if summary:
+                    attributes = {**(attributes or {}), "agenteval.tool.artifact": summary}
             output = output.content
         self.assembler.end_span(
             e.run_id, output=jsonable(output), error=error, end_time=e.at, attributes=attributes
@@ -534,7 +557,9 @@ class Translator:
         if flow == "interrupt":
             self._interrupt(e.run_id, error.args[0] if error.args else None)
         self.assembler.end_span(
-            e.run_id, end_time=e.at, attributes={CONTROL_FLOW: flow, **_command(error)}
+            e.run_id,
+            end_time=e.at,
+            attributes={CONTROL_FLOW: flow, **_goto(error.args[0] if error.args else None)},
         )
 
     def _ended_at_limit(self, root: UUID, output: Any) -> None:
