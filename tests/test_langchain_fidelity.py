@@ -745,3 +745,55 @@ def test_a_tool_that_answers_with_a_command_has_its_tool_message_as_result(
         ),
     ]
     assert (trace.output, trace.status) == ("Nice to meet you, Ada.", RunStatus.OK)
+
+
+def test_a_retried_tool_call_keeps_each_runs_own_result(evaluator: OnlineEvaluator) -> None:
+    # ToolRetryMiddleware runs a failed call again under the same id. The model is shown
+    # the last run's result; the failed run before a success was given that success as its
+    # result ("A-1 shipped" beside "orders API timed out")
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    runs: list[str] = []
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        runs.append(f"lookup {order_id}")
+        if runs.count(f"lookup {order_id}") == 1:
+            raise ConnectionError("orders API timed out")
+        return f"{order_id} shipped"
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        runs.append(f"refund {order_id}")
+        raise ConnectionError("payments API down")
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("lookup", "c1", order_id="A-1")]),
+            AIMessage("", tool_calls=[tool_call("refund", "c2", order_id="A-1")]),
+            AIMessage("A-1 has shipped; the refund failed."),
+        ]
+    )
+    retry = ToolRetryMiddleware(max_retries=1, initial_delay=0, retry_on=(ConnectionError,))
+    agent = create_agent(model, tools=[lookup, refund], middleware=[retry])
+    agent.invoke(
+        {"messages": [("user", "Where is A-1? Refund it.")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    assert runs == ["lookup A-1", "lookup A-1", "refund A-1", "refund A-1"]
+    [trace] = evaluator.captured()
+    [shown] = [  # what the middleware told the model once the retries were spent
+        m["content"]
+        for s in trace.spans
+        if s.kind is SpanKind.LLM
+        for m in s.input[0]
+        if m["role"] == "tool" and "refund" in str(m["content"])
+    ]
+    assert [(c.id, c.result, c.error) for c in trace.tool_calls()] == [
+        ("c1", None, "ConnectionError: orders API timed out"),
+        ("c1", "A-1 shipped", None),
+        ("c2", None, "ConnectionError: payments API down"),
+        ("c2", shown, "ConnectionError: payments API down"),
+    ]

@@ -663,18 +663,19 @@ class TraceAssembler:
         """A tool call of the trace ``key`` belongs to raised, its framework handled the
         error, and the model was shown ``result`` (an error message) in its place: that is
         the call's result (its error stays). When a framework retried the call (several
-        runs with one id), the model was shown the last run's error. A call the loop guard
+        runs with one id), the model was shown the last run's: a failed run before it keeps
+        no result, and a last run that succeeded keeps its own. A call the loop guard
         refused keeps no result, in every framework: the tool never ran."""
         trace = self.trace_of(key)
         if trace is None:
             return
         for span in reversed(trace.spans):
             call = span.tool_call
-            if span.attributes.get(GUARD_REFUSED):
+            if call is None or call.id != call_id or span.attributes.get(GUARD_REFUSED):
                 continue
-            if call is not None and call.id == call_id and call.result is None and call.error:
+            if call.result is None and call.error:
                 call.result = span.output = result
-                return
+            return
 
     def mark(self, key: Hashable, status: RunStatus, reason: str | None = None) -> None:
         """Say how the run a span belongs to ended when its framework says so in passing
