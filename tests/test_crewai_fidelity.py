@@ -746,3 +746,125 @@ def test_one_agent_kicked_off_on_two_threads_at_once_keeps_each_runs_steps(
         )
         for user in ("a", "b")
     ]
+
+
+def _tree(trace: Trace) -> list[tuple[str, str, str | None, Any, str | None, Any]]:
+    """Each span as (kind, name, its parent's name, output, error, guardrail attempt)."""
+    names = {s.id: s.name for s in trace.spans}
+    return [
+        (
+            s.kind.value,
+            s.name,
+            names.get(s.parent_id or ""),
+            s.output,
+            s.error,
+            s.attributes.get("agenteval.guardrail.attempt"),
+        )
+        for s in trace.spans
+    ]
+
+
+def test_a_tasks_llm_guardrail_is_a_step_of_the_kickoff(evaluator: OnlineEvaluator) -> None:
+    # an LLMGuardrail asks an agent of its own (Agent.kickoff) whether the answer passes:
+    # each check was a trace of its own in the crew's session, scored as a run of the
+    # agent, and the rejection that sent the task back to the agent was nowhere
+    from crewai.tasks.llm_guardrail import LLMGuardrail
+
+    rejected = 'Thought: checked\nFinal Answer: {"valid": false, "feedback": "name the order"}'
+    passed = 'Thought: checked\nFinal Answer: {"valid": true, "feedback": null}'
+    judge = ScriptedLLM(model="judge", replies=[rejected, passed])
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=["Thought: done\nFinal Answer: shipped", "Thought: done\nFinal Answer: A-1 shipped."],
+    )
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm)
+    task = Task(
+        description="Where is A-1?",
+        expected_output="its status",
+        agent=agent,
+        guardrail=LLMGuardrail(description="The answer names the order", llm=judge),
+    )
+    listener = AgentEvalListener(evaluator, session_id="user-1")
+    try:
+        result = Crew(agents=[agent], tasks=[task]).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert result.raw == "A-1 shipped."
+    assert (trace.input, trace.output, trace.status, trace.session_id) == (
+        "Where is A-1?",
+        "A-1 shipped.",
+        RunStatus.OK,
+        "user-1",
+    )
+    check = "guardrail: The answer names the order"
+    assert _tree(trace) == [
+        ("agent", "crew", None, "A-1 shipped.", None, None),
+        ("task", "Where is A-1?", "crew", "A-1 shipped.", None, None),
+        ("agent", "support", "Where is A-1?", "shipped", None, None),
+        ("llm", "scripted", "support", "Thought: done\nFinal Answer: shipped", None, None),
+        (
+            "chain",
+            check,
+            "Where is A-1?",
+            None,
+            "name the order",
+            1,
+        ),
+        (
+            "agent",
+            "Guardrail Agent",
+            check,
+            '{"valid": false, "feedback": "name the order"}',
+            None,
+            None,
+        ),
+        ("llm", "judge", "Guardrail Agent", rejected, None, None),
+        ("agent", "support", "Where is A-1?", "A-1 shipped.", None, None),
+        ("llm", "scripted", "support", "Thought: done\nFinal Answer: A-1 shipped.", None, None),
+        ("chain", check, "Where is A-1?", "A-1 shipped.", None, 2),
+        (
+            "agent",
+            "Guardrail Agent",
+            check,
+            '{"valid": true, "feedback": null}',
+            None,
+            None,
+        ),
+        ("llm", "judge", "Guardrail Agent", passed, None, None),
+    ]
+
+
+def test_an_agents_guardrail_retry_stays_in_its_kickoffs_trace(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # Agent(guardrail=...).kickoff(): a rejected answer runs the agent's executor again, in
+    # a new flow; its steps became a trace of their own (the message list as its input)
+    def names_the_order(output: Any) -> tuple[bool, Any]:
+        named = "A-1" in output.raw
+        return named, output.raw if named else "the answer must name the order"
+
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=["Thought: done\nFinal Answer: shipped", "Thought: done\nFinal Answer: A-1 shipped."],
+    )
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm, guardrail=names_the_order)
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert agent.kickoff("Where is A-1?").raw == "A-1 shipped."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (trace.input, trace.output, trace.status) == (
+        "Where is A-1?",
+        "A-1 shipped.",
+        RunStatus.OK,
+    )
+    check = "guardrail: names_the_order"
+    assert _tree(trace) == [
+        ("agent", "support", None, "A-1 shipped.", None, None),
+        ("llm", "scripted", "support", "Thought: done\nFinal Answer: shipped", None, None),
+        ("chain", check, "support", None, "the answer must name the order", 1),
+        ("llm", "scripted", "support", "Thought: done\nFinal Answer: A-1 shipped.", None, None),
+        ("chain", check, "support", "A-1 shipped.", None, 2),
+    ]

@@ -38,6 +38,7 @@ STARTS = {
     "AgentExecutionStartedEvent": SpanKind.AGENT,
     "LLMCallStartedEvent": SpanKind.LLM,
     "ToolUsageStartedEvent": SpanKind.TOOL,
+    "LLMGuardrailStartedEvent": SpanKind.CHAIN,
 }
 ENDS = {
     "CrewKickoffCompletedEvent",
@@ -46,6 +47,7 @@ ENDS = {
     "AgentExecutionCompletedEvent",
     "LLMCallCompletedEvent",
     "ToolUsageFinishedEvent",
+    "LLMGuardrailCompletedEvent",
 }
 FAILURES = {
     "CrewKickoffFailedEvent",
@@ -58,6 +60,8 @@ FAILURES = {
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
 FROM_CACHE = "agenteval.tool.from_cache"
 ATTEMPT = "agenteval.tool.attempt"
+GUARDRAIL_ATTEMPT = "agenteval.guardrail.attempt"
+"""Which check of a task's answer a guardrail span is (1, then 2 after a rejection, ...)."""
 """Which run of one requested call a tool span is, when CrewAI retried a failed call."""
 
 FORCED_FINAL_ANSWER = I18N_DEFAULT.errors("force_final_answer")
@@ -244,9 +248,9 @@ class Translator:
         # scope → execution: CrewAI runs an agent's steps in a flow whose events it does not
         # publish here; the LLM and tool events name that flow as their parent
         self._scopes: dict[str, str] = {}
-        # agent id → its own kickoffs (Agent.kickoff(), no crew or task) whose steps have
-        # not been seen yet: the first step's scope is then bound to the oldest
-        self._unbound_kickoffs: dict[str, list[str]] = {}
+        # agent id → its own open kickoffs (Agent.kickoff(), no crew or task), oldest first:
+        # the flows their steps run in are bound to them (see _bind_kickoff)
+        self._agent_kickoffs: dict[str, list[str]] = {}
 
     def refuser(
         self, root: str, task_id: str | None, call: ToolCall
@@ -323,10 +327,12 @@ class Translator:
             self._tasks.pop(_task_id(event), None)
         elif name.startswith("LiteAgent"):
             execution = event.started_event_id
-            for waiting in self._unbound_kickoffs.values():
-                if execution in waiting:
-                    waiting.remove(execution)
-            self._unbound_kickoffs = {k: v for k, v in self._unbound_kickoffs.items() if v}
+            if not self.assembler.is_root(execution):  # kicked off inside a run: the guard
+                self.assembler.recorder.guard.forget(execution)  # checked its calls by it
+            for kickoffs in self._agent_kickoffs.values():
+                if execution in kickoffs:
+                    kickoffs.remove(execution)
+            self._agent_kickoffs = {k: v for k, v in self._agent_kickoffs.items() if v}
             self._forget_execution(execution)
 
     def _forget_execution(self, execution: str | None) -> None:
@@ -350,16 +356,21 @@ class Translator:
         return found
 
     def _bind_kickoff(self, scope: str, agent_id: Any, kickoff: str | None) -> str | None:
-        """The agent's own kickoff (without a task) that a step of scope ``scope`` belongs
-        to: ``kickoff``, the one the step was emitted in, when it is one of that agent's
-        kickoffs not yet bound to a scope; else (CrewAI's scope stack unread) the oldest."""
-        waiting = self._unbound_kickoffs.get(str(agent_id)) if agent_id else None
-        if not waiting:
+        """The agent's own kickoff (without a task) that a step of scope ``scope`` (a flow
+        of the agent's executor) belongs to: ``kickoff``, the one the step was emitted in,
+        when it is one of that agent's open kickoffs (a kickoff's first flow, and the next
+        after its guardrail rejected an answer); else (CrewAI's scope stack unread) the
+        oldest of them that no flow is bound to yet."""
+        kickoffs = self._agent_kickoffs.get(str(agent_id)) if agent_id else None
+        if not kickoffs:
             return None
-        found = kickoff if kickoff in waiting else waiting[0]
-        waiting.remove(found)
-        self._scopes[scope] = found
-        return found
+        if kickoff not in kickoffs:
+            bound = set(self._scopes.values())
+            kickoff = next((k for k in kickoffs if k not in bound), None)
+            if kickoff is None:
+                return None
+        self._scopes[scope] = kickoff
+        return kickoff
 
     def _execution_of(self, event: Any) -> str | None:
         """The agent execution an LLM or tool event is a step of: its task's, else (the
@@ -406,24 +417,30 @@ class Translator:
                 session_id=session,
             )
         elif name == "LiteAgentExecutionStartedEvent":
-            # Agent.kickoff(): one agent, no crew or task; the agent is the event's source
+            # Agent.kickoff(): one agent, no crew or task; the agent is the event's source.
+            # Kicked off inside a run (a task's LLM guardrail asks an agent; a tool kicks
+            # one off), it is a step of that run, not a run of its own
             info = event.agent_info if isinstance(event.agent_info, dict) else {}
             role, agent_id = info.get("role"), info.get("id") or getattr(source, "id", None)
+            within = event.parent_event_id
+            within = str(within) if within and self.assembler.trace_of(str(within)) else None
             self.assembler.start_span(
                 key,
-                None,
+                within,
                 kind,
                 str(role or "agent"),
                 input=plain(event.messages),
                 start_time=at,
-                session_id=session
+                session_id=None
+                if within
+                else session
                 or self.session_id
                 or (str(agent_id) if agent_id is not None else None),
                 tools=_tool_specs(event.tools),
                 attributes=_agent_of(role),
             )
             if agent_id is not None:
-                self._unbound_kickoffs.setdefault(str(agent_id), []).append(key)
+                self._agent_kickoffs.setdefault(str(agent_id), []).append(key)
         elif name == "TaskStartedEvent":
             task = getattr(event, "task", None)
             description = getattr(task, "description", None) or event.task_name
@@ -477,6 +494,18 @@ class Translator:
                 self.assembler.mark(
                     key, RunStatus.LIMIT, f"{agent} reached max_iter: CrewAI forced a final answer"
                 )
+        elif name == "LLMGuardrailStartedEvent":
+            # a task's guardrail checking the agent's answer; a rejection sends the task
+            # back to the agent (a new execution under the task)
+            label = event.guardrail_name or event.guardrail_type or "guardrail"
+            self.assembler.start_span(
+                key,
+                parent,
+                kind,
+                f"guardrail: {label}",
+                start_time=at,
+                attributes={GUARDRAIL_ATTEMPT: int(event.retry_count or 0) + 1},
+            )
         else:  # ToolUsageStartedEvent
             execution = self._execution_of(event) or ""
             arguments = json_arguments(event.tool_args)
@@ -539,6 +568,16 @@ class Translator:
                 attributes=attributes,
                 requested_tool_calls=requested,
                 thought=thought,
+            )
+            return
+        if name == "LLMGuardrailCompletedEvent":
+            # a rejection is the guardrail's verdict on the answer, kept as the span's error
+            passed = bool(event.success)
+            self.assembler.end_span(
+                key,
+                output=plain(event.result) if passed else None,
+                error=None if passed else str(event.error or "the guardrail rejected the answer"),
+                end_time=at,
             )
             return
         output = getattr(event, "output", None)
