@@ -775,7 +775,10 @@ def test_a_tasks_llm_guardrail_is_a_step_of_the_kickoff(evaluator: OnlineEvaluat
     judge = ScriptedLLM(model="judge", replies=[rejected, passed])
     llm = ScriptedLLM(
         model="scripted",
-        replies=["Thought: done\nFinal Answer: shipped", "Thought: done\nFinal Answer: A-1 shipped."],
+        replies=[
+            "Thought: done\nFinal Answer: shipped",
+            "Thought: done\nFinal Answer: A-1 shipped.",
+        ],
     )
     agent = Agent(role="support", goal="answer", backstory="b", llm=llm)
     task = Task(
@@ -846,7 +849,10 @@ def test_an_agents_guardrail_retry_stays_in_its_kickoffs_trace(
 
     llm = ScriptedLLM(
         model="scripted",
-        replies=["Thought: done\nFinal Answer: shipped", "Thought: done\nFinal Answer: A-1 shipped."],
+        replies=[
+            "Thought: done\nFinal Answer: shipped",
+            "Thought: done\nFinal Answer: A-1 shipped.",
+        ],
     )
     agent = Agent(role="support", goal="answer", backstory="b", llm=llm, guardrail=names_the_order)
     listener = AgentEvalListener(evaluator)
@@ -868,3 +874,32 @@ def test_an_agents_guardrail_retry_stays_in_its_kickoffs_trace(
         ("llm", "scripted", "support", "Thought: done\nFinal Answer: A-1 shipped.", None, None),
         ("chain", check, "support", "A-1 shipped.", None, 2),
     ]
+
+
+def test_a_planned_crews_request_is_its_first_task_not_the_planners(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # Crew(planning=True) runs a planner's task first and appends each plan to its task's
+    # description: a kickoff without inputs took the planner's prompt as its request
+    plans = {"list_of_plans_per_task": [{"task_number": 1, "task": "A-1", "plan": " Use the API."}]}
+
+    def reply(messages: Any) -> str:
+        if "Task Execution Planner" in str(messages):
+            return f"Thought: planned\nFinal Answer: {json.dumps(plans)}"
+        return "Thought: done\nFinal Answer: A-1 shipped."
+
+    llm = ScriptedLLM(model="scripted", reply=reply)
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm)
+    task = Task(description="Where is A-1?", expected_output="its status", agent=agent)
+    listener = AgentEvalListener(evaluator)
+    try:
+        crew = Crew(agents=[agent], tasks=[task], planning=True, planning_llm=llm)
+        assert crew.kickoff().raw == "A-1 shipped."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (trace.input, trace.output) == ("Where is A-1?", "A-1 shipped.")
+    tasks = [(s.input, s.parent_id) for s in trace.spans if s.kind is SpanKind.TASK]
+    assert len(tasks) == 2 and tasks[0][0].startswith("Based on these tasks summary")
+    # the agent was given the plan with the task; the task's span says so
+    assert tasks[1] == ("Where is A-1? Use the API.", trace.spans[0].id)

@@ -251,6 +251,9 @@ class Translator:
         # agent id → its own open kickoffs (Agent.kickoff(), no crew or task), oldest first:
         # the flows their steps run in are bound to them (see _bind_kickoff)
         self._agent_kickoffs: dict[str, list[str]] = {}
+        # crew kickoff → its tasks' ids in order, and the plan by task number that CrewAI's
+        # planning (Crew(planning=True)) adds to each task's description
+        self._crew_tasks: dict[str, tuple[list[str], dict[int, str]]] = {}
 
     def refuser(
         self, root: str, task_id: str | None, call: ToolCall
@@ -325,6 +328,8 @@ class Translator:
             self._forget_execution(self._executions.pop(_task_id(event), None))
         elif name.startswith("Task"):
             self._tasks.pop(_task_id(event), None)
+        elif name.startswith("CrewKickoff"):
+            self._crew_tasks.pop(str(self.assembler.root_key(event.started_event_id)), None)
         elif name.startswith("LiteAgent"):
             execution = event.started_event_id
             if not self.assembler.is_root(execution):  # kicked off inside a run: the guard
@@ -354,6 +359,20 @@ class Translator:
             if found is None:  # the first step of an agent's own kickoff
                 found = self._bind_kickoff(str(parent), getattr(event, "agent_id", None), kickoff)
         return found
+
+    def _request(self, key: str, task_id: str | None, description: Any) -> Any:
+        """What a crew kicked off without inputs was asked: its first task's description,
+        without the plan CrewAI's planning added to it; None for a task that is not one of
+        the crew's (the planner's own, which runs first)."""
+        tasks, plans = self._crew_tasks.get(str(self.assembler.root_key(key)), ([], {}))
+        if not tasks:
+            return description
+        if task_id not in tasks:
+            return None
+        plan = plans.get(tasks.index(task_id) + 1)
+        if plan and isinstance(description, str) and description.endswith(plan):
+            return description[: -len(plan)]
+        return description
 
     def _bind_kickoff(self, scope: str, agent_id: Any, kickoff: str | None) -> str | None:
         """The agent's own kickoff (without a task) that a step of scope ``scope`` (a flow
@@ -416,6 +435,9 @@ class Translator:
                 start_time=at,
                 session_id=session,
             )
+            tasks = getattr(source, "tasks", None)
+            if isinstance(tasks, list):
+                self._crew_tasks[key] = ([str(getattr(t, "id", "")) for t in tasks], {})
         elif name == "LiteAgentExecutionStartedEvent":
             # Agent.kickoff(): one agent, no crew or task; the agent is the event's source.
             # Kicked off inside a run (a task's LLM guardrail asks an agent; a tool kicks
@@ -448,8 +470,8 @@ class Translator:
                 key, parent, kind, event.task_name or "task", input=description, start_time=at
             )
             trace = self.assembler.trace_of(key)
-            if trace is not None and trace.input is None:
-                trace.input = description  # a kickoff without inputs: the first task is the request
+            if trace is not None and trace.input is None:  # a kickoff without inputs
+                trace.input = self._request(key, _task_id(event), description)
             self._tasks[_task_id(event)] = key
         elif name == "AgentExecutionStartedEvent":
             role = event.agent_role or getattr(getattr(event, "agent", None), "role", None)
@@ -581,6 +603,12 @@ class Translator:
             )
             return
         output = getattr(event, "output", None)
+        if name == "TaskCompletedEvent":  # the planner's plans, before the tasks they extend
+            planned = getattr(getattr(output, "pydantic", None), "list_of_plans_per_task", None)
+            crew = self._crew_tasks.get(str(self.assembler.root_key(key)))
+            if crew is not None and isinstance(planned, list):
+                for step in planned:  # CrewAI uses a task's first plan
+                    crew[1].setdefault(getattr(step, "task_number", 0), str(step.plan))
         self._forget(name, event)
         if name != "ToolUsageFinishedEvent":
             self.assembler.end_span(key, output=_text(output), end_time=at)
