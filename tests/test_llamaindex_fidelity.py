@@ -609,3 +609,49 @@ def test_a_run_at_max_iterations_is_a_limit_whether_it_raises_or_answers(
             "reached max_iterations (2): LlamaIndex asked for a final answer"
         )
         assert trace.output == "A-1 may have shipped."
+
+
+def test_an_agents_structured_output_is_no_tool_call_of_its_own(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # FunctionAgent(output_cls=...) shapes the answer by having the LLM "call" the schema
+    # as a function: that was recorded as a call of a tool "OrderStatus" the agent never had,
+    # and the schema was listed among its tools
+    from pydantic import BaseModel
+
+    class OrderStatus(BaseModel):
+        order_id: str
+        status: str
+
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if "provided schema" in str(messages[-1].content):
+            shaped = {"order_id": "A-1", "status": "shipped"}
+            block = ToolCallBlock(tool_call_id="s1", tool_name="OrderStatus", tool_kwargs=shaped)
+            return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+        return calls_then_answer(messages)
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(fn=lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+        output_cls=OrderStatus,
+    )
+
+    async def run() -> Any:
+        return await agent.run("Where is A-1?")
+
+    instrumentation = instrument(evaluator)
+    try:
+        result = asyncio.run(run())
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert result.structured_response == {"order_id": "A-1", "status": "shipped"}
+    assert [(c.id, c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
+        ("c1", "lookup_order", {"order_id": "A-1"}, "shipped")
+    ]
+    assert [t.name for t in trace.tools] == ["lookup_order"]
+    # the shaping is a model call of the run, with the shaped answer as its output
+    assert [s.output for s in trace.spans if s.kind is SpanKind.LLM][-1] == (
+        '{"order_id":"A-1","status":"shipped"}'
+    )
+    assert (trace.output, trace.status) == ("A-1 has shipped.", RunStatus.OK)

@@ -258,6 +258,9 @@ class Translator:
         self._waiting: dict[Any, str] = {}
         # tools a workflow step called itself (tool.acall(...)), not through an agent's call_tool
         self._direct_tools: set[str] = set()
+        # LLM methods shaping an answer into a schema (output_cls, structured_predict): the
+        # LLM "calls" the schema as a tool, which is no tool call of the agent
+        self._structured: set[str] = set()
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
@@ -307,8 +310,19 @@ class Translator:
         parent = self._agent_spans.get(parent, parent)  # a workflow agent's steps nest under it
         tags = tags or {}
         session = tags.get(SESSION_TAG) or self.session_id or tags.get("session_id")
-        if name.endswith("_prepare_chat_with_tools") and parent is not None:
+        if isinstance(instance, BaseLLM) and (
+            "structured" in name.lower() or parent_id in self._structured
+        ):
+            self._structured.add(span_id)
+        if (
+            name.endswith("_prepare_chat_with_tools")
+            and parent is not None
+            and parent_id not in self._structured
+        ):
             self.assembler.annotate(parent, tools=_tool_specs(arguments.get("tools")))
+        if isinstance(instance, BaseTool) and parent_id in self._structured:
+            self._folded[span_id] = parent  # the schema as a tool: the LLM span has the answer
+            return
         if isinstance(instance, BaseTool) and self._called_directly(parent):
             self._start_direct_tool(span_id, parent, instance, arguments, session, at)
             return
@@ -423,6 +437,7 @@ class Translator:
 
     def _exit(self, span_id: str, result: Any, at: float) -> None:
         self._llm_methods.discard(span_id)
+        self._structured.discard(span_id)
         self._nested_llm.discard(span_id)
         if self._folded.pop(span_id, "unset") != "unset":
             return
@@ -459,6 +474,7 @@ class Translator:
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
         message = error_text(error) if error is not None else "dropped"
         self._llm_methods.discard(span_id)
+        self._structured.discard(span_id)
         self._direct_tools.discard(span_id)
         if span_id in self._nested_llm:  # the outer call records the error
             self._nested_llm.discard(span_id)
