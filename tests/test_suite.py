@@ -114,6 +114,23 @@ def test_async_agent_and_skipped_metrics_do_not_fail_a_run() -> None:
     assert report.metrics[0]["skipped"] == 3
 
 
+def test_an_agent_that_returns_only_its_answer_is_told_what_tool_checks_need() -> None:
+    # a regression case checks the run's tool calls; an agent function returning what
+    # LangGraph's invoke returns (the state) gives the suite no trace to check them on
+    def agent(question: str) -> dict[str, object]:
+        return {"messages": [("user", question), ("ai", "Booked.")]}
+
+    case = EvalCase(id="rome", input="Book a hotel in Rome", metrics=["tool_failures"])
+    [case_report] = EvalSuite("regressions").add_cases(case).run(agent, k=1).cases
+    [run] = case_report.runs
+    assert (run.outcome, run.reason) == (
+        "failed",
+        "tool_failures: error: invalid input: the case has no trace whose tool calls to "
+        "check (a suite's agent function returns the Trace an adapter captured of its run, "
+        "not only its answer)",
+    )
+
+
 def test_clear_errors_for_misuse() -> None:
     with pytest.raises(MetricInputError, match="no cases"):
         EvalSuite("empty").add_evaluators("coherence").run(k=1)

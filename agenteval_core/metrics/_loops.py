@@ -17,9 +17,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .._errors import ErrorKind
 from ..schema._trace import EvalCase, LoopAlert, ToolCall, Trace
-from ._protocol import Metric, MetricKind, Score
+from ._protocol import Metric, MetricKind, Score, no_trace_to_check
 from ._registry import register_metric
 
 __all__ = ["LoopGuard", "ToolCallLoops", "canonical_call"]
@@ -182,10 +181,7 @@ class ToolCallLoops(Metric):
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if case.trace is None:
-            return Score.failure(
-                "invalid input: the case has no trace whose tool calls to check",
-                error_kind=ErrorKind.INVALID_INPUT,
-            )
+            return no_trace_to_check()
         calls = case.trace.tool_calls()
         loops: list[LoopAlert] = []
         # every loop the guard knows repeats a call, so a tool name; most runs repeat neither,

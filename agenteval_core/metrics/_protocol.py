@@ -165,6 +165,16 @@ class MetricBase(ABC):
         return MetricResult(**values)  # raises as validation does, or converts
 
 
+def no_trace_to_check() -> Score:
+    """The failure of a metric that checks a run's tool calls, given a case without a trace
+    (in a suite: an agent function that returned only its answer)."""
+    return Score.failure(
+        "invalid input: the case has no trace whose tool calls to check (a suite's agent "
+        "function returns the Trace an adapter captured of its run, not only its answer)",
+        error_kind=ErrorKind.INVALID_INPUT,
+    )
+
+
 def bounded(value: float) -> float | None:
     """A computed score as a result holds it: clamped to [0, 1]; ``None`` when not finite
     (the result is then a failure)."""

@@ -6,10 +6,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from .._errors import ErrorKind
 from ..schema._trace import EvalCase, ToolCall, Trace, text_of
 from ._loops import canonical_call
-from ._protocol import Metric, MetricKind, Score
+from ._protocol import Metric, MetricKind, Score, no_trace_to_check
 from ._registry import register_metric
 
 __all__ = ["ToolFailures", "states_failure"]
@@ -60,10 +59,7 @@ class ToolFailures(Metric):
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         trace = case.trace
         if trace is None:
-            return Score.failure(
-                "invalid input: the case has no trace whose tool calls to check",
-                error_kind=ErrorKind.INVALID_INPUT,
-            )
+            return no_trace_to_check()
         calls = trace.tool_calls()
         if not calls:
             if trace.incomplete:  # no vacuous pass for a run that did not complete

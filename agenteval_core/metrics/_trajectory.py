@@ -10,7 +10,7 @@ import numpy as np
 from .._errors import ErrorKind, MetricInputError
 from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace
 from ._deterministic import _ExpectationMetric
-from ._protocol import Metric, MetricKind, Score
+from ._protocol import Metric, MetricKind, Score, no_trace_to_check
 from ._registry import register_metric
 
 __all__ = ["ArgumentMatch", "ToolConstraints", "TrajectoryMatch", "TrajectoryMode"]
@@ -250,10 +250,7 @@ class ToolConstraints(Metric):
                 "no expectation: the case gives no tools_must_succeed or tool_call_limits"
             )
         if case.trace is None:
-            return Score.failure(
-                "invalid input: the case has no trace whose tool calls to check",
-                error_kind=ErrorKind.INVALID_INPUT,
-            )
+            return no_trace_to_check()
         calls = case.trace.tool_calls()
         broken: list[str] = []
         checks: list[dict[str, Any]] = []
