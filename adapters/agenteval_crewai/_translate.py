@@ -60,9 +60,9 @@ FAILURES = {
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
 FROM_CACHE = "agenteval.tool.from_cache"
 ATTEMPT = "agenteval.tool.attempt"
+"""Which run of one requested call a tool span is, when CrewAI retried a failed call."""
 GUARDRAIL_ATTEMPT = "agenteval.guardrail.attempt"
 """Which check of a task's answer a guardrail span is (1, then 2 after a rejection, ...)."""
-"""Which run of one requested call a tool span is, when CrewAI retried a failed call."""
 
 FORCED_FINAL_ANSWER = I18N_DEFAULT.errors("force_final_answer")
 """What CrewAI asks the model, without task or agent, when an agent reaches ``max_iter``."""

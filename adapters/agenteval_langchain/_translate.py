@@ -491,11 +491,16 @@ class Translator:
 
     def _tool_end(self, e: Event) -> None:
         output = e.args[0]
-        error, attributes = None, None
+        error: str | None = None
+        attributes: dict[str, Any] | None = None
         if type(output).__name__ == "Command":  # a LangGraph tool that updates the state
             span = self.assembler.span_of(e.run_id)
             call_id = span.tool_call.id if span is not None and span.tool_call else None
-            output, attributes = _command_reply(output, call_id)
+            command = output
+            unread: tuple[Any, dict[str, Any]] = (command, {})
+            output, attributes = self.assembler.field(
+                "the command's tool message", lambda: _command_reply(command, call_id), unread
+            )
         if isinstance(output, ToolMessage):
             if output.status == "error":
                 error = _text(output.content)
