@@ -24,6 +24,7 @@ from agenteval_core import (
     RunStatus,
     SpanKind,
     Trace,
+    session,
 )
 
 
@@ -903,3 +904,33 @@ def test_a_planned_crews_request_is_its_first_task_not_the_planners(
     assert len(tasks) == 2 and tasks[0][0].startswith("Based on these tasks summary")
     # the agent was given the plan with the task; the task's span says so
     assert tasks[1] == ("Where is A-1? Use the API.", trace.spans[0].id)
+
+
+def test_a_model_called_in_a_flow_step_is_a_run_of_the_listeners_session(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # llm.call(...) in a Flow step, outside any agent: its own trace, which had no session
+    # (neither the listener's nor that of agenteval_core.session(...))
+    from crewai.flow.flow import Flow, start
+
+    class Summarise(Flow[Any]):
+        @start()
+        def summarise(self) -> Any:
+            llm = ScriptedLLM(model="scripted", replies=["A-1 shipped on Monday."])
+            return llm.call([{"role": "user", "content": "Summarise: A-1 shipped Monday"}])
+
+    listener = AgentEvalListener(evaluator, session_id="user-1")
+    try:
+        assert Summarise().kickoff() == "A-1 shipped on Monday."
+        with session("support-chat-7"):
+            Summarise().kickoff()
+        traces = captured_by(listener)
+    finally:
+        listener.close()
+    asked = [{"role": "user", "content": "Summarise: A-1 shipped Monday"}]
+    assert sorted(
+        (t.session_id, t.input, t.output, [s.kind.value for s in t.spans]) for t in traces
+    ) == [
+        ("support-chat-7", asked, "A-1 shipped on Monday.", ["llm"]),
+        ("user-1", asked, "A-1 shipped on Monday.", ["llm"]),
+    ]

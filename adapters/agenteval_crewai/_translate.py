@@ -505,6 +505,8 @@ class Translator:
                 input=plain(event.messages),
                 start_time=at,
                 attributes=attributes,
+                # a model called outside any agent (in a Flow step) is a run of its own
+                session_id=(session or self.session_id) if parent is None else None,
             )
             shown: list[tuple[str | None, str]] = self.assembler.field(
                 "the tool results", lambda: _observations(event.messages), []
