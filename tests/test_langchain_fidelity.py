@@ -797,3 +797,51 @@ def test_a_retried_tool_call_keeps_each_runs_own_result(evaluator: OnlineEvaluat
         ("c2", None, "ConnectionError: payments API down"),
         ("c2", shown, "ConnectionError: payments API down"),
     ]
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["answers", "max_iterations"])
+def test_a_classic_agent_executor_run(evaluator: OnlineEvaluator, limited: bool) -> None:
+    # langchain-classic's AgentExecutor, which many existing agents still run: its trace
+    # took the executor's dicts as request and answer ({"input": ...}, {"output": ...}),
+    # its tool calls had no ids, and a run it stopped at max_iterations (answering "Agent
+    # stopped due to max iterations.") read as ok
+    from langchain_classic.agents import AgentExecutor, create_tool_calling_agent
+    from langchain_core.prompts import ChatPromptTemplate
+
+    asks = [
+        AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
+        for i in range(3)
+    ]
+    model = ScriptedChatModel(
+        replies=[*asks, AIMessage("A-1 has shipped.")]
+        if limited
+        else [asks[0], AIMessage("A-1 has shipped.")]
+    )
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            ("system", "You answer about orders."),
+            ("human", "{input}"),
+            ("placeholder", "{agent_scratchpad}"),
+        ]
+    )
+    executor = AgentExecutor(
+        agent=create_tool_calling_agent(model, [lookup_order], prompt),
+        tools=[lookup_order],
+        max_iterations=2,
+    )
+    result = executor.invoke(
+        {"input": "Where is A-1?"}, {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    )
+    [trace] = evaluator.captured()
+    answer = "Agent stopped due to max iterations." if limited else "A-1 has shipped."
+    assert result["output"] == answer
+    assert (trace.input, trace.output, trace.status, trace.status_reason) == (
+        "Where is A-1?",
+        answer,
+        RunStatus.LIMIT if limited else RunStatus.OK,
+        answer if limited else None,
+    )
+    ran = 2 if limited else 1
+    assert [(c.id, c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
+        (f"c{i}", "lookup_order", {"order_id": "A-1"}, "shipped") for i in range(ran)
+    ]

@@ -91,6 +91,12 @@ def _state_summary(value: Any) -> Any:
     return value
 
 
+_CLASSIC_STOPS = frozenset(
+    {"Agent stopped due to iteration limit or time limit.", "Agent stopped due to max iterations."}
+)
+"""What a classic ``AgentExecutor`` answers when it stops its agent at ``max_iterations`` or
+``max_execution_time`` (``early_stopping_method="force"``, the default)."""
+
 _LIMIT_ERRORS = ("ModelCallLimitExceededError", "ToolCallLimitExceededError")
 """What LangChain's call-limit middlewares raise at their limit (``exit_behavior="error"``)."""
 
@@ -312,6 +318,10 @@ class Translator:
         # open inner runs → the request their input holds, for the one found to be an agent
         self._requests: dict[UUID, Any] = {}
         self._streaming: dict[Any, float] = {}  # LLM run → when its first token came
+        # a classic AgentExecutor's run → the tool calls its agent decided on and not yet
+        # run (name, call id), and the answer its agent finished with
+        self._actions: dict[UUID, list[tuple[str, str | None]]] = {}
+        self._answers: dict[UUID, Any] = {}
         self.handlers: dict[str, Callable[[Event], None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
@@ -391,6 +401,8 @@ class Translator:
         kept = run_metadata(metadata, e.kwargs.get("tags"))
         thread = metadata.get("thread_id")
         request = conversation_text(inputs, "human")
+        if name == "AgentExecutor" and isinstance(inputs, dict) and "input" in inputs:
+            request = inputs["input"]  # a classic agent's request, beside its chat history
         if resume is not None:
             # a run resumed after an interrupt carries on the paused run's request (the
             # resume value is the human's answer, beside it); linked to the paused trace
@@ -480,7 +492,13 @@ class Translator:
         name = (serialized or {}).get("name") or e.kwargs.get("name") or "tool"
         inputs = e.kwargs.get("inputs")
         arguments = jsonable(inputs if isinstance(inputs, dict) else self.arguments(input_str))
-        call = ToolCall(id=e.kwargs.get("tool_call_id"), name=name, arguments=arguments)
+        call_id = e.kwargs.get("tool_call_id")
+        decided = self._actions.get(e.parent_run_id) if e.parent_run_id is not None else None
+        if call_id is None and decided:  # a classic AgentExecutor runs its agent's actions
+            found = next((i for i, (tool, _) in enumerate(decided) if tool == name), None)
+            if found is not None:
+                call_id = decided.pop(found)[1]
+        call = ToolCall(id=call_id, name=name, arguments=arguments)
         self._start(
             e,
             SpanKind.TOOL,
@@ -524,6 +542,9 @@ class Translator:
     def _end_output(self, e: Event) -> None:
         output = e.args[0]
         self._requests.pop(e.run_id, None)
+        self._actions.pop(e.run_id, None)
+        answered = e.run_id in self._answers
+        answer = self._answers.pop(e.run_id, None)
         span = self.assembler.span_of(e.run_id)
         inner = not self.assembler.is_root(e.run_id)
         if inner and span is not None:
@@ -533,7 +554,9 @@ class Translator:
                 self._limits_said[root] = said
         else:
             self._ended_at_limit(e.run_id, output)
-        if inner and span is not None and span.kind is SpanKind.AGENT:  # a sub-agent's answer
+        if answered:  # a classic AgentExecutor's: its agent's answer, not the executor's dict
+            output = answer
+        elif inner and span is not None and span.kind is SpanKind.AGENT:  # a sub-agent's answer
             output = conversation_text(output, "ai")
         elif inner:
             output = _state_summary(output)
@@ -549,6 +572,8 @@ class Translator:
     def _end_error(self, e: Event) -> None:
         error = e.args[0]
         self._requests.pop(e.run_id, None)
+        self._actions.pop(e.run_id, None)
+        self._answers.pop(e.run_id, None)
         self._limits_said.pop(e.run_id, None)
         flow = control_flow(error)
         if flow is None:
@@ -589,6 +614,9 @@ class Translator:
 
     def _agent_action(self, e: Event) -> None:
         action = e.args[0]
+        self._actions.setdefault(e.run_id, []).append(
+            (str(action.tool), getattr(action, "tool_call_id", None))
+        )
         trace = self.assembler.trace_of(e.run_id)
         if trace is not None:
             trace.metadata.setdefault("agent_actions", []).append(
@@ -597,6 +625,13 @@ class Translator:
 
     def _agent_finish(self, e: Event) -> None:
         finish = e.args[0]
+        answer = (
+            finish.return_values.get("output") if isinstance(finish.return_values, dict) else None
+        )
+        if answer is not None:
+            self._answers[e.run_id] = answer
+        if not finish.log and answer in _CLASSIC_STOPS:  # the executor's own words
+            self.assembler.mark(e.run_id, RunStatus.LIMIT, answer)
         trace = self.assembler.trace_of(e.run_id)
         if trace is not None:
             trace.metadata["agent_finish"] = {
