@@ -845,3 +845,40 @@ def test_a_classic_agent_executor_run(evaluator: OnlineEvaluator, limited: bool)
     assert [(c.id, c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
         (f"c{i}", "lookup_order", {"order_id": "A-1"}, "shipped") for i in range(ran)
     ]
+
+
+def test_a_classic_react_agents_unparsed_reply_is_no_tool_call(evaluator: OnlineEvaluator) -> None:
+    # with handle_parsing_errors, a classic AgentExecutor answers a reply it cannot parse by
+    # "running" a tool named _Exception that hands the model the parsing error: that was
+    # recorded as a call of a tool the agent does not have, which succeeded
+    from langchain_classic.agents import AgentExecutor, create_react_agent
+    from langchain_core.language_models.fake import FakeListLLM
+    from langchain_core.prompts import PromptTemplate
+
+    model = FakeListLLM(
+        responses=[
+            "I think it shipped",  # no Action: the executor cannot parse it
+            "Thought: check it\nAction: lookup_order\nAction Input: A-1",
+            "Thought: done\nFinal Answer: A-1 has shipped.",
+        ]
+    )
+    prompt = PromptTemplate.from_template(
+        "Tools: {tools} ({tool_names})\nQuestion: {input}\n{agent_scratchpad}"
+    )
+    executor = AgentExecutor(
+        agent=create_react_agent(model, [lookup_order], prompt),
+        tools=[lookup_order],
+        handle_parsing_errors=True,
+    )
+    executor.invoke(
+        {"input": "Where is A-1?"}, {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    )
+    [trace] = evaluator.captured()
+    # a ReAct tool's text input, as LangChain's callbacks give it (no schema comes with it)
+    assert [(c.name, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
+        ("lookup_order", {"input": "A-1"}, "shipped", None)
+    ]
+    told = "Invalid Format: Missing 'Action:' after 'Thought:'"
+    [unparsed] = [s for s in trace.spans if s.name == "unparsed reply"]
+    assert (unparsed.kind, unparsed.output, unparsed.error) == (SpanKind.CHAIN, told, told)
+    assert (trace.output, trace.status) == ("A-1 has shipped.", RunStatus.OK)

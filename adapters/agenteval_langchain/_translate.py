@@ -91,6 +91,11 @@ def _state_summary(value: Any) -> Any:
     return value
 
 
+_UNPARSED_REPLY = "_Exception"
+"""The tool a classic ``AgentExecutor`` runs when its agent's reply does not parse
+(``handle_parsing_errors``): it hands the model the parsing error as an observation; no tool
+of the agent runs."""
+
 _CLASSIC_STOPS = frozenset(
     {"Agent stopped due to iteration limit or time limit.", "Agent stopped due to max iterations."}
 )
@@ -322,6 +327,7 @@ class Translator:
         # run (name, call id), and the answer its agent finished with
         self._actions: dict[UUID, list[tuple[str, str | None]]] = {}
         self._answers: dict[UUID, Any] = {}
+        self._unparsed: set[UUID] = set()  # its stand-in tool runs for replies that did not parse
         self.handlers: dict[str, Callable[[Event], None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
@@ -490,6 +496,10 @@ class Translator:
     def _tool_start(self, e: Event) -> None:
         serialized, input_str = e.args
         name = (serialized or {}).get("name") or e.kwargs.get("name") or "tool"
+        if name == _UNPARSED_REPLY:  # no tool call: the agent's reply did not parse
+            self._unparsed.add(e.run_id)
+            self._start(e, SpanKind.CHAIN, "unparsed reply", jsonable(input_str))
+            return
         inputs = e.kwargs.get("inputs")
         arguments = jsonable(inputs if isinstance(inputs, dict) else self.arguments(input_str))
         call_id = e.kwargs.get("tool_call_id")
@@ -509,6 +519,11 @@ class Translator:
 
     def _tool_end(self, e: Event) -> None:
         output = e.args[0]
+        if e.run_id in self._unparsed:  # what the model was told of its reply's format
+            self._unparsed.discard(e.run_id)
+            told = _text(output)
+            self.assembler.end_span(e.run_id, output=told, error=told, end_time=e.at)
+            return
         error: str | None = None
         attributes: dict[str, Any] | None = None
         if type(output).__name__ == "Command":  # a LangGraph tool that updates the state
