@@ -157,6 +157,24 @@ def test_an_error_in_a_200_body_is_that_error_not_an_unparsable_reply(
         ask(_chat_openai(judge_server))
     with pytest.raises(JudgeContextOverflowError, match="maximum context length is 8192"):
         ask(_chat_openai(judge_server))
+    # the client retries an HTTP 502 but not one a 200 reported: that is retried here, as
+    # many times as the client would (max_retries; the one above has none)
+    sent = len(judge_server.requests)
+    judge_server.reply(
+        Reply(body=json.dumps(upstream)),
+        Reply(body=json.dumps(upstream)),
+        {"score": 1, "reason": "ok"},
+    )
+    model = ChatOpenAI(
+        model="gpt-4o-mini", base_url=judge_server.base_url, api_key="sk-t", max_retries=2
+    )
+    reply = ask(LangChainJudge(model, cache=None))
+    assert reply.parsed == Verdict(score=1.0, reason="ok")  # type: ignore[attr-defined]
+    assert len(judge_server.requests) == sent + 3
+    judge_server.reply(*[Reply(body=json.dumps(upstream))] * 3)
+    with pytest.raises(JudgeUnavailableError, match="Provider returned error") as failed:
+        ask(LangChainJudge(model, cache=None))
+    assert (failed.value.usage.calls, len(judge_server.requests)) == (3, sent + 6)
 
 
 def test_a_reply_the_server_refused_as_bad_json_is_read_and_re_asked(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +26,12 @@ from ._parse import reply_text
 from ._traffic import RETRY_STATUSES, reported_code
 
 __all__ = ["LangChainJudge"]
+
+DEFAULT_CLIENT_RETRIES = 2
+"""How many times a chat model's client retries an HTTP error when the model does not say
+(``max_retries``: the OpenAI and Anthropic SDKs' default)."""
+BODY_RETRY_BASE = 0.25
+"""Seconds: the n-th retry of an error a 200 reply reported waits up to this × 2ⁿ."""
 
 _ROLES = {"system": "system", "user": "human", "assistant": "ai"}
 
@@ -113,19 +121,32 @@ class LangChainJudge(BaseJudge):
         self, messages: list[dict[str, str]], schema: type[BaseModel]
     ) -> Completion:
         prompt = [(_ROLES[m["role"]], m["content"]) for m in messages]
-        call = asyncio.run_coroutine_threadsafe(self.chat_model.ainvoke(prompt), _MODEL_LOOP.get())
-        try:  # cancelled here (a deadline, a closing run), the call is cancelled there
-            reply = await asyncio.wrap_future(call)
-        except Exception as exc:  # the provider's own errors, by what trying again can do
-            for cause in _chain(exc):  # an SDK's error keeps the HTTP response it was
-                response = getattr(cause, "response", None)
-                if isinstance(response, httpx.Response):
-                    refused = refusal_completion(response, messages)
-                    if refused is not None:
-                        return refused
-            error = self._judge_error(exc)
-            error.usage.calls = 1  # the model's own retries are its own affair
-            raise error from exc
+        # the model's client retries an HTTP error itself, but not an error a 200 reply's
+        # body reports (OpenRouter's, once the model started): those are retried here, as
+        # many times as the client would retry
+        retries = getattr(self.chat_model, "max_retries", None)
+        retries = retries if isinstance(retries, int) else DEFAULT_CLIENT_RETRIES
+        for attempt in itertools.count(1):
+            call = asyncio.run_coroutine_threadsafe(
+                self.chat_model.ainvoke(prompt), _MODEL_LOOP.get()
+            )
+            try:  # cancelled here (a deadline, a closing run), the call is cancelled there
+                reply = await asyncio.wrap_future(call)
+                break
+            except Exception as exc:  # the provider's own errors, by what trying again can do
+                for cause in _chain(exc):  # an SDK's error keeps the HTTP response it was
+                    response = getattr(cause, "response", None)
+                    if isinstance(response, httpx.Response):
+                        refused = refusal_completion(response, messages)
+                        if refused is not None:
+                            return refused
+                error = self._judge_error(exc)
+                in_body = any(_reported(cause) is not None for cause in _chain(exc))
+                if in_body and isinstance(error, JudgeUnavailableError) and attempt <= retries:
+                    await asyncio.sleep(random.uniform(0, BODY_RETRY_BASE * 2**attempt))
+                    continue
+                error.usage.calls = attempt  # the client's own retries are its own affair
+                raise error from exc
         usage = getattr(reply, "usage_metadata", None) or {}
         metadata = getattr(reply, "response_metadata", None) or {}
         finish = metadata.get("finish_reason") or metadata.get("stop_reason")
@@ -180,10 +201,14 @@ def _status(error: BaseException) -> object:
     status = getattr(error, "status_code", None)
     if status is None:
         status = getattr(getattr(error, "response", None), "status_code", None)
-    if status is None and isinstance(error, ValueError) and error.args:
-        reported = error.args[0]
-        status = reported_code(reported) if isinstance(reported, dict) else None
-    return status
+    return _reported(error) if status is None else status
+
+
+def _reported(error: BaseException) -> int | None:
+    """The code of the error a 200 reply's body reported, which langchain-openai raises as
+    a ``ValueError`` of the body's ``error`` object; None for any other error."""
+    reported = error.args[0] if isinstance(error, ValueError) and error.args else None
+    return reported_code(reported) if isinstance(reported, dict) else None
 
 
 def _transient(error: BaseException) -> bool:
