@@ -882,3 +882,31 @@ def test_a_classic_react_agents_unparsed_reply_is_no_tool_call(evaluator: Online
     [unparsed] = [s for s in trace.spans if s.name == "unparsed reply"]
     assert (unparsed.kind, unparsed.output, unparsed.error) == (SpanKind.CHAIN, told, told)
     assert (trace.output, trace.status) == ("A-1 has shipped.", RunStatus.OK)
+
+
+def test_a_classic_agent_that_answers_with_a_dict_keeps_it(evaluator: OnlineEvaluator) -> None:
+    from langchain_classic.agents import AgentExecutor, BaseSingleActionAgent
+    from langchain_core.agents import AgentFinish
+
+    answer = {"order": "A-1", "status": "shipped"}
+
+    class Structured(BaseSingleActionAgent):
+        @property
+        def input_keys(self) -> list[str]:
+            return ["input"]
+
+        def plan(self, intermediate_steps: Any, callbacks: Any = None, **kwargs: Any) -> Any:
+            return AgentFinish({"output": answer}, "")
+
+        async def aplan(self, intermediate_steps: Any, callbacks: Any = None, **kwargs: Any) -> Any:
+            return self.plan(intermediate_steps)
+
+    executor = AgentExecutor(agent=Structured(), tools=[])
+    executor.invoke(
+        {"input": "Where is A-1?"}, {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    )
+    [trace] = evaluator.captured()
+    assert (trace.input, trace.output, trace.status) == ("Where is A-1?", answer, RunStatus.OK)
+    # an answer that is no text is no stop of the executor's: the event was read whole
+    assert trace.metadata["agent_finish"] == {"output": {"output": answer}, "log": ""}
+    assert not evaluator.stats.problems

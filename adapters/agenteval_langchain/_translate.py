@@ -589,6 +589,7 @@ class Translator:
         self._requests.pop(e.run_id, None)
         self._actions.pop(e.run_id, None)
         self._answers.pop(e.run_id, None)
+        self._unparsed.discard(e.run_id)
         self._limits_said.pop(e.run_id, None)
         flow = control_flow(error)
         if flow is None:
@@ -645,7 +646,7 @@ class Translator:
         )
         if answer is not None:
             self._answers[e.run_id] = answer
-        if not finish.log and answer in _CLASSIC_STOPS:  # the executor's own words
+        if not finish.log and isinstance(answer, str) and answer in _CLASSIC_STOPS:
             self.assembler.mark(e.run_id, RunStatus.LIMIT, answer)
         trace = self.assembler.trace_of(e.run_id)
         if trace is not None:
