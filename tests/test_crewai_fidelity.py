@@ -686,20 +686,28 @@ def test_one_agent_kicked_off_on_two_threads_at_once_keeps_each_runs_steps(
     from agenteval_crewai.testing import native_call
 
     ran: list[str] = []
-    second_under_way = threading.Event()
+    first_waiting, second_asked = threading.Event(), threading.Event()
+
+    class TakesTurns(ScriptedLLM):
+        """The first request's first model call starts only after the second's."""
+
+        def call(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            if "(user a)" in str(messages) and not second_asked.is_set():
+                first_waiting.set()
+                second_asked.wait(10)
+            reply = super().call(messages, *args, **kwargs)
+            if "(user b)" in str(messages):
+                second_asked.set()
+            return reply
 
     def reply(messages: Any) -> Any:
         user = "a" if "(user a)" in str(messages) else "b"
-        if user == "a":  # the first request's first model call comes after the second's
-            second_under_way.wait(10)
-        else:
-            second_under_way.set()
         answered = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool")
         if answered < 2:
             return [native_call(f"call_{user}{answered}", "get_weather", city="Paris")]
         return f"Paris is sunny ({user})."
 
-    llm = ScriptedLLM(model="gpt-4o", native=True, reply=reply)
+    llm = TakesTurns(model="gpt-4o", native=True, reply=reply)
     agent = Agent(
         role="forecaster", goal="weather", backstory="b", llm=llm, tools=[weather_tool(ran)]
     )
@@ -712,10 +720,7 @@ def test_one_agent_kicked_off_on_two_threads_at_once_keeps_each_runs_steps(
     try:
         first = threading.Thread(target=kickoff, args=("a",))
         first.start()
-        # the second kickoff starts once the first has (its model call is waiting)
-        deadline = time.monotonic() + 10
-        while not getattr(agent, "_kickoff_event_id", None) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert first_waiting.wait(10)  # the first kickoff has started
         second = threading.Thread(target=kickoff, args=("b",))
         second.start()
         first.join(30)
