@@ -19,6 +19,7 @@ from crewai.tools import tool
 from agenteval_core import (
     AGENT_NAME,
     GUARD_REFUSED,
+    INTERNAL_CALL,
     CallbackSink,
     OnlineEvaluator,
     RunStatus,
@@ -770,7 +771,7 @@ def _tree(trace: Trace) -> list[tuple[str, str, str | None, Any, str | None, Any
     ]
 
 
-def test_a_tasks_llm_guardrail_is_a_step_of_the_kickoff(evaluator: OnlineEvaluator) -> None:
+def test_a_tasks_llm_guardrail_is_a_check_inside_the_kickoff(evaluator: OnlineEvaluator) -> None:
     # an LLMGuardrail asks an agent of its own (Agent.kickoff) whether the answer passes:
     # each check was a trace of its own in the crew's session, scored as a run of the
     # agent, and the rejection that sent the task back to the agent was nowhere
@@ -841,6 +842,12 @@ def test_a_tasks_llm_guardrail_is_a_step_of_the_kickoff(evaluator: OnlineEvaluat
             None,
         ),
         ("llm", "judge", "Guardrail Agent", passed, None, None),
+    ]
+    # the agent the guardrail asks is CrewAI's: its calls are no steps of the run
+    assert [s.attributes.get(INTERNAL_CALL) for s in trace.spans if s.name == check] == [True, True]
+    assert [(step.output, step.tool_calls) for step in trace.steps()] == [
+        ("Thought: done\nFinal Answer: shipped", []),
+        ("Thought: done\nFinal Answer: A-1 shipped.", []),
     ]
 
 

@@ -25,7 +25,15 @@ from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
-from agenteval_core import OnlineEvaluator, RunStatus, Span, SpanKind, Trace, replay
+from agenteval_core import (
+    INTERNAL_CALL,
+    OnlineEvaluator,
+    RunStatus,
+    Span,
+    SpanKind,
+    Trace,
+    replay,
+)
 
 
 @tool
@@ -797,6 +805,117 @@ def test_a_retried_tool_call_keeps_each_runs_own_result(evaluator: OnlineEvaluat
         ("c2", None, "ConnectionError: payments API down"),
         ("c2", shown, "ConnectionError: payments API down"),
     ]
+
+
+def _down(messages: Any) -> AIMessage:
+    raise ConnectionError("model API overloaded (529)")
+
+
+@pytest.mark.parametrize("middleware", ["fallback", "retry"])
+def test_a_model_call_that_failed_and_was_made_again_is_no_step(
+    evaluator: OnlineEvaluator, middleware: str
+) -> None:
+    # ModelFallbackMiddleware asks another model when the first fails, ModelRetryMiddleware
+    # the same one again: each failed call opened a step of its own, so a judge read four
+    # steps (two empty) for two turns and step_ratio counted them
+    from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
+
+    turns = [
+        AIMessage("", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+        AIMessage("A-1 has shipped."),
+    ]
+    if middleware == "fallback":
+        model = ScriptedChatModel(reply=_down, model_name="primary")
+        guard: Any = ModelFallbackMiddleware(ScriptedChatModel(replies=turns, model_name="backup"))
+    else:
+        script = iter([None, turns[0], None, turns[1]])  # None: the call fails
+
+        def flaky(messages: Any) -> AIMessage:
+            return next(script) or _down(messages)
+
+        model = ScriptedChatModel(reply=flaky, model_name="primary")
+        guard = ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False)
+    agent = create_agent(model, tools=[lookup_order], middleware=[guard])
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    answered = "primary" if middleware == "retry" else "backup"
+    failed = "ConnectionError: model API overloaded (529)"
+    assert [(s.name, s.output, s.error) for s in trace.spans_of(SpanKind.LLM)] == [
+        ("primary", None, failed),
+        (answered, "", None),
+        ("primary", None, failed),
+        (answered, "A-1 has shipped.", None),
+    ]
+    assert [
+        (step.output, [(c.name, c.arguments) for c in step.tool_calls]) for step in trace.steps()
+    ] == [
+        (None, [("lookup_order", {"order_id": "A-1"})]),
+        ("A-1 has shipped.", []),
+    ]
+    assert (trace.status, trace.output) == (RunStatus.OK, "A-1 has shipped.")
+
+
+def test_a_middlewares_own_model_calls_are_no_steps(evaluator: OnlineEvaluator) -> None:
+    # SummarizationMiddleware asks a model to summarise the history before the agent's
+    # turn, LLMToolSelectorMiddleware one to choose the tools it is offered: each call was a
+    # step (a judge read the summary as the agent's output), and the selector's schema was
+    # listed among the agent's tools
+    from langchain.agents.middleware import LLMToolSelectorMiddleware, SummarizationMiddleware
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    summary = "The user asked about order A-0 before."
+    summarizer = ScriptedChatModel(replies=[AIMessage(summary)], model_name="summarizer")
+    choice = tool_call("ToolSelectionResponse", "s1", tools=["lookup_order"])
+    selector = ScriptedChatModel(
+        replies=[AIMessage("", tool_calls=[choice])], model_name="selector"
+    )
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+            AIMessage("A-1 has shipped."),
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=[lookup_order, refund],
+        middleware=[
+            SummarizationMiddleware(summarizer, trigger=("messages", 4), keep=("messages", 2)),
+            LLMToolSelectorMiddleware(model=selector, max_tools=1),
+        ],
+    )
+    history = [("user", "Where is A-0?"), ("ai", "A-0 is late."), ("user", "Thanks.")]
+    agent.invoke(
+        {"messages": [*history, ("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    calls = [
+        (s.name, s.output, s.attributes.get(INTERNAL_CALL)) for s in trace.spans_of(SpanKind.LLM)
+    ]
+    assert calls == [
+        ("summarizer", summary, True),
+        ("selector", "", True),
+        ("scripted-model", "", None),
+        ("summarizer", summary, True),
+        ("selector", "", True),
+        ("scripted-model", "A-1 has shipped.", None),
+    ]
+    assert [
+        (step.output, [(c.name, c.arguments) for c in step.tool_calls]) for step in trace.steps()
+    ] == [
+        (None, [("lookup_order", {"order_id": "A-1"})]),
+        ("A-1 has shipped.", []),
+    ]
+    # the tools the agent was offered: the selector left refund out
+    assert [spec.name for spec in trace.tools] == ["lookup_order"]
+    assert (trace.input, trace.output) == ("Where is A-1?", "A-1 has shipped.")
 
 
 @pytest.mark.parametrize("limited", [False, True], ids=["answers", "max_iterations"])

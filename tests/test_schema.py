@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from agenteval_core import (
+    INTERNAL_CALL,
     SCHEMA_VERSION,
     AgentStep,
     EvalCase,
@@ -92,6 +93,36 @@ def test_steps_round_trip_through_the_trace() -> None:
             output="Here are the key AI papers from 2025...",
         ),
     ]
+
+
+def test_a_failed_model_call_and_the_frameworks_own_calls_are_no_steps() -> None:
+    # a retried call failed first; a guardrail's check (its own LLM and tool calls inside)
+    # ran between the agent's turns; the run then failed at its last model call
+    lookup = ToolCall(id="c1", name="lookup", arguments={"id": "A-1"}, result="shipped")
+    check = ToolCall(id="g1", name="policy", arguments={}, result="ok")
+    spans = [
+        Span(id="root", kind=SpanKind.AGENT, name="agent"),
+        Span(id="m1", parent_id="root", kind=SpanKind.LLM, name="m", error="RuntimeError: 529"),
+        Span(id="m2", parent_id="root", kind=SpanKind.LLM, name="m", output="", thought="look"),
+        Span(id="t1", parent_id="root", kind=SpanKind.TOOL, name="lookup", tool_call=lookup),
+        Span(
+            id="g",
+            parent_id="root",
+            kind=SpanKind.CHAIN,
+            name="guardrail",
+            attributes={INTERNAL_CALL: True},
+        ),
+        Span(id="g-llm", parent_id="g", kind=SpanKind.LLM, name="judge", output="valid"),
+        Span(id="g-tool", parent_id="g-llm", kind=SpanKind.TOOL, name="policy", tool_call=check),
+        Span(id="m3", parent_id="root", kind=SpanKind.LLM, name="m", output="A-1 shipped."),
+        Span(id="m4", parent_id="root", kind=SpanKind.LLM, name="m", error="RuntimeError: 500"),
+    ]
+    trace = Trace(input="Where is A-1?", spans=spans)
+    assert trace.steps() == [
+        AgentStep(thought="look", tool_calls=[lookup]),
+        AgentStep(output="A-1 shipped."),
+    ]
+    assert trace.tool_calls() == [lookup, check]  # every call that ran, as before
 
 
 def test_json_round_trip_is_lossless() -> None:

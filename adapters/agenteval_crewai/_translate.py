@@ -11,6 +11,7 @@ from crewai.utilities.string_utils import sanitize_tool_name
 
 from agenteval_core import (
     AGENT_NAME,
+    INTERNAL_CALL,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -520,7 +521,8 @@ class Translator:
                 )
         elif name == "LLMGuardrailStartedEvent":
             # a task's guardrail checking the agent's answer; a rejection sends the task
-            # back to the agent (a new execution under the task)
+            # back to the agent (a new execution under the task). The agent an LLMGuardrail
+            # asks is CrewAI's, not the crew's: its calls are no steps of the run
             label = event.guardrail_name or event.guardrail_type or "guardrail"
             self.assembler.start_span(
                 key,
@@ -528,7 +530,10 @@ class Translator:
                 kind,
                 f"guardrail: {label}",
                 start_time=at,
-                attributes={GUARDRAIL_ATTEMPT: int(event.retry_count or 0) + 1},
+                attributes={
+                    GUARDRAIL_ATTEMPT: int(event.retry_count or 0) + 1,
+                    INTERNAL_CALL: True,
+                },
             )
         else:  # ToolUsageStartedEvent
             execution = self._execution_of(event) or ""

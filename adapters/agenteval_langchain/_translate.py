@@ -14,6 +14,7 @@ from agenteval_core import (
     AGENT_NAME,
     CONTROL_FLOW,
     HANDOFF_TARGET,
+    INTERNAL_CALL,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -35,6 +36,11 @@ from agenteval_core.recording import (
 __all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
 
 SESSION_KEYS = ("session_id", "thread_id", "conversation_id")
+
+LANGCHAIN_INTERNAL_CALL = "lc_internal_call"
+"""The run metadata key LangChain's middleware (summarisation, tool selection, tool
+emulation) marks its own model calls with (``internal_call_metadata()``, public for
+third-party middleware): they are no steps of the agent."""
 
 SESSION_KWARG = "agenteval_session"
 """Where a root run's event carries the session of ``agenteval_core.session(...)``."""
@@ -379,6 +385,8 @@ class Translator:
         agent = self._agent_name(e)
         if agent:
             extra["attributes"] = {AGENT_NAME: agent, **(extra.get("attributes") or {})}
+        if LANGCHAIN_INTERNAL_CALL in (e.kwargs.get("metadata") or {}):
+            extra["attributes"] = {**(extra.get("attributes") or {}), INTERNAL_CALL: True}
         self.assembler.start_span(
             e.run_id,
             e.parent_run_id,
@@ -448,13 +456,17 @@ class Translator:
         if metadata.get("ls_provider"):
             attributes[PROVIDER_NAME] = metadata["ls_provider"]
         name = str(model or e.kwargs.get("name") or (serialized or {}).get("name") or "llm")
+        # a middleware's own call (a tool selector's schema) offers the agent no tool
+        internal = LANGCHAIN_INTERNAL_CALL in metadata
         self._start(
             e,
             SpanKind.LLM,
             name,
             jsonable(prompts),
             attributes=attributes,
-            tools=self.assembler.field("the available tools", lambda: _tools(params), None),
+            tools=None
+            if internal
+            else self.assembler.field("the available tools", lambda: _tools(params), None),
         )
         # a tool error the graph handled (ToolNode(handle_tool_errors=...)) reached the
         # model as a message: that text is what the call returned to it

@@ -26,6 +26,7 @@ __all__ = [
     "HANDOFF_TARGET",
     "INCOMPLETE_STATUSES",
     "INPUT_TOKENS",
+    "INTERNAL_CALL",
     "OPERATION_NAME",
     "OTEL_OPERATION_NAMES",
     "OUTPUT_TOKENS",
@@ -66,6 +67,13 @@ flow (a pause for a human, a handoff to another agent) rather than by an error."
 
 HANDOFF_TARGET = "agenteval.handoff.goto"
 """Span attribute: where a handoff went."""
+
+INTERNAL_CALL = "agenteval.internal_call"
+"""Span attribute set to ``True`` on a span the framework ran inside the run for its own ends
+(a middleware summarising the history or choosing the tools, a guardrail checking an
+answer). Its LLM calls stay in the trace and count in its tokens, but none of them is a step
+of the agent (:meth:`Trace.steps`): a judge told they were would read a summary of the
+history as the agent's answer."""
 
 AGENT_NAME = "gen_ai.agent.name"
 """Span attribute (OpenTelemetry GenAI): the agent a span ran for, in multi-agent runs."""
@@ -477,11 +485,21 @@ class Trace(_Model):
         return [span.tool_call for span in self.spans if span.tool_call is not None]
 
     def steps(self) -> list[AgentStep]:
-        """The run as agent steps: each LLM span opens a step; tool calls join the open step."""
+        """The run as agent steps: each LLM span opens a step; tool calls join the open step.
+
+        A model call that failed opens none (a retry or a fallback model made the step, or
+        the run ended there, as its error says), and nothing inside a span marked
+        :data:`INTERNAL_CALL` is a step."""
         steps: list[AgentStep] = []
         current: AgentStep | None = None
+        internal: set[str] = set()
         for span in self.spans:
+            if span.parent_id in internal or span.attributes.get(INTERNAL_CALL) is True:
+                internal.add(span.id)  # a parent starts before its children
+                continue
             if span.kind is SpanKind.LLM:
+                if span.error is not None and span.output is None:
+                    continue
                 output = span.output if isinstance(span.output, str) else None
                 current = AgentStep(thought=span.thought, output=output or None)
                 steps.append(current)
