@@ -32,6 +32,7 @@ from agenteval_core import (
     Span,
     SpanKind,
     Trace,
+    create_metric,
     replay,
 )
 
@@ -916,6 +917,63 @@ def test_a_middlewares_own_model_calls_are_no_steps(evaluator: OnlineEvaluator) 
     # the tools the agent was offered: the selector left refund out
     assert [spec.name for spec in trace.tools] == ["lookup_order"]
     assert (trace.input, trace.output) == ("Where is A-1?", "A-1 has shipped.")
+
+
+def test_a_tool_call_a_model_answered_in_the_tools_place_is_a_call(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # LLMToolEmulator (for testing an agent without its tools) answers a call with a model
+    # and never runs the tool, so no tool event came: the trace had no tool call, and
+    # tool_failures passed it on "no tool calls"
+    from langchain.agents.middleware import LLMToolEmulator
+
+    @tool
+    def weather(city: str) -> str:
+        """Current weather for a city."""
+        return "sunny"
+
+    emulator = ScriptedChatModel(replies=[AIMessage("rainy, 12°C")], model_name="emulator")
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage(
+                "",
+                tool_calls=[
+                    tool_call("weather", "w1", city="Paris"),
+                    tool_call("lookup_order", "c1", order_id="A-1"),
+                ],
+            ),
+            AIMessage("Rainy in Paris; A-1 has shipped."),
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=[weather, lookup_order],
+        middleware=[LLMToolEmulator(tools=["weather"], model=emulator)],
+    )
+    agent.invoke(
+        {"messages": [("user", "Weather in Paris, and where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    emulated = {"agenteval.tool.emulated": True}
+    calls = [
+        (s.tool_call.id, s.tool_call.name, s.tool_call.arguments, s.tool_call.result, s.attributes)
+        for s in trace.spans
+        if s.tool_call is not None
+    ]
+    assert sorted(calls) == [
+        ("c1", "lookup_order", {"order_id": "A-1"}, "shipped", {}),
+        ("w1", "weather", {"city": "Paris"}, "rainy, 12°C", emulated),
+    ]
+    [(answered, internal)] = [
+        (s.output, s.attributes.get(INTERNAL_CALL)) for s in trace.spans if s.name == "emulator"
+    ]
+    assert (answered, internal) == ("rainy, 12°C", True)
+    first, last = trace.steps()
+    assert sorted(c.id for c in first.tool_calls) == ["c1", "w1"]
+    assert (last.output, last.tool_calls) == ("Rainy in Paris; A-1 has shipped.", [])
+    checked = create_metric("tool_failures").measure(trace)
+    assert (checked.score, checked.reason) == (1.0, "none of 2 tool calls failed")
 
 
 @pytest.mark.parametrize("limited", [False, True], ids=["answers", "max_iterations"])

@@ -42,6 +42,13 @@ LANGCHAIN_INTERNAL_CALL = "lc_internal_call"
 emulation) marks its own model calls with (``internal_call_metadata()``, public for
 third-party middleware): they are no steps of the agent."""
 
+_TOOL_EMULATION = "tool_emulation"
+"""The run metadata `lc_source` of the model call LLMToolEmulator answers a tool call with."""
+
+TOOL_EMULATED = "agenteval.tool.emulated"
+"""Span attribute set to ``True`` on a tool call a model answered in the tool's place
+(``LLMToolEmulator``, for testing an agent without its tools): the tool never ran."""
+
 SESSION_KWARG = "agenteval_session"
 """Where a root run's event carries the session of ``agenteval_core.session(...)``."""
 
@@ -334,6 +341,8 @@ class Translator:
         self._actions: dict[UUID, list[tuple[str, str | None]]] = {}
         self._answers: dict[UUID, Any] = {}
         self._unparsed: set[UUID] = set()  # its stand-in tool runs for replies that did not parse
+        # a tool node → when the model that answered in the tool's place (LLMToolEmulator) began
+        self._emulated: dict[UUID, float | None] = {}
         self.handlers: dict[str, Callable[[Event], None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
@@ -458,6 +467,8 @@ class Translator:
         name = str(model or e.kwargs.get("name") or (serialized or {}).get("name") or "llm")
         # a middleware's own call (a tool selector's schema) offers the agent no tool
         internal = LANGCHAIN_INTERNAL_CALL in metadata
+        if metadata.get("lc_source") == _TOOL_EMULATION and e.parent_run_id is not None:
+            self._emulated.setdefault(e.parent_run_id, e.at)
         self._start(
             e,
             SpanKind.LLM,
@@ -568,6 +579,8 @@ class Translator:
 
     def _end_output(self, e: Event) -> None:
         output = e.args[0]
+        if e.run_id in self._emulated:
+            self._record_emulated(e, output)
         self._requests.pop(e.run_id, None)
         self._actions.pop(e.run_id, None)
         answered = e.run_id in self._answers
@@ -596,7 +609,40 @@ class Translator:
             output = conversation_text(output, "ai")
         self.assembler.end_span(e.run_id, output=jsonable(output), end_time=e.at)
 
+    def _record_emulated(self, e: Event, output: Any) -> None:
+        """The calls a model answered in their tools' place under the tool node ``e`` ends
+        (LLMToolEmulator: the tool never ran, so no tool event said so) as tool spans, each
+        with the arguments the agent asked for and the answer it was given."""
+        started = self._emulated.pop(e.run_id)
+        trace = self.assembler.trace_of(e.run_id)
+        messages = output.get("messages") if isinstance(output, dict) else None
+        if trace is None or not isinstance(messages, list):
+            return
+        ran = {span.tool_call.id for span in trace.spans if span.tool_call is not None}
+        asked = {call.id: call for span in trace.spans for call in span.requested_tool_calls}
+        for message in messages:
+            call_id = getattr(message, "tool_call_id", None)
+            request = asked.get(call_id)
+            if not isinstance(message, ToolMessage) or request is None or call_id in ran:
+                continue
+            answer = _text(message.content)
+            call = ToolCall(id=call_id, name=request.name, arguments=request.arguments)
+            key = (e.run_id, call_id)
+            self.assembler.start_span(
+                key,
+                e.run_id,
+                SpanKind.TOOL,
+                request.name,
+                input=request.arguments,
+                start_time=started,
+                attributes={TOOL_EMULATED: True},
+                tool_call=call,
+            )
+            error = answer if message.status == "error" else None
+            self.assembler.end_span(key, output=answer, error=error, end_time=e.at)
+
     def _end_error(self, e: Event) -> None:
+        self._emulated.pop(e.run_id, None)
         error = e.args[0]
         self._requests.pop(e.run_id, None)
         self._actions.pop(e.run_id, None)
