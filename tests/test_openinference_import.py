@@ -31,7 +31,7 @@ from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
-from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, ToolCall, Trace
+from agenteval_core import INTERNAL_CALL, OnlineEvaluator, RunStatus, SpanKind, ToolCall, Trace
 
 
 @pytest.fixture
@@ -166,6 +166,59 @@ def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Pat
         "result": None,
         "error": "ValueError: no such city",
     }
+
+
+def test_a_middlewares_own_model_calls_import_as_no_steps(spans_file: Path, tmp_path: Path) -> None:
+    # SummarizationMiddleware and LLMToolSelectorMiddleware mark their model calls in the
+    # run's metadata (lc_internal_call), which OpenInference keeps: imported, they were
+    # steps of the agent and the selector's schema one of its tools
+    from langchain.agents.middleware import LLMToolSelectorMiddleware, SummarizationMiddleware
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    summarizer = ScriptedChatModel(replies=[AIMessage("The user asked about A-0.")])
+    choice = tool_call("ToolSelectionResponse", "s1", tools=["get_weather"])
+    selector = ScriptedChatModel(replies=[AIMessage("", tool_calls=[choice])])
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("get_weather", "w1", city="Paris")], (30, 8)),
+            reply("It is sunny and 21°C in Paris.", [], (50, 10)),
+        ]
+    )
+    middleware = [
+        SummarizationMiddleware(summarizer, trigger=("messages", 4), keep=("messages", 2)),
+        LLMToolSelectorMiddleware(model=selector, max_tools=1),
+    ]
+    agent = create_agent(model, tools=[get_weather, refund], middleware=middleware)
+    history = [("user", "Where is A-0?"), ("ai", "A-0 is late."), ("user", "Thanks.")]
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(
+            {"messages": [*history, ("user", "Weather in Paris?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    for trace in (ours, theirs):
+        internal = [s.attributes.get(INTERNAL_CALL) for s in trace.spans_of(SpanKind.LLM)]
+        assert internal == [True, True, None, True, True, None]
+        assert [t.name for t in trace.tools] == ["get_weather"]
+        assert [(step.output, step.tool_calls) for step in trace.steps()] == [
+            (
+                None,
+                [
+                    ToolCall(
+                        id="w1",
+                        name="get_weather",
+                        arguments={"city": "Paris"},
+                        result="sunny, 21°C",
+                    )
+                ],
+            ),
+            ("It is sunny and 21°C in Paris.", []),
+        ]
 
 
 def scripted_llm(messages: list[ChatMessage], **_: object) -> ChatMessage:

@@ -22,6 +22,7 @@ from typing import Any
 
 from agenteval_core import (
     AGENT_NAME,
+    INTERNAL_CALL,
     OTEL_OPERATION_NAMES,
     CaptureError,
     LoopAlert,
@@ -70,6 +71,9 @@ _KEPT = (
 )
 # LangGraph's and LangSmith's keys in a run's metadata, which agenteval's adapter drops too
 _BOOKKEEPING = ("langgraph_", "checkpoint_", "ls_", "__")
+# the run metadata key LangChain's middleware marks its own model calls with, which
+# agenteval's adapter reads too (and OpenInference keeps in a span's metadata)
+_LANGCHAIN_INTERNAL_CALL = "lc_internal_call"
 _HUMAN = ("human", "user")
 _AI = ("ai", "assistant")
 
@@ -330,7 +334,19 @@ def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
                 kept[f"gen_ai.usage.{ours}"] = a[theirs]
     if kind is SpanKind.AGENT and (a.get("agent.name") or a.get(AGENT_NAME)):
         kept[AGENT_NAME] = a.get(AGENT_NAME) or a["agent.name"]
+    if _internal_call(a):
+        kept[INTERNAL_CALL] = True
     return kept
+
+
+def _internal_call(a: dict[str, Any]) -> bool:
+    """Whether a foreign span is a call a LangChain middleware made for its own ends (a
+    summary of the history, a choice of tools): no step of the agent."""
+    metadata = a.get("metadata")
+    if not isinstance(metadata, str) or _LANGCHAIN_INTERNAL_CALL not in metadata:
+        return False  # most spans: no JSON parsed
+    parsed = _json(metadata)
+    return isinstance(parsed, dict) and _LANGCHAIN_INTERNAL_CALL in parsed
 
 
 def _error(raw: RawSpan) -> str | None:
@@ -504,7 +520,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
     inputs, output = _conversation(root, spans)
     tools: dict[str, ToolSpec] = {}
-    for raw in raws:
+    for raw, span in zip(raws, spans, strict=True):
+        if span.attributes.get(INTERNAL_CALL):  # a tool selector's schema is no tool
+            continue
         for tool in _tools(raw.attributes):
             tools.setdefault(tool.name, tool)
     metadata = _json(a.get("metadata")) if "metadata" in a else {}
