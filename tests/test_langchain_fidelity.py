@@ -27,6 +27,8 @@ from pydantic import BaseModel
 
 from agenteval_core import (
     INTERNAL_CALL,
+    REFUSAL,
+    EvalCase,
     OnlineEvaluator,
     RunStatus,
     Span,
@@ -35,6 +37,7 @@ from agenteval_core import (
     create_metric,
     replay,
 )
+from agenteval_core.metrics._judge_base import describe_trace
 
 
 @tool
@@ -974,6 +977,50 @@ def test_a_tool_call_a_model_answered_in_the_tools_place_is_a_call(
     assert (last.output, last.tool_calls) == ("Rainy in Paris; A-1 has shipped.", [])
     checked = create_metric("tool_failures").measure(trace)
     assert (checked.score, checked.reason) == (1.0, "none of 2 tool calls failed")
+
+
+REFUSALS = {
+    # what each provider's LangChain integration returns when the model refuses
+    "openai": AIMessage(
+        "",
+        additional_kwargs={"refusal": "I can't help with picking locks."},
+        response_metadata={"model_provider": "openai", "finish_reason": "stop"},
+    ),
+    "anthropic": AIMessage(
+        [], response_metadata={"model_provider": "anthropic", "stop_reason": "refusal"}
+    ),
+    "google": AIMessage(
+        "", response_metadata={"model_provider": "google_genai", "finish_reason": "SAFETY"}
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", list(REFUSALS))
+def test_a_model_that_refused_to_answer_says_so(evaluator: OnlineEvaluator, provider: str) -> None:
+    # a refusal is no text: the answer read as empty, and coherence and loop_detection gave
+    # it their perfect score for an empty output ("coherence assumed")
+    model = ScriptedChatModel(replies=[REFUSALS[provider]])
+    agent = create_agent(model, tools=[lookup_order])
+    agent.invoke(
+        {"messages": [("user", "How do I pick a lock?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    said = "I can't help with picking locks." if provider == "openai" else ""
+    [call] = trace.spans_of(SpanKind.LLM)
+    assert (call.output, call.attributes.get(REFUSAL)) == (said, said)
+    assert (trace.status, trace.output, trace.refusal()) == (RunStatus.OK, said, said)
+    coherence = create_metric("coherence").measure(trace)
+    if said:  # the refusal is the answer a metric scores
+        assert coherence.status == "ok" and coherence.reason.startswith("cosine distance")
+    else:
+        assert (coherence.status, coherence.reason) == (
+            "skipped",
+            "not scored: the model refused to answer",
+        )
+    # and what a judge is told of the run
+    told = "the model refused to answer" + (f": {said}" if said else "")
+    assert describe_trace(EvalCase.of(trace)).splitlines()[-1] == told
 
 
 @pytest.mark.parametrize("limited", [False, True], ids=["answers", "max_iterations"])

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from agenteval_core import (
     INTERNAL_CALL,
+    REFUSAL,
     SCHEMA_VERSION,
     AgentStep,
     EvalCase,
@@ -123,6 +124,23 @@ def test_a_failed_model_call_and_the_frameworks_own_calls_are_no_steps() -> None
         AgentStep(output="A-1 shipped."),
     ]
     assert trace.tool_calls() == [lookup, check]  # every call that ran, as before
+
+
+def test_the_refusal_a_run_ended_on_is_its_last_own_model_calls() -> None:
+    def run(*last: Span) -> Trace:
+        refused = Span(id="m1", kind=SpanKind.LLM, name="m", output="", attributes={REFUSAL: ""})
+        return Trace(
+            input="q", spans=[Span(id="root", kind=SpanKind.AGENT, name="a"), refused, *last]
+        )
+
+    assert run().refusal() == ""
+    # a check the framework ran after it, or a failed retry, is not the run's last answer
+    check = Span(id="g", kind=SpanKind.CHAIN, name="check", attributes={INTERNAL_CALL: True})
+    judged = Span(id="g1", parent_id="g", kind=SpanKind.LLM, name="judge", output="ok")
+    failed = Span(id="m2", kind=SpanKind.LLM, name="m", error="RuntimeError: 500")
+    assert run(check, judged, failed).refusal() == ""
+    # a later answer is
+    assert run(Span(id="m3", kind=SpanKind.LLM, name="m", output="Here.")).refusal() is None
 
 
 def test_json_round_trip_is_lossless() -> None:

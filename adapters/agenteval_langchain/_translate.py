@@ -15,6 +15,7 @@ from agenteval_core import (
     CONTROL_FLOW,
     HANDOFF_TARGET,
     INTERNAL_CALL,
+    REFUSAL,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -81,14 +82,26 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def refusal(message: Any) -> str | None:
+    """The provider's explicit refusal in a model's reply that has no text (LangChain's
+    standard refusal block: OpenAI's refusal field, Anthropic's refusal stop reason, a
+    Gemini safety stop): its text, ``""`` when the provider gave none; else ``None``."""
+    if not isinstance(message, BaseMessage) or _text(message.content):
+        return None
+    for block in message.content_blocks:  # translated per provider: only for a silent reply
+        if isinstance(block, dict) and block.get("type") == "refusal":
+            return str(block.get("refusal") or "")
+    return None
+
+
 def conversation_text(value: Any, role: str) -> Any:
     """For a LangGraph state (``{"messages": [...]}``) the text of the last message of
-    ``role``; anything else unchanged."""
+    ``role`` (an AI message that refused: its refusal); anything else unchanged."""
     messages = value.get("messages") if isinstance(value, dict) else None
     if isinstance(messages, list):
         for message in reversed(messages):
             if isinstance(message, BaseMessage) and message.type == role:
-                return _text(message.content)
+                return _text(message.content) or refusal(message) or ""
             if isinstance(message, tuple) and len(message) == 2 and message[0] in (role, "user"):
                 return str(message[1]) if role == "human" else message[1]
     return value
@@ -501,6 +514,11 @@ class Translator:
             "the requested tool calls", lambda: _requested_calls(message), []
         )
         attributes: dict[str, Any] = field("the token usage", lambda: _usage(message, response), {})
+        refused = (
+            None if text or requested else field("the refusal", lambda: refusal(message), None)
+        )
+        if refused is not None:  # the reply is what the model said in its place
+            attributes[REFUSAL] = text = refused
         first_token = self._streaming.pop(e.run_id, None)
         started = self.assembler.start_time_of(e.run_id)
         if first_token is not None and started is not None:  # streamed: how long to the first

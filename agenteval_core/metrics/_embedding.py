@@ -229,11 +229,16 @@ def _unusable(problem: str) -> Score:
 
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
     """PandaProbe's perfect score for an empty input or output, for a run that completed; a
-    run that did not complete is not scored, so its failure never reads as a pass."""
+    run that did not complete, or whose answer is empty because its model refused one, is
+    not scored, so its failure never reads as a pass."""
     trace = case.trace
     if trace is not None and not trace.completed:
         status = trace.status or RunStatus.ERROR
         return Score.skip(f"not scored: the run ended with status {status}", status=str(status))
+    if trace is not None and not text_of(case.actual_output).strip():
+        refused = trace.refusal()  # an empty answer because the provider refused one
+        if refused is not None:
+            return Score.skip("not scored: the model refused to answer", refusal=refused)
     return Score(1.0, reason, metadata)
 
 

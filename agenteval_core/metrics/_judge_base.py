@@ -77,6 +77,9 @@ def describe_trace(case: EvalCase) -> str:
         if step.output:
             lines.append(f"step {index} output: {step.output}")
     lines.append(f"final answer: {text_of(case.actual_output)}")
+    refused = case.trace.refusal() if case.trace is not None else None
+    if refused is not None:  # an empty answer says nothing of why
+        lines.append(f"the model refused to answer{f': {refused}' if refused else ''}")
     if case.trace is not None and case.trace.error:
         lines.append(f"run error: {case.trace.error}")
     return "\n".join(lines)

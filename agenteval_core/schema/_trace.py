@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ __all__ = [
     "OTEL_OPERATION_NAMES",
     "OUTPUT_TOKENS",
     "PROVIDER_NAME",
+    "REFUSAL",
     "REQUEST_MODEL",
     "SCHEMA_VERSION",
     "AgentStep",
@@ -67,6 +69,11 @@ flow (a pause for a human, a handoff to another agent) rather than by an error."
 
 HANDOFF_TARGET = "agenteval.handoff.goto"
 """Span attribute: where a handoff went."""
+
+REFUSAL = "agenteval.refusal"
+"""Span attribute of an LLM span whose reply was the provider's explicit refusal (OpenAI's
+refusal field, Anthropic's refusal stop reason, a Gemini safety stop): the refusal's text,
+``""`` when the provider gave none. A run that ends on one has no answer to score as one."""
 
 INTERNAL_CALL = "agenteval.internal_call"
 """Span attribute set to ``True`` on a span the framework ran inside the run for its own ends
@@ -492,11 +499,7 @@ class Trace(_Model):
         :data:`INTERNAL_CALL` is a step."""
         steps: list[AgentStep] = []
         current: AgentStep | None = None
-        internal: set[str] = set()
-        for span in self.spans:
-            if span.parent_id in internal or span.attributes.get(INTERNAL_CALL) is True:
-                internal.add(span.id)  # a parent starts before its children
-                continue
+        for span in self._agents_own_spans():
             if span.kind is SpanKind.LLM:
                 if span.error is not None and span.output is None:
                     continue
@@ -509,6 +512,24 @@ class Trace(_Model):
                     steps.append(current)
                 current.tool_calls.append(span.tool_call)
         return steps
+
+    def refusal(self) -> str | None:
+        """The provider's refusal the run's last model call answered with (its text, ``""``
+        when the provider gave none; see :data:`REFUSAL`), or ``None``."""
+        for span in reversed(list(self._agents_own_spans())):
+            if span.kind is SpanKind.LLM and span.error is None:
+                refused = span.attributes.get(REFUSAL)
+                return refused if isinstance(refused, str) else None
+        return None
+
+    def _agents_own_spans(self) -> Iterator[Span]:
+        """The spans outside every span marked :data:`INTERNAL_CALL`, in order."""
+        internal: set[str] = set()
+        for span in self.spans:
+            if span.parent_id in internal or span.attributes.get(INTERNAL_CALL) is True:
+                internal.add(span.id)  # a parent starts before its children
+            else:
+                yield span
 
     def spans_of(self, kind: SpanKind) -> list[Span]:
         """The spans of one kind, in start order."""
