@@ -979,6 +979,50 @@ def test_a_tool_call_a_model_answered_in_the_tools_place_is_a_call(
     assert (checked.score, checked.reason) == (1.0, "none of 2 tool calls failed")
 
 
+def test_a_run_resumed_from_its_checkpoint_after_a_failure_has_its_request(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # LangGraph's durable execution: after a failure, invoke(None, config) goes on from the
+    # thread's checkpoint. The resumed run's input was None, so coherence gave it its
+    # perfect score for an empty input ("coherence assumed")
+    down = [True]
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        if down[0]:
+            raise ConnectionError("orders API down")
+        return f"{order_id} shipped"
+
+    script = [
+        AIMessage("", tool_calls=[tool_call("lookup", "c1", order_id="A-1")]),
+        AIMessage("A-1 has shipped."),
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=script), tools=[lookup], checkpointer=InMemorySaver()
+    )
+    handler = AgentEvalCallbackHandler(evaluator)
+    config: Any = {"callbacks": [handler], "configurable": {"thread_id": "t-3"}}
+    with pytest.raises(ConnectionError):
+        agent.invoke({"messages": [("user", "Where is A-1?")]}, config=config)
+    down[0] = False
+    assert agent.invoke(None, config=config)["messages"][-1].content == "A-1 has shipped."
+    # a new request on the thread afterwards is a run of its own, not a resumption
+    agent.invoke({"messages": [("user", "Thanks!")]}, config=config)
+    failed, resumed, later = evaluator.captured()
+    assert (failed.input, failed.status, failed.output) == ("Where is A-1?", RunStatus.ERROR, None)
+    assert (resumed.input, resumed.status, resumed.output) == (
+        "Where is A-1?",
+        RunStatus.OK,
+        "A-1 has shipped.",
+    )
+    assert resumed.metadata == {"thread_id": "t-3", "resumes_trace_id": failed.id}
+    assert [(c.id, c.result, c.error) for c in resumed.tool_calls()] == [
+        ("c1", "A-1 shipped", None)
+    ]
+    assert (later.input, "resumes_trace_id" in later.metadata) == ("Thanks!", False)
+
+
 REFUSALS = {
     # what each provider's LangChain integration returns when the model refuses
     "openai": AIMessage(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -49,6 +50,10 @@ _TOOL_EMULATION = "tool_emulation"
 TOOL_EMULATED = "agenteval.tool.emulated"
 """Span attribute set to ``True`` on a tool call a model answered in the tool's place
 (``LLMToolEmulator``, for testing an agent without its tools): the tool never ran."""
+
+UNFINISHED_KEPT = 10_000
+"""Threads whose last run paused or failed that a handler remembers, for a run resuming one
+(the least recently unfinished are forgotten: a service runs for weeks)."""
 
 SESSION_KWARG = "agenteval_session"
 """Where a root run's event carries the session of ``agenteval_core.session(...)``."""
@@ -342,8 +347,9 @@ class Translator:
     def __init__(self, recorder: Recorder, *, session_id: str | None, watch_loops: bool):
         self.session_id = session_id
         self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
-        # thread id → its paused trace's id and request, for the run that resumes it
-        self._interrupted: dict[Any, tuple[str, Any]] = {}
+        # thread id → the id and request of its run that paused or failed, for the run that
+        # resumes it from the thread's checkpoint (the oldest forgotten past UNFINISHED_KEPT)
+        self._unfinished: OrderedDict[Any, tuple[str, Any]] = OrderedDict()
         # run's root → what a call-limit middleware said as it ended (a sub-agent) graph
         self._limits_said: dict[Any, str] = {}
         # open inner runs → the request their input holds, for the one found to be an agent
@@ -443,11 +449,17 @@ class Translator:
             # a run resumed after an interrupt carries on the paused run's request (the
             # resume value is the human's answer, beside it); linked to the paused trace
             kept["resume"] = jsonable(resume)
-            paused = self._interrupted.pop(thread, None) if thread is not None else None
+            paused = self._unfinished.pop(thread, None) if thread is not None else None
             if paused is not None:
                 kept["resumes_trace_id"], request = paused
             else:  # its pause was not seen here (another process): the answer is all we have
                 request = resume
+        elif inputs is None and thread in self._unfinished:
+            # invoke(None, config): the run goes on from the thread's checkpoint, after a
+            # failure (LangGraph's durable execution) or a pause, with that run's request
+            kept["resumes_trace_id"], request = self._unfinished.pop(thread)
+        elif thread is not None:  # a new request: the thread's unfinished run stays so
+            self._unfinished.pop(thread, None)
         self._start(e, SpanKind.AGENT, name, jsonable(request))
         self.assembler.annotate(e.run_id, metadata=kept)
 
@@ -672,6 +684,8 @@ class Translator:
             ended = _limit_or_timeout(error)
             if ended is not None:
                 self.assembler.mark(e.run_id, ended, error_text(error))
+            if self.assembler.is_root(e.run_id):
+                self._unfinished_run(e.run_id)
             self.assembler.fail_span(e.run_id, error, end_time=e.at)
             return
         # an interrupt or a handoff passes through spans as an exception: control flow, not
@@ -699,10 +713,19 @@ class Translator:
         values = [getattr(i, "value", i) for i in interrupts or []]
         reason = "waiting for a human: " + "; ".join(str(v) for v in values)
         self.assembler.mark(key, RunStatus.INTERRUPTED, reason)
+        self._unfinished_run(key)
+
+    def _unfinished_run(self, key: UUID) -> None:
+        """Remember the run ``key`` belongs to as its thread's unfinished one (it paused, or
+        its root failed): a run that resumes it from the thread's checkpoint takes it up."""
         trace = self.assembler.trace_of(key)
         thread = trace.metadata.get("thread_id") if trace is not None else None
-        if trace is not None and thread is not None:
-            self._interrupted[thread] = (trace.id, trace.input)
+        if trace is None or thread is None:
+            return
+        self._unfinished[thread] = (trace.id, trace.input)
+        self._unfinished.move_to_end(thread)
+        while len(self._unfinished) > UNFINISHED_KEPT:  # threads never resumed
+            self._unfinished.popitem(last=False)
 
     def _agent_action(self, e: Event) -> None:
         action = e.args[0]
