@@ -144,13 +144,18 @@ class OrderStatus(BaseModel):
 
 
 def test_structured_output_is_the_runs_output(evaluator: OnlineEvaluator) -> None:
+    # a model without native structured output answers through its schema offered as a
+    # tool (ToolStrategy): that schema was listed among the agent's tools
     script = [
+        AIMessage(content="", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
         AIMessage(
             content="",
             tool_calls=[tool_call("OrderStatus", "s1", order_id="A-1", status="shipped")],
-        )
+        ),
     ]
-    agent = create_agent(ScriptedChatModel(replies=script), tools=[], response_format=OrderStatus)
+    agent = create_agent(
+        ScriptedChatModel(replies=script), tools=[lookup_order], response_format=OrderStatus
+    )
     result = agent.invoke(
         {"messages": [("user", "Status of A-1?")]},
         config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
@@ -158,6 +163,10 @@ def test_structured_output_is_the_runs_output(evaluator: OnlineEvaluator) -> Non
     [trace] = evaluator.captured()
     assert result["structured_response"] == OrderStatus(order_id="A-1", status="shipped")
     assert trace.output == {"order_id": "A-1", "status": "shipped"}
+    assert [spec.name for spec in trace.tools] == ["lookup_order"]
+    assert [(c.id, c.name, c.result) for c in trace.tool_calls()] == [
+        ("c1", "lookup_order", "shipped")
+    ]
 
 
 class Ticket(TypedDict):

@@ -634,10 +634,29 @@ class Translator:
             self._interrupt(e.run_id, output["__interrupt__"])
             output = conversation_text(output, "ai")
         elif isinstance(output, dict) and output.get("structured_response") is not None:
+            state = output
+            self.assembler.field("the answer's schema", lambda: self._unlist_schema(e, state), None)
             output = output["structured_response"]  # create_agent(response_format=...)
         else:
             output = conversation_text(output, "ai")
         self.assembler.end_span(e.run_id, output=jsonable(output), end_time=e.at)
+
+    def _unlist_schema(self, e: Event, state: dict[str, Any]) -> None:
+        """``create_agent(response_format=ToolStrategy(...))`` offers the model its answer's
+        schema as a tool, and the call that answered with it ran none: the schema is the
+        answer's form, not one of the agent's tools."""
+        trace = self.assembler.trace_of(e.run_id)
+        messages = state.get("messages")
+        answered = (
+            next((m for m in reversed(messages) if getattr(m, "type", None) == "ai"), None)
+            if isinstance(messages, list)
+            else None
+        )
+        if trace is None or answered is None:
+            return
+        ran = {span.tool_call.name for span in trace.spans if span.tool_call is not None}
+        schemas = {call["name"] for call in getattr(answered, "tool_calls", None) or ()} - ran
+        trace.tools = [spec for spec in trace.tools if spec.name not in schemas]
 
     def _record_emulated(self, e: Event, output: Any) -> None:
         """The calls a model answered in their tools' place under the tool node ``e`` ends
