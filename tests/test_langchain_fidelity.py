@@ -169,6 +169,35 @@ def test_structured_output_is_the_runs_output(evaluator: OnlineEvaluator) -> Non
     ]
 
 
+def test_a_prebuilt_agents_structured_answer_is_no_step(evaluator: OnlineEvaluator) -> None:
+    # create_react_agent(response_format=...) asks the model once more after its loop for
+    # the answer in the schema: that call was a step of its own, and the schema a tool
+    script = [
+        AIMessage(content="", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+        AIMessage(content="A-1 has shipped."),
+        AIMessage(
+            content="",
+            tool_calls=[tool_call("OrderStatus", "s1", order_id="A-1", status="shipped")],
+        ),
+    ]
+    agent = create_react_agent(
+        ScriptedChatModel(replies=script), tools=[lookup_order], response_format=OrderStatus
+    )
+    agent.invoke(
+        {"messages": [("user", "Status of A-1?")]},
+        config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    assert trace.output == {"order_id": "A-1", "status": "shipped"}
+    assert [spec.name for spec in trace.tools] == ["lookup_order"]
+    assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+        (None, ["c1"]),
+        ("A-1 has shipped.", []),
+    ]
+    [asked] = [s for s in trace.spans_of(SpanKind.LLM) if s.attributes.get(INTERNAL_CALL)]
+    assert [c.name for c in asked.requested_tool_calls] == ["OrderStatus"]
+
+
 class Ticket(TypedDict):
     log: list[str]
 

@@ -44,6 +44,10 @@ LANGCHAIN_INTERNAL_CALL = "lc_internal_call"
 emulation) marks its own model calls with (``internal_call_metadata()``, public for
 third-party middleware): they are no steps of the agent."""
 
+_STRUCTURED_RESPONSE_NODE = "generate_structured_response"
+"""The node of LangGraph's ``create_react_agent(response_format=...)`` that asks the model
+once more, after the agent's loop, for its answer in the schema: no step of the agent."""
+
 _TOOL_EMULATION = "tool_emulation"
 """The run metadata `lc_source` of the model call LLMToolEmulator answers a tool call with."""
 
@@ -407,13 +411,23 @@ class Translator:
         ).get("lc_agent_name")
         return str(agent) if agent else None
 
+    def _internal(self, e: Event, name: str) -> bool:
+        """Whether a run is one the framework made for its own ends, inside one or marked
+        so (see :data:`LANGCHAIN_INTERNAL_CALL`, :data:`_STRUCTURED_RESPONSE_NODE`)."""
+        if name == _STRUCTURED_RESPONSE_NODE or LANGCHAIN_INTERNAL_CALL in (
+            e.kwargs.get("metadata") or {}
+        ):
+            return True
+        parent = self.assembler.span_of(e.parent_run_id) if e.parent_run_id else None
+        return parent is not None and parent.attributes.get(INTERNAL_CALL) is True
+
     def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
         if any(str(tag).startswith("graph:step:") for tag in e.kwargs.get("tags") or ()):
             self._graph_found(e.parent_run_id)
         agent = self._agent_name(e)
         if agent:
             extra["attributes"] = {AGENT_NAME: agent, **(extra.get("attributes") or {})}
-        if LANGCHAIN_INTERNAL_CALL in (e.kwargs.get("metadata") or {}):
+        if self._internal(e, name):
             extra["attributes"] = {**(extra.get("attributes") or {}), INTERNAL_CALL: True}
         self.assembler.start_span(
             e.run_id,
@@ -491,7 +505,7 @@ class Translator:
             attributes[PROVIDER_NAME] = metadata["ls_provider"]
         name = str(model or e.kwargs.get("name") or (serialized or {}).get("name") or "llm")
         # a middleware's own call (a tool selector's schema) offers the agent no tool
-        internal = LANGCHAIN_INTERNAL_CALL in metadata
+        internal = self._internal(e, name)
         if metadata.get("lc_source") == _TOOL_EMULATION and e.parent_run_id is not None:
             self._emulated.setdefault(e.parent_run_id, e.at)
         self._start(
