@@ -650,8 +650,58 @@ def test_an_agents_structured_output_is_no_tool_call_of_its_own(
         ("c1", "lookup_order", {"order_id": "A-1"}, "shipped")
     ]
     assert [t.name for t in trace.tools] == ["lookup_order"]
-    # the shaping is a model call of the run, with the shaped answer as its output
+    # the shaping is a model call of the run, with the shaped answer as its output, made by
+    # the framework after the agent answered: no step of the agent
     assert [s.output for s in trace.spans if s.kind is SpanKind.LLM][-1] == (
         '{"order_id":"A-1","status":"shipped"}'
     )
+    assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+        (None, ["c1"]),
+        ("A-1 has shipped.", []),
+    ]
     assert (trace.output, trace.status) == ("A-1 has shipped.", RunStatus.OK)
+
+
+def test_a_memory_blocks_model_calls_are_no_steps(evaluator: OnlineEvaluator) -> None:
+    # a FactExtractionMemoryBlock asks a model for facts as the history it stores overflows
+    # (while the run stores the user's message): that call was a step of the agent, its
+    # "<facts>" the step's output a judge read
+    from llama_index.core.memory import FactExtractionMemoryBlock, Memory
+
+    facts = "<facts><fact>The user has order A-1.</fact></facts>"
+
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if "Where is" in str(messages[-1].content) or messages[-1].role == MessageRole.TOOL:
+            return calls_then_answer(messages)
+        return answer(facts)
+
+    llm = MockFunctionCallingLLM(response_generator=reply)
+    block = FactExtractionMemoryBlock(name="facts", llm=llm, priority=1)
+    memory = Memory.from_defaults(
+        session_id="m-1",
+        token_limit=60,
+        chat_history_token_ratio=0.2,
+        token_flush_size=10,
+        memory_blocks=[block],
+    )
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=lookup_order)], llm=llm)
+
+    async def run() -> None:
+        await agent.run(
+            "Where is A-1? It was to come yesterday with all my winter things", memory=memory
+        )
+        await agent.run("Where is A-1 now? Please tell me once more, in detail", memory=memory)
+
+    instrumentation = instrument(evaluator)
+    try:
+        asyncio.run(run())
+        first, second = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    extracted = [s for s in second.spans if s.kind is SpanKind.LLM and s.output == facts]
+    assert len(extracted) == 1  # the call is in the trace (its tokens count), and
+    for trace in (first, second):  # no step of the agent
+        assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+            (None, ["c1"]),
+            ("A-1 has shipped.", []),
+        ]

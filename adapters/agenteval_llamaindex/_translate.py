@@ -14,6 +14,7 @@ from llama_index.core.tools.types import BaseTool
 
 from agenteval_core import (
     AGENT_NAME,
+    INTERNAL_CALL,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -43,6 +44,16 @@ __all__ = [
 
 SESSION_TAG = "agenteval_session"
 """The tag a root span carries for the session of ``agenteval_core.session(...)``."""
+
+
+BOOKKEEPING_STEPS = frozenset(
+    f"{workflow}.{step}"
+    for workflow in ("BaseWorkflowAgent", "AgentWorkflow")  # where LlamaIndex defines them
+    for step in ("init_run", "setup_agent", "parse_agent_output", "aggregate_tool_results")
+)
+"""The steps of a workflow agent around its turns (run_agent_step) and tool calls
+(call_tool): a model call in one is the framework's (a memory block extracting facts as the
+history is stored, the answer shaped into output_cls), no step of the agent."""
 
 
 def _name(span_id: str) -> str:
@@ -353,6 +364,9 @@ class Translator:
                 tools=_tool_specs(getattr(instance, "tools", None)),
             )
         else:
+            attributes = self._agent_of(parent)
+            if name in BOOKKEEPING_STEPS:
+                attributes[INTERNAL_CALL] = True
             self.assembler.start_span(
                 span_id,
                 parent,
@@ -360,7 +374,7 @@ class Translator:
                 name,
                 start_time=at,
                 session_id=session,
-                attributes=self._agent_of(parent),
+                attributes=attributes,
             )
 
     def _called_directly(self, parent: str | None) -> bool:
