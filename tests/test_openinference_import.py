@@ -21,6 +21,7 @@ from agenteval_otel import import_otlp
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
+from langgraph.prebuilt import create_react_agent
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -30,6 +31,7 @@ from openinference.instrumentation.langchain import LangChainInstrumentor
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from pydantic import BaseModel
 
 from agenteval_core import INTERNAL_CALL, OnlineEvaluator, RunStatus, SpanKind, ToolCall, Trace
 
@@ -217,6 +219,39 @@ def test_a_middlewares_own_model_calls_import_as_no_steps(spans_file: Path, tmp_
                     )
                 ],
             ),
+            ("It is sunny and 21°C in Paris.", []),
+        ]
+
+
+class OrderStatus(BaseModel):
+    order_id: str
+    status: str
+
+
+def test_a_prebuilt_agents_structured_answer_call_imports_as_no_step(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # create_react_agent(response_format=...) asks the model for the structured answer in a
+    # node of its own after the loop (its run metadata says which node)
+    script = [
+        reply("", [tool_call("get_weather", "w1", city="Paris")], (30, 8)),
+        reply("It is sunny and 21°C in Paris.", [], (50, 10)),
+        reply("", [tool_call("OrderStatus", "s1", order_id="A-1", status="ok")], (20, 5)),
+    ]
+    agent = create_react_agent(
+        ScriptedChatModel(replies=script), tools=[get_weather], response_format=OrderStatus
+    )
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(
+            {"messages": [("user", "Weather in Paris?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    for trace in (ours, theirs):
+        assert [t.name for t in trace.tools] == ["get_weather"]
+        assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+            (None, ["w1"]),
             ("It is sunny and 21°C in Paris.", []),
         ]
 

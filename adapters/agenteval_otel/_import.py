@@ -71,9 +71,11 @@ _KEPT = (
 )
 # LangGraph's and LangSmith's keys in a run's metadata, which agenteval's adapter drops too
 _BOOKKEEPING = ("langgraph_", "checkpoint_", "ls_", "__")
-# the run metadata key LangChain's middleware marks its own model calls with, which
-# agenteval's adapter reads too (and OpenInference keeps in a span's metadata)
+# the run metadata key LangChain's middleware marks its own model calls with, and the node
+# of create_react_agent(response_format=...) that asks for the structured answer after the
+# loop: what agenteval's adapter reads too (OpenInference keeps a span's run metadata)
 _LANGCHAIN_INTERNAL_CALL = "lc_internal_call"
+_STRUCTURED_RESPONSE_NODE = "generate_structured_response"
 _HUMAN = ("human", "user")
 _AI = ("ai", "assistant")
 
@@ -343,10 +345,15 @@ def _internal_call(a: dict[str, Any]) -> bool:
     """Whether a foreign span is a call a LangChain middleware made for its own ends (a
     summary of the history, a choice of tools): no step of the agent."""
     metadata = a.get("metadata")
-    if not isinstance(metadata, str) or _LANGCHAIN_INTERNAL_CALL not in metadata:
+    if not isinstance(metadata, str) or (
+        _LANGCHAIN_INTERNAL_CALL not in metadata and _STRUCTURED_RESPONSE_NODE not in metadata
+    ):
         return False  # most spans: no JSON parsed
     parsed = _json(metadata)
-    return isinstance(parsed, dict) and _LANGCHAIN_INTERNAL_CALL in parsed
+    return isinstance(parsed, dict) and (
+        _LANGCHAIN_INTERNAL_CALL in parsed
+        or parsed.get("langgraph_node") == _STRUCTURED_RESPONSE_NODE
+    )
 
 
 def _error(raw: RawSpan) -> str | None:
