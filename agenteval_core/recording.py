@@ -16,7 +16,8 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   never the span.
 - A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call.
 - Span attributes use the OpenTelemetry GenAI names spelled once here (``OPERATION_NAME``,
-  ``REQUEST_MODEL``, ``PROVIDER_NAME``, ``INPUT_TOKENS``, ``OUTPUT_TOKENS``; the agent's
+  ``REQUEST_MODEL``, ``PROVIDER_NAME``, ``INPUT_TOKENS``, ``OUTPUT_TOKENS``,
+  ``FINISH_REASONS``: a final reply cut at the token limit makes the run ``limit``; the agent's
   name is :data:`~agenteval_core.AGENT_NAME`).
 - To stop loops, the adapter asks :meth:`Recorder.check_tool_call` before a tool runs (on
   the agent's thread, finding the run with :class:`RunRoots`); the refusal comes back to
@@ -38,6 +39,7 @@ from .online._recorder import (
     error_text,
 )
 from .schema._trace import (
+    FINISH_REASONS,
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
@@ -47,6 +49,7 @@ from .schema._trace import (
 
 __all__ = [
     "CANCELLED_BY_CALLER",
+    "FINISH_REASONS",
     "INPUT_TOKENS",
     "OPERATION_NAME",
     "OUTPUT_TOKENS",

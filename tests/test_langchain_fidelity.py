@@ -1061,6 +1061,58 @@ def test_a_run_resumed_from_its_checkpoint_after_a_failure_has_its_request(
     assert (later.input, "resumes_trace_id" in later.metadata) == ("Thanks!", False)
 
 
+@pytest.mark.parametrize(
+    ("provider", "metadata"),
+    [
+        ("openai", {"finish_reason": "length"}),
+        ("anthropic", {"stop_reason": "max_tokens"}),
+        ("google", {"finish_reason": "MAX_TOKENS"}),
+    ],
+)
+def test_an_answer_cut_at_the_token_limit_is_no_completed_run(
+    evaluator: OnlineEvaluator, provider: str, metadata: dict[str, str]
+) -> None:
+    # the model stopped mid-sentence at its output token limit: the run read as completed,
+    # and its half answer was scored (and passed a suite) as the answer
+    script = [
+        AIMessage(content="", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+        AIMessage("A-1 has shipped and should arrive", response_metadata=metadata),
+    ]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[lookup_order])
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    [reason] = metadata.values()
+    assert [
+        s.attributes.get("gen_ai.response.finish_reasons") for s in trace.spans_of(SpanKind.LLM)
+    ] == [
+        None,
+        [reason],
+    ]
+    assert (trace.status, trace.status_reason, trace.output) == (
+        RunStatus.LIMIT,
+        f"the answer was cut at the model's output token limit (finish reason {reason})",
+        "A-1 has shipped and should arrive",
+    )
+    assert not trace.completed  # a suite fails the attempt; `agenteval cases` selects it
+
+
+def test_an_answer_the_model_finished_is_a_completed_run(evaluator: OnlineEvaluator) -> None:
+    finished = {"finish_reason": "stop"}
+    script = [AIMessage("A-1 has shipped.", response_metadata=finished)]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[lookup_order])
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    [call] = trace.spans_of(SpanKind.LLM)
+    assert call.attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    assert (trace.status, trace.status_reason) == (RunStatus.OK, None)
+
+
 REFUSALS = {
     # what each provider's LangChain integration returns when the model refuses
     "openai": AIMessage(

@@ -19,6 +19,7 @@ from agenteval_otel import (
     PhoenixAnnotations,
     _otlp,
     import_otlp,
+    import_otlp_json,
     iter_otlp,
     otel_ids,
     otlp_json,
@@ -250,6 +251,28 @@ def test_spans_are_named_and_attributed_after_the_genai_conventions_and_openinfe
         None,  # the refund step said nothing
         "It shipped; the refund was denied.",
     ][:: -1 if steps[0].get("output.value") else 1]
+
+
+def test_a_model_calls_finish_reason_is_exported_as_its_provider_said() -> None:
+    # an answer cut at the token limit ends "length", not the "stop" a reply is assumed
+    cut = Span(
+        id="m",
+        kind=SpanKind.LLM,
+        name="m-1",
+        output="A-1 has shipped and",
+        attributes={"gen_ai.response.finish_reasons": ["length"]},
+    )
+    trace = Trace(input="Where is A-1?", spans=[cut])
+    [span] = exported(trace)
+    assert json.loads(span.attributes["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "A-1 has shipped and"}],
+            "finish_reason": "length",
+        }
+    ]
+    [back] = import_otlp_json(otlp_json([span]))
+    assert back.spans[0].attributes == cut.attributes
 
 
 def test_a_graph_or_crew_at_the_root_is_a_workflow() -> None:

@@ -25,6 +25,7 @@ from agenteval_core import (
     text_of,
 )
 from agenteval_core.recording import (
+    FINISH_REASONS,
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
@@ -308,6 +309,18 @@ def _reply_text(generation: Any) -> str:
     return _text(getattr(generation, "text", "")) if generation is not None else ""
 
 
+def _finish_reason(message: BaseMessage | None, generation: Any) -> str | None:
+    """Why the model stopped, as its provider said (OpenAI's ``finish_reason``, Anthropic's
+    ``stop_reason``, Ollama's ``done_reason``; a text model's generation info)."""
+    said = getattr(message, "response_metadata", None) or getattr(
+        generation, "generation_info", None
+    )
+    if not isinstance(said, dict):
+        return None
+    reason = said.get("finish_reason") or said.get("stop_reason") or said.get("done_reason")
+    return str(reason) if reason else None
+
+
 def _tool_replies(prompts: Any) -> list[ToolMessage]:
     """The tool messages since the model's last turn, in a chat model's prompt."""
     messages = prompts[0] if prompts and isinstance(prompts[0], list) else []
@@ -545,6 +558,9 @@ class Translator:
         )
         if refused is not None:  # the reply is what the model said in its place
             attributes[REFUSAL] = text = refused
+        finished = field("the finish reason", lambda: _finish_reason(message, generation), None)
+        if finished:
+            attributes[FINISH_REASONS] = [finished]
         first_token = self._streaming.pop(e.run_id, None)
         started = self.assembler.start_time_of(e.run_id)
         if first_token is not None and started is not None:  # streamed: how long to the first

@@ -29,6 +29,7 @@ from agenteval_core import (
 )
 from agenteval_core import Span as AgentSpan
 from agenteval_core.recording import (
+    FINISH_REASONS,
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
@@ -154,7 +155,14 @@ def output_messages(span: AgentSpan) -> list[dict[str, Any]]:
     parts.extend(_call_part(call) for call in span.requested_tool_calls)
     if not parts and span.thought is None:
         return []
-    reason = "tool_call" if span.requested_tool_calls else ("error" if span.error else "stop")
+    said = span.attributes.get(FINISH_REASONS)  # as the provider said it, when recorded
+    reason = (
+        str(said[0])
+        if isinstance(said, list) and said
+        else "tool_call"
+        if span.requested_tool_calls
+        else ("error" if span.error else "stop")
+    )
     return [{"role": "assistant", "parts": parts, "finish_reason": reason}]
 
 

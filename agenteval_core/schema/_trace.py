@@ -23,6 +23,7 @@ __all__ = [
     "AGENT_NAME",
     "COMPLETED_STATUSES",
     "CONTROL_FLOW",
+    "FINISH_REASONS",
     "GUARD_REFUSED",
     "HANDOFF_TARGET",
     "INCOMPLETE_STATUSES",
@@ -35,6 +36,7 @@ __all__ = [
     "REFUSAL",
     "REQUEST_MODEL",
     "SCHEMA_VERSION",
+    "TOKEN_LIMIT_REASONS",
     "AgentStep",
     "EvalCase",
     "ExpectedToolCall",
@@ -92,6 +94,11 @@ REQUEST_MODEL = "gen_ai.request.model"
 PROVIDER_NAME = "gen_ai.provider.name"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+
+TOKEN_LIMIT_REASONS = frozenset({"length", "max_tokens"})
+"""Finish reasons (lower-cased) that say a reply was cut at the model's output token limit:
+OpenAI's and Ollama's ``length``, Anthropic's, Bedrock's and Gemini's ``max_tokens``."""
 
 
 class NewerVersionError(ValueError):
@@ -513,13 +520,30 @@ class Trace(_Model):
                 current.tool_calls.append(span.tool_call)
         return steps
 
+    def final_model_call(self) -> Span | None:
+        """The run's last model call that did not fail, outside the spans marked
+        :data:`INTERNAL_CALL` (the one its answer came from), or ``None``."""
+        for span in reversed(list(self._agents_own_spans())):
+            if span.kind is SpanKind.LLM and span.error is None:
+                return span
+        return None
+
     def refusal(self) -> str | None:
         """The provider's refusal the run's last model call answered with (its text, ``""``
         when the provider gave none; see :data:`REFUSAL`), or ``None``."""
-        for span in reversed(list(self._agents_own_spans())):
-            if span.kind is SpanKind.LLM and span.error is None:
-                refused = span.attributes.get(REFUSAL)
-                return refused if isinstance(refused, str) else None
+        final = self.final_model_call()
+        refused = final.attributes.get(REFUSAL) if final is not None else None
+        return refused if isinstance(refused, str) else None
+
+    def cut_at_token_limit(self) -> str | None:
+        """The finish reason that says the run's last model call was cut at the model's
+        output token limit (see :data:`TOKEN_LIMIT_REASONS`), or ``None``."""
+        final = self.final_model_call()
+        reasons = final.attributes.get(FINISH_REASONS) if final is not None else None
+        if isinstance(reasons, list | tuple):
+            for reason in reasons:
+                if str(reason).lower() in TOKEN_LIMIT_REASONS:
+                    return str(reason)
         return None
 
     def _agents_own_spans(self) -> Iterator[Span]:
