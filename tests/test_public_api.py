@@ -76,9 +76,13 @@ def test_adapter_plumbing_lives_in_its_own_module_not_at_the_root() -> None:
         "UNSET", "AlertEvent", "EventPump", "Recorder", "RunRoots", "TraceAssembler",
         "CANCELLED_BY_CALLER", "error_text", "json_arguments", "react_actions",
     }  # fmt: skip
-    names = {"INPUT_TOKENS", "OPERATION_NAME", "OUTPUT_TOKENS", "PROVIDER_NAME", "REQUEST_MODEL"}
+    names = {
+        "INPUT_TOKENS", "OPERATION_NAME", "OUTPUT_TOKENS", "PROVIDER_NAME", "REQUEST_MODEL",
+        "FINISH_REASONS",
+    }  # fmt: skip
     assert set(recording.__all__) == plumbing | names
     assert recording.OPERATION_NAME == "gen_ai.operation.name"
+    assert recording.FINISH_REASONS == "gen_ai.response.finish_reasons"
     assert all(getattr(recording, name) is not None for name in plumbing)
     assert not plumbing & set(agenteval_core.__all__)
     assert "Session" not in agenteval_core.__all__  # exported once, used by nothing
