@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from agenteval_llamaindex import instrument
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
-from llama_index.core.base.llms.types import ToolCallBlock
+from llama_index.core.base.llms.types import ChatResponse, ChatResponseAsyncGen, ToolCallBlock
 from llama_index.core.instrumentation.dispatcher import instrument_tags
 from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import (
@@ -705,3 +706,125 @@ def test_a_memory_blocks_model_calls_are_no_steps(evaluator: OnlineEvaluator) ->
             (None, ["c1"]),
             ("A-1 has shipped.", []),
         ]
+
+
+class ProviderLLM(MockFunctionCallingLLM):
+    """A function-calling model whose replies carry the provider's raw response, as a
+    LlamaIndex provider integration keeps it (streamed: the last chunk's)."""
+
+    raw_of: Any = None
+    """The raw response to a reply: (message, streamed) → raw."""
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        message = self._get_response_generator()(messages, **kwargs)
+        return ChatResponse(message=message, raw=self.raw_of(message, False))
+
+    @llm_chat_callback()
+    async def astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
+        message = self._get_response_generator()(messages, **kwargs)
+
+        async def chunks() -> ChatResponseAsyncGen:
+            raw = self.raw_of(message, True)
+            yield ChatResponse(message=message, delta=message.content or "", raw=raw)
+
+        return chunks()
+
+
+def openai_raw(reason: str, streamed: bool) -> Any:
+    """What llama-index-llms-openai keeps: the SDK's ChatCompletion (a chunk, streamed)."""
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    choice: dict[str, Any] = {"index": 0, "finish_reason": reason}
+    if streamed:
+        choice["delta"] = {}
+        return ChatCompletionChunk.model_validate(
+            {"id": "r", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [choice]}
+        )  # fmt: skip
+    choice["message"] = {"role": "assistant", "content": None}
+    return ChatCompletion.model_validate(
+        {"id": "r", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+    )
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    ("provider", "reasons"),
+    [
+        ("openai", ("tool_calls", "length")),
+        ("anthropic", ("tool_use", "max_tokens")),  # dict(Message)
+        ("ollama", ("stop", "length")),  # dict(ChatResponse)
+    ],
+)
+def test_an_answer_cut_at_the_token_limit_is_no_completed_run(
+    evaluator: OnlineEvaluator, provider: str, reasons: tuple[str, str], streaming: bool
+) -> None:
+    # the model stopped mid-sentence at its output token limit: the run read as completed,
+    # and its half answer was scored (and passed a suite) as the answer
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("A-1 has shipped and should arrive")
+        return calls_then_answer(messages)
+
+    def raw_of(message: ChatMessage, streamed: bool) -> Any:
+        reason = reasons[0] if message.blocks and message.content is None else reasons[1]
+        if provider == "openai":
+            return openai_raw(reason, streamed)
+        key = "stop_reason" if provider == "anthropic" else "done_reason"
+        return {"model": "m", key: reason}
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=ProviderLLM(response_generator=reply, raw_of=raw_of),
+        streaming=streaming,
+    )
+
+    async def run() -> str:
+        return str(await agent.run("Where is A-1?"))
+
+    instrumentation = instrument(evaluator)
+    try:
+        assert asyncio.run(run()) == "A-1 has shipped and should arrive"
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert [
+        s.attributes.get("gen_ai.response.finish_reasons") for s in trace.spans_of(SpanKind.LLM)
+    ] == [[reasons[0]], [reasons[1]]]
+    assert (trace.status, trace.status_reason, trace.output) == (
+        RunStatus.LIMIT,
+        f"the answer was cut at the model's output token limit (finish reason {reasons[1]})",
+        "A-1 has shipped and should arrive",
+    )
+    assert [(c.id, c.arguments, c.result) for c in trace.tool_calls()] == [
+        ("c1", {"order_id": "A-1"}, "shipped")
+    ]
+
+
+def test_an_answer_the_model_finished_is_a_completed_run(evaluator: OnlineEvaluator) -> None:
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=ProviderLLM(
+            response_generator=calls_then_answer,
+            raw_of=lambda message, streamed: openai_raw("stop", streamed),
+        ),
+    )
+
+    async def run() -> str:
+        return str(await agent.run("Where is A-1?"))
+
+    instrumentation = instrument(evaluator)
+    try:
+        assert asyncio.run(run()) == "A-1 has shipped."
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert (trace.status, trace.status_reason, trace.output) == (
+        RunStatus.OK,
+        None,
+        "A-1 has shipped.",
+    )
+    assert trace.spans_of(SpanKind.LLM)[-1].attributes["gen_ai.response.finish_reasons"] == ["stop"]

@@ -23,6 +23,7 @@ from agenteval_core import (
 )
 from agenteval_core.recording import (
     CANCELLED_BY_CALLER,
+    FINISH_REASONS,
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
@@ -149,20 +150,38 @@ def _native_calls(message: ChatMessage | None) -> list[ToolCall]:
     ]
 
 
+def _said(holder: Any, key: str) -> Any:
+    """``key`` of a provider's raw response or a part of it: LlamaIndex's integrations keep
+    the SDK's object (OpenAI's) or a dict of its fields (Anthropic's, Ollama's)."""
+    return holder.get(key) if isinstance(holder, dict) else getattr(holder, key, None)
+
+
 def _usage(response: Any) -> dict[str, Any]:
     """Token counts as GenAI attributes, from the provider's raw response."""
-    raw = getattr(response, "raw", None) or {}
-    usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
+    usage = _said(getattr(response, "raw", None), "usage")
     if usage is None:
         return {}
-
-    def get(key: str, default: Any) -> Any:
-        return usage.get(key, default) if isinstance(usage, dict) else getattr(usage, key, default)
-
     return {
-        INPUT_TOKENS: get("prompt_tokens", None) or get("input_tokens", 0) or 0,
-        OUTPUT_TOKENS: get("completion_tokens", None) or get("output_tokens", 0) or 0,
+        INPUT_TOKENS: _said(usage, "prompt_tokens") or _said(usage, "input_tokens") or 0,
+        OUTPUT_TOKENS: _said(usage, "completion_tokens") or _said(usage, "output_tokens") or 0,
     }
+
+
+def _finish_reason(response: Any) -> list[str]:
+    """Why the model stopped, as its provider said, from the raw response (of a streamed
+    reply, its last chunk): OpenAI's choice ``finish_reason``, Anthropic's ``stop_reason``,
+    Ollama's ``done_reason``; none when the provider said nothing."""
+    raw = getattr(response, "raw", None)
+    choices = _said(raw, "choices")
+    choice = choices[0] if isinstance(choices, list | tuple) and choices else None
+    reason = (
+        _said(choice, "finish_reason")
+        or _said(raw, "stop_reason")
+        or _said(raw, "done_reason")
+        or _said(raw, "finish_reason")
+    )
+    reason = getattr(reason, "value", reason)  # an SDK's enum of reasons
+    return [reason] if isinstance(reason, str) and reason else []
 
 
 def _limit_or_timeout(error: BaseException | None) -> RunStatus | None:
@@ -572,6 +591,11 @@ class Translator:
             attributes: dict[str, Any] = field(
                 "the token usage", lambda: _usage(event.response), {}
             )
+            finished: list[str] = field(
+                "the finish reason", lambda: _finish_reason(event.response), []
+            )
+            if finished:  # a reply cut at the token limit makes the run a limit
+                attributes[FINISH_REASONS] = finished
             self.assembler.end_span(
                 ("llm", event.span_id),
                 output=text,
