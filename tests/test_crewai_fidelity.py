@@ -13,8 +13,9 @@ import pytest
 from agenteval_crewai import AgentEvalListener
 from agenteval_crewai._scripted import ScriptedLLM
 from capture_helpers import captured_by
-from crewai import Agent, Crew, Process, Task
+from crewai import LLM, Agent, Crew, Process, Task
 from crewai.tools import tool
+from judge_server import JudgeServer, Reply
 
 from agenteval_core import (
     AGENT_NAME,
@@ -946,3 +947,48 @@ def test_a_model_called_in_a_flow_step_is_a_run_of_the_listeners_session(
         ("support-chat-7", asked, "A-1 shipped on Monday.", ["llm"]),
         ("user-1", asked, "A-1 shipped on Monday.", ["llm"]),
     ]
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "status", "status_reason"),
+    [
+        (
+            "length",
+            RunStatus.LIMIT,
+            "the answer was cut at the model's output token limit (finish reason length)",
+        ),
+        ("stop", RunStatus.OK, None),
+    ],
+)
+def test_an_answer_cut_at_the_token_limit_is_no_completed_run(
+    evaluator: OnlineEvaluator,
+    judge_server: JudgeServer,
+    finish_reason: str,
+    status: RunStatus,
+    status_reason: str | None,
+) -> None:
+    # CrewAI's own OpenAI provider, over HTTP: a final answer cut mid-sentence at the
+    # model's output token limit read as a completed run, its half answer scored as the answer
+    answer = "A-1 has shipped and should"
+    judge_server.script.append(
+        Reply(content=f"Thought: I know.\nFinal Answer: {answer}", finish_reason=finish_reason)
+    )
+    llm = LLM(model="openai/gpt-4o-mini", base_url=judge_server.base_url, api_key="k")
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm, verbose=False)
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)]
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert str(crew.kickoff()) == answer
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    [model_call] = trace.spans_of(SpanKind.LLM)
+    assert model_call.attributes["gen_ai.response.finish_reasons"] == [finish_reason]
+    assert (model_call.attributes["gen_ai.usage.input_tokens"], model_call.output) == (
+        100,
+        f"Thought: I know.\nFinal Answer: {answer}",
+    )
+    assert (trace.status, trace.status_reason, trace.output) == (status, status_reason, answer)
+    assert len(judge_server.requests) == 1

@@ -19,6 +19,7 @@ from agenteval_core import (
     plain,
 )
 from agenteval_core.recording import (
+    FINISH_REASONS,
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
@@ -582,6 +583,9 @@ class Translator:
             attributes: dict[str, Any] = self.assembler.field(
                 "the token usage", lambda: _usage(event), {}
             )
+            finished = getattr(event, "finish_reason", None)  # as the provider said it
+            if finished:  # a reply cut at the token limit makes the run a limit
+                attributes[FINISH_REASONS] = [finished]
             execution = self._execution_of(event)
             if execution is not None:  # the tool runs that follow take these calls' ids
                 asked = list(requested) if native else event.call_id
