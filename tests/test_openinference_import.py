@@ -170,6 +170,37 @@ def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Pat
     }
 
 
+def test_an_answer_cut_at_the_token_limit_imports_as_a_limit(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # OpenInference keeps each model call's finish reason (llm.finish_reason): imported,
+    # a final answer cut at the output token limit read as a completed run
+    cut = reply("It is sunny and 21°C in", [], (61, 12))
+    cut.response_metadata = {"finish_reason": "length"}
+    model = ScriptedChatModel(
+        replies=[reply("", [tool_call("get_weather", "w1", city="Paris")], (40, 9)), cut]
+    )
+    agent = create_agent(model, tools=[get_weather])
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(
+            {"messages": [("user", "What's the weather in Paris?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    assert view(theirs) == view(ours)
+    reason = "the answer was cut at the model's output token limit (finish reason length)"
+    for trace in (ours, theirs):
+        assert (trace.status, trace.status_reason, trace.output) == (
+            RunStatus.LIMIT,
+            reason,
+            "It is sunny and 21°C in",
+        )
+        assert [
+            s.attributes.get("gen_ai.response.finish_reasons") for s in trace.spans_of(SpanKind.LLM)
+        ] == [None, ["length"]]
+
+
 def test_a_middlewares_own_model_calls_import_as_no_steps(spans_file: Path, tmp_path: Path) -> None:
     # SummarizationMiddleware and LLMToolSelectorMiddleware mark their model calls in the
     # run's metadata (lc_internal_call), which OpenInference keeps: imported, they were

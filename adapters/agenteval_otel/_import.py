@@ -33,7 +33,7 @@ from agenteval_core import (
     ToolSpec,
     Trace,
 )
-from agenteval_core.recording import OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL
+from agenteval_core.recording import FINISH_REASONS, OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL
 
 from ._conventions import ENCODED, FROM_TRACE, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
 from ._otlp import SPANS, TRACE_IDS, RawSpan, SpanSource
@@ -334,6 +334,8 @@ def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
         ):
             if theirs in a and f"gen_ai.usage.{ours}" not in kept:
                 kept[f"gen_ai.usage.{ours}"] = a[theirs]
+        if FINISH_REASONS not in kept and a.get("llm.finish_reason"):  # OpenInference's one
+            kept[FINISH_REASONS] = [a["llm.finish_reason"]]
     if kind is SpanKind.AGENT and (a.get("agent.name") or a.get(AGENT_NAME)):
         kept[AGENT_NAME] = a.get(AGENT_NAME) or a["agent.name"]
     if _internal_call(a):
@@ -538,7 +540,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     metadata = {k: v for k, v in metadata.items() if not str(k).startswith(_BOOKKEEPING)}
     if a.get("user.id"):
         metadata["user_id"] = a["user.id"]
-    return Trace(
+    trace = Trace(
         id=trace_id,
         session_id=a.get("gen_ai.conversation.id") or a.get("session.id"),
         input=inputs,
@@ -550,9 +552,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         framework=_framework(raws),
         start_time=root.start_time,
         end_time=root.end_time,
-        status=RunStatus.ERROR if root.error else RunStatus.OK,
-        status_reason=root.error,
     )
+    trace.status, trace.status_reason = trace.ended_status()
+    return trace
 
 
 def _framework(raws: list[RawSpan]) -> str:

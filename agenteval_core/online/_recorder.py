@@ -775,14 +775,7 @@ class TraceAssembler:
         if trace.start_time is None:
             trace.start_time = root.start_time
         if trace.status is None:
-            trace.status = RunStatus.ERROR if root.error is not None else RunStatus.OK
-            trace.status_reason = root.error
-            cut = trace.cut_at_token_limit() if root.error is None else None
-            if cut is not None:  # an answer cut short is no completed answer
-                trace.status = RunStatus.LIMIT
-                trace.status_reason = (
-                    f"the answer was cut at the model's output token limit (finish reason {cut})"
-                )
+            trace.status, trace.status_reason = trace.ended_status()
         self.recorder.trace_finished(owner.key, trace)
 
     def _active(self, owner: _OpenTrace, at: float) -> None:

@@ -546,6 +546,22 @@ class Trace(_Model):
                     return str(reason)
         return None
 
+    def ended_status(self) -> tuple[RunStatus, str | None]:
+        """The status of a run that ended by itself, read from its error and its spans,
+        with its reason: ``error`` (the error) when it raised, ``limit`` when its answer
+        was cut at the model's output token limit (:meth:`cut_at_token_limit`), else
+        ``ok``. What a run gets when nothing else said how it ended (a guard stop, a
+        framework's limit, an interrupt)."""
+        if self.error is not None:
+            return RunStatus.ERROR, self.error
+        cut = self.cut_at_token_limit()
+        if cut is not None:  # an answer cut short is no completed answer
+            return (
+                RunStatus.LIMIT,
+                f"the answer was cut at the model's output token limit (finish reason {cut})",
+            )
+        return RunStatus.OK, None
+
     def _agents_own_spans(self) -> Iterator[Span]:
         """The spans outside every span marked :data:`INTERNAL_CALL`, in order."""
         internal: set[str] = set()
