@@ -143,6 +143,83 @@ class OrderStatus(BaseModel):
     status: str
 
 
+@pytest.mark.parametrize(
+    ("decision", "calls", "told"),
+    [
+        (
+            {"type": "approve"},
+            [("c1", {"order_id": "A-1", "amount": 500.0}, "refunded 500.0 on A-1")],
+            '{"decisions": [{"type": "approve"}]}',
+        ),
+        (
+            {"type": "edit", "edited_action": {"name": "refund", "args": {"order_id": "A-1", "amount": 50.0}}},
+            [("c1", {"order_id": "A-1", "amount": 50.0}, "refunded 50.0 on A-1")],
+            '{"decisions": [{"edited_action": {"args": {"amount": 50.0, "order_id": "A-1"}, '
+            '"name": "refund"}, "type": "edit"}]}',
+        ),
+        (
+            {"type": "reject", "message": "Too much."},
+            [],
+            '{"decisions": [{"message": "Too much.", "type": "reject"}]}',
+        ),
+    ],
+)  # fmt: skip
+def test_a_human_reviewers_decision_is_what_the_resumed_run_went_on_from(
+    evaluator: OnlineEvaluator,
+    decision: dict[str, Any],
+    calls: list[tuple[str, dict[str, Any], str]],
+    told: str,
+) -> None:
+    # HumanInTheLoopMiddleware pauses before the tool runs; the reviewer approves, edits
+    # the arguments, or rejects the call. A judge of the resumed run was told the request
+    # and the answer only: after a rejection, an answer with no refund and no reason why
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    @tool
+    def refund(order_id: str, amount: float) -> str:
+        """Refund an order."""
+        return f"refunded {amount} on {order_id}"
+
+    script = [
+        AIMessage(content="", tool_calls=[tool_call("refund", "c1", order_id="A-1", amount=500.0)]),
+        AIMessage(content="Handled."),
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=script),
+        tools=[refund],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"refund": True})],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {
+        "callbacks": [AgentEvalCallbackHandler(evaluator)],
+        "configurable": {"thread_id": "t-5"},
+    }
+    agent.invoke({"messages": [("user", "Refund A-1")]}, config=config)
+    agent.invoke(Command(resume={"decisions": [decision]}), config=config)
+    paused, resumed = evaluator.captured()
+    assert paused.status is RunStatus.INTERRUPTED and paused.tool_calls() == []
+    assert [(c.id, c.name, c.arguments) for c in paused.spans_of(SpanKind.LLM)[0].requested_tool_calls] == [
+        ("c1", "refund", {"order_id": "A-1", "amount": 500.0})
+    ]  # fmt: skip
+    assert (resumed.input, resumed.status, resumed.output) == (
+        "Refund A-1",
+        RunStatus.OK,
+        "Handled.",
+    )
+    assert resumed.metadata == {
+        "thread_id": "t-5",
+        "resume": {"decisions": [decision]},
+        "resumes_trace_id": paused.id,
+    }
+    # the call as it ran: the reviewer's arguments, never the model's
+    assert [(c.id, c.arguments, c.result) for c in resumed.tool_calls()] == calls
+    lines = describe_trace(EvalCase.of(resumed)).splitlines()
+    assert lines[:2] == [
+        "user input: Refund A-1",
+        f"the run resumed after a pause for a human, who answered: {told}",
+    ]
+
+
 def test_structured_output_is_the_runs_output(evaluator: OnlineEvaluator) -> None:
     # a model without native structured output answers through its schema offered as a
     # tool (ToolStrategy): that schema was listed among the agent's tools

@@ -70,6 +70,9 @@ def _call_line(call: ToolCall) -> str:
 def describe_trace(case: EvalCase) -> str:
     """A compact account of the run: the request, each step's thought and tool calls, the answer."""
     lines = [f"user input: {text_of(case.input)}"]
+    resume = case.trace.metadata.get("resume") if case.trace is not None else None
+    if resume is not None:  # what the human decided is what the run went on from
+        lines.append(f"the run resumed after a pause for a human, who answered: {text_of(resume)}")
     for index, step in enumerate(case.steps, start=1):
         if step.thought:
             lines.append(f"step {index} thought: {step.thought}")
