@@ -16,6 +16,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
 from langchain.agents.middleware.model_call_limit import ModelCallLimitExceededError
 from langchain.agents.middleware.tool_call_limit import ToolCallLimitExceededError
+from langchain_core.decisions import BaseDecisionModel, ClassifierResponse
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -37,6 +38,7 @@ from agenteval_core import (
     create_metric,
     replay,
 )
+from agenteval_core.metrics import ToolFailures
 from agenteval_core.metrics._judge_base import describe_trace
 
 
@@ -1035,6 +1037,178 @@ def test_a_middlewares_own_model_calls_are_no_steps(evaluator: OnlineEvaluator) 
     # the tools the agent was offered: the selector left refund out
     assert [spec.name for spec in trace.tools] == ["lookup_order"]
     assert (trace.input, trace.output) == ("Where is A-1?", "A-1 has shipped.")
+
+
+class Classifier(BaseDecisionModel):
+    """A decision model built on a chat model (``langchain_core.decisions``): it asks
+    ``llm`` and answers every question with ``choice`` (a Choice) or ``risk`` (a Noul)."""
+
+    model: str = "classifier"
+    llm: Any = None
+    choice: str = "fast"
+    risk: float = 0.0
+
+    @property
+    def _provider(self) -> str:
+        return "scripted"
+
+    def _classify(self, state: Any, questions: dict[str, Any]) -> ClassifierResponse:
+        self.llm.invoke(f"Classify: {state}")
+        answers = {
+            key: {"type": "choice", "choice": self.choice, "probabilities": {self.choice: 1.0},
+                  "confidence": 1.0}
+            if type(question).__name__ == "Choice"
+            else {"type": "noul", "noul": self.risk}
+            for key, question in questions.items()
+        }  # fmt: skip
+        return ClassifierResponse.model_validate({"model": self.model, "answers": answers})
+
+
+def test_model_calls_in_a_middlewares_hooks_and_decision_models_are_no_steps(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a model call in a middleware's hook (a guard in before_model asking whether the
+    # request is safe, ModelRouterMiddleware choosing the model before the agent), or a
+    # decision model's (AutoModeMiddleware asking whether a call is risky, in the tool
+    # node) is not marked by LangChain: each was a step, and a judge read "SAFE" as the
+    # agent's output
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AutoModeMiddleware,
+        ModelChoice,
+        ModelRouterMiddleware,
+    )
+
+    checker = ScriptedChatModel(replies=[AIMessage("SAFE")], model_name="checker")
+
+    class SafetyCheck(AgentMiddleware):
+        def before_model(self, state: Any, runtime: Any) -> None:
+            checker.invoke(f"Is this safe? {state['messages'][-1].content}")
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+            AIMessage("A-1 has shipped."),
+        ]
+    )
+    with pytest.warns(Warning, match="beta"):
+        router = ModelRouterMiddleware(
+            choices={"fast": ModelChoice(model=model, criteria="every task")},
+            instructions="Choose a model.",
+            classifier=Classifier(llm=checker),
+        )
+    agent = create_agent(
+        model,
+        tools=[lookup_order],
+        middleware=[
+            SafetyCheck(),
+            router,
+            AutoModeMiddleware(tools=["lookup_order"], classifier=Classifier(llm=checker)),
+        ],
+    )
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    parents = {s.id: s.name for s in trace.spans}
+    calls = [
+        (parents[s.parent_id], s.name, s.output, s.attributes.get(INTERNAL_CALL))
+        for s in trace.spans_of(SpanKind.LLM)
+    ]
+    assert calls == [
+        ("Classifier", "checker", "SAFE", True),  # the router's, before the agent
+        ("SafetyCheck.before_model", "checker", "SAFE", True),
+        ("model", "scripted-model", "", None),
+        ("Classifier", "checker", "SAFE", True),  # the risk check, in the tool node
+        ("SafetyCheck.before_model", "checker", "SAFE", True),
+        ("model", "scripted-model", "A-1 has shipped.", None),
+    ]
+    assert [
+        (step.output, [(c.id, c.arguments, c.result) for c in step.tool_calls])
+        for step in trace.steps()
+    ] == [
+        (None, [("c1", {"order_id": "A-1"}, "shipped")]),
+        ("A-1 has shipped.", []),
+    ]
+    assert describe_trace(EvalCase.of(trace)).splitlines() == [
+        "user input: Where is A-1?",
+        'step 1 tool call: lookup_order({"order_id": "A-1"}) -> result: shipped',
+        "step 2 output: A-1 has shipped.",
+        "final answer: A-1 has shipped.",
+    ]
+
+
+def test_a_call_the_tool_node_answered_without_a_tool_is_a_failed_call(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a call of a tool the agent does not have, or one a middleware blocked
+    # (AutoModeMiddleware), is answered by the tool node with an error message and runs
+    # no tool: no tool event came, so the trace had no such call and tool_failures passed
+    from langchain.agents.middleware import AutoModeMiddleware
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    checker = ScriptedChatModel(replies=[AIMessage("RISKY")], model_name="checker")
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage(
+                "",
+                tool_calls=[
+                    tool_call("track_parcel", "c1", order_id="A-1"),
+                    tool_call("refund", "c2", order_id="A-1"),
+                ],
+            ),
+            AIMessage("", tool_calls=[tool_call("lookup_order", "c3", order_id="A-1")]),
+            AIMessage("A-1 has shipped."),
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=[lookup_order, refund],
+        middleware=[
+            AutoModeMiddleware(tools=["refund"], classifier=Classifier(llm=checker, risk=0.9))
+        ],
+    )
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    unknown = "Error: track_parcel is not a valid tool, try one of [lookup_order, refund]."
+    blocked = (
+        "The tool call `refund` was blocked because it was classified as risky "
+        "(probability: 0.90). The tool was not executed."
+    )
+    # create_agent runs each call of a reply in a tool node of its own, side by side
+    assert sorted(
+        (c.id, c.name, c.arguments, c.result, c.error, s.attributes.get("agenteval.tool.not_run"))
+        for s in trace.spans_of(SpanKind.TOOL)
+        for c in [s.tool_call]
+        if c is not None
+    ) == [
+        ("c1", "track_parcel", {"order_id": "A-1"}, unknown, unknown, True),
+        ("c2", "refund", {"order_id": "A-1"}, blocked, blocked, True),
+        ("c3", "lookup_order", {"order_id": "A-1"}, "shipped", None, None),
+    ]
+    assert [(s.output, sorted(c.id for c in s.tool_calls)) for s in trace.steps()] == [
+        (None, ["c1", "c2"]),
+        (None, ["c3"]),
+        ("A-1 has shipped.", []),
+    ]
+    # two of three calls failed, each followed by a call of another tool: 1 - 2 / (2 * 3)
+    failures = ToolFailures().measure(trace)
+    assert failures.score == pytest.approx(2 / 3)
+    assert sorted(
+        (f["name"], f["arguments"], f["error"], f["recovered"])
+        for f in failures.metadata["failures"]
+    ) == [
+        ("refund", {"order_id": "A-1"}, blocked, True),
+        ("track_parcel", {"order_id": "A-1"}, unknown, True),
+    ]
 
 
 def test_a_tool_call_a_model_answered_in_the_tools_place_is_a_call(

@@ -254,6 +254,45 @@ def test_a_middlewares_own_model_calls_import_as_no_steps(spans_file: Path, tmp_
         ]
 
 
+def test_a_model_call_in_a_middlewares_hook_imports_as_no_step(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # a middleware's before_model hook asking a model whether the request is safe: its
+    # node (langgraph_node "SafetyCheck.before_model") is in the run metadata OpenInference
+    # keeps; imported, each check was a step whose output a judge read as the agent's
+    from langchain.agents.middleware import AgentMiddleware
+
+    checker = ScriptedChatModel(replies=[AIMessage("SAFE")])
+
+    class SafetyCheck(AgentMiddleware):
+        def before_model(self, state: Any, runtime: Any) -> None:
+            checker.invoke(f"Is this safe? {state['messages'][-1].content}")
+
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("get_weather", "w1", city="Paris")], (30, 8)),
+            reply("It is sunny and 21°C in Paris.", [], (50, 10)),
+        ]
+    )
+    agent = create_agent(model, tools=[get_weather], middleware=[SafetyCheck()])
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(
+            {"messages": [("user", "Weather in Paris?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    assert view(theirs) == view(ours)
+    for trace in (ours, theirs):
+        assert [
+            (s.output, s.attributes.get(INTERNAL_CALL)) for s in trace.spans_of(SpanKind.LLM)
+        ] == [("SAFE", True), ("", None), ("SAFE", True), ("It is sunny and 21°C in Paris.", None)]
+        assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+            (None, ["w1"]),
+            ("It is sunny and 21°C in Paris.", []),
+        ]
+
+
 class OrderStatus(BaseModel):
     order_id: str
     status: str

@@ -49,12 +49,29 @@ _STRUCTURED_RESPONSE_NODE = "generate_structured_response"
 """The node of LangGraph's ``create_react_agent(response_format=...)`` that asks the model
 once more, after the agent's loop, for its answer in the schema: no step of the agent."""
 
+MIDDLEWARE_HOOKS = (".before_agent", ".before_model", ".after_model", ".after_agent")
+"""How the nodes of ``create_agent``'s middleware hooks end (``<middleware>.before_model``):
+the agent's own model calls run in its ``model`` node, so a model call in a hook (a guard
+asking a model whether a request is safe, ``ModelRouterMiddleware`` choosing the model) is
+the middleware's, no step of the agent."""
+
+_DECISION_MODEL_RUN = "llm"
+"""The ``run_type`` of a decision model's run (``langchain_core.decisions``: a classifier
+a middleware asks, as ``AutoModeMiddleware`` asks whether a tool call is risky), the one
+run that is a model call without being a chat model's: no step of the agent."""
+
 _TOOL_EMULATION = "tool_emulation"
 """The run metadata `lc_source` of the model call LLMToolEmulator answers a tool call with."""
 
 TOOL_EMULATED = "agenteval.tool.emulated"
 """Span attribute set to ``True`` on a tool call a model answered in the tool's place
 (``LLMToolEmulator``, for testing an agent without its tools): the tool never ran."""
+
+TOOL_NOT_RUN = "agenteval.tool.not_run"
+"""Span attribute set to ``True`` on a tool call the tool node answered without running a
+tool: a call of a tool the agent does not have (``Error: <name> is not a valid tool``), or
+one a middleware answered in the tool's place (``AutoModeMiddleware`` blocking a risky
+call). Its result, or its error, is what the model was shown."""
 
 UNFINISHED_KEPT = 10_000
 """Threads whose last run paused or failed that a handler remembers, for a run resuming one
@@ -321,6 +338,19 @@ def _finish_reason(message: BaseMessage | None, generation: Any) -> str | None:
     return str(reason) if reason else None
 
 
+def _tool_node_replies(output: Any) -> list[ToolMessage]:
+    """The tool messages a tool node returned (its output holds nothing else; a model
+    node's holds the model's message too, beside any answer to its own calls)."""
+    messages = output.get("messages") if isinstance(output, dict) else output
+    if (
+        isinstance(messages, list)
+        and messages
+        and all(isinstance(m, ToolMessage) for m in messages)
+    ):
+        return messages
+    return []
+
+
 def _tool_replies(prompts: Any) -> list[ToolMessage]:
     """The tool messages since the model's last turn, in a chat model's prompt."""
     messages = prompts[0] if prompts and isinstance(prompts[0], list) else []
@@ -426,9 +456,13 @@ class Translator:
 
     def _internal(self, e: Event, name: str) -> bool:
         """Whether a run is one the framework made for its own ends, inside one or marked
-        so (see :data:`LANGCHAIN_INTERNAL_CALL`, :data:`_STRUCTURED_RESPONSE_NODE`)."""
-        if name == _STRUCTURED_RESPONSE_NODE or LANGCHAIN_INTERNAL_CALL in (
-            e.kwargs.get("metadata") or {}
+        so (see :data:`LANGCHAIN_INTERNAL_CALL`, :data:`_STRUCTURED_RESPONSE_NODE`,
+        :data:`MIDDLEWARE_HOOKS`, :data:`_DECISION_MODEL_RUN`)."""
+        if (
+            name == _STRUCTURED_RESPONSE_NODE
+            or name.endswith(MIDDLEWARE_HOOKS)
+            or e.kwargs.get("run_type") == _DECISION_MODEL_RUN
+            or LANGCHAIN_INTERNAL_CALL in (e.kwargs.get("metadata") or {})
         ):
             return True
         parent = self.assembler.span_of(e.parent_run_id) if e.parent_run_id else None
@@ -639,8 +673,10 @@ class Translator:
 
     def _end_output(self, e: Event) -> None:
         output = e.args[0]
-        if e.run_id in self._emulated:
-            self._record_emulated(e, output)
+        replies = _tool_node_replies(output)
+        if replies:
+            self._record_unrun(e, replies)
+        self._emulated.pop(e.run_id, None)
         self._requests.pop(e.run_id, None)
         self._actions.pop(e.run_id, None)
         answered = e.run_id in self._answers
@@ -688,25 +724,26 @@ class Translator:
         schemas = {call["name"] for call in getattr(answered, "tool_calls", None) or ()} - ran
         trace.tools = [spec for spec in trace.tools if spec.name not in schemas]
 
-    def _record_emulated(self, e: Event, output: Any) -> None:
-        """The calls a model answered in their tools' place under the tool node ``e`` ends
-        (LLMToolEmulator: the tool never ran, so no tool event said so) as tool spans, each
-        with the arguments the agent asked for and the answer it was given."""
-        started = self._emulated.pop(e.run_id)
+    def _record_unrun(self, e: Event, replies: list[ToolMessage]) -> None:
+        """The calls the tool node ``e`` answered without running their tools (no tool
+        event said so) as tool spans, each with the arguments the agent asked for and what
+        it was shown: a model's answer in the tool's place (LLMToolEmulator), a call of a
+        tool the agent does not have, a call a middleware refused."""
         trace = self.assembler.trace_of(e.run_id)
-        messages = output.get("messages") if isinstance(output, dict) else None
-        if trace is None or not isinstance(messages, list):
+        node = self.assembler.span_of(e.run_id)
+        if trace is None or node is None:
             return
         ran = {span.tool_call.id for span in trace.spans if span.tool_call is not None}
         asked = {call.id: call for span in trace.spans for call in span.requested_tool_calls}
-        for message in messages:
-            call_id = getattr(message, "tool_call_id", None)
-            request = asked.get(call_id)
-            if not isinstance(message, ToolMessage) or request is None or call_id in ran:
+        emulated = e.run_id in self._emulated
+        started = self._emulated.get(e.run_id) or node.start_time
+        for message in replies:
+            request = asked.get(message.tool_call_id)
+            if request is None or message.tool_call_id in ran:
                 continue
             answer = _text(message.content)
-            call = ToolCall(id=call_id, name=request.name, arguments=request.arguments)
-            key = (e.run_id, call_id)
+            call = ToolCall(id=request.id, name=request.name, arguments=request.arguments)
+            key = (e.run_id, request.id)
             self.assembler.start_span(
                 key,
                 e.run_id,
@@ -714,7 +751,7 @@ class Translator:
                 request.name,
                 input=request.arguments,
                 start_time=started,
-                attributes={TOOL_EMULATED: True},
+                attributes={TOOL_EMULATED if emulated else TOOL_NOT_RUN: True},
                 tool_call=call,
             )
             error = answer if message.status == "error" else None

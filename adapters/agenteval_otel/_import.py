@@ -76,6 +76,9 @@ _BOOKKEEPING = ("langgraph_", "checkpoint_", "ls_", "__")
 # loop: what agenteval's adapter reads too (OpenInference keeps a span's run metadata)
 _LANGCHAIN_INTERNAL_CALL = "lc_internal_call"
 _STRUCTURED_RESPONSE_NODE = "generate_structured_response"
+# and how the nodes of create_agent's middleware hooks end: a model call in one is the
+# middleware's, the agent's own run in its "model" node
+_MIDDLEWARE_HOOKS = (".before_agent", ".before_model", ".after_model", ".after_agent")
 _HUMAN = ("human", "user")
 _AI = ("ai", "assistant")
 
@@ -345,16 +348,22 @@ def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
 
 def _internal_call(a: dict[str, Any]) -> bool:
     """Whether a foreign span is a call a LangChain middleware made for its own ends (a
-    summary of the history, a choice of tools): no step of the agent."""
+    summary of the history, a choice of tools, a check in one of its hooks): no step of
+    the agent."""
     metadata = a.get("metadata")
-    if not isinstance(metadata, str) or (
-        _LANGCHAIN_INTERNAL_CALL not in metadata and _STRUCTURED_RESPONSE_NODE not in metadata
+    if not isinstance(metadata, str) or not any(
+        mark in metadata
+        for mark in (_LANGCHAIN_INTERNAL_CALL, _STRUCTURED_RESPONSE_NODE, *_MIDDLEWARE_HOOKS)
     ):
         return False  # most spans: no JSON parsed
     parsed = _json(metadata)
-    return isinstance(parsed, dict) and (
+    if not isinstance(parsed, dict):
+        return False
+    node = parsed.get("langgraph_node")
+    return (
         _LANGCHAIN_INTERNAL_CALL in parsed
-        or parsed.get("langgraph_node") == _STRUCTURED_RESPONSE_NODE
+        or node == _STRUCTURED_RESPONSE_NODE
+        or (isinstance(node, str) and node.endswith(_MIDDLEWARE_HOOKS))
     )
 
 
