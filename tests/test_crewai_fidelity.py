@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from agenteval_crewai import AgentEvalListener
-from agenteval_crewai._scripted import ScriptedLLM
+from agenteval_crewai._scripted import ScriptedLLM, native_call
 from capture_helpers import captured_by
 from crewai import LLM, Agent, Crew, Process, Task
 from crewai.tools import tool
@@ -28,6 +28,7 @@ from agenteval_core import (
     Trace,
     session,
 )
+from agenteval_core.metrics import ToolFailures
 
 
 def action(name: str, **arguments: Any) -> str:
@@ -159,8 +160,6 @@ def test_sessions_are_per_kickoff_and_the_guard_starts_clean_each_time(
 def test_native_tool_calling_records_the_provider_calls_and_alerts_on_repeats(
     evaluator: OnlineEvaluator,
 ) -> None:
-    from agenteval_crewai.testing import native_call
-
     @tool("get_weather")
     def get_weather(city: str) -> str:
         """Current weather for a city."""
@@ -992,3 +991,73 @@ def test_an_answer_cut_at_the_token_limit_is_no_completed_run(
     )
     assert (trace.status, trace.status_reason, trace.output) == (status, status_reason, answer)
     assert len(judge_server.requests) == 1
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_call_of_a_tool_the_agent_does_not_have_is_a_failed_call(
+    evaluator: OnlineEvaluator, native: bool
+) -> None:
+    # CrewAI answers a call of a tool the agent does not have without running one: with
+    # native calling the call read as a success ("Tool not found" as its result); with
+    # ReAct no tool event came at all (only a selection error, several per request), so the
+    # trace had no such call and tool_failures passed the run
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return "shipped"
+
+    def ask(call_id: str, name: str) -> Any:
+        if native:
+            return [native_call(call_id, name, order_id="A-1")]
+        return action(name, order_id="A-1")
+
+    llm = ScriptedLLM(
+        model="scripted",
+        native=native,
+        replies=[
+            ask("c1", "track_parcel"),
+            ask("c2", "track_parcel"),
+            ask("c3", "lookup_order"),
+            "A-1 has shipped." if native else "Thought: done\nFinal Answer: A-1 has shipped.",
+        ],
+    )
+    agent = Agent(
+        role="support", goal="answer", backstory="b", llm=llm, tools=[lookup_order], verbose=False
+    )
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)]
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert str(crew.kickoff()) == "A-1 has shipped."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    requested = [c.id for s in trace.spans_of(SpanKind.LLM) for c in s.requested_tool_calls]
+    assert len(requested) == 3
+    calls = trace.tool_calls()
+    # one call per request, each with the id and arguments the model gave
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        (requested[0], "track_parcel", {"order_id": "A-1"}),
+        (requested[1], "track_parcel", {"order_id": "A-1"}),
+        (requested[2], "lookup_order", {"order_id": "A-1"}),
+    ]
+    if native:
+        assert [(c.result, c.error) for c in calls] == [
+            ("Tool not found", "Tool not found"),
+            ("Tool not found", "Tool not found"),
+            ("shipped", None),
+        ]
+    else:
+        for call in calls[:2]:
+            assert str(call.error).startswith("Action 'track_parcel' don't exist, these are")
+            # what the model was shown: CrewAI's observation
+            assert str(call.result).startswith("I encountered an error: Action 'track_parcel'")
+        assert (calls[2].result, calls[2].error) == ("shipped", None)
+    # two failed calls, each followed by a call of another tool: 1 - 2 / (2 * 3)
+    failures = ToolFailures().measure(trace)
+    assert failures.score == pytest.approx(2 / 3)
+    assert [(f["name"], f["recovered"]) for f in failures.metadata["failures"]] == [
+        ("track_parcel", True),
+        ("track_parcel", True),
+    ]

@@ -41,6 +41,9 @@ STARTS = {
     "LLMCallStartedEvent": SpanKind.LLM,
     "ToolUsageStartedEvent": SpanKind.TOOL,
     "LLMGuardrailStartedEvent": SpanKind.CHAIN,
+    # a ReAct call of a tool the agent does not have: it never runs (no tool event comes),
+    # and the model is shown the error; a span that starts and fails at once
+    "ToolSelectionErrorEvent": SpanKind.TOOL,
 }
 ENDS = {
     "CrewKickoffCompletedEvent",
@@ -192,6 +195,10 @@ def _tool_specs(tools: Any) -> list[ToolSpec]:
     return specs
 
 
+NOT_FOUND = "Tool not found"
+"""What CrewAI answers a native call of a tool the agent does not have with (it runs no tool,
+and reports the text as the call's output)."""
+
 BLOCKED = "Tool execution blocked by hook"
 """How CrewAI answers a tool call a before-tool-call hook refused (with native tool calling
 it runs this stand-in through its tool events)."""
@@ -247,6 +254,8 @@ class Translator:
         # execution key → (the last LLM call id, or its native calls' ids; tools run since)
         self._last_llm: dict[str, tuple[str | list[ToolCall], int]] = {}
         self._last_call: dict[str, str | None] = {}  # execution key → its last tool run's id
+        # execution key → the model call whose request named a tool the agent does not have
+        self._unknown: dict[str, str | list[ToolCall]] = {}
         # scope → execution: CrewAI runs an agent's steps in a flow whose events it does not
         # publish here; the LLM and tool events name that flow as their parent
         self._scopes: dict[str, str] = {}
@@ -295,12 +304,42 @@ class Translator:
         payload, at, source, session = event.event, event.at, event.source, event.session
         name = type(payload).__name__
         at = payload.timestamp.timestamp() if getattr(payload, "timestamp", None) else at
-        if name in STARTS:
+        if name == "ToolSelectionErrorEvent":
+            self._unknown_tool(payload, at, event.kickoff)
+        elif name in STARTS:
             self._start(name, payload, at, source, session, event.kickoff)
         elif name in ENDS:
             self._end(name, payload, at)
         elif name in FAILURES:
             self._fail(name, payload, at)
+
+    def _unknown_tool(self, event: Any, at: float, kickoff: str | None) -> None:
+        """A ReAct call of a tool the agent does not have: no tool runs (no tool event
+        comes), and the model is shown the error. CrewAI looks the name up several times
+        while parsing the one request (an event each): the request is one failed call,
+        with the arguments the model gave."""
+        execution = self._execution_of(event) or self._scopes.get(str(event.parent_event_id))
+        asked = self._last_llm.get(execution or "", ("", 0))[0]
+        if execution is None or self._unknown.get(execution) == asked:
+            return
+        self._unknown[execution] = asked
+        self._start("ToolSelectionErrorEvent", event, at, kickoff=kickoff)
+        self.assembler.end_span(event.event_id, error=str(event.error), end_time=at)
+
+    def _requested_arguments(self, key: str | None, call_id: str | None) -> dict[str, Any]:
+        """The arguments of the call ``call_id`` a model of ``key``'s trace asked for."""
+        trace = self.assembler.trace_of(key) if key is not None else None
+        for span in reversed(trace.spans if trace is not None else []):
+            for call in span.requested_tool_calls:
+                if call.id == call_id:
+                    return dict(call.arguments)
+        return {}
+
+    def _offered(self, key: str, tool_name: str) -> bool:
+        """Whether ``tool_name`` is one of the tools offered in ``key``'s trace."""
+        trace = self.assembler.trace_of(key)
+        name = sanitize_tool_name(tool_name)
+        return trace is not None and any(spec.name == name for spec in trace.tools)
 
     def _fail(self, name: str, event: Any, at: float) -> None:
         """End the span a failure event closes. CrewAI names the wrong start event on some
@@ -346,6 +385,7 @@ class Translator:
         """Drop what was kept about the steps of an agent execution that ended."""
         self._last_llm.pop(execution or "", None)
         self._last_call.pop(execution or "", None)
+        self._unknown.pop(execution or "", None)
         self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
 
     def _parent(self, event: Any, kickoff: str | None = None) -> str | None:
@@ -544,6 +584,8 @@ class Translator:
             tool_name = sanitize_tool_name(str(event.tool_name))
             attempt = getattr(event, "run_attempts", 1) or 1
             call_id = self._call_id(execution, tool_name, arguments, attempt)
+            if name == "ToolSelectionErrorEvent":  # the event has none: the model's request's
+                arguments = self._requested_arguments(parent, call_id)
             call = ToolCall(id=call_id, name=tool_name, arguments=arguments)
             attributes = _agent_of(getattr(event, "agent_role", None))
             if attempt > 1:
@@ -630,6 +672,10 @@ class Translator:
             and self.assembler.fold_into_refusal(key)
         ):
             return  # CrewAI's stand-in for a call the guard refused: recorded once, refused
+        if output == NOT_FOUND and not self._offered(key, str(event.tool_name)):
+            # a native call of a tool the agent does not have: it failed, as the model saw
+            self.assembler.end_span(key, output=output, error=output, end_time=at)
+            return
         # a result CrewAI's tool cache answered: the tool itself did not run
         cached = {FROM_CACHE: True} if getattr(event, "from_cache", False) else None
         self.assembler.end_span(key, output=plain(output), end_time=at, attributes=cached)
