@@ -326,6 +326,37 @@ def test_a_prebuilt_agents_structured_answer_call_imports_as_no_step(
         ]
 
 
+def test_a_structured_answer_through_its_schema_imports_as_the_answer(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # create_agent(response_format=ToolStrategy(...)): the model answers by "calling" the
+    # schema. Imported, the run's answer was the last AI message's empty text (an empty
+    # answer a completed run's embedding metrics pass) and the schema one of its tools
+    from langchain.agents.structured_output import ToolStrategy
+
+    script = [
+        reply("", [tool_call("get_weather", "w1", city="Paris")], (30, 8)),
+        reply("", [tool_call("OrderStatus", "s1", order_id="A-1", status="ok")], (50, 10)),
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=script),
+        tools=[get_weather],
+        response_format=ToolStrategy(OrderStatus),
+    )
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(
+            {"messages": [("user", "Weather in Paris?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    assert view(theirs) == view(ours)
+    for trace in (ours, theirs):
+        assert trace.output == {"order_id": "A-1", "status": "ok"}
+        assert [t.name for t in trace.tools] == ["get_weather"]
+        assert [c.id for c in trace.tool_calls()] == ["w1"]
+
+
 def scripted_llm(messages: list[ChatMessage], **_: object) -> ChatMessage:
     if not any(m.role == MessageRole.TOOL for m in messages):
         call = ToolCallBlock(

@@ -494,6 +494,16 @@ def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
     return inputs, output
 
 
+def _answer_schemas(spans: list[Span]) -> set[str]:
+    """The names a run with a structured answer's last model call "called" that no tool ran:
+    its answer's schema, offered to the model as a tool (``ToolStrategy``), none of the
+    agent's tools (as agenteval's adapter records it)."""
+    final = next((span for span in reversed(spans) if span.kind is SpanKind.LLM), None)
+    ran = {span.tool_call.name for span in spans if span.tool_call is not None}
+    asked = {call.name for call in final.requested_tool_calls} if final is not None else set()
+    return asked - ran
+
+
 def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     # our own export says the order; other sources are in start order
     raws.sort(key=lambda r: (r.attributes.get("agenteval.span.index", -1), r.start_ns or 0))
@@ -537,12 +547,18 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
     inputs, output = _conversation(root, spans)
+    schemas: set[str] = set()
+    structured = root.output.get("structured_response") if isinstance(root.output, dict) else None
+    if structured is not None:  # create_agent(response_format=...): the answer in its schema
+        output = structured
+        schemas = _answer_schemas(spans)
     tools: dict[str, ToolSpec] = {}
     for raw, span in zip(raws, spans, strict=True):
         if span.attributes.get(INTERNAL_CALL):  # a tool selector's schema is no tool
             continue
         for tool in _tools(raw.attributes):
-            tools.setdefault(tool.name, tool)
+            if tool.name not in schemas:
+                tools.setdefault(tool.name, tool)
     metadata = _json(a.get("metadata")) if "metadata" in a else {}
     if not isinstance(metadata, dict):
         metadata = {"metadata": metadata}
