@@ -201,6 +201,45 @@ def test_an_answer_cut_at_the_token_limit_imports_as_a_limit(
         ] == [None, ["length"]]
 
 
+def test_a_call_of_a_tool_the_agent_does_not_have_imports_as_a_failed_call(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # LangChain's tool node answers it with an error message and runs no tool, so
+    # OpenInference writes no tool span: the call is in the next model call's input only
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("get_forecast", "f1", city="Paris")], (30, 8)),
+            reply("", [tool_call("get_weather", "w1", city="Paris")], (40, 9)),
+            reply("It is sunny and 21°C in Paris.", [], (50, 10)),
+        ]
+    )
+    agent = create_agent(model, tools=[get_weather])
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(
+            {"messages": [("user", "Weather in Paris?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    assert view(theirs) == view(ours)
+    unknown = "Error: get_forecast is not a valid tool, try one of [get_weather]."
+    for trace in (ours, theirs):
+        assert trace.tool_calls() == [
+            ToolCall(
+                id="f1",
+                name="get_forecast",
+                arguments={"city": "Paris"},
+                result=unknown,
+                error=unknown,
+            ),
+            ToolCall(
+                id="w1", name="get_weather", arguments={"city": "Paris"}, result="sunny, 21°C"
+            ),
+        ]
+        [not_run] = [s for s in trace.spans_of(SpanKind.TOOL) if s.tool_call.id == "f1"]
+        assert not_run.attributes["agenteval.tool.not_run"] is True
+
+
 def test_a_middlewares_own_model_calls_import_as_no_steps(spans_file: Path, tmp_path: Path) -> None:
     # SummarizationMiddleware and LLMToolSelectorMiddleware mark their model calls in the
     # run's metadata (lc_internal_call), which OpenInference keeps: imported, they were

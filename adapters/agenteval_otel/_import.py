@@ -12,6 +12,7 @@ Three sources, told apart per span:
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import os
 import re
@@ -79,6 +80,8 @@ _STRUCTURED_RESPONSE_NODE = "generate_structured_response"
 # and how the nodes of create_agent's middleware hooks end: a model call in one is the
 # middleware's, the agent's own run in its "model" node
 _MIDDLEWARE_HOOKS = (".before_agent", ".before_model", ".after_model", ".after_agent")
+# what agenteval's LangChain adapter marks a call no tool ran with
+_TOOL_NOT_RUN = "agenteval.tool.not_run"
 _HUMAN = ("human", "user")
 _AI = ("ai", "assistant")
 
@@ -471,6 +474,84 @@ def _link_calls(spans: list[Span], guessed: set[str]) -> None:
             span.input = dict(match.arguments)
 
 
+def _tool_replies(a: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """The tool messages a model call was shown (OpenInference's ``llm.input_messages``):
+    each one's call id, text, and whether it said an error (the status LangChain keeps in
+    the call's serialised input)."""
+    replies: list[tuple[str, str, bool]] = []
+    for index in itertools.count():
+        prefix = f"llm.input_messages.{index}.message."
+        if prefix + "role" not in a:
+            break
+        call_id = a.get(prefix + "tool_call_id")
+        if a[prefix + "role"] == "tool" and call_id:
+            replies.append((str(call_id), str(a.get(prefix + "content") or ""), False))
+    if not replies:
+        return replies
+    failed = {
+        kwargs.get("tool_call_id")
+        for message in _messages(_first_list(_json(a.get("input.value")))) or []
+        if isinstance(message, dict)
+        for kwargs in [message.get("kwargs") or {}]
+        if isinstance(kwargs, dict) and kwargs.get("status") == "error"
+    }
+    return [(call_id, text, call_id in failed) for call_id, text, _ in replies]
+
+
+def _first_list(value: Any) -> Any:
+    """A chat model's input as OpenInference keeps it: ``{"messages": [[...]]}``, one list
+    of messages per prompt; the first prompt's."""
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if isinstance(messages, list) and messages and isinstance(messages[0], list):
+        return messages[0]
+    return value
+
+
+def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
+    """A tool span for each call a model asked for that no tool ran, answered in a later
+    model call's input instead (LangChain's tool node answering a call of a tool the agent
+    does not have, a middleware refusing one), placed before that model call, as
+    agenteval's adapter records it: the text the model was shown is its result, and its
+    error when it said one."""
+    ran = {span.tool_call.id for span in spans if span.tool_call is not None}
+    asked: dict[str, ToolCall] = {}
+    index = 0
+    for raw in raws:
+        span = spans[index]
+        if span.kind is SpanKind.LLM:
+            for call_id, text, failed in _tool_replies(raw.attributes):
+                request = asked.get(call_id)
+                if request is None or call_id in ran:
+                    continue
+                ran.add(call_id)
+                call = ToolCall(
+                    id=call_id,
+                    name=request.name,
+                    arguments=dict(request.arguments),
+                    result=text,
+                    error=text if failed else None,
+                )
+                spans.insert(
+                    index,
+                    Span(
+                        id=f"{span.id}-{call_id}",
+                        parent_id=span.parent_id,
+                        kind=SpanKind.TOOL,
+                        name=request.name,
+                        input=dict(request.arguments),
+                        output=text,
+                        error=call.error,
+                        start_time=span.start_time,
+                        end_time=span.start_time,
+                        attributes={_TOOL_NOT_RUN: True},
+                        tool_call=call,
+                    ),
+                )
+                index += 1
+            asked.update((call.id, call) for call in span.requested_tool_calls if call.id)
+        index += 1
+
+
 def _text(value: Any) -> str | None:
     """Plain text a person wrote or read, not a framework object's repr
     (``StopEvent(result=...)``) or a structure."""
@@ -559,6 +640,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         for tool in _tools(raw.attributes):
             if tool.name not in schemas:
                 tools.setdefault(tool.name, tool)
+    _unrun_calls(raws, spans)  # after every use of raws and spans side by side
     metadata = _json(a.get("metadata")) if "metadata" in a else {}
     if not isinstance(metadata, dict):
         metadata = {"metadata": metadata}
