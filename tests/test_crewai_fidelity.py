@@ -1061,3 +1061,57 @@ def test_a_call_of_a_tool_the_agent_does_not_have_is_a_failed_call(
         ("track_parcel", True),
         ("track_parcel", True),
     ]
+
+
+def test_the_call_that_shapes_a_tasks_output_is_no_step(evaluator: OnlineEvaluator) -> None:
+    # a task with output_pydantic has CrewAI convert the agent's answer with one more model
+    # call, after the agent finished: that call was a step whose JSON a judge read as the
+    # agent's output
+    from pydantic import BaseModel
+
+    class OrderStatus(BaseModel):
+        order_id: str
+        status: str
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return "shipped"
+
+    shaped = '{"order_id": "A-1", "status": "shipped"}'
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[
+            action("lookup_order", order_id="A-1"),
+            "Thought: done\nFinal Answer: A-1 has shipped.",
+            shaped,
+        ],
+    )
+    agent = Agent(
+        role="support", goal="answer", backstory="b", llm=llm, tools=[lookup_order], verbose=False
+    )
+    task = Task(
+        description="Where is A-1?", expected_output="x", agent=agent, output_pydantic=OrderStatus
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        result = Crew(agents=[agent], tasks=[task]).kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert result.pydantic == OrderStatus(order_id="A-1", status="shipped")
+    parents = {s.id: s for s in trace.spans}
+    calls = [
+        (parents[s.parent_id].kind, s.output, s.attributes.get(INTERNAL_CALL))
+        for s in trace.spans_of(SpanKind.LLM)
+    ]
+    assert calls == [
+        (SpanKind.AGENT, action("lookup_order", order_id="A-1"), None),
+        (SpanKind.AGENT, "Thought: done\nFinal Answer: A-1 has shipped.", None),
+        (SpanKind.TASK, shaped, True),  # the call is in the trace (its tokens count)
+    ]
+    assert [(len(step.tool_calls), step.output) for step in trace.steps()] == [
+        (1, action("lookup_order", order_id="A-1")),
+        (0, "Thought: done\nFinal Answer: A-1 has shipped."),
+    ]
+    assert (trace.status, trace.output) == (RunStatus.OK, "A-1 has shipped.")

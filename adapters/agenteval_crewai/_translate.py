@@ -539,6 +539,11 @@ class Translator:
             provider = getattr(source, "provider", None)  # the LLM emits its own events
             if isinstance(provider, str) and provider:
                 attributes[PROVIDER_NAME] = provider
+            owner = self.assembler.span_of(parent) if parent is not None else None
+            if owner is not None and owner.kind is SpanKind.TASK:
+                # a task's own call after its agent answered: CrewAI converting the answer
+                # into the task's output_pydantic / output_json, no step of the agent
+                attributes[INTERNAL_CALL] = True
             self.assembler.start_span(
                 key,
                 parent,
