@@ -305,6 +305,18 @@ def test_a_hierarchical_crew_and_an_async_kickoff(evaluator: OnlineEvaluator) ->
         ("delegate_work_to_coworker", "support"),
         ("lookup_order", "A-1"),
     ]
+    # the coworker is an agent of the run, inside the manager's delegation: its steps are
+    # the run's (a model call a tool makes itself is not)
+    assert [
+        (step.output.splitlines()[-1] if step.output else None, [c.name for c in step.tool_calls])
+        for step in hierarchical.steps()
+    ] == [
+        ('Action Input: {"task": "Check order A-1", "context": "the user asks", "coworker": '
+         '"support"}', ["delegate_work_to_coworker"]),
+        ('Action Input: {"order_id": "A-1"}', ["lookup_order"]),  # the coworker's
+        ("Final Answer: A-1 shipped", []),
+        ("Final Answer: A-1 has shipped", []),
+    ]  # fmt: skip
     # the model asked for "Delegate work to coworker": one name for the tool, everywhere
     [asked] = hierarchical.spans[3].requested_tool_calls
     assert (asked.name, asked.id) == ("delegate_work_to_coworker", calls[0].id)

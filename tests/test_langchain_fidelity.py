@@ -1211,6 +1211,48 @@ def test_a_call_the_tool_node_answered_without_a_tool_is_a_failed_call(
     ]
 
 
+def test_a_model_call_a_tool_makes_is_the_tools_work_not_a_step(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a tool that asks a model (here a summariser) makes its call inside the tool's run:
+    # that call was a step of the agent, and a judge read the tool's summary as the
+    # agent's own output
+    summarizer = ScriptedChatModel(
+        replies=[AIMessage("The parcel left the depot.")], model_name="summarizer"
+    )
+
+    @tool
+    def summarize_tracking(order_id: str) -> str:
+        """Summarise the tracking history of an order."""
+        return str(summarizer.invoke(f"Summarise the tracking of {order_id}").content)
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("summarize_tracking", "c1", order_id="A-1")]),
+            AIMessage("A-1 left the depot."),
+        ]
+    )
+    agent = create_agent(model, tools=[summarize_tracking])
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    parents = {s.id: s for s in trace.spans}
+    assert [(s.name, parents[s.parent_id].kind) for s in trace.spans_of(SpanKind.LLM)] == [
+        ("scripted-model", SpanKind.CHAIN),
+        ("summarizer", SpanKind.TOOL),  # in the trace, and in its token counts
+        ("scripted-model", SpanKind.CHAIN),
+    ]
+    assert describe_trace(EvalCase.of(trace)).splitlines() == [
+        "user input: Where is A-1?",
+        'step 1 tool call: summarize_tracking({"order_id": "A-1"}) -> result: The parcel left '
+        "the depot.",
+        "step 2 output: A-1 left the depot.",
+        "final answer: A-1 left the depot.",
+    ]
+
+
 def test_a_tool_call_a_model_answered_in_the_tools_place_is_a_call(
     evaluator: OnlineEvaluator,
 ) -> None:

@@ -126,6 +126,41 @@ def test_a_failed_model_call_and_the_frameworks_own_calls_are_no_steps() -> None
     assert trace.tool_calls() == [lookup, check]  # every call that ran, as before
 
 
+def test_a_tools_own_model_calls_are_no_steps_but_an_agent_inside_a_tool_has_steps() -> None:
+    # a tool that asks a model (a summariser, a query engine's answer) does its work inside
+    # its span: that call was a step of the agent. A coworker a manager delegated to through
+    # a tool is an agent of the run: its steps are the run's
+    summarise = ToolCall(id="c1", name="summarise", arguments={"id": "A-1"}, result="left")
+    delegate = ToolCall(id="c2", name="delegate", arguments={"to": "support"}, result="shipped")
+    lookup = ToolCall(id="w1", name="lookup", arguments={"id": "A-1"}, result="shipped")
+    inner = ToolCall(id="x1", name="fetch", arguments={}, result="raw history")
+    spans = [
+        Span(id="root", kind=SpanKind.AGENT, name="manager"),
+        Span(id="m1", parent_id="root", kind=SpanKind.LLM, name="m", output=""),
+        Span(id="t1", parent_id="root", kind=SpanKind.TOOL, name="summarise", tool_call=summarise),
+        Span(id="t1-chain", parent_id="t1", kind=SpanKind.CHAIN, name="pipeline"),
+        Span(id="t1-llm", parent_id="t1-chain", kind=SpanKind.LLM, name="s", output="left"),
+        Span(id="t1-tool", parent_id="t1", kind=SpanKind.TOOL, name="fetch", tool_call=inner),
+        Span(id="m2", parent_id="root", kind=SpanKind.LLM, name="m", output=""),
+        Span(id="t2", parent_id="root", kind=SpanKind.TOOL, name="delegate", tool_call=delegate),
+        Span(id="w", parent_id="t2", kind=SpanKind.AGENT, name="support"),
+        Span(id="w-llm", parent_id="w", kind=SpanKind.LLM, name="w", output="", thought="look"),
+        Span(id="w-tool", parent_id="w", kind=SpanKind.TOOL, name="lookup", tool_call=lookup),
+        Span(id="w-llm2", parent_id="w", kind=SpanKind.LLM, name="w", output="shipped"),
+        Span(id="m3", parent_id="root", kind=SpanKind.LLM, name="m", output="A-1 shipped."),
+    ]
+    trace = Trace(input="Where is A-1?", spans=spans)
+    assert trace.steps() == [
+        AgentStep(tool_calls=[summarise]),
+        AgentStep(tool_calls=[delegate]),
+        AgentStep(thought="look", tool_calls=[lookup]),
+        AgentStep(output="shipped"),
+        AgentStep(output="A-1 shipped."),
+    ]
+    assert trace.final_model_call() is spans[-1]
+    assert trace.tool_calls() == [summarise, inner, delegate, lookup]  # every call that ran
+
+
 def test_the_refusal_a_run_ended_on_is_its_last_own_model_calls() -> None:
     def run(*last: Span) -> Trace:
         refused = Span(id="m1", kind=SpanKind.LLM, name="m", output="", attributes={REFUSAL: ""})

@@ -383,6 +383,10 @@ class AgentStep(_Model):
     output: str | None = None
 
 
+_OWNERS = frozenset({SpanKind.AGENT, SpanKind.TOOL})
+"""The kinds of span whose children are their work: an agent's steps, a tool's own calls."""
+
+
 class Trace(_Model):
     """One run of an agent, from the user's input to its final output.
 
@@ -502,8 +506,9 @@ class Trace(_Model):
         """The run as agent steps: each LLM span opens a step; tool calls join the open step.
 
         A model call that failed opens none (a retry or a fallback model made the step, or
-        the run ended there, as its error says), and nothing inside a span marked
-        :data:`INTERNAL_CALL` is a step."""
+        the run ended there, as its error says); nothing inside a span marked
+        :data:`INTERNAL_CALL` is a step, nor is a model or tool call a tool made inside its
+        own span (an agent run inside a tool is the run's: its steps are)."""
         steps: list[AgentStep] = []
         current: AgentStep | None = None
         for span in self._agents_own_spans():
@@ -563,12 +568,18 @@ class Trace(_Model):
         return RunStatus.OK, None
 
     def _agents_own_spans(self) -> Iterator[Span]:
-        """The spans outside every span marked :data:`INTERNAL_CALL`, in order."""
+        """The spans outside every span marked :data:`INTERNAL_CALL` and outside the work
+        of every tool (a model call a tool made: a summariser, a query engine's answer), in
+        order; an agent run inside a tool (a sub-agent, a coworker a manager delegated to)
+        is the run's again."""
         internal: set[str] = set()
-        for span in self.spans:
+        owner: dict[str, SpanKind | None] = {}  # the nearest agent or tool at or above a span
+        for span in self.spans:  # a parent starts before its children
+            above = owner.get(span.parent_id) if span.parent_id is not None else None
+            owner[span.id] = span.kind if span.kind in _OWNERS else above
             if span.parent_id in internal or span.attributes.get(INTERNAL_CALL) is True:
-                internal.add(span.id)  # a parent starts before its children
-            else:
+                internal.add(span.id)
+            elif above is not SpanKind.TOOL:
                 yield span
 
     def spans_of(self, kind: SpanKind) -> list[Span]:
