@@ -29,6 +29,7 @@ from llama_index.core.workflow import (
 from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
+from agenteval_core.metrics import Coherence
 
 
 def lookup_order(order_id: str) -> str:
@@ -828,3 +829,59 @@ def test_an_answer_the_model_finished_is_a_completed_run(evaluator: OnlineEvalua
         "A-1 has shipped.",
     )
     assert trace.spans_of(SpanKind.LLM)[-1].attributes["gen_ai.response.finish_reasons"] == ["stop"]
+
+
+@pytest.mark.parametrize(
+    ("provider", "refused"),
+    [("openai", "I can't help with that."), ("anthropic", ""), ("safety stop", "")],
+)
+def test_a_providers_refusal_is_the_answer_and_not_scored_as_an_empty_one(
+    evaluator: OnlineEvaluator, provider: str, refused: str
+) -> None:
+    # a refusal carries no text (OpenAI's refusal field, Anthropic's refusal stop, a safety
+    # stop): the run's answer read as empty, which coherence assumes coherent (1.0)
+    def raw_of(message: ChatMessage, streamed: bool) -> Any:
+        if provider == "openai":
+            from openai.types.chat import ChatCompletion
+
+            choice = {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": None, "refusal": refused},
+            }
+            return ChatCompletion.model_validate(
+                {"id": "r", "object": "chat.completion", "created": 0, "model": "m",
+                 "choices": [choice]}
+            )  # fmt: skip
+        if provider == "anthropic":
+            return {"model": "m", "stop_reason": "refusal"}
+        return {"model": "m", "finish_reason": "SAFETY"}
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=ProviderLLM(
+            response_generator=lambda messages, **_: ChatMessage(role=MessageRole.ASSISTANT),
+            raw_of=raw_of,
+        ),
+        streaming=False,
+    )
+
+    async def run() -> str:
+        return str(await agent.run("How do I pick a lock?"))
+
+    instrumentation = instrument(evaluator)
+    try:
+        asyncio.run(run())
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    [model_call] = trace.spans_of(SpanKind.LLM)
+    assert (model_call.output, model_call.attributes["agenteval.refusal"]) == (refused, refused)
+    assert trace.refusal() == refused
+    assert trace.status is RunStatus.OK
+    score = Coherence().measure(trace)
+    assert (score.score, score.skipped, score.reason) == (
+        None,
+        True,
+        "not scored: the model refused to answer",
+    )

@@ -15,6 +15,7 @@ from llama_index.core.tools.types import BaseTool
 from agenteval_core import (
     AGENT_NAME,
     INTERNAL_CALL,
+    REFUSAL,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -182,6 +183,25 @@ def _finish_reason(response: Any) -> list[str]:
     )
     reason = getattr(reason, "value", reason)  # an SDK's enum of reasons
     return [reason] if isinstance(reason, str) and reason else []
+
+
+REFUSAL_STOPS = frozenset({"refusal", "safety"})
+"""Finish reasons (lower-cased) that say the provider refused to answer: Anthropic's
+``refusal`` stop, Gemini's ``SAFETY`` stop."""
+
+
+def _refusal(response: Any) -> str | None:
+    """The provider's explicit refusal in a reply without text, from its raw response:
+    OpenAI's message ``refusal`` (its text), else a refusing stop (:data:`REFUSAL_STOPS`:
+    ``""``, the provider gave no text); else ``None``."""
+    choices = _said(getattr(response, "raw", None), "choices")
+    choice = choices[0] if isinstance(choices, list | tuple) and choices else None
+    said = _said(_said(choice, "message"), "refusal") if choice is not None else None
+    if isinstance(said, str) and said:
+        return said
+    if any(reason.lower() in REFUSAL_STOPS for reason in _finish_reason(response)):
+        return ""
+    return None
 
 
 def _limit_or_timeout(error: BaseException | None) -> RunStatus | None:
@@ -596,6 +616,13 @@ class Translator:
             )
             if finished:  # a reply cut at the token limit makes the run a limit
                 attributes[FINISH_REASONS] = finished
+            refused = (
+                None
+                if text or requested
+                else field("the refusal", lambda: _refusal(event.response), None)
+            )
+            if refused is not None:  # the reply is what the provider said in its place
+                attributes[REFUSAL] = text = refused
             self.assembler.end_span(
                 ("llm", event.span_id),
                 output=text,
