@@ -733,13 +733,22 @@ class Translator:
         node = self.assembler.span_of(e.run_id)
         if trace is None or node is None:
             return
-        ran = {span.tool_call.id for span in trace.spans if span.tool_call is not None}
+        # the usual reply answers a call that ran just now: its span is among the last, and
+        # a long run's trace is searched no further
+        unanswered = {message.tool_call_id for message in replies}
+        for span in reversed(trace.spans):
+            if span.tool_call is not None:
+                unanswered.discard(span.tool_call.id)
+                if not unanswered:
+                    return
+            if span is node:  # the node's own calls start after it
+                break
         asked = {call.id: call for span in trace.spans for call in span.requested_tool_calls}
         emulated = e.run_id in self._emulated
         started = self._emulated.get(e.run_id) or node.start_time
         for message in replies:
             request = asked.get(message.tool_call_id)
-            if request is None or message.tool_call_id in ran:
+            if request is None or message.tool_call_id not in unanswered:
                 continue
             answer = _text(message.content)
             call = ToolCall(id=request.id, name=request.name, arguments=request.arguments)
