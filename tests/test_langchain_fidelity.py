@@ -1253,6 +1253,54 @@ def test_a_model_call_a_tool_makes_is_the_tools_work_not_a_step(
     ]
 
 
+def test_a_call_over_a_call_limit_middlewares_limit_is_a_failed_call(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # ToolCallLimitMiddleware(exit_behavior="continue") answers the calls over its limit
+    # itself, in its hook after the model, and the run goes on: no tool event came, so the
+    # trace had only the calls that ran, and tool_failures passed the run
+    from langchain.agents.middleware import ToolCallLimitMiddleware
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage(
+                "",
+                tool_calls=[
+                    tool_call("lookup_order", f"c{i}", order_id=f"A-{i}") for i in range(3)
+                ],
+            ),
+            AIMessage("A-0 and A-1 have shipped."),
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=[lookup_order],
+        middleware=[ToolCallLimitMiddleware(run_limit=2, exit_behavior="continue")],
+    )
+    agent.invoke(
+        {"messages": [("user", "Where are A-0, A-1 and A-2?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    refused = "Tool call limit exceeded. Do not make additional tool calls."
+    assert sorted(
+        (c.id, c.arguments, c.result, c.error, s.attributes.get("agenteval.tool.not_run"))
+        for s in trace.spans_of(SpanKind.TOOL)
+        for c in [s.tool_call]
+        if c is not None
+    ) == [
+        ("c0", {"order_id": "A-0"}, "shipped", None, None),
+        ("c1", {"order_id": "A-1"}, "shipped", None, None),
+        ("c2", {"order_id": "A-2"}, refused, refused, True),
+    ]
+    # the call the hook answered is the agent's, in the step that asked for it
+    assert [(s.output, sorted(c.id for c in s.tool_calls)) for s in trace.steps()] == [
+        (None, ["c0", "c1", "c2"]),
+        ("A-0 and A-1 have shipped.", []),
+    ]
+    assert (trace.status, trace.output) == (RunStatus.OK, "A-0 and A-1 have shipped.")
+
+
 def test_a_tool_call_a_model_answered_in_the_tools_place_is_a_call(
     evaluator: OnlineEvaluator,
 ) -> None:

@@ -725,10 +725,11 @@ class Translator:
         trace.tools = [spec for spec in trace.tools if spec.name not in schemas]
 
     def _record_unrun(self, e: Event, replies: list[ToolMessage]) -> None:
-        """The calls the tool node ``e`` answered without running their tools (no tool
-        event said so) as tool spans, each with the arguments the agent asked for and what
-        it was shown: a model's answer in the tool's place (LLMToolEmulator), a call of a
-        tool the agent does not have, a call a middleware refused."""
+        """The calls the node ``e`` answered without running their tools (no tool event
+        said so) as tool spans, each with the arguments the agent asked for and what it was
+        shown: a model's answer in the tool's place (LLMToolEmulator), a call of a tool the
+        agent does not have, a call a middleware refused (in the tool node, or in its hook
+        after the model, as ToolCallLimitMiddleware refuses calls over its limit)."""
         trace = self.assembler.trace_of(e.run_id)
         node = self.assembler.span_of(e.run_id)
         if trace is None or node is None:
@@ -746,6 +747,9 @@ class Translator:
         asked = {call.id: call for span in trace.spans for call in span.requested_tool_calls}
         emulated = e.run_id in self._emulated
         started = self._emulated.get(e.run_id) or node.start_time
+        # a middleware's hook answering a call (ToolCallLimitMiddleware over its limit) is
+        # no step of the agent, but the call it answered is the agent's: beside the hook
+        parent = e.parent_run_id if node.attributes.get(INTERNAL_CALL) else e.run_id
         for message in replies:
             request = asked.get(message.tool_call_id)
             if request is None or message.tool_call_id not in unanswered:
@@ -755,7 +759,7 @@ class Translator:
             key = (e.run_id, request.id)
             self.assembler.start_span(
                 key,
-                e.run_id,
+                parent,
                 SpanKind.TOOL,
                 request.name,
                 input=request.arguments,
