@@ -29,7 +29,7 @@ from llama_index.core.workflow import (
 from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
-from agenteval_core.metrics import Coherence
+from agenteval_core.metrics import Coherence, ToolFailures
 
 
 def lookup_order(order_id: str) -> str:
@@ -372,6 +372,58 @@ class FailingFlow(Workflow):
     async def answer(self, ev: StartEvent) -> StopEvent:
         await self.lookup.acall(order_id=ev.order)
         return StopEvent(result="unreachable")
+
+
+def test_a_handoff_the_workflow_refused_is_a_failed_call(evaluator: OnlineEvaluator) -> None:
+    # a handoff to an agent the workflow does not have: LlamaIndex's handoff tool returns
+    # its refusal as a plain result and the agent keeps control, so the call read as a
+    # success and tool_failures passed it
+    def triage(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("I will handle the refund myself.")
+        handoff = {"to_agent": "refunds", "reason": "a refund"}
+        block = ToolCallBlock(tool_call_id="h1", tool_name="handoff", tool_kwargs=handoff)
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    workflow = AgentWorkflow(
+        agents=[
+            FunctionAgent(
+                name="triage",
+                description="routes requests",
+                tools=[],
+                llm=MockFunctionCallingLLM(response_generator=triage),
+                can_handoff_to=["billing"],
+            ),
+            FunctionAgent(
+                name="billing",
+                description="handles refunds",
+                tools=[FunctionTool.from_defaults(lookup_order)],
+                llm=MockFunctionCallingLLM(response_generator=lambda m, **_: answer("no")),
+            ),
+        ],
+        root_agent="triage",
+    )
+    instrumentation = instrument(evaluator)
+    try:
+
+        async def main() -> str:
+            return str(await workflow.run("Refund A-1"))
+
+        assert asyncio.run(main()) == "I will handle the refund myself."
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    refused = (
+        "Agent refunds not found. Please select a valid agent to hand off to. Valid agents: billing"
+    )
+    assert [(c.id, c.name, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
+        ("h1", "handoff", {"to_agent": "refunds", "reason": "a refund"}, refused, refused)
+    ]
+    assert {s.attributes.get("gen_ai.agent.name") for s in trace.spans_of(SpanKind.LLM)} == {
+        "triage"
+    }  # no other agent took over
+    score = ToolFailures().measure(trace)
+    assert (score.score, score.metadata["failed"]) == (0.0, 1)
 
 
 def test_tool_calls_in_a_custom_workflow_step_are_recorded(evaluator: OnlineEvaluator) -> None:

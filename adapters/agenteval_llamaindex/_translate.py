@@ -204,6 +204,21 @@ def _refusal(response: Any) -> str | None:
     return None
 
 
+REFUSED_HANDOFF = "Please select a valid agent to hand off to."
+"""How an AgentWorkflow's ``handoff`` tool ends its answer to a handoff it refused (to an
+agent the workflow does not have, or one the current agent may not hand off to): it returns
+the text as a result, and the current agent keeps control."""
+
+
+def _refused_handoff(output: Any, content: Any) -> bool:
+    """Whether a tool's output is the ``handoff`` tool refusing the handoff."""
+    return (
+        getattr(output, "tool_name", None) == "handoff"
+        and isinstance(content, str)
+        and REFUSED_HANDOFF in content
+    )
+
+
 def _limit_or_timeout(error: BaseException | None) -> RunStatus | None:
     """``limit`` for an agent's iteration limit (LlamaIndex raises a plain
     ``WorkflowRuntimeError`` for it: its message is the only sign), ``timeout`` for a
@@ -516,6 +531,8 @@ class Translator:
             error = self._tool_errors.pop(span_id, None)
             if output is not None and getattr(output, "is_error", False):
                 error = error or content or "tool error"
+            if _refused_handoff(output, content):
+                error = error or str(content)  # no error flag: the agent stays in control
             self.assembler.end_span(span_id, output=plain(content), error=error, end_time=at)
         elif self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
