@@ -1301,6 +1301,60 @@ def test_a_call_over_a_call_limit_middlewares_limit_is_a_failed_call(
     assert (trace.status, trace.output) == (RunStatus.OK, "A-0 and A-1 have shipped.")
 
 
+@pytest.mark.parametrize("name", ["researcher", None])
+def test_an_agent_a_tool_runs_is_an_agent_of_the_run(
+    evaluator: OnlineEvaluator, name: str | None
+) -> None:
+    # a sub-agent called as a tool: unlike a tool's own model call, its steps are the run's,
+    # named or not (an unnamed graph inside the agent's graph is a part of it; inside a
+    # tool, an agent the tool called)
+    researcher = create_agent(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("lookup_order", "r1", order_id="A-1")]),
+                AIMessage("A-1 shipped on Monday."),
+            ],
+            model_name="researcher",
+        ),
+        tools=[lookup_order],
+        name=name,
+    )
+
+    @tool
+    def research(question: str) -> str:
+        """Ask the research agent."""
+        return str(researcher.invoke({"messages": [("user", question)]})["messages"][-1].content)
+
+    boss = create_agent(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("research", "c1", question="Where is A-1?")]),
+                AIMessage("It shipped on Monday."),
+            ]
+        ),
+        tools=[research],
+    )
+    boss.invoke(
+        {"messages": [("user", "When did A-1 ship?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    [tool_span] = [s for s in trace.spans_of(SpanKind.TOOL) if s.name == "research"]
+    [sub_agent] = [s for s in trace.spans if s.parent_id == tool_span.id]
+    assert (sub_agent.kind, sub_agent.name, sub_agent.input) == (
+        SpanKind.AGENT,
+        name or "LangGraph",
+        "Where is A-1?",
+    )
+    assert sub_agent.attributes.get("gen_ai.agent.name") == name
+    assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+        (None, ["c1"]),
+        (None, ["r1"]),  # the sub-agent's
+        ("A-1 shipped on Monday.", []),
+        ("It shipped on Monday.", []),
+    ]
+
+
 def test_a_tool_call_a_model_answered_in_the_tools_place_is_a_call(
     evaluator: OnlineEvaluator,
 ) -> None:

@@ -497,7 +497,7 @@ class Translator:
         if not root:
             self._start(e, SpanKind.CHAIN, name, jsonable(_state_summary(inputs)))
             request = conversation_text(inputs, "human")
-            if request is not inputs and name != _UNNAMED_GRAPH:
+            if request is not inputs and (name != _UNNAMED_GRAPH or self._in_tool(e)):
                 self._requests[e.run_id] = request
             return
         resume = getattr(inputs, "resume", None) if type(inputs).__name__ == "Command" else None
@@ -527,14 +527,22 @@ class Translator:
     def _graph_found(self, run_id: UUID | None) -> None:
         """``run_id`` runs a graph (its steps are LangGraph tasks). An inner graph with a
         name of its own (``create_react_agent(name=...)``, ``create_agent(name=...)``, a
-        supervisor's worker) is an agent: its span becomes an agent span named after it,
-        with the request it was given, and its name reaches every run below it."""
+        supervisor's worker), or any graph a tool runs, is an agent: its span becomes an
+        agent span with the request it was given, and its own name reaches every run below
+        it."""
         request = self._requests.pop(run_id, None) if run_id is not None else None
         span = self.assembler.span_of(run_id) if request is not None else None
         if span is None or span.kind is not SpanKind.CHAIN:
             return
         span.kind, span.input = SpanKind.AGENT, jsonable(request)
-        span.attributes[AGENT_NAME] = span.name
+        if span.name != _UNNAMED_GRAPH:
+            span.attributes[AGENT_NAME] = span.name
+
+    def _in_tool(self, e: Event) -> bool:
+        """Whether run ``e`` runs right inside a tool: a graph there, named or not, is an
+        agent the tool called (a sub-agent), not a part of the graph that called the tool."""
+        parent = self.assembler.span_of(e.parent_run_id) if e.parent_run_id else None
+        return parent is not None and parent.kind is SpanKind.TOOL
 
     def _model_start(self, e: Event) -> None:
         serialized, prompts = e.args
