@@ -426,6 +426,73 @@ def test_a_handoff_the_workflow_refused_is_a_failed_call(evaluator: OnlineEvalua
     assert (score.score, score.metadata["failed"]) == (0.0, 1)
 
 
+def test_an_agent_a_tool_runs_is_an_agent_inside_the_tool(evaluator: OnlineEvaluator) -> None:
+    # a FunctionAgent run from a tool (an agent called as a tool): its turns were taken for
+    # a handoff of the outer run (an agent span under the root, and the outer agent's later
+    # steps under a new one), and its steps, inside the tool, went missing from the run's
+    def researching(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("A-1 shipped on Monday.")
+        block = ToolCallBlock(
+            tool_call_id="r1", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    researcher = FunctionAgent(
+        name="researcher",
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=researching),
+    )
+
+    async def research(question: str) -> str:
+        """Ask the research agent."""
+        return str(await researcher.run(question))
+
+    def asking(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("It shipped on Monday.")
+        block = ToolCallBlock(
+            tool_call_id="c1", tool_name="research", tool_kwargs={"question": "Where is A-1?"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(async_fn=research)],
+        llm=MockFunctionCallingLLM(response_generator=asking),
+    )
+
+    async def run() -> str:
+        return str(await agent.run("When did A-1 ship?"))
+
+    instrumentation = instrument(evaluator)
+    try:
+        assert asyncio.run(run()) == "It shipped on Monday."
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    root = trace.spans[0]
+    turns = [s.name for s in trace.spans if s.parent_id == root.id and s.kind is SpanKind.AGENT]
+    assert turns == ["Agent"]  # the outer agent's one turn: no handoff
+    [tool_span] = [s for s in trace.spans_of(SpanKind.TOOL) if s.name == "research"]
+    [inner] = [s for s in trace.spans if s.parent_id == tool_span.id]
+    assert (inner.kind, inner.input, inner.output, inner.attributes.get("gen_ai.agent.name")) == (
+        SpanKind.AGENT,
+        "Where is A-1?",
+        "A-1 shipped on Monday.",
+        "researcher",
+    )
+    assert [(c.id, c.result) for c in trace.tool_calls()] == [
+        ("c1", "A-1 shipped on Monday."),
+        ("r1", "shipped"),
+    ]
+    assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+        (None, ["c1"]),
+        (None, ["r1"]),  # the researcher's, inside the tool
+        ("A-1 shipped on Monday.", []),
+        ("It shipped on Monday.", []),
+    ]
+
+
 def test_tool_calls_in_a_custom_workflow_step_are_recorded(evaluator: OnlineEvaluator) -> None:
     async def main() -> Any:
         result = await OrderFlow().run(order="A-1")

@@ -326,6 +326,9 @@ class Translator:
         # LLM methods shaping an answer into a schema (output_cls, structured_predict): the
         # LLM "calls" the schema as a tool, which is no tool call of the agent
         self._structured: set[str] = set()
+        # spans inside a tool's span: a workflow a tool ran there (an agent called as a
+        # tool) is an agent of its own, whose turns are not the outer run's
+        self._in_tool: set[str] = set()
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
@@ -369,8 +372,16 @@ class Translator:
         name = _name(span_id)
         arguments = bound_args.arguments if bound_args is not None else {}
         parent = self._parent(parent_id)
+        in_tool = parent is not None and (parent in self._in_tool or self._is_tool(parent))
+        if in_tool:
+            self._in_tool.add(span_id)
         agent = getattr(arguments.get("ev"), "current_agent_name", None)
-        if agent and parent is not None and self.assembler.trace_of(parent) is not None:
+        if (
+            agent
+            and not in_tool
+            and parent is not None
+            and self.assembler.trace_of(parent) is not None
+        ):
             self._switch_agent(str(agent), parent, at)
         parent = self._agent_spans.get(parent, parent)  # a workflow agent's steps nest under it
         tags = tags or {}
@@ -417,6 +428,19 @@ class Translator:
                 # the agent's own tools (a ReAct agent never binds them to its LLM)
                 tools=_tool_specs(getattr(instance, "tools", None)),
             )
+        elif self._is_tool(parent) and name.endswith(".run"):
+            # a workflow a tool ran (an agent called as a tool): an agent of the run
+            named = getattr(instance, "name", None)
+            self.assembler.start_span(
+                span_id,
+                parent,
+                SpanKind.AGENT,
+                name,
+                input=plain(_user_message(arguments)),
+                start_time=at,
+                session_id=session,
+                attributes={AGENT_NAME: named} if isinstance(named, str) and named else None,
+            )
         else:
             attributes = self._agent_of(parent)
             if name in BOOKKEEPING_STEPS:
@@ -430,6 +454,16 @@ class Translator:
                 session_id=session,
                 attributes=attributes,
             )
+
+    def _is_tool(self, key: str | None) -> bool:
+        return self._kind_of(key) is SpanKind.TOOL
+
+    def _is_agent(self, key: str | None) -> bool:
+        return self._kind_of(key) is SpanKind.AGENT
+
+    def _kind_of(self, key: str | None) -> SpanKind | None:
+        span = self.assembler.span_of(key) if key is not None else None
+        return span.kind if span is not None else None
 
     def _called_directly(self, parent: str | None) -> bool:
         """Whether a tool span under ``parent`` is a call a workflow step made itself: inside
@@ -504,6 +538,7 @@ class Translator:
         return {AGENT_NAME: agent} if agent else {}
 
     def _exit(self, span_id: str, result: Any, at: float) -> None:
+        self._in_tool.discard(span_id)
         self._llm_methods.discard(span_id)
         self._structured.discard(span_id)
         self._nested_llm.discard(span_id)
@@ -538,10 +573,13 @@ class Translator:
             self._end_agent(span_id, at)
             self._waiting.pop(span_id, None)
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
+        elif self._is_agent(span_id):  # a workflow a tool ran: its answer
+            self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
         else:
             self.assembler.end_span(span_id, end_time=at)
 
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
+        self._in_tool.discard(span_id)
         message = error_text(error) if error is not None else "dropped"
         self._llm_methods.discard(span_id)
         self._structured.discard(span_id)
