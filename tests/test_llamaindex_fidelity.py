@@ -228,23 +228,10 @@ def test_a_react_agent_asks_for_its_calls_in_text(evaluator: OnlineEvaluator) ->
     assert [tool.name for tool in trace.tools] == ["lookup_order"]
 
 
-def test_an_agent_workflow_says_which_agent_did_what(evaluator: OnlineEvaluator) -> None:
-    def triage(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
-        if any(m.role == MessageRole.TOOL for m in messages):
-            return answer("Handed off to billing.")
-        handoff = {"to_agent": "billing", "reason": "a refund"}
-        block = ToolCallBlock(tool_call_id="h1", tool_name="handoff", tool_kwargs=handoff)
-        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
-
-    def billing(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
-        if any(m.role == MessageRole.TOOL and "shipped" in str(m.content) for m in messages):
-            return answer("Refunded A-1.")
-        block = ToolCallBlock(
-            tool_call_id="l1", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
-        )
-        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
-
-    workflow = AgentWorkflow(
+def triage_and_billing(triage: Any, billing: Any) -> AgentWorkflow:
+    """An AgentWorkflow of a "triage" agent (no tools; it may hand off to "billing") and a
+    "billing" agent (lookup_order), their models replying with ``triage`` and ``billing``."""
+    return AgentWorkflow(
         agents=[
             FunctionAgent(
                 name="triage",
@@ -262,6 +249,25 @@ def test_an_agent_workflow_says_which_agent_did_what(evaluator: OnlineEvaluator)
         ],
         root_agent="triage",
     )
+
+
+def test_an_agent_workflow_says_which_agent_did_what(evaluator: OnlineEvaluator) -> None:
+    def triage(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("Handed off to billing.")
+        handoff = {"to_agent": "billing", "reason": "a refund"}
+        block = ToolCallBlock(tool_call_id="h1", tool_name="handoff", tool_kwargs=handoff)
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    def billing(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL and "shipped" in str(m.content) for m in messages):
+            return answer("Refunded A-1.")
+        block = ToolCallBlock(
+            tool_call_id="l1", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    workflow = triage_and_billing(triage, billing)
     instrumentation = instrument(evaluator)
     try:
 
@@ -385,24 +391,7 @@ def test_a_handoff_the_workflow_refused_is_a_failed_call(evaluator: OnlineEvalua
         block = ToolCallBlock(tool_call_id="h1", tool_name="handoff", tool_kwargs=handoff)
         return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
 
-    workflow = AgentWorkflow(
-        agents=[
-            FunctionAgent(
-                name="triage",
-                description="routes requests",
-                tools=[],
-                llm=MockFunctionCallingLLM(response_generator=triage),
-                can_handoff_to=["billing"],
-            ),
-            FunctionAgent(
-                name="billing",
-                description="handles refunds",
-                tools=[FunctionTool.from_defaults(lookup_order)],
-                llm=MockFunctionCallingLLM(response_generator=lambda m, **_: answer("no")),
-            ),
-        ],
-        root_agent="triage",
-    )
+    workflow = triage_and_billing(triage, lambda messages, **_: answer("no"))
     instrumentation = instrument(evaluator)
     try:
 

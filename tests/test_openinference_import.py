@@ -82,6 +82,20 @@ def view(trace: Trace) -> dict[str, Any]:
     }
 
 
+def both_ways(
+    agent: Any, messages: list[tuple[str, str]], spans_file: Path, tmp_path: Path
+) -> tuple[Trace, Trace]:
+    """Run a LangChain ``agent`` on ``messages`` once, under agenteval's handler and the
+    OpenInference instrumentor at once: (agenteval's capture, the import of the spans)."""
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(
+            {"messages": messages}, config={"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    return ours, theirs
+
+
 @tool
 def get_weather(city: str) -> str:
     """Current weather for a city."""
@@ -181,13 +195,9 @@ def test_an_answer_cut_at_the_token_limit_imports_as_a_limit(
         replies=[reply("", [tool_call("get_weather", "w1", city="Paris")], (40, 9)), cut]
     )
     agent = create_agent(model, tools=[get_weather])
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        agent.invoke(
-            {"messages": [("user", "What's the weather in Paris?")]},
-            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-        )
-        [ours] = evaluator.captured()
-    [theirs] = import_otlp(spans_file)
+    ours, theirs = both_ways(
+        agent, [("user", "What's the weather in Paris?")], spans_file, tmp_path
+    )
     assert view(theirs) == view(ours)
     reason = "the answer was cut at the model's output token limit (finish reason length)"
     for trace in (ours, theirs):
@@ -214,13 +224,7 @@ def test_a_call_of_a_tool_the_agent_does_not_have_imports_as_a_failed_call(
         ]
     )
     agent = create_agent(model, tools=[get_weather])
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        agent.invoke(
-            {"messages": [("user", "Weather in Paris?")]},
-            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-        )
-        [ours] = evaluator.captured()
-    [theirs] = import_otlp(spans_file)
+    ours, theirs = both_ways(agent, [("user", "Weather in Paris?")], spans_file, tmp_path)
     assert view(theirs) == view(ours)
     unknown = "Error: get_forecast is not a valid tool, try one of [get_weather]."
     for trace in (ours, theirs):
@@ -266,13 +270,7 @@ def test_a_middlewares_own_model_calls_import_as_no_steps(spans_file: Path, tmp_
     ]
     agent = create_agent(model, tools=[get_weather, refund], middleware=middleware)
     history = [("user", "Where is A-0?"), ("ai", "A-0 is late."), ("user", "Thanks.")]
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        agent.invoke(
-            {"messages": [*history, ("user", "Weather in Paris?")]},
-            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-        )
-        [ours] = evaluator.captured()
-    [theirs] = import_otlp(spans_file)
+    ours, theirs = both_ways(agent, [*history, ("user", "Weather in Paris?")], spans_file, tmp_path)
     for trace in (ours, theirs):
         internal = [s.attributes.get(INTERNAL_CALL) for s in trace.spans_of(SpanKind.LLM)]
         assert internal == [True, True, None, True, True, None]
@@ -314,13 +312,7 @@ def test_a_model_call_in_a_middlewares_hook_imports_as_no_step(
         ]
     )
     agent = create_agent(model, tools=[get_weather], middleware=[SafetyCheck()])
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        agent.invoke(
-            {"messages": [("user", "Weather in Paris?")]},
-            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-        )
-        [ours] = evaluator.captured()
-    [theirs] = import_otlp(spans_file)
+    ours, theirs = both_ways(agent, [("user", "Weather in Paris?")], spans_file, tmp_path)
     assert view(theirs) == view(ours)
     for trace in (ours, theirs):
         assert [
@@ -350,13 +342,7 @@ def test_a_prebuilt_agents_structured_answer_call_imports_as_no_step(
     agent = create_react_agent(
         ScriptedChatModel(replies=script), tools=[get_weather], response_format=OrderStatus
     )
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        agent.invoke(
-            {"messages": [("user", "Weather in Paris?")]},
-            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-        )
-        [ours] = evaluator.captured()
-    [theirs] = import_otlp(spans_file)
+    ours, theirs = both_ways(agent, [("user", "Weather in Paris?")], spans_file, tmp_path)
     for trace in (ours, theirs):
         assert [t.name for t in trace.tools] == ["get_weather"]
         assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
@@ -382,13 +368,7 @@ def test_a_structured_answer_through_its_schema_imports_as_the_answer(
         tools=[get_weather],
         response_format=ToolStrategy(OrderStatus),
     )
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        agent.invoke(
-            {"messages": [("user", "Weather in Paris?")]},
-            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-        )
-        [ours] = evaluator.captured()
-    [theirs] = import_otlp(spans_file)
+    ours, theirs = both_ways(agent, [("user", "Weather in Paris?")], spans_file, tmp_path)
     assert view(theirs) == view(ours)
     for trace in (ours, theirs):
         assert trace.output == {"order_id": "A-1", "status": "ok"}

@@ -416,29 +416,25 @@ class Translator:
             # arguments as they are)
             call.arguments = plain(call.arguments)
             self._start_tool(span_id, parent, call, session, at)
-        elif parent is None or self.assembler.trace_of(parent) is None:
+        elif (
+            parent is None
+            or self.assembler.trace_of(parent) is None
+            or (self._is_tool(parent) and name.endswith(".run"))
+        ):
+            # a run, or a workflow a tool ran (an agent called as a tool: an agent of the
+            # run, inside the tool, named after the agent)
+            root = parent is None or self.assembler.trace_of(parent) is None
+            named = None if root else getattr(instance, "name", None)
             self.assembler.start_span(
                 span_id,
-                None,
+                None if root else parent,
                 SpanKind.AGENT,
                 name,
                 input=plain(_user_message(arguments)),
                 start_time=at,
                 session_id=session,
                 # the agent's own tools (a ReAct agent never binds them to its LLM)
-                tools=_tool_specs(getattr(instance, "tools", None)),
-            )
-        elif self._is_tool(parent) and name.endswith(".run"):
-            # a workflow a tool ran (an agent called as a tool): an agent of the run
-            named = getattr(instance, "name", None)
-            self.assembler.start_span(
-                span_id,
-                parent,
-                SpanKind.AGENT,
-                name,
-                input=plain(_user_message(arguments)),
-                start_time=at,
-                session_id=session,
+                tools=_tool_specs(getattr(instance, "tools", None)) if root else None,
                 attributes={AGENT_NAME: named} if isinstance(named, str) and named else None,
             )
         else:
