@@ -168,13 +168,18 @@ def _usage(response: Any) -> dict[str, Any]:
     }
 
 
+def _first_choice(raw: Any) -> Any:
+    """The first of an OpenAI-style response's ``choices``, or ``None``."""
+    choices = _said(raw, "choices")
+    return choices[0] if isinstance(choices, list | tuple) and choices else None
+
+
 def _finish_reason(response: Any) -> list[str]:
     """Why the model stopped, as its provider said, from the raw response (of a streamed
     reply, its last chunk): OpenAI's choice ``finish_reason``, Anthropic's ``stop_reason``,
     Ollama's ``done_reason``; none when the provider said nothing."""
     raw = getattr(response, "raw", None)
-    choices = _said(raw, "choices")
-    choice = choices[0] if isinstance(choices, list | tuple) and choices else None
+    choice = _first_choice(raw)
     reason = (
         _said(choice, "finish_reason")
         or _said(raw, "stop_reason")
@@ -194,8 +199,7 @@ def _refusal(response: Any) -> str | None:
     """The provider's explicit refusal in a reply without text, from its raw response:
     OpenAI's message ``refusal`` (its text), else a refusing stop (:data:`REFUSAL_STOPS`:
     ``""``, the provider gave no text); else ``None``."""
-    choices = _said(getattr(response, "raw", None), "choices")
-    choice = choices[0] if isinstance(choices, list | tuple) and choices else None
+    choice = _first_choice(getattr(response, "raw", None))
     said = _said(_said(choice, "message"), "refusal") if choice is not None else None
     if isinstance(said, str) and said:
         return said

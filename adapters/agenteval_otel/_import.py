@@ -515,24 +515,16 @@ def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
     error when it said one."""
     ran = {span.tool_call.id for span in spans if span.tool_call is not None}
     asked: dict[str, ToolCall] = {}
-    index = 0
-    for raw in raws:
-        span = spans[index]
+    placed: list[Span] = []
+    for raw, span in zip(raws, spans, strict=True):
         if span.kind is SpanKind.LLM:
             for call_id, text, failed in _tool_replies(raw.attributes):
                 request = asked.get(call_id)
                 if request is None or call_id in ran:
                     continue
                 ran.add(call_id)
-                call = ToolCall(
-                    id=call_id,
-                    name=request.name,
-                    arguments=dict(request.arguments),
-                    result=text,
-                    error=text if failed else None,
-                )
-                spans.insert(
-                    index,
+                error = text if failed else None
+                placed.append(
                     Span(
                         id=f"{span.id}-{call_id}",
                         parent_id=span.parent_id,
@@ -540,16 +532,22 @@ def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
                         name=request.name,
                         input=dict(request.arguments),
                         output=text,
-                        error=call.error,
+                        error=error,
                         start_time=span.start_time,
                         end_time=span.start_time,
                         attributes={_TOOL_NOT_RUN: True},
-                        tool_call=call,
-                    ),
+                        tool_call=ToolCall(
+                            id=call_id,
+                            name=request.name,
+                            arguments=dict(request.arguments),
+                            result=text,
+                            error=error,
+                        ),
+                    )
                 )
-                index += 1
             asked.update((call.id, call) for call in span.requested_tool_calls if call.id)
-        index += 1
+        placed.append(span)
+    spans[:] = placed
 
 
 def _text(value: Any) -> str | None:
