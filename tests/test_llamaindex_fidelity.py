@@ -26,6 +26,7 @@ from llama_index.core.workflow import (
     Workflow,
     step,
 )
+from llamaindex_models import CompletionModel, orders_index
 from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
@@ -993,3 +994,94 @@ def test_a_providers_refusal_is_the_answer_and_not_scored_as_an_empty_one(
         True,
         "not scored: the model refused to answer",
     )
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "status", "status_reason"),
+    [
+        ("stop", RunStatus.OK, None),
+        (
+            "length",
+            RunStatus.LIMIT,
+            "the answer was cut at the model's output token limit (finish reason length)",
+        ),
+    ],
+)
+def test_a_query_engines_answer_from_a_completion_model_is_its_model_call(
+    evaluator: OnlineEvaluator, finish_reason: str, status: RunStatus, status_reason: str | None
+) -> None:
+    # a query engine asks a completion model (no chat model) for its answer: the trace had
+    # no input (the query), no model call and no tokens, and coherence assumed an empty
+    # input coherent (1.0)
+    model = CompletionModel(finish_reason=finish_reason)
+    engine = orders_index().as_query_engine(llm=model)
+    instrumentation = instrument(evaluator)
+    try:
+        answered = str(engine.query("When did A-1 ship?"))
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert answered == "A-1 shipped on Monday."
+    [prompt] = model.prompts
+    assert "Order A-1 shipped on Monday." in prompt and "When did A-1 ship?" in prompt
+    assert (trace.input, trace.output, trace.status, trace.status_reason) == (
+        "When did A-1 ship?",
+        "A-1 shipped on Monday.",
+        status,
+        status_reason,
+    )
+    [model_call] = trace.spans_of(SpanKind.LLM)
+    assert (model_call.name, model_call.input, model_call.output) == (
+        "instruct-1",
+        prompt,
+        "A-1 shipped on Monday.",
+    )
+    assert model_call.attributes == {
+        "gen_ai.operation.name": "text_completion",
+        "gen_ai.request.model": "instruct-1",
+        "gen_ai.usage.input_tokens": 57,
+        "gen_ai.usage.output_tokens": 7,
+        "gen_ai.response.finish_reasons": [finish_reason],
+    }
+    assert Coherence().measure(trace).reason.startswith("cosine distance between input and output")
+    # what the answer was grounded on: the retrieval, with the documents it found
+    [retrieval] = trace.spans_of(SpanKind.RETRIEVER)
+    assert (retrieval.name, retrieval.input) == (
+        "VectorIndexRetriever.retrieve",
+        "When did A-1 ship?",
+    )
+    [found] = retrieval.output
+    assert (found["content"], round(found["score"], 9)) == ("Order A-1 shipped on Monday.", 1.0)
+
+
+def test_a_chat_over_a_completion_is_one_model_call(evaluator: OnlineEvaluator) -> None:
+    # a chat model that completes a prompt in its chat method (LlamaIndex's CustomLLM) emits
+    # a chat and a completion for one call; a query engine's predict emits neither: the
+    # model call was lost under predict, and would count twice without it
+    model = CompletionModel(chat_model=True)
+    engine = orders_index().as_query_engine(llm=model)
+    instrumentation = instrument(evaluator)
+    try:
+        asyncio.run(engine.aquery("When did A-1 ship?"))
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    [model_call] = trace.spans_of(SpanKind.LLM)
+    assert model_call.attributes["gen_ai.operation.name"] == "chat"
+    assert [m["role"] for m in model_call.input] == ["system", "user"]
+    assert "When did A-1 ship?" in model_call.input[-1]["content"]
+    assert model_call.output == "A-1 shipped on Monday."
+    assert (trace.input, trace.output) == ("When did A-1 ship?", "A-1 shipped on Monday.")
+
+
+def test_a_chat_engines_request_is_the_runs_input(evaluator: OnlineEvaluator) -> None:
+    engine = orders_index().as_chat_engine(chat_mode="context", llm=CompletionModel())
+    instrumentation = instrument(evaluator)
+    try:
+        engine.chat("When did A-1 ship?")
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert (trace.input, trace.output) == ("When did A-1 ship?", "A-1 shipped on Monday.")
+    [model_call] = trace.spans_of(SpanKind.LLM)
+    assert "When did A-1 ship?" in model_call.input

@@ -7,9 +7,15 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from llama_index.core.agent.workflow.prompts import DEFAULT_EARLY_STOPPING_PROMPT
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
-from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatStartEvent
+from llama_index.core.instrumentation.events.llm import (
+    LLMChatEndEvent,
+    LLMChatStartEvent,
+    LLMCompletionEndEvent,
+    LLMCompletionStartEvent,
+)
 from llama_index.core.tools.types import BaseTool
 
 from agenteval_core import (
@@ -74,6 +80,23 @@ def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return [{"role": str(m.role.value), "content": _message_text(m)} for m in messages]
 
 
+UNNAMED_MODEL = "unknown"
+"""The ``model_name`` LlamaIndex gives a model that names none (a local model, a mock)."""
+
+
+def _model_name(described: dict[str, Any]) -> Any:
+    """The model a call went to, from the LLM's description in its start event: its
+    ``model`` field (earlier LlamaIndex releases describe an LLM by all its fields), its
+    metadata's ``model_name`` (``to_payload`` now gives the class name and the metadata),
+    else the LLM's class name."""
+    named = described.get("model_name")
+    return (
+        described.get("model")
+        or (named if named != UNNAMED_MODEL else None)
+        or described.get("class_name")
+    )
+
+
 def _tool_specs(tools: Any) -> list[ToolSpec]:
     specs = []
     for tool in tools or []:
@@ -96,7 +119,13 @@ def _tool_specs(tools: Any) -> list[ToolSpec]:
 
 def _user_message(arguments: dict[str, Any]) -> Any:
     """The user's message of an agent run, from ``run(user_msg=...)`` or its start event;
-    for a custom workflow, what it was run with (``run(order="A-1")`` → ``{"order": "A-1"}``)."""
+    for a custom workflow, what it was run with (``run(order="A-1")`` → ``{"order": "A-1"}``);
+    a query engine's or retriever's query, a chat engine's message."""
+    query = arguments.get("str_or_query_bundle")
+    if query is not None:
+        return getattr(query, "query_str", query)
+    if isinstance(arguments.get("message"), str):
+        return arguments["message"]
     user_msg = arguments.get("user_msg") or (arguments.get("kwargs") or {}).get("user_msg")
     start_event = arguments.get("start_event")
     if user_msg is None and start_event is not None:
@@ -104,6 +133,19 @@ def _user_message(arguments: dict[str, Any]) -> Any:
         if user_msg is None and callable(getattr(start_event, "to_dict", None)):
             return start_event.to_dict() or None
     return _message_text(user_msg) if isinstance(user_msg, ChatMessage) else user_msg
+
+
+RETRIEVALS = (".retrieve", ".aretrieve")
+"""A retriever's public methods: a retrieval inside a run (a query engine's, a tool's) is a
+retriever span; the private ``_retrieve`` inside it is part of it."""
+
+
+def _documents(nodes: Any) -> list[dict[str, Any]]:
+    """What a retrieval found: each node's id, text and score, best first (as returned)."""
+    return [
+        {"id": found.node.node_id, "content": found.node.get_content(), "score": found.score}
+        for found in nodes
+    ]
 
 
 def _direct_call(tool: BaseTool, arguments: dict[str, Any]) -> ToolCall:
@@ -307,8 +349,9 @@ class Translator:
 
     Kept as spans: the agent run (root, AGENT), workflow steps (CHAIN), tool calls
     (``BaseWorkflowAgent.call_tool`` → TOOL, and ``tool.call``/``acall`` made by a custom
-    workflow step → TOOL). LLM calls become LLM spans timed by the
-    ``LLMChatStart/EndEvent`` pair (the streaming span itself ends before the stream does).
+    workflow step → TOOL). LLM calls become LLM spans timed by the ``LLMChatStart/EndEvent``
+    pair, or ``LLMCompletionStart/EndEvent`` for a completion (the streaming span itself
+    ends before the stream does).
     Spans of LLM and tool internals are folded into their parent.
     """
 
@@ -316,10 +359,14 @@ class Translator:
         self.session_id = session_id
         self.assembler = recorder.assembler("llamaindex", watch_loops=watch_loops)
         self._folded: dict[str, str | None] = {}  # folded span → its parent
-        # LLM method spans, and those inside another (a custom LLM's achat calls its chat):
-        # both emit chat events for what is one call to the model, recorded once
-        self._llm_methods: set[str] = set()
-        self._nested_llm: set[str] = set()
+        # LLM method span → the outermost LLM method around it (itself when none). Methods
+        # in one nest make one call to the model (a custom LLM's achat calls its chat, both
+        # emitting chat events; predict calls chat or complete, only those emitting any):
+        # the first of a nest to start a call records it, and the nest's other events are
+        # the same call seen again
+        self._model_nests: dict[str, str] = {}
+        self._model_calls: dict[str, str] = {}  # nest → the method recording its call
+        self._recording: dict[str, str] = {}  # the method recording a call → its nest
         self._tool_errors: dict[str, str] = {}
         # call_tool span → why its step was suspended; run's root → why it waits, until a
         # step of it ends again (the suspended step runs again once its event comes)
@@ -410,12 +457,27 @@ class Translator:
             # LLM calls are timed by their events, tool calls by call_tool: fold internals
             self._folded[span_id] = parent
             if isinstance(instance, BaseLLM):
-                if parent_id in self._llm_methods:
-                    self._nested_llm.add(span_id)
-                self._llm_methods.add(span_id)
+                nest = self._model_nests.get(parent_id) if parent_id is not None else None
+                self._model_nests[span_id] = nest or span_id
             return
         call = requested_call(name, arguments)
-        if call is not None:
+        if (
+            isinstance(instance, BaseRetriever)
+            and name.endswith(RETRIEVALS)
+            and parent is not None
+            and self.assembler.trace_of(parent) is not None
+        ):
+            self.assembler.start_span(
+                span_id,
+                parent,
+                SpanKind.RETRIEVER,
+                name,
+                input=plain(_user_message(arguments)),
+                start_time=at,
+                session_id=session,
+                attributes=self._agent_of(parent),
+            )
+        elif call is not None:
             # made JSON-safe here, off the agent's thread (the guard's check there reads the
             # arguments as they are)
             call.arguments = plain(call.arguments)
@@ -539,9 +601,8 @@ class Translator:
 
     def _exit(self, span_id: str, result: Any, at: float) -> None:
         self._in_tool.discard(span_id)
-        self._llm_methods.discard(span_id)
         self._structured.discard(span_id)
-        self._nested_llm.discard(span_id)
+        self._leave_nest(span_id)
         if self._folded.pop(span_id, "unset") != "unset":
             return
         name = _name(span_id)
@@ -575,18 +636,21 @@ class Translator:
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
         elif self._is_agent(span_id):  # a workflow a tool ran: its answer
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
+        elif self._kind_of(span_id) is SpanKind.RETRIEVER:
+            found: list[dict[str, Any]] = self.assembler.field(
+                "the retrieved documents", lambda: _documents(result), []
+            )
+            self.assembler.end_span(span_id, output=found, end_time=at)
         else:
             self.assembler.end_span(span_id, end_time=at)
 
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
         self._in_tool.discard(span_id)
         message = error_text(error) if error is not None else "dropped"
-        self._llm_methods.discard(span_id)
         self._structured.discard(span_id)
         self._direct_tools.discard(span_id)
-        if span_id in self._nested_llm:  # the outer call records the error
-            self._nested_llm.discard(span_id)
-            self._folded.pop(span_id, None)
+        if self._leave_nest(span_id) and span_id not in self._recording:
+            self._folded.pop(span_id, None)  # the method recording the call has the error
             return
         parent = self._folded.pop(span_id, "unset")
         if parent != "unset":
@@ -598,9 +662,10 @@ class Translator:
                     self._suspended[parent] = waiting
                 else:
                     self._tool_errors[parent] = message
-            # an LLM call that failed: its span (opened by LLMChatStartEvent) gets the
-            # provider's error, since no LLMChatEndEvent will come
-            self.assembler.end_span(("llm", span_id), error=message, end_time=at)
+            # an LLM call that failed: its span (opened by its start event) gets the
+            # provider's error, since no end event will come
+            if self._ends_call(span_id):
+                self.assembler.end_span(("llm", span_id), error=message, end_time=at)
             return
         if self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
@@ -624,65 +689,103 @@ class Translator:
                 self.assembler.mark(root, RunStatus.INTERRUPTED, waiting)
             elif key is not None:
                 self.assembler.mark(key, RunStatus.CANCELLED, CANCELLED_BY_CALLER)
-        elif (
-            isinstance(event, LLMChatStartEvent | LLMChatEndEvent)
-            and event.span_id in self._nested_llm
+        elif isinstance(event, LLMChatStartEvent | LLMCompletionStartEvent):
+            if self._starts_call(event.span_id):
+                self._model_start(event, at)
+        elif isinstance(event, LLMChatEndEvent | LLMCompletionEndEvent) and self._ends_call(
+            event.span_id
         ):
-            return  # the same call to the model, seen again from inside the outer method
-        elif isinstance(event, LLMChatStartEvent):
-            parent = self._parent(event.span_id)
+            self._model_end(event, at)
+
+    def _starts_call(self, method: str | None) -> bool:
+        """Whether LLM method ``method``'s start event records a call to the model: its nest
+        records none yet (else it is the same call, seen again from inside)."""
+        if method is None:  # an event outside any span: nothing else records its call
+            return True
+        nest = self._model_nests.get(method, method)
+        if self._model_calls.setdefault(nest, method) != method:
+            return False
+        self._recording[method] = nest
+        return True
+
+    def _ends_call(self, method: str | None) -> bool:
+        """Whether ``method`` recorded a call to the model (which ends now)."""
+        if method is None:
+            return True
+        nest = self._recording.pop(method, None)
+        if nest is None:
+            return False
+        if self._model_calls.get(nest) == method:
+            del self._model_calls[nest]
+        return True
+
+    def _leave_nest(self, method: str) -> bool:
+        """Forget LLM method ``method`` as it returns or raises; whether it was one. A
+        stream's end event comes after its method returned: what it recorded stays."""
+        nest = self._model_nests.pop(method, None)
+        if nest == method and method not in self._recording:
+            self._model_calls.pop(method, None)
+        return nest is not None
+
+    def _model_start(self, event: LLMChatStartEvent | LLMCompletionStartEvent, at: float) -> None:
+        """A call to the model: a chat (messages), or a completion of a prompt (what a query
+        engine's answer is on a model that is no chat model)."""
+        parent = self._parent(event.span_id)
+        sent: Any = event.prompt if isinstance(event, LLMCompletionStartEvent) else None
+        if isinstance(event, LLMChatStartEvent):
+            sent = _messages(event.messages)
             stopped = self.assembler.field(
                 "the early stop", lambda: _early_stop(event.messages), None
             )
             if stopped is not None and parent is not None:
                 self.assembler.mark(parent, RunStatus.LIMIT, stopped)
-            model = (event.model_dict or {}).get("model") or (event.model_dict or {}).get(
-                "class_name"
-            )
-            self.assembler.start_span(
-                ("llm", event.span_id),
-                parent,
-                SpanKind.LLM,
-                str(model or "llm"),
-                input=_messages(event.messages),
-                start_time=at,
-                attributes={
-                    OPERATION_NAME: "chat",
-                    REQUEST_MODEL: model,
-                    **self._agent_of(parent),
-                },
-            )
-        elif isinstance(event, LLMChatEndEvent):
-            # the span ends whatever the response holds: each part under its own guard
-            field = self.assembler.field
+        model = _model_name(event.model_dict or {})
+        self.assembler.start_span(
+            ("llm", event.span_id),
+            parent,
+            SpanKind.LLM,
+            str(model or "llm"),
+            input=sent,
+            start_time=at,
+            attributes={
+                OPERATION_NAME: "text_completion"
+                if isinstance(event, LLMCompletionStartEvent)
+                else "chat",
+                REQUEST_MODEL: model,
+                **self._agent_of(parent),
+            },
+        )
+
+    def _model_end(self, event: LLMChatEndEvent | LLMCompletionEndEvent, at: float) -> None:
+        # the span ends whatever the response holds: each part under its own guard
+        field = self.assembler.field
+        requested: list[ToolCall] = []
+        thought = None
+        if isinstance(event, LLMCompletionEndEvent):  # a completion asks for no tools
+            text = field("the completion", lambda: str(event.response.text or ""), "")
+        else:
             message = event.response.message if event.response is not None else None
-            requested: list[ToolCall] = field(
-                "the requested tool calls", lambda: _native_calls(message), []
-            )
+            requested = field("the requested tool calls", lambda: _native_calls(message), [])
             text = field("the reply's text", lambda: _message_text(message), "")
             thought = text if requested else None
             if not requested:  # a ReAct agent asks for its tools in text
                 thought, requested = react_actions(text)
-            attributes: dict[str, Any] = field(
-                "the token usage", lambda: _usage(event.response), {}
-            )
-            finished: list[str] = field(
-                "the finish reason", lambda: _finish_reason(event.response), []
-            )
-            if finished:  # a reply cut at the token limit makes the run a limit
-                attributes[FINISH_REASONS] = finished
-            refused = (
-                None
-                if text or requested
-                else field("the refusal", lambda: _refusal(event.response), None)
-            )
-            if refused is not None:  # the reply is what the provider said in its place
-                attributes[REFUSAL] = text = refused
-            self.assembler.end_span(
-                ("llm", event.span_id),
-                output=text,
-                end_time=at,
-                attributes=attributes,
-                requested_tool_calls=requested,
-                thought=thought,
-            )
+        attributes: dict[str, Any] = field("the token usage", lambda: _usage(event.response), {})
+        finished: list[str] = field("the finish reason", lambda: _finish_reason(event.response), [])
+        if finished:  # a reply cut at the token limit makes the run a limit
+            attributes[FINISH_REASONS] = finished
+        refused = (
+            None
+            if text or requested
+            else field("the refusal", lambda: _refusal(event.response), None)
+        )
+        if refused is not None:  # the reply is what the provider said in its place
+            attributes[REFUSAL] = text = refused
+        self.assembler.end_span(
+            ("llm", event.span_id),
+            output=text,
+            end_time=at,
+            attributes=attributes,
+            requested_tool_calls=requested,
+            thought=thought,
+        )
