@@ -27,6 +27,7 @@ from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
+from llamaindex_models import CompletionModel, orders_index
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
@@ -430,3 +431,41 @@ def test_a_llamaindex_function_agent_run(spans_file: Path, tmp_path: Path) -> No
         "What's the weather in Paris?",
         "It is sunny and 21°C in Paris.",
     )
+
+
+def test_a_llamaindex_query_engine_on_a_completion_model(spans_file: Path, tmp_path: Path) -> None:
+    # OpenInference records the completion as an LLM span with llm.prompts (no messages):
+    # it imported as a chain, so the run had no model call, tokens or finish reason
+    model = CompletionModel(finish_reason="length")
+    engine = orders_index().as_query_engine(llm=model)  # its index is built (spans) here too
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        instrumented = instrument(evaluator)
+        try:
+            engine.query("When did A-1 ship?")
+            [ours] = evaluator.captured()
+        finally:
+            instrumented.uninstrument()
+    *building, theirs = import_otlp(spans_file)
+    assert [t.spans[0].name for t in building] == [
+        "SentenceSplitter.__call__",
+        "MockEmbedding.get_text_embedding_batch",
+    ]
+    want, got = view(ours), view(theirs)
+    # OpenInference makes the retriever's private _retrieve a retrieval span of its own
+    assert want.pop("kinds") == [SpanKind.AGENT, SpanKind.RETRIEVER, SpanKind.LLM]
+    assert got.pop("kinds") == [
+        SpanKind.AGENT,
+        SpanKind.RETRIEVER,
+        SpanKind.RETRIEVER,
+        SpanKind.LLM,
+    ]
+    assert got == want
+    assert (want["input"], want["output"], want["status"]) == (
+        "When did A-1 ship?",
+        "A-1 shipped on Monday.",
+        RunStatus.LIMIT,
+    )
+    assert want["model_calls"] == [("A-1 shipped on Monday.", [], 57, 7)]
+    [prompt] = model.prompts
+    assert [s.input for s in ours.spans_of(SpanKind.LLM)] == [prompt]
+    assert [s.input for s in theirs.spans_of(SpanKind.LLM)] == [prompt]

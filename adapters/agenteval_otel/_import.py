@@ -263,12 +263,16 @@ def _openinference_messages(a: dict[str, Any], prefix: str) -> list[dict[str, An
 
 
 def _llm_io(a: dict[str, Any], inputs: Any, output: Any) -> tuple[Any, Any]:
-    """An LLM span's input as the messages sent and its output as the text answered."""
+    """An LLM span's input as the messages sent (a completion's: its prompt) and its output
+    as the text answered."""
     sent = _openinference_messages(a, "llm.input_messages.")
+    prompts = a.get("llm.prompts")
     if sent:
         inputs = sent
     elif "gen_ai.input.messages" in a:
         inputs = _json(a["gen_ai.input.messages"])
+    elif isinstance(prompts, list | tuple) and prompts:
+        inputs = prompts[0] if len(prompts) == 1 else list(prompts)
     answered = _openinference_messages(a, "llm.output_messages.")
     if answered:
         output = "\n".join(str(m["content"]) for m in answered if m.get("content"))
@@ -410,11 +414,17 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
     else:
         name = a.get("gen_ai.tool.name") or a.get("tool.name") or a.get("agent.name")
         name = name or a.get(AGENT_NAME) or raw.name
-        if kind is SpanKind.LLM and not any(
-            key.startswith(("llm.input_messages.", "llm.output_messages.", "gen_ai.input."))
-            for key in a
+        if (
+            kind is SpanKind.LLM
+            and "llm.prompts" not in a
+            and not any(
+                key.startswith(("llm.input_messages.", "llm.output_messages.", "gen_ai.input."))
+                for key in a
+            )
         ):
-            kind = SpanKind.CHAIN  # LlamaIndex's tool preparation: no model was called
+            # LlamaIndex's tool preparation, an LLM's predict around its chat or complete:
+            # the model call is the span inside, if any
+            kind = SpanKind.CHAIN
         attributes = _foreign_attributes(a, kind)
         if kind is SpanKind.LLM:
             inputs, output = _llm_io(a, inputs, output)
