@@ -1635,6 +1635,11 @@ def test_a_classic_react_agents_unparsed_reply_is_no_tool_call(evaluator: Online
     [unparsed] = [s for s in trace.spans if s.name == "unparsed reply"]
     assert (unparsed.kind, unparsed.output, unparsed.error) == (SpanKind.CHAIN, told, told)
     assert (trace.output, trace.status) == ("A-1 has shipped.", RunStatus.OK)
+    # a completion model, given the prompt as text (it was recorded as a chat)
+    calls = trace.spans_of(SpanKind.LLM)
+    assert [s.attributes["gen_ai.operation.name"] for s in calls] == ["text_completion"] * 3
+    [prompt] = calls[0].input
+    assert prompt.startswith("Tools: lookup_order") and "Question: Where is A-1?" in prompt
 
 
 def test_a_classic_agent_that_answers_with_a_dict_keeps_it(evaluator: OnlineEvaluator) -> None:

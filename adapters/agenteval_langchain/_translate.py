@@ -556,7 +556,13 @@ class Translator:
             or params.get("model_name")
             or (serialized or {}).get("name")
         )
-        attributes = {OPERATION_NAME: "chat", REQUEST_MODEL: model}
+        # a completion model (LangChain's BaseLLM) is given prompt strings, a chat model
+        # a list of messages per prompt
+        completion = bool(prompts) and all(isinstance(prompt, str) for prompt in prompts)
+        attributes = {
+            OPERATION_NAME: "text_completion" if completion else "chat",
+            REQUEST_MODEL: model,
+        }
         if metadata.get("ls_provider"):
             attributes[PROVIDER_NAME] = metadata["ls_provider"]
         name = str(model or e.kwargs.get("name") or (serialized or {}).get("name") or "llm")
