@@ -54,7 +54,8 @@ def assert_eval(
 ) -> list[MetricResult]:
     """Score ``case`` with ``metrics`` (names or instances) through the same engine as
     replay and online scoring, and fail, naming every reason, when the run did not complete
-    (as a suite's attempt fails: ``interrupted``, a pause for a human, has not failed), when
+    (as a suite's attempt fails: ``interrupted``, a pause for a human, has not failed) or
+    ended in the provider's refusal (unless the case has ``allow_refusal``), when
     a metric fails its threshold or errors, or when a metric is skipped: a check that did
     not run (``tool_call_accuracy`` without ``expected_tool_calls``) is never a pass. With
     ``allow_skipped=True`` a skipped metric is accepted, as long as some metric scored the
@@ -74,10 +75,11 @@ def assert_eval(
     (outcome,) = engine.score_sync([case])
     _RECORDED.extend(r.model_dump(mode="json") for r in outcome.results)
     verdict, why = attempt_outcome(EvalCase.of(case), outcome.results)
-    problems = [why] if verdict == "incomplete" else []
+    ended = verdict in ("incomplete", "refused")  # says why in itself
+    problems = [why] if ended else []
     problems += [_describe(r) for r in outcome.failing()]
     skipped = [r for r in outcome.results if r.skipped and r.error is None]
-    if verdict != "incomplete" and skipped and (not allow_skipped or verdict == "not_scored"):
+    if not ended and skipped and (not allow_skipped or verdict == "not_scored"):
         problems += [f"{r.name}: skipped — {r.reason}" for r in skipped]
         problems.append(
             "a skipped metric checked nothing: give what it needs (an EvalCase with its "

@@ -88,11 +88,25 @@ def lying_model(messages: Sequence[BaseMessage]) -> AIMessage:
     return AIMessage("Your hotel is booked.")
 
 
+REFUSAL = "I can't help with booking hotels."
+
+
+def refusing_model(messages: Sequence[BaseMessage]) -> AIMessage:
+    """Refuses, as OpenAI's LangChain integration returns a refusal: no text, the refusal
+    in its own field."""
+    return AIMessage(
+        "",
+        additional_kwargs={"refusal": REFUSAL},
+        response_metadata={"model_provider": "openai", "finish_reason": "stop"},
+    )
+
+
 MODELS: dict[str, Callable[[Sequence[BaseMessage]], AIMessage]] = {
     "book": booking_model,
     "loop": looping_model,
     "endless": endless_model,
     "lie": lying_model,
+    "refuse": refusing_model,
 }
 
 
@@ -147,3 +161,8 @@ def fixed_agent(question: str) -> Trace:
 def broken_agent(question: str) -> Trace:
     """The agent before the fix: the booking service fails on every call."""
     return traced(question, booking_fails=True)
+
+
+def refusing_agent(question: str) -> Trace:
+    """An agent whose model refuses every request."""
+    return traced(question, behaviour="refuse")

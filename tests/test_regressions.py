@@ -283,6 +283,58 @@ def test_a_suite_given_no_bound_fails_on_any_failed_attempt(
     assert failure is not None and failure.get("message") == problem
 
 
+def test_a_refusal_becomes_a_case_that_fails_while_the_model_refuses(tmp_path: Path) -> None:
+    # a run the model refused completed, and no default metric fails it (coherence scores the
+    # refusal's text, tool_failures has no calls to check): it became no case, and a suite
+    # of it would pass an agent that still refuses
+    capture, cases = tmp_path / "capture.jsonl", tmp_path / "cases.jsonl"
+    with OnlineEvaluator(capture=capture, log=False) as evaluator:
+        for session in ("s1", "s2"):  # two conversations (in one, a loop too)
+            handler = AgentEvalCallbackHandler(evaluator, session_id=session)
+            hotel_agent.run("Book a hotel in Rome", handler, behaviour="refuse")
+        hotel_agent.run("Book a hotel in Lisbon", AgentEvalCallbackHandler(evaluator))
+    refused, again, _ = traces_of(capture)
+    made = CliRunner().invoke(
+        cli, ["cases", str(capture), "-o", str(cases)], env={"COLUMNS": "200"}
+    )
+    assert made.exit_code == 0, made.output
+    assert "wrote 1 case(s) for 2 failed run(s)" in made.output
+    [case] = [RegressionCase.model_validate_json(line) for line in cases.read_text().splitlines()]
+    assert (case.input, case.count, case.metrics, case.allow_refusal) == (
+        "Book a hotel in Rome",
+        2,
+        ["tool_failures"],
+        False,
+    )
+    origin = case.provenance
+    assert (origin.trace_ids, origin.status, origin.refusal) == (
+        [refused.id, again.id],
+        "ok",
+        hotel_agent.REFUSAL,
+    )
+    assert origin.failing_metrics == []
+    assert re.search(
+        r"book-a-hotel-in-rome-\w+ +│ +2 │ Book a hotel in Rome │ refused ", made.output
+    )
+    only = CliRunner().invoke(cli, ["cases", str(capture), "--select", "metrics", "-o", str(cases)])
+    assert "wrote 0 case(s)" in only.output
+
+    CliRunner().invoke(cli, ["cases", str(capture), "-o", str(cases)])
+    agent = str(HERE / "hotel_agent.py")
+    still = CliRunner().invoke(
+        cli, ["suite", str(cases), "--agent", f"{agent}:refusing_agent", "--attempts", "2"]
+    )
+    assert still.exit_code == 1, still.output
+    assert "2 refused" in still.output
+    fixed = CliRunner().invoke(cli, ["suite", str(cases), "--agent", f"{agent}:fixed_agent"])
+    assert fixed.exit_code == 0, fixed.output
+    # an input the agent should refuse: the case says so, and the refusal passes
+    case.allow_refusal = True
+    cases.write_text(case.model_dump_json() + "\n")
+    allowed = CliRunner().invoke(cli, ["suite", str(cases), "--agent", f"{agent}:refusing_agent"])
+    assert allowed.exit_code == 0, allowed.output
+
+
 def test_junit_holds_what_xml_cannot_and_ci_still_reads_it(tmp_path: Path) -> None:
     # a tool's error in colour, a NUL from a C library: ElementTree wrote them as they are,
     # and CI's JUnit readers refused the whole file

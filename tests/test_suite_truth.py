@@ -25,7 +25,7 @@ from agenteval_core import (
     Trace,
     estimate_pass_k,
 )
-from agenteval_core.pytest_plugin import assert_pass_k
+from agenteval_core.pytest_plugin import assert_eval, assert_pass_k
 
 QUESTION = "Book a hotel in Rome"
 FAILS = {0, 1, 2, 4, 5, 7, 8}  # the booking service fails on 7 of 10 attempts
@@ -148,6 +148,40 @@ def test_a_case_without_expectations_is_not_scored_never_a_pass() -> None:
         "expected_tool_calls)"
     )
     assert "3 not scored" in report.summary()
+
+
+def test_a_run_the_model_refused_fails_its_attempt_unless_the_case_allows_one() -> None:
+    # a refusal is no answer, and tool_failures gave the run without tool calls its 1.0:
+    # a suite gating CI passed an agent whose model refused every request
+    refused = hotel_agent.traced("Book a hotel in Rome", behaviour="refuse")
+    assert (refused.status, refused.output, refused.refusal()) == (
+        RunStatus.OK,
+        hotel_agent.REFUSAL,
+        hotel_agent.REFUSAL,
+    )
+    case = EvalCase(id="rome", input="Book a hotel in Rome")
+    report = (
+        EvalSuite("s").add_cases(case).add_evaluators("tool_failures").run(lambda q: refused, k=2)
+    )
+    runs = report.cases[0].runs
+    assert [(r.outcome, r.passed) for r in runs] == [("refused", False)] * 2
+    assert runs[0].reason == (
+        f"the model refused to answer: {hotel_agent.REFUSAL} (allow_refusal=True on a case "
+        "the agent should refuse)"
+    )
+    assert [(r.name, r.score, r.reason) for r in runs[0].results] == [
+        ("tool_failures", 1.0, "no tool calls")
+    ]
+    assert "2 refused" in report.summary()
+    with pytest.raises(AssertionError, match="the model refused to answer: I can't help"):
+        assert_eval(refused, ["tool_failures"])
+    # an input the agent should refuse: the refusal is no failure of its own
+    allowed = case.model_copy(update={"allow_refusal": True})
+    report = (
+        EvalSuite("s").add_cases(allowed).add_evaluators("tool_failures").run(lambda q: refused)
+    )
+    assert report.cases[0].runs[0].outcome == "passed"
+    assert assert_eval(EvalCase.from_trace(refused, allow_refusal=True), ["tool_failures"])
 
 
 def test_stopped_runs_fail_their_attempt_interrupted_ones_do_not() -> None:

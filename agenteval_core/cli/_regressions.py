@@ -38,6 +38,8 @@ def _why(case: RegressionCase) -> str:
     parts = []
     if origin.status and origin.status not in ("ok", "interrupted"):
         parts.append(origin.status)
+    if origin.refusal is not None:
+        parts.append("refused")
     parts += [alert.split(":", 1)[0] for alert in origin.alerts]
     parts += [f"{metric.name} failed" for metric in origin.failing_metrics]
     if origin.failed_tools:
@@ -59,7 +61,8 @@ def _why(case: RegressionCase) -> str:
     default=",".join(ALL_SELECTIONS),
     show_default=True,
     help="Which failures become cases (comma-separated): incomplete (error, stopped, "
-    "cancelled, timeout, limit), alerts (loop alerts), metrics (failed metrics, flagged traces).",
+    "cancelled, timeout, limit), refusals (the model provider refused to answer), alerts "
+    "(loop alerts), metrics (failed metrics, flagged traces).",
 )
 @click.option(
     "--metrics",

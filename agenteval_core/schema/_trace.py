@@ -701,6 +701,10 @@ class EvalCase(_Model):
     metrics: list[str] | None = None
     """Registry names of metrics this case asks for, scored in a suite beside the suite's own
     (a regression case names the checks its failure calls for)."""
+    allow_refusal: bool = False
+    """Whether a run that ends in the model provider's refusal (:meth:`Trace.refusal`) may
+    pass this case in a suite (an input the agent should refuse); otherwise such a run fails
+    as ``refused``."""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("expected_tool_calls", mode="before")

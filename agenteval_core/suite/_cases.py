@@ -55,12 +55,13 @@ CASES_VERSION = 1
 """Version of the cases file format (each line's ``agenteval_case`` field); a reader refuses
 lines from a newer version."""
 
-Selection = Literal["incomplete", "alerts", "metrics"]
+Selection = Literal["incomplete", "refusals", "alerts", "metrics"]
 """Which failures become cases: ``incomplete`` (runs that ended in error, were stopped,
-cancelled, timed out or hit a limit), ``alerts`` (runs that raised a loop alert),
-``metrics`` (runs that failed a metric, or that a failing session metric flagged)."""
+cancelled, timed out or hit a limit), ``refusals`` (runs whose answer was the model
+provider's refusal), ``alerts`` (runs that raised a loop alert), ``metrics`` (runs that
+failed a metric, or that a failing session metric flagged)."""
 
-ALL_SELECTIONS: tuple[Selection, ...] = ("incomplete", "alerts", "metrics")
+ALL_SELECTIONS: tuple[Selection, ...] = ("incomplete", "refusals", "alerts", "metrics")
 
 BASE_CHECKS = ("tool_failures",)
 """Checks every regression case makes: the run's tools must work (and, by the suite's own
@@ -99,6 +100,8 @@ class CaseProvenance(BaseModel):
     """The loop alerts the run raised (``pattern: message``)."""
     failed_tools: list[str] = Field(default_factory=list)
     """Tools whose calls failed in the run."""
+    refusal: str | None = None
+    """The provider's refusal the run answered with (``""`` when it gave no text)."""
     reference_trace_id: str | None = None
     """A later trace with the same input that passed, whose trajectory is the reference."""
 
@@ -127,6 +130,8 @@ class RegressionCase(BaseModel):
     expected_output: Any = None
     tools_must_succeed: list[str] | None = None
     tool_call_limits: list[ToolCallLimit] | None = None
+    allow_refusal: bool = False
+    """Whether the model may refuse this input (see :attr:`EvalCase.allow_refusal`)."""
     count: int = 1
     """How many captured runs failed this way with this input."""
     provenance: CaseProvenance = Field(default_factory=CaseProvenance)
@@ -149,6 +154,7 @@ class RegressionCase(BaseModel):
             expected_output=self.expected_output,
             tools_must_succeed=self.tools_must_succeed,
             tool_call_limits=self.tool_call_limits,
+            allow_refusal=self.allow_refusal,
             metadata={"count": self.count, "provenance": self.provenance.model_dump(mode="json")},
         )
 
@@ -297,6 +303,7 @@ def _why(
     results = scored.failing.get(trace.id, []) + scored.flagged.get(trace.id, [])
     selected = (
         ("incomplete" in selection and trace.incomplete)
+        or ("refusals" in selection and trace.refusal() is not None)
         or ("alerts" in selection and bool(trace.alerts))
         or ("metrics" in selection and bool(results))
     )
@@ -327,13 +334,15 @@ def cases_from_capture(
     """Turn a capture's failures into regression cases. ``capture`` is a capture file or a
     capture directory of shards (read in the order the runs happened).
 
-    A trace is selected when it did not complete (``incomplete``), raised a loop alert
-    (``alerts``), or failed a metric or was flagged by a failing session metric
-    (``metrics``): in ``results`` (a replay's ``--json`` file, or an online evaluator's
-    results file) or, without one, in a replay of the capture run here with ``metrics``
-    (default: the default metrics, with ``judge`` if given). Traces with the same input that
-    failed the same way (status, failed metrics, alert patterns, failed tools) become one
-    case with their count.
+    A trace is selected when it did not complete (``incomplete``), answered with the model
+    provider's refusal (``refusals``), raised a loop alert (``alerts``), or failed a metric
+    or was flagged by a failing session metric (``metrics``): in ``results`` (a replay's
+    ``--json`` file, or an online evaluator's results file) or, without one, in a replay of
+    the capture run here with ``metrics`` (default: the default metrics, with ``judge`` if
+    given). Traces with the same input that failed the same way (status or refusal, failed
+    metrics, alert patterns, failed tools) become one case with their count. A case from a
+    refusal fails in a suite when the agent refuses again (``refused``), unless its
+    ``allow_refusal`` is set (an input the agent should refuse).
 
     Each case keeps the input, the earlier turns of its session, where it came from, and
     the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
@@ -371,8 +380,12 @@ def cases_from_capture(
         turn = {"input": trace.input, "output": trace.output}
         why = _why(trace, select, scored)
         if why is None:
-            if not (trace.incomplete or trace.alerts or scored.failing.get(trace.id)) and (
-                trace.id not in scored.flagged
+            if not (
+                trace.incomplete
+                or trace.alerts
+                or scored.failing.get(trace.id)
+                or trace.id in scored.flagged
+                or trace.refusal() is not None
             ):
                 for case in awaiting.pop(_key(trace.input), []):
                     _check_against(case, trace)
@@ -381,8 +394,11 @@ def cases_from_capture(
         failed = sorted({r.name for r in why})
         alerts = [f"{alert.pattern}: {alert.message}" for alert in trace.alerts]
         tools = _failed_tools(trace)
+        refused = trace.refusal()
+        # how it ended: a status, or a refusal (the ids of the cases of other runs as before)
+        ended = str(trace.status) if trace.incomplete else None
         signature = (
-            str(trace.status) if trace.incomplete else None,
+            "refused" if ended is None and refused is not None else ended,
             tuple(failed),
             tuple(sorted({alert.pattern for alert in trace.alerts})),
             tuple(tools),
@@ -423,6 +439,7 @@ def cases_from_capture(
                 failing_metrics=[_describe(r) for r in why],
                 alerts=alerts,
                 failed_tools=tools,
+                refusal=refused,
             ),
         )
         awaiting.setdefault(input_key, []).append(case)

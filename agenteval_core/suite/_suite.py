@@ -57,13 +57,15 @@ SUITE_REPORT_VERSION = 1
 """Version of a saved suite report's JSON form."""
 
 AttemptOutcome = Literal[
-    "passed", "failed", "not_scored", "incomplete", "agent_error", "agent_timeout"
+    "passed", "failed", "not_scored", "incomplete", "refused", "agent_error", "agent_timeout"
 ]
 """How one attempt ended: ``passed`` (something scored it and nothing failed), ``failed`` (a
 metric failed its threshold or errored), ``not_scored`` (every metric skipped it: there was
 nothing to check), ``incomplete`` (the run ended in error, was stopped, cancelled, timed out
-or hit a limit), ``agent_error`` (the agent function raised), ``agent_timeout`` (the agent
-function did not return within the suite's ``timeout``). Only ``passed`` is a pass."""
+or hit a limit), ``refused`` (its answer was the model provider's refusal, and the case does
+not allow one: ``EvalCase.allow_refusal``), ``agent_error`` (the agent function raised),
+``agent_timeout`` (the agent function did not return within the suite's ``timeout``). Only
+``passed`` is a pass."""
 
 
 class RunResult(BaseModel):
@@ -276,14 +278,22 @@ def _describe(result: MetricResult) -> str:
 
 def attempt_outcome(case: EvalCase, results: Sequence[MetricResult]) -> tuple[AttemptOutcome, str]:
     """Whether one scored run passes, and why: a run that did not complete fails; so does a
-    metric that failed its threshold or errored; a run no metric scored is not scored (a
-    failure too); otherwise it passed."""
+    run whose answer was the provider's refusal, unless the case allows one, and a metric
+    that failed its threshold or errored; a run no metric scored is not scored (a failure
+    too); otherwise it passed."""
     trace = case.trace
     if trace is not None and trace.incomplete:
         why = (
             f": {trace.status_reason or trace.error}" if trace.status_reason or trace.error else ""
         )
         return "incomplete", f"the run did not complete ({trace.status or 'error'}){why}"
+    refused = trace.refusal() if trace is not None and not case.allow_refusal else None
+    if refused is not None:  # no answer: what metrics say of the rest checks no task done
+        said = f": {refused}" if refused else ""
+        return "refused", (
+            f"the model refused to answer{said} (allow_refusal=True on a case the agent "
+            "should refuse)"
+        )
     failed = failing(results)
     if failed:
         return "failed", "; ".join(_describe(r) for r in failed)
@@ -447,7 +457,8 @@ class EvalSuite:
         trace is kept with that output), a ``Trace`` or an ``EvalCase``; it may be async.
         Without ``agent_fn`` the cases are scored as they are. An attempt passes only when at
         least one metric scored it and none failed its threshold or errored, and the run
-        completed (``interrupted``, a pause for a human, is not a failure); an attempt that
+        completed (``interrupted``, a pause for a human, is not a failure) with an answer
+        that is no provider's refusal (unless the case has ``allow_refusal``); an attempt that
         every metric skipped is "not scored", and counts as a failure; an agent that raises
         fails its attempt with its error recorded (see :data:`AttemptOutcome`). Each case is
         scored by the suite's evaluators plus the metrics it names in ``metrics``. An agent
