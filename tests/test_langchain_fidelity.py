@@ -24,6 +24,7 @@ from langgraph.errors import NodeTimeoutError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
+from langgraph_agents import functional_agent
 from pydantic import BaseModel
 
 from agenteval_core import (
@@ -1668,3 +1669,31 @@ def test_a_classic_agent_that_answers_with_a_dict_keeps_it(evaluator: OnlineEval
     # an answer that is no text is no stop of the executor's: the event was read whole
     assert trace.metadata["agent_finish"] == {"output": {"output": answer}, "log": ""}
     assert not evaluator.stats.problems
+
+
+def test_a_functional_api_agent_has_the_request_and_the_answer(evaluator: OnlineEvaluator) -> None:
+    # an @entrypoint agent is given a list of messages and answers with a message: the
+    # trace's input and output were those structures, which metrics and judges read as JSON
+    answer = functional_agent().invoke(
+        [{"role": "user", "content": "Where are A-1 and Z-9?"}],
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    assert answer.content == "A-1 has shipped; I could not find order Z-9."
+    [trace] = evaluator.captured()
+    assert (trace.input, trace.output, trace.status) == (
+        "Where are A-1 and Z-9?",
+        "A-1 has shipped; I could not find order Z-9.",
+        RunStatus.OK,
+    )
+    assert sorted((c.id, c.arguments, c.result, c.error) for c in trace.tool_calls()) == [
+        ("c1", {"order_id": "A-1"}, "shipped", None),
+        ("c2", {"order_id": "Z-9"}, "Error: no order Z-9", "ValueError: no order Z-9"),
+    ]
+    asked, answered = trace.steps()
+    assert sorted(c.id for c in asked.tool_calls) == ["c1", "c2"]
+    assert (answered.output, answered.tool_calls) == (
+        "A-1 has shipped; I could not find order Z-9.",
+        [],
+    )
+    # the failed call, owned up to in the answer: 1 − (1 + 0) / (2 × 2) = 0.75
+    assert ToolFailures().measure(trace).score == 0.75

@@ -22,6 +22,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
+from langgraph_agents import functional_agent
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -469,3 +470,42 @@ def test_a_llamaindex_query_engine_on_a_completion_model(spans_file: Path, tmp_p
     [prompt] = model.prompts
     assert [s.input for s in ours.spans_of(SpanKind.LLM)] == [prompt]
     assert [s.input for s in theirs.spans_of(SpanKind.LLM)] == [prompt]
+
+
+def test_a_langgraph_functional_api_agent(spans_file: Path, tmp_path: Path) -> None:
+    # its tool calls run as concurrent tasks and LangChain passed each tool the only
+    # argument's value: the import paired the calls with the wrong requests (arguments and
+    # errors swapped), and made the handled error's call a third, unrun call
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        functional_agent().invoke(
+            [{"role": "user", "content": "Where are A-1 and Z-9?"}],
+            {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    want, got = view(ours), view(theirs)
+    # OpenInference makes a span named "agent" (here the entrypoint's) an agent span
+    assert want.pop("kinds") == [
+        SpanKind.AGENT,
+        SpanKind.LLM,
+        SpanKind.TOOL,
+        SpanKind.TOOL,
+        SpanKind.LLM,
+    ]
+    assert got.pop("kinds") == [
+        SpanKind.AGENT,
+        SpanKind.AGENT,
+        SpanKind.LLM,
+        SpanKind.TOOL,
+        SpanKind.TOOL,
+        SpanKind.LLM,
+    ]
+    assert got == want
+    assert sorted((c.id, c.arguments, c.result, c.error) for c in want["tool_calls"]) == [
+        ("c1", {"order_id": "A-1"}, "shipped", None),
+        ("c2", {"order_id": "Z-9"}, "Error: no order Z-9", "ValueError: no order Z-9"),
+    ]
+    assert (want["input"], want["output"]) == (
+        "Where are A-1 and Z-9?",
+        "A-1 has shipped; I could not find order Z-9.",
+    )

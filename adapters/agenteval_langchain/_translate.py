@@ -122,16 +122,31 @@ def refusal(message: Any) -> str | None:
     return None
 
 
+_ROLE_NAMES = {"human": ("human", "user"), "ai": ("ai", "assistant")}
+"""A message type's names in a message given as a dict or a tuple (``("user", "Hi")``)."""
+
+
 def conversation_text(value: Any, role: str) -> Any:
-    """For a LangGraph state (``{"messages": [...]}``) the text of the last message of
-    ``role`` (an AI message that refused: its refusal); anything else unchanged."""
-    messages = value.get("messages") if isinstance(value, dict) else None
-    if isinstance(messages, list):
-        for message in reversed(messages):
-            if isinstance(message, BaseMessage) and message.type == role:
-                return _text(message.content) or refusal(message) or ""
-            if isinstance(message, tuple) and len(message) == 2 and message[0] in (role, "user"):
-                return str(message[1]) if role == "human" else message[1]
+    """For a conversation, the text of its last message of ``role`` (an AI message that
+    refused: its refusal): a LangGraph state (``{"messages": [...]}``), a list of messages
+    (what a functional-API ``@entrypoint`` agent is given), or one message (what it
+    answers). Anything else, or a conversation without such a message, unchanged."""
+    if isinstance(value, dict) and "messages" in value:
+        messages = value["messages"]
+    elif isinstance(value, BaseMessage):
+        messages = [value]
+    else:
+        messages = value
+    if not isinstance(messages, list):
+        return value
+    names = _ROLE_NAMES.get(role, (role,))
+    for message in reversed(messages):
+        if isinstance(message, BaseMessage) and message.type == role:
+            return _text(message.content) or refusal(message) or ""
+        if isinstance(message, dict) and message.get("role") in names and "content" in message:
+            return _text(message["content"])
+        if isinstance(message, tuple) and len(message) == 2 and message[0] in names:
+            return _text(message[1])
     return value
 
 

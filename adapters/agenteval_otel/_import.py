@@ -462,8 +462,10 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
 
 def _link_calls(spans: list[Span], guessed: set[str]) -> None:
     """Each executed call is matched to the call the model asked for (same id, else same
-    arguments, else the first unclaimed one with that name): it takes the model's call id
-    when it has none, and the model's arguments when its own were a guess."""
+    arguments, else, for a call whose arguments are a guess from a bare value, the one whose
+    only argument has that value, else the first unclaimed one with that name): it takes
+    the model's call id when it has none, and the model's arguments when its own were a
+    guess. Calls run concurrently (a functional-API agent's tasks) end in any order."""
     asked: dict[str, list[ToolCall]] = defaultdict(list)
     for span in spans:
         for call in span.requested_tool_calls:
@@ -473,6 +475,9 @@ def _link_calls(spans: list[Span], guessed: set[str]) -> None:
         waiting = asked.get(span.tool_call.name) or []
         match = next((c for c in waiting if c.id and c.id == span.tool_call.id), None)
         match = match or next((c for c in waiting if c.arguments == span.tool_call.arguments), None)
+        if match is None and span.id in guessed:  # LangChain passed the only argument's value
+            bare = [span.tool_call.arguments.get("input")]
+            match = next((c for c in waiting if list(c.arguments.values()) == bare), None)
         match = match or (waiting[0] if waiting else None)
         if match is None:
             continue
@@ -522,39 +527,44 @@ def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
     model call's input instead (LangChain's tool node answering a call of a tool the agent
     does not have, a middleware refusing one), placed before that model call, as
     agenteval's adapter records it: the text the model was shown is its result, and its
-    error when it said one."""
-    ran = {span.tool_call.id for span in spans if span.tool_call is not None}
+    error when it said one. A call that raised has no result of its own: the text the model
+    was shown in its place (the error an agent's code handled) is its result, as the adapter
+    records it."""
+    ran = {span.tool_call.id: span for span in spans if span.tool_call is not None}
     asked: dict[str, ToolCall] = {}
     placed: list[Span] = []
     for raw, span in zip(raws, spans, strict=True):
         if span.kind is SpanKind.LLM:
             for call_id, text, failed in _tool_replies(raw.attributes):
-                request = asked.get(call_id)
-                if request is None or call_id in ran:
+                done = ran.get(call_id)
+                if done is not None:
+                    if done.error and done.output is None and done.tool_call is not None:
+                        done.output = done.tool_call.result = text
                     continue
-                ran.add(call_id)
+                request = asked.get(call_id)
+                if request is None:
+                    continue
                 error = text if failed else None
-                placed.append(
-                    Span(
-                        id=f"{span.id}-{call_id}",
-                        parent_id=span.parent_id,
-                        kind=SpanKind.TOOL,
+                ran[call_id] = unrun = Span(
+                    id=f"{span.id}-{call_id}",
+                    parent_id=span.parent_id,
+                    kind=SpanKind.TOOL,
+                    name=request.name,
+                    input=dict(request.arguments),
+                    output=text,
+                    error=error,
+                    start_time=span.start_time,
+                    end_time=span.start_time,
+                    attributes={_TOOL_NOT_RUN: True},
+                    tool_call=ToolCall(
+                        id=call_id,
                         name=request.name,
-                        input=dict(request.arguments),
-                        output=text,
+                        arguments=dict(request.arguments),
+                        result=text,
                         error=error,
-                        start_time=span.start_time,
-                        end_time=span.start_time,
-                        attributes={_TOOL_NOT_RUN: True},
-                        tool_call=ToolCall(
-                            id=call_id,
-                            name=request.name,
-                            arguments=dict(request.arguments),
-                            result=text,
-                            error=error,
-                        ),
-                    )
+                    ),
                 )
+                placed.append(unrun)
             asked.update((call.id, call) for call in span.requested_tool_calls if call.id)
         placed.append(span)
     spans[:] = placed

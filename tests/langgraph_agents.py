@@ -1,0 +1,60 @@
+"""LangGraph agents the LangChain and import tests share, with scripted models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+
+
+@tool
+def strict_lookup(order_id: str) -> str:
+    """Status of an order; raises for one that does not exist."""
+    if order_id.startswith("Z"):
+        raise ValueError(f"no order {order_id}")
+    return "shipped"
+
+
+def functional_agent() -> Any:
+    """The agent loop of LangGraph's functional API: an ``@entrypoint`` given the
+    conversation as a list of messages, ``@task``s for the model and for each tool call (run
+    concurrently), answering with the model's last message."""
+    from langgraph.func import entrypoint, task
+    from langgraph.graph import add_messages
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage(
+                "",
+                tool_calls=[
+                    tool_call("strict_lookup", "c1", order_id="A-1"),
+                    tool_call("strict_lookup", "c2", order_id="Z-9"),
+                ],
+            ),
+            AIMessage("A-1 has shipped; I could not find order Z-9."),
+        ]
+    )
+
+    @task
+    def call_model(messages: list[Any]) -> AIMessage:
+        return model.invoke(messages)
+
+    @task
+    def call_tool(call: dict[str, Any]) -> ToolMessage:
+        try:
+            return strict_lookup.invoke(call)
+        except ValueError as error:
+            return ToolMessage(f"Error: {error}", tool_call_id=call["id"], status="error")
+
+    @entrypoint()
+    def agent(messages: list[Any]) -> AIMessage:
+        reply = call_model(messages).result()
+        while reply.tool_calls:
+            running = [call_tool(call) for call in reply.tool_calls]
+            messages = add_messages(messages, [reply, *(r.result() for r in running)])
+            reply = call_model(messages).result()
+        return reply
+
+    return agent
