@@ -1005,3 +1005,40 @@ def test_unreachable_phoenix_is_one_line_for_any_number_of_traces() -> None:
     assert problem.startswith(f"Phoenix annotations: {down}/v1/span_annotations: ConnectError")
     assert problem.endswith("(and 4 more batch(es) failed)")
     annotations.close()
+
+
+def test_a_retrieval_shows_its_documents_and_a_completion_its_operation(tmp_path: Path) -> None:
+    # Phoenix lists a retriever span's documents from retrieval.documents.*: the documents
+    # were only in output.value; and a completion was exported as "chat {model}"
+    from agenteval_langchain import AgentEvalCallbackHandler
+    from agenteval_llamaindex import instrument
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from llamaindex_models import CompletionModel, orders_index
+
+    class Orders(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+            return [Document("Order A-1 shipped on Monday.", id="d1", metadata={"page": 3})]
+
+    with OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False) as evaluator:
+        Orders().invoke("When did A-1 ship?", {"callbacks": [AgentEvalCallbackHandler(evaluator)]})
+        engine = orders_index().as_query_engine(llm=CompletionModel())
+        instrumentation = instrument(evaluator)
+        try:
+            engine.query("When did A-1 ship?")
+        finally:
+            instrumentation.uninstrument()
+        langchain, llamaindex = evaluator.captured()
+    found = by_name(exported(langchain))["retrieval Orders"].attributes
+    assert {k: v for k, v in found.items() if k.startswith("retrieval.")} == {
+        "retrieval.documents.0.document.content": "Order A-1 shipped on Monday.",
+        "retrieval.documents.0.document.id": "d1",
+        "retrieval.documents.0.document.metadata": '{"page": 3}',
+    }
+    spans = by_name(exported(llamaindex))
+    retrieval = spans["retrieval VectorIndexRetriever.retrieve"].attributes
+    assert retrieval["openinference.span.kind"] == "RETRIEVER"
+    assert retrieval["retrieval.documents.0.document.content"] == "Order A-1 shipped on Monday."
+    assert retrieval["retrieval.documents.0.document.score"] == pytest.approx(1.0)
+    completion = spans["text_completion instruct-1"].attributes
+    assert completion["gen_ai.operation.name"] == "text_completion"

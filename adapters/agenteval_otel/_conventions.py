@@ -228,6 +228,28 @@ def _llm_attributes(span: AgentSpan, trace: Trace) -> dict[str, Any]:
     return attributes
 
 
+def _documents(found: Any) -> dict[str, Any]:
+    """A retrieval's documents as OpenInference's ``retrieval.documents`` (what Phoenix lists
+    for a retriever span): each one's id, text, score and metadata, from the adapters'
+    forms (LlamaIndex's ``{"id", "content", "score"}``, a LangChain ``Document``'s
+    ``page_content`` and ``metadata``)."""
+    attributes: dict[str, Any] = {}
+    for index, document in enumerate(found if isinstance(found, list) else []):
+        if not isinstance(document, dict):
+            continue
+        at = f"retrieval.documents.{index}.document"
+        content = document.get("content", document.get("page_content"))
+        if content is not None:
+            attributes[f"{at}.content"] = text_of(content)
+        if document.get("id") is not None:
+            attributes[f"{at}.id"] = str(document["id"])
+        if isinstance(document.get("score"), int | float):
+            attributes[f"{at}.score"] = float(document["score"])
+        if document.get("metadata"):
+            attributes[f"{at}.metadata"] = dumps(document["metadata"])
+    return attributes
+
+
 def _tool_attributes(call: ToolCall, trace: Trace) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         "gen_ai.tool.name": call.name,
@@ -262,6 +284,9 @@ def operation(trace: Trace, index: int) -> str | None:
         or (span.kind is SpanKind.AGENT and any(s.kind is SpanKind.AGENT for s in trace.spans[1:]))
     ):
         return WORKFLOW
+    said = span.attributes.get(OPERATION_NAME) if span.kind is SpanKind.LLM else None
+    if isinstance(said, str) and said:  # a model call's own: chat, or text_completion
+        return said
     return OTEL_OPERATION_NAMES.get(span.kind)
 
 
@@ -343,6 +368,8 @@ def span_attributes(span: AgentSpan, trace: Trace, index: int) -> dict[str, Any]
             attributes[PROVIDER_NAME] = provider
     if span.kind is SpanKind.LLM:
         attributes.update(_llm_attributes(span, trace))
+    if span.kind is SpanKind.RETRIEVER:
+        attributes.update(_documents(span.output))
     attributes.update(tool)
     if span.error is not None:
         attributes["agenteval.error"] = span.error
