@@ -470,6 +470,11 @@ def test_a_llamaindex_query_engine_on_a_completion_model(spans_file: Path, tmp_p
     [prompt] = model.prompts
     assert [s.input for s in ours.spans_of(SpanKind.LLM)] == [prompt]
     assert [s.input for s in theirs.spans_of(SpanKind.LLM)] == [prompt]
+    # the documents retrieved, as the adapter records them (OpenInference's private
+    # _retrieve span, the second, has none of its own)
+    [found] = ours.spans_of(SpanKind.RETRIEVER)
+    retrieve, _ = theirs.spans_of(SpanKind.RETRIEVER)
+    assert (retrieve.input, retrieve.output) == (found.input, found.output)
 
 
 def test_a_langgraph_functional_api_agent(spans_file: Path, tmp_path: Path) -> None:

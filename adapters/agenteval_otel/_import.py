@@ -287,6 +287,19 @@ def _llm_io(a: dict[str, Any], inputs: Any, output: Any) -> tuple[Any, Any]:
     return inputs, output
 
 
+def _documents(a: dict[str, Any]) -> list[dict[str, Any]]:
+    """A retrieval's documents from OpenInference's ``retrieval.documents.*``, in the form
+    agenteval's LlamaIndex adapter records them: each one's ``id``, ``content`` and
+    ``score`` (and ``metadata``), those it gives."""
+    found: dict[int, dict[str, Any]] = defaultdict(dict)
+    for key, value in a.items():
+        if key.startswith("retrieval.documents."):
+            index, _, field = key[len("retrieval.documents.") :].partition(".document.")
+            if index.isdigit() and field in ("id", "content", "score", "metadata"):
+                found[int(index)][field] = _json(value) if field == "metadata" else value
+    return [found[index] for index in sorted(found)]
+
+
 def _tools(a: dict[str, Any]) -> list[ToolSpec]:
     """Tool definitions an LLM span was given (``llm.tools.*``, ``gen_ai.tool.definitions``),
     or the one a tool span describes (``tool.name``, ``tool.description``,
@@ -428,6 +441,8 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
         attributes = _foreign_attributes(a, kind)
         if kind is SpanKind.LLM:
             inputs, output = _llm_io(a, inputs, output)
+        elif kind is SpanKind.RETRIEVER:
+            output = _documents(a) or output
         elif kind is SpanKind.TOOL:
             arguments, call_id, exact = _tool_arguments(a.get("gen_ai.tool.call.arguments", inputs))
             result, result_id = _tool_result(
