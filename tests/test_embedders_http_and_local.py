@@ -98,7 +98,8 @@ def test_http_embedder_sends_no_more_texts_a_request_than_the_server_takes(
     assert said.startswith(f"agenteval: {judge_server.base_url}/embeddings refused ")
     assert "(HTTP 413: " in said and said.endswith("sending at most 32 a request from now on")
     embedder.embed([f"later {i}" for i in range(40)])  # no refusal from now on
-    assert [len(r["input"]) for r in judge_server.embedding_requests[6:]] == [32, 8]
+    # two requests at once: they reach the server in either order
+    assert sorted(len(r["input"]) for r in judge_server.embedding_requests[6:]) == [8, 32]
     # a refusal that names no number: halves until the server takes them
     judge_server.embedding_requests.clear()
     judge_server.embedding_batch_limit = 0
