@@ -1127,3 +1127,69 @@ def test_the_call_that_shapes_a_tasks_output_is_no_step(evaluator: OnlineEvaluat
         (0, "Thought: done\nFinal Answer: A-1 has shipped."),
     ]
     assert (trace.status, trace.output) == (RunStatus.OK, "A-1 has shipped.")
+
+
+def test_an_agents_knowledge_search_is_a_retrieval_of_its_run(
+    evaluator: OnlineEvaluator, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CrewAI asks the agent's model to rewrite the task as a search query, naming no task:
+    # that call was captured as a run of its own (its prompt the request, the query the
+    # answer), scored and counted in sessions, and the crew's run had no retrieval
+    import numpy as np
+    from chromadb.api.types import EmbeddingFunction
+    from crewai.knowledge.source.string_knowledge_source import StringKnowledgeSource
+    from crewai.rag.embeddings.providers.custom.embedding_callable import (
+        CustomEmbeddingFunction,
+    )
+
+    monkeypatch.setenv("CREWAI_STORAGE_DIR", str(tmp_path))  # the knowledge's vector store
+
+    class Letters(CustomEmbeddingFunction, EmbeddingFunction):  # type: ignore[misc]
+        """A local embedder (CrewAI's default calls OpenAI)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        @staticmethod
+        def name() -> str:
+            return "letters"
+
+        def __call__(self, input: Any) -> Any:
+            return [np.array([len(t) % 7, t.count("A"), 1.0], dtype=np.float32) for t in input]
+
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=["order A-1 shipping date", "Thought: done\nFinal Answer: A-1 shipped on Monday."],
+    )
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=llm,
+        verbose=False,
+        knowledge_sources=[StringKnowledgeSource(content="Order A-1 shipped on Monday by DHL.")],
+        embedder={"provider": "custom", "config": {"embedding_callable": Letters}},
+    )
+    crew = Crew(
+        agents=[agent],
+        tasks=[Task(description="When did A-1 ship?", expected_output="x", agent=agent)],
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert str(crew.kickoff()) == "A-1 shipped on Monday."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (trace.input, trace.output) == ("When did A-1 ship?", "A-1 shipped on Monday.")
+    [retrieval] = trace.spans_of(SpanKind.RETRIEVER)
+    assert (retrieval.name, retrieval.input, retrieval.error) == (
+        "knowledge",
+        "order A-1 shipping date",
+        None,
+    )
+    assert "Order A-1 shipped on Monday by DHL." in retrieval.output
+    rewrite, answer = trace.spans_of(SpanKind.LLM)
+    assert rewrite.output == "order A-1 shipping date"
+    assert {s.id for s in trace.spans if s.parent_id == retrieval.id} == {rewrite.parent_id}
+    # the rewrite is CrewAI's, no step of the agent: one step, the answer
+    assert [s.output for s in trace.steps()] == [answer.output]

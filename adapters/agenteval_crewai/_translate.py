@@ -44,6 +44,10 @@ STARTS = {
     # a ReAct call of a tool the agent does not have: it never runs (no tool event comes),
     # and the model is shown the error; a span that starts and fails at once
     "ToolSelectionErrorEvent": SpanKind.TOOL,
+    # an agent's knowledge searched for its task, and inside it CrewAI asking the agent's
+    # model to rewrite the task as a search query (no task named: a run of its own before)
+    "KnowledgeRetrievalStartedEvent": SpanKind.RETRIEVER,
+    "KnowledgeQueryStartedEvent": SpanKind.CHAIN,
 }
 ENDS = {
     "CrewKickoffCompletedEvent",
@@ -53,6 +57,8 @@ ENDS = {
     "LLMCallCompletedEvent",
     "ToolUsageFinishedEvent",
     "LLMGuardrailCompletedEvent",
+    "KnowledgeRetrievalCompletedEvent",
+    "KnowledgeQueryCompletedEvent",
 }
 FAILURES = {
     "CrewKickoffFailedEvent",
@@ -61,6 +67,8 @@ FAILURES = {
     "AgentExecutionErrorEvent",
     "LLMCallFailedEvent",
     "ToolUsageErrorEvent",
+    "KnowledgeSearchQueryFailedEvent",
+    "KnowledgeQueryFailedEvent",
 }
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
 FROM_CACHE = "agenteval.tool.from_cache"
@@ -581,6 +589,22 @@ class Translator:
                     INTERNAL_CALL: True,
                 },
             )
+        elif name == "KnowledgeRetrievalStartedEvent":  # its query comes with its end
+            role = getattr(event, "agent_role", None)
+            self.assembler.start_span(
+                key, parent, kind, "knowledge", start_time=at, attributes=_agent_of(role)
+            )
+        elif name == "KnowledgeQueryStartedEvent":
+            # the framework's own model call, the task rewritten as a search query: no step
+            self.assembler.start_span(
+                key,
+                parent,
+                kind,
+                "knowledge search query",
+                input=getattr(event, "task_prompt", None),
+                start_time=at,
+                attributes={INTERNAL_CALL: True},
+            )
         else:  # ToolUsageStartedEvent
             execution = self._execution_of(event) or ""
             arguments = json_arguments(event.tool_args)
@@ -668,6 +692,12 @@ class Translator:
                 for step in planned:  # CrewAI uses a task's first plan
                     crew[1].setdefault(getattr(step, "task_number", 0), str(step.plan))
         self._forget(name, event)
+        if name == "KnowledgeRetrievalCompletedEvent":  # the query, what it found
+            span = self.assembler.span_of(key)
+            if span is not None:
+                span.input = event.query
+            self.assembler.end_span(key, output=event.retrieved_knowledge, end_time=at)
+            return
         if name != "ToolUsageFinishedEvent":
             self.assembler.end_span(key, output=_text(output), end_time=at)
             return
