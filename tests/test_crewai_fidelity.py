@@ -1129,24 +1129,16 @@ def test_the_call_that_shapes_a_tasks_output_is_no_step(evaluator: OnlineEvaluat
     assert (trace.status, trace.output) == (RunStatus.OK, "A-1 has shipped.")
 
 
-def test_an_agents_knowledge_search_is_a_retrieval_of_its_run(
-    evaluator: OnlineEvaluator, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # CrewAI asks the agent's model to rewrite the task as a search query, naming no task:
-    # that call was captured as a run of its own (its prompt the request, the query the
-    # answer), scored and counted in sessions, and the crew's run had no retrieval
+def local_embedder() -> dict[str, Any]:
+    """An ``embedder=`` for CrewAI's knowledge and memory that runs here (CrewAI's default
+    calls OpenAI): a text's length mod 7 and its count of "A"."""
     import numpy as np
     from chromadb.api.types import EmbeddingFunction
-    from crewai.knowledge.source.string_knowledge_source import StringKnowledgeSource
     from crewai.rag.embeddings.providers.custom.embedding_callable import (
         CustomEmbeddingFunction,
     )
 
-    monkeypatch.setenv("CREWAI_STORAGE_DIR", str(tmp_path))  # the knowledge's vector store
-
     class Letters(CustomEmbeddingFunction, EmbeddingFunction):  # type: ignore[misc]
-        """A local embedder (CrewAI's default calls OpenAI)."""
-
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             pass
 
@@ -1157,6 +1149,18 @@ def test_an_agents_knowledge_search_is_a_retrieval_of_its_run(
         def __call__(self, input: Any) -> Any:
             return [np.array([len(t) % 7, t.count("A"), 1.0], dtype=np.float32) for t in input]
 
+    return {"provider": "custom", "config": {"embedding_callable": Letters}}
+
+
+def test_an_agents_knowledge_search_is_a_retrieval_of_its_run(
+    evaluator: OnlineEvaluator, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CrewAI asks the agent's model to rewrite the task as a search query, naming no task:
+    # that call was captured as a run of its own (its prompt the request, the query the
+    # answer), scored and counted in sessions, and the crew's run had no retrieval
+    from crewai.knowledge.source.string_knowledge_source import StringKnowledgeSource
+
+    monkeypatch.setenv("CREWAI_STORAGE_DIR", str(tmp_path))  # the knowledge's vector store
     llm = ScriptedLLM(
         model="scripted",
         replies=["order A-1 shipping date", "Thought: done\nFinal Answer: A-1 shipped on Monday."],
@@ -1168,7 +1172,7 @@ def test_an_agents_knowledge_search_is_a_retrieval_of_its_run(
         llm=llm,
         verbose=False,
         knowledge_sources=[StringKnowledgeSource(content="Order A-1 shipped on Monday by DHL.")],
-        embedder={"provider": "custom", "config": {"embedding_callable": Letters}},
+        embedder=local_embedder(),
     )
     crew = Crew(
         agents=[agent],
@@ -1193,3 +1197,52 @@ def test_an_agents_knowledge_search_is_a_retrieval_of_its_run(
     assert {s.id for s in trace.spans if s.parent_id == retrieval.id} == {rewrite.parent_id}
     # the rewrite is CrewAI's, no step of the agent: one step, the answer
     assert [s.output for s in trace.steps()] == [answer.output]
+
+
+def test_the_memorys_model_calls_are_no_steps_and_no_runs_of_their_own(
+    evaluator: OnlineEvaluator, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # after a task, CrewAI's memory asks the model to extract memories from the result (in
+    # the agent's scope: it was a step of the agent, a second answer) and, on a background
+    # thread, to place each one (outside any scope: it was a run of its own)
+    monkeypatch.setenv("CREWAI_STORAGE_DIR", str(tmp_path))
+
+    def reply(messages: Any) -> str:
+        asked = messages[0]["content"]
+        if asked.startswith("You extract"):
+            return json.dumps({"memories": ["A-1 shipped on Monday."]})
+        if asked.startswith("You analyze"):
+            return json.dumps({"suggested_scope": "/orders", "categories": [], "importance": 0.5})
+        return "Thought: done\nFinal Answer: A-1 shipped on Monday."
+
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=ScriptedLLM(model="scripted", reply=reply),
+        verbose=False,
+    )
+    crew = Crew(
+        agents=[agent],
+        tasks=[Task(description="When did A-1 ship?", expected_output="x", agent=agent)],
+        memory=True,
+        embedder=local_embedder(),
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert str(crew.kickoff()) == "A-1 shipped on Monday."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (trace.input, trace.output) == ("When did A-1 ship?", "A-1 shipped on Monday.")
+    answered, extracted, placed = trace.spans_of(SpanKind.LLM)
+    assert [s.input[0]["content"][:11] for s in (extracted, placed)] == [
+        "You extract",
+        "You analyze",
+    ]
+    assert [s.attributes.get(INTERNAL_CALL) for s in (answered, extracted, placed)] == [
+        None,
+        True,
+        True,
+    ]
+    assert [s.output for s in trace.steps()] == [answered.output]

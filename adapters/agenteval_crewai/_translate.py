@@ -80,6 +80,14 @@ GUARDRAIL_ATTEMPT = "agenteval.guardrail.attempt"
 FORCED_FINAL_ANSWER = I18N_DEFAULT.errors("force_final_answer")
 """What CrewAI asks the model, without task or agent, when an agent reaches ``max_iter``."""
 
+MEMORY_PROMPTS = frozenset(
+    I18N_DEFAULT.memory(stage)
+    for stage in ("query_system", "extract_memories_system", "save_system", "consolidation_system")
+)
+"""The system prompts of CrewAI's memory asking the model (to distill a recall's queries,
+extract memories from a task's result, place and consolidate them): its calls name no task,
+and the saves run on a background thread, outside the agent's scope."""
+
 OBSERVATION = "Observation:"
 
 
@@ -100,6 +108,11 @@ def _forced_final_answer(messages: Any) -> bool:
         and bool(messages)
         and (_content(messages[-1]) == FORCED_FINAL_ANSWER)
     )
+
+
+def _memory_call(messages: Any) -> bool:
+    """Whether an LLM call is CrewAI's memory at work (see :data:`MEMORY_PROMPTS`)."""
+    return isinstance(messages, list) and bool(messages) and _content(messages[0]) in MEMORY_PROMPTS
 
 
 def _observations(messages: Any) -> list[tuple[str | None, str]]:
@@ -547,6 +560,11 @@ class Translator:
             provider = getattr(source, "provider", None)  # the LLM emits its own events
             if isinstance(provider, str) and provider:
                 attributes[PROVIDER_NAME] = provider
+            if _memory_call(event.messages):
+                # CrewAI's memory, not the agent: on its background thread, in the kickoff
+                attributes[INTERNAL_CALL] = True
+                if parent is None and kickoff is not None and self.assembler.trace_of(kickoff):
+                    parent = kickoff
             owner = self.assembler.span_of(parent) if parent is not None else None
             if owner is not None and owner.kind is SpanKind.TASK:
                 # a task's own call after its agent answered: CrewAI converting the answer
