@@ -28,7 +28,7 @@ from agenteval_core import (
     Trace,
     session,
 )
-from agenteval_core.metrics import ToolFailures
+from agenteval_core.metrics import ParameterCorrectness, ToolFailures
 
 
 def action(name: str, **arguments: Any) -> str:
@@ -1246,3 +1246,55 @@ def test_the_memorys_model_calls_are_no_steps_and_no_runs_of_their_own(
         True,
     ]
     assert [s.output for s in trace.steps()] == [answered.output]
+
+
+def test_an_mcp_servers_tools_are_the_runs_tools(evaluator: OnlineEvaluator) -> None:
+    # a crew adds an agent's MCP tools (and delegation tools) to its task, and CrewAI's
+    # events list only the agent's own: the run offered no tools, so no call was checked
+    # against its schema, and exports listed none
+    import re
+    import sys
+    from pathlib import Path
+
+    from crewai.mcp import MCPServerStdio
+
+    server = Path(__file__).with_name("mcp_orders_server.py")
+
+    def reply(messages: Any) -> str:
+        [name] = re.findall(r"Tool Name: (\S+)", messages[0]["content"])  # server-prefixed
+        asked = sum(1 for m in messages if str(m.get("content", "")).startswith("Thought:"))
+        if asked == 0:
+            return f'Thought: look it up\nAction: {name}\nAction Input: {{"order_id": "A-1"}}'
+        return "Thought: done\nFinal Answer: A-1 has shipped."
+
+    agent = Agent(
+        role="support",
+        goal="answer",
+        backstory="b",
+        llm=ScriptedLLM(model="scripted", reply=reply),
+        verbose=False,
+        mcps=[MCPServerStdio(command=sys.executable, args=[str(server)])],
+    )
+    crew = Crew(
+        agents=[agent],
+        tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)],
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert str(crew.kickoff()) == "A-1 has shipped."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    [offered] = trace.tools
+    assert offered.description == "Status of an order."  # its name: the server's, cut
+    assert offered.parameters is not None
+    assert offered.parameters["properties"]["order_id"]["type"] == "string"
+    [call] = trace.tool_calls()
+    assert (call.name, call.arguments, call.result, call.error) == (
+        offered.name,
+        {"order_id": "A-1"},
+        "shipped",
+        None,
+    )
+    checked = ParameterCorrectness().measure(trace)
+    assert (checked.score, checked.reason) == (1.0, "1 calls checked, 0 with schema errors")

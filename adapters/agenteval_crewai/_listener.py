@@ -14,6 +14,11 @@ from typing import Any
 
 import crewai.events as crew_events
 from crewai.events import BaseEventListener, crewai_event_bus, event_context
+from crewai.hooks.llm_hooks import (
+    LLMCallHookContext,
+    register_before_llm_call_hook,
+    unregister_before_llm_call_hook,
+)
 from crewai.hooks.tool_hooks import (
     ToolCallHookContext,
     register_before_tool_call_hook,
@@ -87,6 +92,10 @@ class AgentEvalListener(BaseEventListener):
         self._guarded = stop_on_loop
         if stop_on_loop:
             register_before_tool_call_hook(self._before_tool_call)
+        # the tools an agent is offered: its own, and those a crew adds to a task (MCP
+        # servers', delegation), which CrewAI's events do not list
+        self._offering: weakref.WeakSet[Any] = weakref.WeakSet()
+        register_before_llm_call_hook(self._before_llm_call)
         earlier = _listening.get(self.evaluator)
         if earlier is not None and earlier._active:
             # both would hear every event of every crew: each kickoff captured twice
@@ -138,6 +147,19 @@ class AgentEvalListener(BaseEventListener):
             return None
         return False if alert is not None else None
 
+    def _before_llm_call(self, context: LLMCallHookContext) -> bool | None:
+        try:
+            executor = context.executor
+            tools = getattr(executor, "original_tools", None) or getattr(executor, "tools", None)
+            run = kickoff_in_scope()
+            if self._active and tools and run is not None and executor not in self._offering:
+                self._offering.add(executor)  # an executor's tools are fixed: once each
+                # after the events on their way, so the run's root is open when it comes
+                self.recorder.put_after_drains((self.translator.offered, run, list(tools)))
+        except Exception as exc:  # a bug of ours must never reach the crew
+            logger.debug("agenteval: reading the tools offered failed: %s", exc)
+        return None
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until CrewAI has delivered its events and they are captured and scored (as
         ``evaluator.flush`` does while this listener records)."""
@@ -147,5 +169,6 @@ class AgentEvalListener(BaseEventListener):
         """Stop recording (the bus keeps no way to remove one listener's handlers)."""
         self._active = False
         self.recorder.forget_drain(crewai_event_bus.flush)
+        unregister_before_llm_call_hook(self._before_llm_call)
         if self._guarded:
             unregister_before_tool_call_hook(self._before_tool_call)

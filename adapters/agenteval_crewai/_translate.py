@@ -334,6 +334,12 @@ class Translator:
         elif name in FAILURES:
             self._fail(name, payload, at)
 
+    def offered(self, item: tuple[Any, str, list[Any]]) -> None:
+        """The tools an agent executor of run ``key`` offers its model (what CrewAI's
+        events leave out: a crew's MCP and delegation tools): listed in the trace."""
+        _, key, tools = item
+        self.assembler.annotate(key, tools=_tool_specs(tools))
+
     def _unknown_tool(self, event: Any, at: float, kickoff: str | None) -> None:
         """A ReAct call of a tool the agent does not have: no tool runs (no tool event
         comes), and the model is shown the error. CrewAI looks the name up several times
