@@ -56,6 +56,33 @@ def one_call_crew(order_tool: Any, answer: str, **agent_options: Any) -> Crew:
     )
 
 
+def support_run(
+    evaluator: OnlineEvaluator,
+    llm: ScriptedLLM,
+    question: str,
+    answer: str,
+    crew_options: dict[str, Any] | None = None,
+    **agent_options: Any,
+) -> Trace:
+    """The trace of one support agent on one task, ``question``, which it answers
+    ``answer`` (checked)."""
+    agent = Agent(
+        role="support", goal="answer", backstory="b", llm=llm, verbose=False, **agent_options
+    )
+    crew = Crew(
+        agents=[agent],
+        tasks=[Task(description=question, expected_output="x", agent=agent)],
+        **(crew_options or {}),
+    )
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert str(crew.kickoff()) == answer
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    return trace
+
+
 def test_a_failed_kickoff_becomes_one_trace_that_says_so(evaluator: OnlineEvaluator) -> None:
     @tool("lookup_order")
     def lookup_order(order_id: str) -> str:
@@ -1165,25 +1192,15 @@ def test_an_agents_knowledge_search_is_a_retrieval_of_its_run(
         model="scripted",
         replies=["order A-1 shipping date", "Thought: done\nFinal Answer: A-1 shipped on Monday."],
     )
-    agent = Agent(
-        role="support",
-        goal="answer",
-        backstory="b",
-        llm=llm,
-        verbose=False,
-        knowledge_sources=[StringKnowledgeSource(content="Order A-1 shipped on Monday by DHL.")],
+    source = StringKnowledgeSource(content="Order A-1 shipped on Monday by DHL.")
+    trace = support_run(
+        evaluator,
+        llm,
+        "When did A-1 ship?",
+        "A-1 shipped on Monday.",
+        knowledge_sources=[source],
         embedder=local_embedder(),
     )
-    crew = Crew(
-        agents=[agent],
-        tasks=[Task(description="When did A-1 ship?", expected_output="x", agent=agent)],
-    )
-    listener = AgentEvalListener(evaluator)
-    try:
-        assert str(crew.kickoff()) == "A-1 shipped on Monday."
-        [trace] = captured_by(listener)
-    finally:
-        listener.close()
     assert (trace.input, trace.output) == ("When did A-1 ship?", "A-1 shipped on Monday.")
     [retrieval] = trace.spans_of(SpanKind.RETRIEVER)
     assert (retrieval.name, retrieval.input, retrieval.error) == (
@@ -1215,25 +1232,13 @@ def test_the_memorys_model_calls_are_no_steps_and_no_runs_of_their_own(
             return json.dumps({"suggested_scope": "/orders", "categories": [], "importance": 0.5})
         return "Thought: done\nFinal Answer: A-1 shipped on Monday."
 
-    agent = Agent(
-        role="support",
-        goal="answer",
-        backstory="b",
-        llm=ScriptedLLM(model="scripted", reply=reply),
-        verbose=False,
+    trace = support_run(
+        evaluator,
+        ScriptedLLM(model="scripted", reply=reply),
+        "When did A-1 ship?",
+        "A-1 shipped on Monday.",
+        crew_options={"memory": True, "embedder": local_embedder()},
     )
-    crew = Crew(
-        agents=[agent],
-        tasks=[Task(description="When did A-1 ship?", expected_output="x", agent=agent)],
-        memory=True,
-        embedder=local_embedder(),
-    )
-    listener = AgentEvalListener(evaluator)
-    try:
-        assert str(crew.kickoff()) == "A-1 shipped on Monday."
-        [trace] = captured_by(listener)
-    finally:
-        listener.close()
     assert (trace.input, trace.output) == ("When did A-1 ship?", "A-1 shipped on Monday.")
     answered, extracted, placed = trace.spans_of(SpanKind.LLM)
     assert [s.input[0]["content"][:11] for s in (extracted, placed)] == [
@@ -1267,24 +1272,13 @@ def test_an_mcp_servers_tools_are_the_runs_tools(evaluator: OnlineEvaluator) -> 
             return f'Thought: look it up\nAction: {name}\nAction Input: {{"order_id": "A-1"}}'
         return "Thought: done\nFinal Answer: A-1 has shipped."
 
-    agent = Agent(
-        role="support",
-        goal="answer",
-        backstory="b",
-        llm=ScriptedLLM(model="scripted", reply=reply),
-        verbose=False,
+    trace = support_run(
+        evaluator,
+        ScriptedLLM(model="scripted", reply=reply),
+        "Where is A-1?",
+        "A-1 has shipped.",
         mcps=[MCPServerStdio(command=sys.executable, args=[str(server)])],
     )
-    crew = Crew(
-        agents=[agent],
-        tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)],
-    )
-    listener = AgentEvalListener(evaluator)
-    try:
-        assert str(crew.kickoff()) == "A-1 has shipped."
-        [trace] = captured_by(listener)
-    finally:
-        listener.close()
     [offered] = trace.tools
     assert offered.description == "Status of an order."  # its name: the server's, cut
     assert offered.parameters is not None
