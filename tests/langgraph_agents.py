@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agenteval_langchain.testing import ScriptedChatModel, tool_call
+from langchain_core.decisions import BaseDecisionModel, ClassifierResponse
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 
@@ -58,3 +59,28 @@ def functional_agent() -> Any:
         return reply
 
     return agent
+
+
+class Classifier(BaseDecisionModel):
+    """A decision model built on a chat model (``langchain_core.decisions``): it asks
+    ``llm`` and answers every question with ``choice`` (a Choice) or ``risk`` (a Noul)."""
+
+    model: str = "classifier"
+    llm: Any = None
+    choice: str = "fast"
+    risk: float = 0.0
+
+    @property
+    def _provider(self) -> str:
+        return "scripted"
+
+    def _classify(self, state: Any, questions: dict[str, Any]) -> ClassifierResponse:
+        self.llm.invoke(f"Classify: {state}")
+        answers = {
+            key: {"type": "choice", "choice": self.choice, "probabilities": {self.choice: 1.0},
+                  "confidence": 1.0}
+            if type(question).__name__ == "Choice"
+            else {"type": "noul", "noul": self.risk}
+            for key, question in questions.items()
+        }  # fmt: skip
+        return ClassifierResponse.model_validate({"model": self.model, "answers": answers})

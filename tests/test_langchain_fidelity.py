@@ -16,7 +16,6 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
 from langchain.agents.middleware.model_call_limit import ModelCallLimitExceededError
 from langchain.agents.middleware.tool_call_limit import ToolCallLimitExceededError
-from langchain_core.decisions import BaseDecisionModel, ClassifierResponse
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -24,7 +23,7 @@ from langgraph.errors import NodeTimeoutError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
-from langgraph_agents import functional_agent
+from langgraph_agents import Classifier, functional_agent
 from pydantic import BaseModel
 
 from agenteval_core import (
@@ -1038,31 +1037,6 @@ def test_a_middlewares_own_model_calls_are_no_steps(evaluator: OnlineEvaluator) 
     # the tools the agent was offered: the selector left refund out
     assert [spec.name for spec in trace.tools] == ["lookup_order"]
     assert (trace.input, trace.output) == ("Where is A-1?", "A-1 has shipped.")
-
-
-class Classifier(BaseDecisionModel):
-    """A decision model built on a chat model (``langchain_core.decisions``): it asks
-    ``llm`` and answers every question with ``choice`` (a Choice) or ``risk`` (a Noul)."""
-
-    model: str = "classifier"
-    llm: Any = None
-    choice: str = "fast"
-    risk: float = 0.0
-
-    @property
-    def _provider(self) -> str:
-        return "scripted"
-
-    def _classify(self, state: Any, questions: dict[str, Any]) -> ClassifierResponse:
-        self.llm.invoke(f"Classify: {state}")
-        answers = {
-            key: {"type": "choice", "choice": self.choice, "probabilities": {self.choice: 1.0},
-                  "confidence": 1.0}
-            if type(question).__name__ == "Choice"
-            else {"type": "noul", "noul": self.risk}
-            for key, question in questions.items()
-        }  # fmt: skip
-        return ClassifierResponse.model_validate({"model": self.model, "answers": answers})
 
 
 def test_model_calls_in_a_middlewares_hooks_and_decision_models_are_no_steps(

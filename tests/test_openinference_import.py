@@ -22,7 +22,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
-from langgraph_agents import functional_agent
+from langgraph_agents import Classifier, functional_agent
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -320,6 +320,38 @@ def test_a_model_call_in_a_middlewares_hook_imports_as_no_step(
         assert [
             (s.output, s.attributes.get(INTERNAL_CALL)) for s in trace.spans_of(SpanKind.LLM)
         ] == [("SAFE", True), ("", None), ("SAFE", True), ("It is sunny and 21°C in Paris.", None)]
+        assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
+            (None, ["w1"]),
+            ("It is sunny and 21°C in Paris.", []),
+        ]
+
+
+def test_a_decision_models_call_imports_as_no_step(spans_file: Path, tmp_path: Path) -> None:
+    # AutoModeMiddleware asks a decision model whether a call is risky, in the tool node:
+    # OpenInference writes the decision model's run as an LLM span without messages, and
+    # the model call inside it was a step, which took the agent's tool call as its own
+    from langchain.agents.middleware import AutoModeMiddleware
+
+    checker = ScriptedChatModel(replies=[AIMessage("SAFE")])
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("get_weather", "w1", city="Paris")], (30, 8)),
+            reply("It is sunny and 21°C in Paris.", [], (50, 10)),
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=[get_weather],
+        middleware=[AutoModeMiddleware(tools=["get_weather"], classifier=Classifier(llm=checker))],
+    )
+    ours, theirs = both_ways(agent, [("user", "Weather in Paris?")], spans_file, tmp_path)
+    assert view(theirs) == view(ours)
+    for trace in (ours, theirs):
+        assert [s.output for s in trace.spans_of(SpanKind.LLM)] == [
+            "",
+            "SAFE",
+            "It is sunny and 21°C in Paris.",
+        ]
         assert [(step.output, [c.id for c in step.tool_calls]) for step in trace.steps()] == [
             (None, ["w1"]),
             ("It is sunny and 21°C in Paris.", []),

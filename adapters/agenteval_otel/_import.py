@@ -427,6 +427,7 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
     else:
         name = a.get("gen_ai.tool.name") or a.get("tool.name") or a.get("agent.name")
         name = name or a.get(AGENT_NAME) or raw.name
+        decision = False
         if (
             kind is SpanKind.LLM
             and "llm.prompts" not in a
@@ -436,9 +437,14 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
             )
         ):
             # LlamaIndex's tool preparation, an LLM's predict around its chat or complete:
-            # the model call is the span inside, if any
+            # the model call is the span inside, if any. A LangChain run of this kind (run
+            # metadata, no messages) is a decision model's (langchain_core.decisions, run
+            # type "llm": a middleware's classifier): the calls inside it are its own
             kind = SpanKind.CHAIN
+            decision = isinstance(_json(a.get("metadata")), dict)
         attributes = _foreign_attributes(a, kind)
+        if decision:
+            attributes[INTERNAL_CALL] = True
         if kind is SpanKind.LLM:
             inputs, output = _llm_io(a, inputs, output)
         elif kind is SpanKind.RETRIEVER:
