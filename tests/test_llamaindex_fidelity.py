@@ -1085,3 +1085,43 @@ def test_a_chat_engines_request_is_the_runs_input(evaluator: OnlineEvaluator) ->
     assert (trace.input, trace.output) == ("When did A-1 ship?", "A-1 shipped on Monday.")
     [model_call] = trace.spans_of(SpanKind.LLM)
     assert "When did A-1 ship?" in model_call.input
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_local_models_streamed_call_is_one_call(
+    evaluator: OnlineEvaluator, streaming: bool
+) -> None:
+    # a local model (LlamaIndex's CustomLLM) streams a chat by reading its stream_complete
+    # as the agent reads the stream: that method starts after the chat method returned,
+    # under the agent's step, and its events recorded the call a second time (tokens,
+    # steps and requested calls twice, so the loop guard saw each call twice)
+    model = CompletionModel(
+        model="local-7b",
+        replies=[
+            'Thought: I need the status.\nAction: lookup_order\nAction Input: {"order_id": "A-1"}',
+            "Thought: I can answer.\nAnswer: A-1 has shipped.",
+        ],
+    )
+    agent = ReActAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)], llm=model, streaming=streaming
+    )
+
+    async def run() -> str:
+        return str(await agent.run("Where is A-1?"))
+
+    instrumentation = instrument(evaluator)
+    try:
+        assert asyncio.run(run()) == "A-1 has shipped."
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    calls = trace.spans_of(SpanKind.LLM)
+    assert [(s.name, s.output, [c.name for c in s.requested_tool_calls]) for s in calls] == [
+        ("local-7b", model.replies[0], ["lookup_order"]),
+        ("local-7b", model.replies[1], []),
+    ]
+    assert [s.attributes["gen_ai.usage.input_tokens"] for s in calls] == [57, 57]
+    assert [(c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
+        ("lookup_order", {"order_id": "A-1"}, "shipped")
+    ]
+    assert (len(trace.steps()), trace.alerts, len(model.prompts)) == (2, [], 2)

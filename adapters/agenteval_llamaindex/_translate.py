@@ -367,6 +367,12 @@ class Translator:
         self._model_nests: dict[str, str] = {}
         self._model_calls: dict[str, str] = {}  # nest → the method recording its call
         self._recording: dict[str, str] = {}  # the method recording a call → its nest
+        # A streamed call goes on after its methods return, and the methods its stream runs
+        # as it is read (a custom LLM's astream_chat reading its stream_complete) start
+        # under the reader's span: by the LLM and that span (the nest's own parent) they
+        # are found to be the same call
+        self._nest_origins: dict[str, tuple[int, str | None]] = {}  # nest → (LLM, parent)
+        self._streams: dict[tuple[int, str | None], str] = {}  # (LLM, parent) → nest
         self._tool_errors: dict[str, str] = {}
         # call_tool span → why its step was suspended; run's root → why it waits, until a
         # step of it ends again (the suspended step runs again once its event comes)
@@ -457,8 +463,7 @@ class Translator:
             # LLM calls are timed by their events, tool calls by call_tool: fold internals
             self._folded[span_id] = parent
             if isinstance(instance, BaseLLM):
-                nest = self._model_nests.get(parent_id) if parent_id is not None else None
-                self._model_nests[span_id] = nest or span_id
+                self._join_nest(span_id, parent_id, instance)
             return
         call = requested_call(name, arguments)
         if (
@@ -603,6 +608,8 @@ class Translator:
         self._in_tool.discard(span_id)
         self._structured.discard(span_id)
         self._leave_nest(span_id)
+        # the streams read in a span are over when it ends (one left unread included)
+        self._end_streams(lambda origin, _: origin[1] == span_id)
         if self._folded.pop(span_id, "unset") != "unset":
             return
         name = _name(span_id)
@@ -648,6 +655,7 @@ class Translator:
         self._in_tool.discard(span_id)
         message = error_text(error) if error is not None else "dropped"
         self._structured.discard(span_id)
+        self._end_streams(lambda origin, _: origin[1] == span_id)
         self._direct_tools.discard(span_id)
         if self._leave_nest(span_id) and span_id not in self._recording:
             self._folded.pop(span_id, None)  # the method recording the call has the error
@@ -717,15 +725,39 @@ class Translator:
             return False
         if self._model_calls.get(nest) == method:
             del self._model_calls[nest]
+        self._end_streams(lambda _, streamed: streamed == nest)
         return True
+
+    def _join_nest(self, method: str, parent_id: str | None, llm: BaseLLM) -> None:
+        """Put LLM method ``method`` in the nest of the LLM method it runs in, or of the
+        streamed call of the same LLM its caller is reading, else in a nest of its own."""
+        nest = self._model_nests.get(parent_id) if parent_id is not None else None
+        if nest is None:
+            origin = (id(llm), parent_id)
+            nest = self._streams.get(origin)
+            if nest is None:
+                nest = method
+                self._nest_origins[method] = origin
+        self._model_nests[method] = nest
 
     def _leave_nest(self, method: str) -> bool:
         """Forget LLM method ``method`` as it returns or raises; whether it was one. A
-        stream's end event comes after its method returned: what it recorded stays."""
+        stream's end event comes after its methods returned: the nest's call stays open,
+        and the methods its stream runs join it."""
         nest = self._model_nests.pop(method, None)
-        if nest == method and method not in self._recording:
-            self._model_calls.pop(method, None)
+        if nest == method:
+            origin = self._nest_origins.pop(method, None)
+            if self._model_calls.get(method) not in self._recording:
+                self._model_calls.pop(method, None)
+            elif origin is not None:
+                self._streams[origin] = method
         return nest is not None
+
+    def _end_streams(self, ended: Callable[[tuple[int, str | None], str], bool]) -> None:
+        """Forget the streamed calls ``ended(origin, nest)`` says are over."""
+        if self._streams:
+            for origin in [o for o, nest in self._streams.items() if ended(o, nest)]:
+                del self._streams[origin]
 
     def _model_start(self, event: LLMChatStartEvent | LLMCompletionStartEvent, at: float) -> None:
         """A call to the model: a chat (messages), or a completion of a prompt (what a query
