@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 import time
 from typing import Annotated, Any, TypedDict
 
@@ -1671,3 +1672,52 @@ def test_a_functional_api_agent_has_the_request_and_the_answer(evaluator: Online
     )
     # the failed call, owned up to in the answer: 1 − (1 + 0) / (2 × 2) = 0.75
     assert ToolFailures().measure(trace).score == 0.75
+
+
+def test_sub_agents_a_graph_fans_out_to_keep_their_own_steps(evaluator: OnlineEvaluator) -> None:
+    # a graph sends each order to a sub-agent at once (LangGraph's Send): their steps
+    # interleave, and each tool call joined whichever step had opened last, another
+    # agent's (a judge read B-2's lookup as the step that answered "shipped")
+    from langgraph.types import Send
+
+    @tool
+    def order_status(order_id: str) -> str:
+        """Status of an order."""
+        return {"A-1": "shipped", "B-2": "delayed"}[order_id]
+
+    def reply(messages: Any) -> AIMessage:
+        if messages[-1].type == "tool":
+            return AIMessage(str(messages[-1].content))
+        order = str(messages[0].content).split()[-1]
+        return AIMessage("", tool_calls=[tool_call("order_status", f"c-{order}", order_id=order)])
+
+    checker = create_agent(
+        ScriptedChatModel(reply=reply), tools=[order_status], name="order_checker"
+    )
+
+    class Orders(TypedDict):
+        orders: list[str]
+        results: Annotated[list[str], operator.add]
+
+    def check(state: dict[str, Any]) -> dict[str, Any]:
+        return {"results": [checker.invoke(state)["messages"][-1].content]}
+
+    graph = StateGraph(Orders)
+    graph.add_node("check", check)
+    graph.add_conditional_edges(
+        START,
+        lambda state: [
+            Send("check", {"messages": [("user", f"Check {o}")]}) for o in state["orders"]
+        ],
+        ["check"],
+    )
+    graph.add_edge("check", END)
+    state = graph.compile().invoke(
+        {"orders": ["A-1", "B-2"], "results": []},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    assert sorted(state["results"]) == ["delayed", "shipped"]
+    [trace] = evaluator.captured()
+    # each step with the calls its own model asked for, whatever order the agents ran in
+    steps = sorted(((s.output or ""), [c.id for c in s.tool_calls]) for s in trace.steps())
+    assert steps == [("", ["c-A-1"]), ("", ["c-B-2"]), ("delayed", []), ("shipped", [])]

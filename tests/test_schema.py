@@ -126,6 +126,31 @@ def test_a_failed_model_call_and_the_frameworks_own_calls_are_no_steps() -> None
     assert trace.tool_calls() == [lookup, check]  # every call that ran, as before
 
 
+def test_a_tool_call_joins_the_step_that_asked_for_it() -> None:
+    # two sub-agents at once: B's model asked after A's, and B's call ran first; a call no
+    # model asked for by id (a ReAct call without one) joins the open step
+    a1 = ToolCall(id="a1", name="lookup", arguments={"id": "A-1"}, result="shipped")
+    b1 = ToolCall(id="b1", name="lookup", arguments={"id": "B-2"}, result="delayed")
+    plain = ToolCall(name="note", arguments={}, result="ok")
+    spans = [
+        Span(id="root", kind=SpanKind.AGENT, name="graph"),
+        Span(id="a", parent_id="root", kind=SpanKind.AGENT, name="checker"),
+        Span(id="b", parent_id="root", kind=SpanKind.AGENT, name="checker"),
+        Span(id="am", parent_id="a", kind=SpanKind.LLM, name="m", requested_tool_calls=[a1]),
+        Span(id="bm", parent_id="b", kind=SpanKind.LLM, name="m", requested_tool_calls=[b1]),
+        Span(id="bt", parent_id="b", kind=SpanKind.TOOL, name="lookup", tool_call=b1),
+        Span(id="at", parent_id="a", kind=SpanKind.TOOL, name="lookup", tool_call=a1),
+        Span(id="nt", parent_id="b", kind=SpanKind.TOOL, name="note", tool_call=plain),
+        Span(id="am2", parent_id="a", kind=SpanKind.LLM, name="m", output="shipped"),
+    ]
+    trace = Trace(input="Check A-1 and B-2", spans=spans)
+    assert trace.steps() == [
+        AgentStep(tool_calls=[a1]),
+        AgentStep(tool_calls=[b1, plain]),
+        AgentStep(output="shipped"),
+    ]
+
+
 def test_a_tools_own_model_calls_are_no_steps_but_an_agent_inside_a_tool_has_steps() -> None:
     # a tool that asks a model (a summariser, a query engine's answer) does its work inside
     # its span: that call was a step of the agent. A coworker a manager delegated to through

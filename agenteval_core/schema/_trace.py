@@ -503,7 +503,9 @@ class Trace(_Model):
         return [span.tool_call for span in self.spans if span.tool_call is not None]
 
     def steps(self) -> list[AgentStep]:
-        """The run as agent steps: each LLM span opens a step; tool calls join the open step.
+        """The run as agent steps: each LLM span opens a step; a tool call joins the step
+        whose model call asked for it (by call id: agents running at once, sub-agents a
+        graph fans out to, interleave their steps), else the open step.
 
         A model call that failed opens none (a retry or a fallback model made the step, or
         the run ended there, as its error says); nothing inside a span marked
@@ -511,6 +513,7 @@ class Trace(_Model):
         own span (an agent run inside a tool is the run's: its steps are)."""
         steps: list[AgentStep] = []
         current: AgentStep | None = None
+        asked: dict[str, AgentStep] = {}  # a requested call's id → the step that asked
         for span in self._agents_own_spans():
             if span.kind is SpanKind.LLM:
                 if span.error is not None and span.output is None:
@@ -518,11 +521,13 @@ class Trace(_Model):
                 output = span.output if isinstance(span.output, str) else None
                 current = AgentStep(thought=span.thought, output=output or None)
                 steps.append(current)
+                asked.update((call.id, current) for call in span.requested_tool_calls if call.id)
             elif span.tool_call is not None:
-                if current is None:
-                    current = AgentStep()
-                    steps.append(current)
-                current.tool_calls.append(span.tool_call)
+                step = asked.get(span.tool_call.id or "", current)
+                if step is None:
+                    step = current = AgentStep()
+                    steps.append(step)
+                step.tool_calls.append(span.tool_call)
         return steps
 
     def final_model_call(self) -> Span | None:
