@@ -1125,3 +1125,57 @@ def test_a_local_models_streamed_call_is_one_call(
         ("lookup_order", {"order_id": "A-1"}, "shipped")
     ]
     assert (len(trace.steps()), trace.alerts, len(model.prompts)) == (2, [], 2)
+
+
+def read_stream(engine: Any, how: str) -> str:
+    """Ask ``engine`` (a query or chat engine that streams) "When did A-1 ship?" and read
+    its streamed answer, as a caller does (``how``: query, aquery, chat or achat)."""
+
+    async def read_async() -> str:
+        if how == "aquery":
+            streamed = await engine.aquery("When did A-1 ship?")
+        else:
+            streamed = await engine.astream_chat("When did A-1 ship?")
+        return "".join([token async for token in streamed.async_response_gen()])
+
+    if how in ("aquery", "achat"):
+        return asyncio.run(read_async())
+    if how == "query":
+        return "".join(engine.query("When did A-1 ship?").response_gen)
+    return "".join(engine.stream_chat("When did A-1 ship?").response_gen)
+
+
+@pytest.mark.parametrize("how", ["query", "aquery", "chat", "achat"])
+def test_a_streamed_answer_is_read_by_its_caller_alone_and_is_the_runs(
+    evaluator: OnlineEvaluator, how: str
+) -> None:
+    # a streaming query or chat engine returns a stream its caller reads. The handler
+    # turned that response into text on its own thread, which reads the caller's stream
+    # (the two raced: "generator already executing"); the run ended before the model was
+    # read, its answer None or "" (coherence's 1.0 for an empty answer), and the model
+    # call, made as the caller read the stream, became a run of its own
+    index = orders_index()
+    model = CompletionModel()
+    if how in ("query", "aquery"):
+        engine = index.as_query_engine(llm=model, streaming=True)
+    else:
+        engine = index.as_chat_engine(chat_mode="context", llm=model)
+    instrumentation = instrument(evaluator)
+    try:
+        assert read_stream(engine, how) == "A-1 shipped on Monday."
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert (trace.status, trace.input, trace.output) == (
+        RunStatus.OK,
+        "When did A-1 ship?",
+        "A-1 shipped on Monday.",
+    )
+    [model_call] = trace.spans_of(SpanKind.LLM)
+    assert (model_call.input, model_call.output, model_call.error) == (
+        model.prompts[0],
+        "A-1 shipped on Monday.",
+        None,
+    )
+    assert [s.name for s in trace.spans if s.error is not None] == []
+    assert Coherence().measure(trace).reason.startswith("cosine distance between input and output")

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any
 
+from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.span import active_span_id
 from llama_index.core.instrumentation.span.simple import SimpleSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 
@@ -32,6 +35,7 @@ from ._translate import (
     SpanDropped,
     SpanExited,
     SpanStarted,
+    Streaming,
     Translator,
     requested_call,
 )
@@ -54,7 +58,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         self._pump = instrumentation.recorder.pump
         translator = instrumentation.translator
         self._on_start, self._on_exit = translator.on_start, translator.on_exit
-        self._on_drop = translator.on_drop
+        self._on_drop, self._on_streaming = translator.on_drop, translator.on_streaming
         self._guard = instrumentation if instrumentation.stop_on_loop else None
 
     @classmethod
@@ -89,10 +93,67 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         result: Any | None = None,
         **kwargs: Any,
     ) -> SimpleSpan | None:
-        self._pump.put(SpanExited(self._on_exit, id_, result, time.time()))
+        if isinstance(result, StreamingResponse | AsyncStreamingResponse):
+            # a streamed answer (a query engine's, a synthesiser's): the span ends when the
+            # caller has read the stream, which then runs the model inside it
+            self._pump.put(Streaming(self._on_streaming, id_))
+            if isinstance(result, AsyncStreamingResponse):
+                result.response_gen = self._read_async(id_, result.response_gen)
+            else:
+                result.response_gen = self._read(id_, result.response_gen)
+        else:
+            self._pump.put(SpanExited(self._on_exit, id_, result, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
         return None
+
+    def _read(self, span_id: str, stream: Iterator[str]) -> Generator[str, None, None]:
+        """``stream`` as its caller reads it, each step inside span ``span_id`` (the spans
+        it starts are the span's children); the span ends with the text read, or with the
+        stream's error. Never reads the stream itself."""
+        text: list[str] = []
+        try:
+            while True:
+                entered = active_span_id.set(span_id)
+                try:
+                    token = next(stream)
+                except StopIteration:
+                    break
+                finally:
+                    active_span_id.reset(entered)
+                text.append(str(token))
+                yield token
+        except GeneratorExit:  # the caller stopped reading: what it read is the answer
+            self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
+            raise
+        except BaseException as error:
+            self._pump.put(SpanDropped(self._on_drop, span_id, error, time.time()))
+            raise
+        self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
+
+    async def _read_async(
+        self, span_id: str, stream: AsyncIterator[str]
+    ) -> AsyncGenerator[str, None]:
+        """:meth:`_read` for a stream read asynchronously."""
+        text: list[str] = []
+        try:
+            while True:
+                entered = active_span_id.set(span_id)
+                try:
+                    token = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    active_span_id.reset(entered)
+                text.append(str(token))
+                yield token
+        except GeneratorExit:
+            self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
+            raise
+        except BaseException as error:
+            self._pump.put(SpanDropped(self._on_drop, span_id, error, time.time()))
+            raise
+        self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
 
     def prepare_to_drop_span(
         self,

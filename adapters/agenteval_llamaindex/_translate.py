@@ -10,6 +10,8 @@ from llama_index.core.agent.workflow.prompts import DEFAULT_EARLY_STOPPING_PROMP
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
+from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
+from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 from llama_index.core.instrumentation.events.llm import (
     LLMChatEndEvent,
     LLMChatStartEvent,
@@ -47,6 +49,7 @@ __all__ = [
     "SpanDropped",
     "SpanExited",
     "SpanStarted",
+    "Streaming",
     "Translator",
 ]
 
@@ -158,8 +161,18 @@ def _direct_call(tool: BaseTool, arguments: dict[str, Any]) -> ToolCall:
     return ToolCall(id=None, name=tool.metadata.name or "tool", arguments=plain(given))
 
 
+def _is_stream(result: Any) -> bool:
+    """Whether ``result`` is a streamed answer its caller reads (turning it into text here
+    would read the caller's stream)."""
+    return isinstance(
+        result, StreamingResponse | AsyncStreamingResponse | StreamingAgentChatResponse
+    )
+
+
 def _output_text(result: Any) -> Any:
     """The final answer of an agent run's StopEvent (an AgentOutput with a response message)."""
+    if _is_stream(result):
+        return None
     value = getattr(result, "result", result)
     response = getattr(value, "response", None)
     if isinstance(response, ChatMessage):
@@ -336,6 +349,14 @@ class SpanDropped(NamedTuple):
     at: float
 
 
+class Streaming(NamedTuple):
+    """A span returned a stream (a query engine's streamed answer): it ends when the
+    stream is read to its end (a later ``SpanExited`` with the text read)."""
+
+    handle: Callable[[Streaming], None]
+    span_id: str
+
+
 class Instrumented(NamedTuple):
     """An instrumentation event (LLM chat start and end, a cancelled span)."""
 
@@ -386,6 +407,13 @@ class Translator:
         # spans inside a tool's span: a workflow a tool ran there (an agent called as a
         # tool) is an agent of its own, whose turns are not the outer run's
         self._in_tool: set[str] = set()
+        # spans a stream is still being read under (how many streams), the exits that wait
+        # for them (the run's root among them: its answer is the stream's), and the text
+        # of the streams read under each
+        self._streaming: set[str] = set()  # spans that returned a stream not read yet
+        self._streams_under: dict[str, int] = {}
+        self._waiting_exits: dict[str, tuple[Any, float]] = {}
+        self._streamed: dict[str, str] = {}
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
@@ -413,6 +441,40 @@ class Translator:
 
     def on_drop(self, e: SpanDropped) -> None:
         self._drop(e.span_id, e.error, e.at)
+
+    def on_streaming(self, e: Streaming) -> None:
+        self._streaming.add(e.span_id)
+        for key in self._ancestors(e.span_id):
+            self._streams_under[key] = self._streams_under.get(key, 0) + 1
+
+    def _ancestors(self, key: str) -> list[str]:
+        """``key``'s enclosing spans in the trace, innermost first."""
+        found = []
+        above = self.assembler.parent_key(key)
+        while above is not None:
+            found.append(str(above))
+            above = self.assembler.parent_key(above)
+        return found
+
+    def _stream_read(self, above: list[str], text: str | None, error: BaseException | None) -> None:
+        """A stream returned under the spans ``above`` (innermost first) was read: the exits
+        that waited for it go on (with the stream's error, when reading it failed)."""
+        for key in above:
+            left = self._streams_under.get(key, 0) - 1
+            if left > 0:
+                self._streams_under[key] = left
+                continue
+            self._streams_under.pop(key, None)
+            if text is not None:
+                self._streamed[key] = text
+            waiting = self._waiting_exits.pop(key, None)
+            if waiting is None:
+                continue
+            result, at = waiting
+            if error is not None:
+                self._drop(key, error, at)
+            else:
+                self._exit(key, result, at)
 
     def on_event(self, e: Instrumented) -> None:
         self._event(e.event, e.at)
@@ -458,6 +520,11 @@ class Translator:
             return
         if isinstance(instance, BaseTool) and self._called_directly(parent):
             self._start_direct_tool(span_id, parent, instance, arguments, session, at)
+            return
+        if isinstance(instance, StreamingAgentChatResponse):
+            # a streamed chat answer storing itself in the memory, on a thread of its own
+            # as the caller reads it: the answer's bookkeeping, which can outlive the run
+            self._folded[span_id] = parent
             return
         if isinstance(instance, BaseLLM | BaseTool):
             # LLM calls are timed by their events, tool calls by call_tool: fold internals
@@ -605,6 +672,18 @@ class Translator:
         return {AGENT_NAME: agent} if agent else {}
 
     def _exit(self, span_id: str, result: Any, at: float) -> None:
+        if self._streams_under.get(span_id):  # a stream is still read under it
+            self._waiting_exits[span_id] = (result, at)
+            return
+        streamed = self._streamed.pop(span_id, None)
+        if _is_stream(result):  # never read here: the caller reads it; its text, if read
+            result = streamed
+        if span_id in self._streaming:  # the stream it returned was read: its text
+            self._streaming.discard(span_id)
+            above = self._ancestors(span_id)
+            self._exit(span_id, result, at)
+            self._stream_read(above, result, None)
+            return
         self._in_tool.discard(span_id)
         self._structured.discard(span_id)
         self._leave_nest(span_id)
@@ -652,6 +731,12 @@ class Translator:
             self.assembler.end_span(span_id, end_time=at)
 
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
+        if span_id in self._streaming:  # reading the stream it returned failed
+            self._streaming.discard(span_id)
+            above = self._ancestors(span_id)
+            self._drop(span_id, error, at)
+            self._stream_read(above, None, error)
+            return
         self._in_tool.discard(span_id)
         message = error_text(error) if error is not None else "dropped"
         self._structured.discard(span_id)

@@ -439,6 +439,7 @@ class _OpenTrace:
 class _OpenSpan:
     span: Span
     owner: _OpenTrace
+    parent_key: Hashable | None
 
 
 class TraceAssembler:
@@ -515,6 +516,11 @@ class TraceAssembler:
         open_span = self._spans.get(key)
         return open_span.span.start_time if open_span is not None else None
 
+    def parent_key(self, key: Hashable) -> Hashable | None:
+        """The key of an open span's parent (``None`` for a root)."""
+        open_span = self._spans.get(key)
+        return open_span.parent_key if open_span is not None else None
+
     def root_key(self, key: Hashable) -> Hashable | None:
         """The key of the root span of the trace an open span belongs to."""
         open_span = self._spans.get(key)
@@ -554,7 +560,7 @@ class TraceAssembler:
         )
         owner.trace.spans.append(span)
         owner.open_keys.add(key)
-        self._spans[key] = _OpenSpan(span, owner)
+        self._spans[key] = _OpenSpan(span, owner, parent_key if parent is not None else None)
         self.annotate(key, session_id=session_id, metadata=metadata, tools=tools)
         if tool_call is not None and self.watch_loops:
             self.watch(owner.key, tool_call, started=span.start_time)
