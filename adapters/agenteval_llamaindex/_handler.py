@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
@@ -45,6 +46,21 @@ __all__ = ["LlamaIndexInstrumentation", "instrument"]
 logger = logging.getLogger("agenteval")
 RUN_TAG = "llamaindex.run_id"
 """The tag LlamaIndex workflows put on the spans of a run (the handler's ``run_id``)."""
+
+
+_END = object()
+"""What a stream's next read gives past its end."""
+
+
+@contextmanager
+def _inside(span_id: str) -> Iterator[None]:
+    """Run the code of the block inside LlamaIndex's span ``span_id``: the spans it starts
+    are that span's children (a stream read after the span returned)."""
+    entered = active_span_id.set(span_id)
+    try:
+        yield
+    finally:
+        active_span_id.reset(entered)
 
 
 class _SpanHandler(BaseSpanHandler[SimpleSpan]):
@@ -107,53 +123,51 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
             self._guard.runs.exit(id_)
         return None
 
-    def _read(self, span_id: str, stream: Iterator[str]) -> Generator[str, None, None]:
-        """``stream`` as its caller reads it, each step inside span ``span_id`` (the spans
-        it starts are the span's children); the span ends with the text read, or with the
-        stream's error. Never reads the stream itself."""
+    def _read(self, span_id: str, stream: Iterator[Any]) -> Generator[Any, None, None]:
+        """``stream`` as its caller reads it, each read inside span ``span_id`` (the spans it
+        starts are the span's children). Never reads the stream itself."""
         text: list[str] = []
         try:
             while True:
-                entered = active_span_id.set(span_id)
-                try:
-                    token = next(stream)
-                except StopIteration:
+                with _inside(span_id):
+                    token = next(stream, _END)
+                if token is _END:
                     break
-                finally:
-                    active_span_id.reset(entered)
                 text.append(str(token))
                 yield token
-        except GeneratorExit:  # the caller stopped reading: what it read is the answer
-            self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
-            raise
         except BaseException as error:
-            self._pump.put(SpanDropped(self._on_drop, span_id, error, time.time()))
+            self._stream_ended(span_id, text, error)
             raise
-        self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
+        self._stream_ended(span_id, text)
 
     async def _read_async(
-        self, span_id: str, stream: AsyncIterator[str]
-    ) -> AsyncGenerator[str, None]:
+        self, span_id: str, stream: AsyncIterator[Any]
+    ) -> AsyncGenerator[Any, None]:
         """:meth:`_read` for a stream read asynchronously."""
         text: list[str] = []
         try:
             while True:
-                entered = active_span_id.set(span_id)
-                try:
-                    token = await anext(stream)
-                except StopAsyncIteration:
+                with _inside(span_id):
+                    token = await anext(stream, _END)
+                if token is _END:
                     break
-                finally:
-                    active_span_id.reset(entered)
                 text.append(str(token))
                 yield token
-        except GeneratorExit:
-            self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
-            raise
         except BaseException as error:
-            self._pump.put(SpanDropped(self._on_drop, span_id, error, time.time()))
+            self._stream_ended(span_id, text, error)
             raise
-        self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
+        self._stream_ended(span_id, text)
+
+    def _stream_ended(
+        self, span_id: str, text: list[str], error: BaseException | None = None
+    ) -> None:
+        """The span that returned a stream ends: read to its end, or no longer read (the
+        caller stopped: what it read is the answer), with the text read; or reading it
+        failed, with the error."""
+        if error is None or isinstance(error, GeneratorExit):
+            self._pump.put(SpanExited(self._on_exit, span_id, "".join(text), time.time()))
+        else:
+            self._pump.put(SpanDropped(self._on_drop, span_id, error, time.time()))
 
     def prepare_to_drop_span(
         self,
