@@ -393,7 +393,7 @@ class Translator:
         # under the reader's span: by the LLM and that span (the nest's own parent) they
         # are found to be the same call
         self._nest_origins: dict[str, tuple[int, str | None]] = {}  # nest → (LLM, parent)
-        self._streams: dict[tuple[int, str | None], str] = {}  # (LLM, parent) → nest
+        self._model_streams: dict[tuple[int, str | None], str] = {}  # (LLM, parent) → nest
         self._tool_errors: dict[str, str] = {}
         # call_tool span → why its step was suspended; run's root → why it waits, until a
         # step of it ends again (the suspended step runs again once its event comes)
@@ -407,13 +407,13 @@ class Translator:
         # spans inside a tool's span: a workflow a tool ran there (an agent called as a
         # tool) is an agent of its own, whose turns are not the outer run's
         self._in_tool: set[str] = set()
-        # spans a stream is still being read under (how many streams), the exits that wait
-        # for them (the run's root among them: its answer is the stream's), and the text
-        # of the streams read under each
-        self._streaming: set[str] = set()  # spans that returned a stream not read yet
-        self._streams_under: dict[str, int] = {}
+        # A streamed answer (a query engine's): the spans that returned one, the spans one
+        # is still being read under (how many), the exits that wait for them (the run's
+        # root among them), and the text of the answers read under each
+        self._answer_streams: set[str] = set()  # spans that returned one, not read yet
+        self._answers_read_under: dict[str, int] = {}
         self._waiting_exits: dict[str, tuple[Any, float]] = {}
-        self._streamed: dict[str, str] = {}
+        self._answer_texts: dict[str, str] = {}
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
@@ -443,9 +443,9 @@ class Translator:
         self._drop(e.span_id, e.error, e.at)
 
     def on_streaming(self, e: Streaming) -> None:
-        self._streaming.add(e.span_id)
+        self._answer_streams.add(e.span_id)
         for key in self._ancestors(e.span_id):
-            self._streams_under[key] = self._streams_under.get(key, 0) + 1
+            self._answers_read_under[key] = self._answers_read_under.get(key, 0) + 1
 
     def _ancestors(self, key: str) -> list[str]:
         """``key``'s enclosing spans in the trace, innermost first."""
@@ -456,17 +456,17 @@ class Translator:
             above = self.assembler.parent_key(above)
         return found
 
-    def _stream_read(self, above: list[str], text: str | None, error: BaseException | None) -> None:
+    def _answer_read(self, above: list[str], text: str | None, error: BaseException | None) -> None:
         """A stream returned under the spans ``above`` (innermost first) was read: the exits
         that waited for it go on (with the stream's error, when reading it failed)."""
         for key in above:
-            left = self._streams_under.get(key, 0) - 1
+            left = self._answers_read_under.get(key, 0) - 1
             if left > 0:
-                self._streams_under[key] = left
+                self._answers_read_under[key] = left
                 continue
-            self._streams_under.pop(key, None)
+            self._answers_read_under.pop(key, None)
             if text is not None:
-                self._streamed[key] = text
+                self._answer_texts[key] = text
             waiting = self._waiting_exits.pop(key, None)
             if waiting is None:
                 continue
@@ -672,23 +672,23 @@ class Translator:
         return {AGENT_NAME: agent} if agent else {}
 
     def _exit(self, span_id: str, result: Any, at: float) -> None:
-        if self._streams_under.get(span_id):  # a stream is still read under it
+        if self._answers_read_under.get(span_id):  # a stream is still read under it
             self._waiting_exits[span_id] = (result, at)
             return
-        streamed = self._streamed.pop(span_id, None)
+        streamed = self._answer_texts.pop(span_id, None)
         if _is_stream(result):  # never read here: the caller reads it; its text, if read
             result = streamed
-        if span_id in self._streaming:  # the stream it returned was read: its text
-            self._streaming.discard(span_id)
+        if span_id in self._answer_streams:  # the stream it returned was read: its text
+            self._answer_streams.discard(span_id)
             above = self._ancestors(span_id)
             self._exit(span_id, result, at)
-            self._stream_read(above, result, None)
+            self._answer_read(above, result, None)
             return
         self._in_tool.discard(span_id)
         self._structured.discard(span_id)
         self._leave_nest(span_id)
         # the streams read in a span are over when it ends (one left unread included)
-        self._end_streams(lambda origin, _: origin[1] == span_id)
+        self._end_model_streams(lambda origin, _: origin[1] == span_id)
         if self._folded.pop(span_id, "unset") != "unset":
             return
         name = _name(span_id)
@@ -731,16 +731,16 @@ class Translator:
             self.assembler.end_span(span_id, end_time=at)
 
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
-        if span_id in self._streaming:  # reading the stream it returned failed
-            self._streaming.discard(span_id)
+        if span_id in self._answer_streams:  # reading the stream it returned failed
+            self._answer_streams.discard(span_id)
             above = self._ancestors(span_id)
             self._drop(span_id, error, at)
-            self._stream_read(above, None, error)
+            self._answer_read(above, None, error)
             return
         self._in_tool.discard(span_id)
         message = error_text(error) if error is not None else "dropped"
         self._structured.discard(span_id)
-        self._end_streams(lambda origin, _: origin[1] == span_id)
+        self._end_model_streams(lambda origin, _: origin[1] == span_id)
         self._direct_tools.discard(span_id)
         if self._leave_nest(span_id) and span_id not in self._recording:
             self._folded.pop(span_id, None)  # the method recording the call has the error
@@ -810,7 +810,7 @@ class Translator:
             return False
         if self._model_calls.get(nest) == method:
             del self._model_calls[nest]
-        self._end_streams(lambda _, streamed: streamed == nest)
+        self._end_model_streams(lambda _, streamed: streamed == nest)
         return True
 
     def _join_nest(self, method: str, parent_id: str | None, llm: BaseLLM) -> None:
@@ -819,7 +819,7 @@ class Translator:
         nest = self._model_nests.get(parent_id) if parent_id is not None else None
         if nest is None:
             origin = (id(llm), parent_id)
-            nest = self._streams.get(origin)
+            nest = self._model_streams.get(origin)
             if nest is None:
                 nest = method
                 self._nest_origins[method] = origin
@@ -835,14 +835,14 @@ class Translator:
             if self._model_calls.get(method) not in self._recording:
                 self._model_calls.pop(method, None)
             elif origin is not None:
-                self._streams[origin] = method
+                self._model_streams[origin] = method
         return nest is not None
 
-    def _end_streams(self, ended: Callable[[tuple[int, str | None], str], bool]) -> None:
+    def _end_model_streams(self, ended: Callable[[tuple[int, str | None], str], bool]) -> None:
         """Forget the streamed calls ``ended(origin, nest)`` says are over."""
-        if self._streams:
-            for origin in [o for o, nest in self._streams.items() if ended(o, nest)]:
-                del self._streams[origin]
+        if self._model_streams:
+            for origin in [o for o, nest in self._model_streams.items() if ended(o, nest)]:
+                del self._model_streams[origin]
 
     def _model_start(self, event: LLMChatStartEvent | LLMCompletionStartEvent, at: float) -> None:
         """A call to the model: a chat (messages), or a completion of a prompt (what a query
