@@ -29,7 +29,7 @@ from llama_index.core.workflow import (
 from llamaindex_models import CompletionModel, orders_index
 from workflows.errors import WorkflowCancelledByUser
 
-from agenteval_core import OnlineEvaluator, RunStatus, SpanKind
+from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, Trace
 from agenteval_core.metrics import Coherence, ToolFailures
 
 
@@ -64,6 +64,21 @@ def calls_then_answer(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
         tool_call_id="c1", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
     )
     return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+
+def agent_run(evaluator: OnlineEvaluator, agent: Any, question: str) -> tuple[str, Trace]:
+    """``agent``'s answer to ``question``, and the trace the handler captured of the run."""
+
+    async def run() -> str:
+        return str(await agent.run(question))
+
+    instrumentation = instrument(evaluator)
+    try:
+        answer = asyncio.run(run())
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    return answer, trace
 
 
 def test_one_instrumentation_and_a_session_per_run(evaluator: OnlineEvaluator) -> None:
@@ -451,15 +466,8 @@ def test_an_agent_a_tool_runs_is_an_agent_inside_the_tool(evaluator: OnlineEvalu
         llm=MockFunctionCallingLLM(response_generator=asking),
     )
 
-    async def run() -> str:
-        return str(await agent.run("When did A-1 ship?"))
-
-    instrumentation = instrument(evaluator)
-    try:
-        assert asyncio.run(run()) == "It shipped on Monday."
-        [trace] = evaluator.captured()
-    finally:
-        instrumentation.uninstrument()
+    answered, trace = agent_run(evaluator, agent, "When did A-1 ship?")
+    assert answered == "It shipped on Monday."
     root = trace.spans[0]
     turns = [s.name for s in trace.spans if s.parent_id == root.id and s.kind is SpanKind.AGENT]
     assert turns == ["Agent"]  # the outer agent's one turn: no handoff
@@ -892,15 +900,8 @@ def test_an_answer_cut_at_the_token_limit_is_no_completed_run(
         streaming=streaming,
     )
 
-    async def run() -> str:
-        return str(await agent.run("Where is A-1?"))
-
-    instrumentation = instrument(evaluator)
-    try:
-        assert asyncio.run(run()) == "A-1 has shipped and should arrive"
-        [trace] = evaluator.captured()
-    finally:
-        instrumentation.uninstrument()
+    answered, trace = agent_run(evaluator, agent, "Where is A-1?")
+    assert answered == "A-1 has shipped and should arrive"
     assert [
         s.attributes.get("gen_ai.response.finish_reasons") for s in trace.spans_of(SpanKind.LLM)
     ] == [[reasons[0]], [reasons[1]]]
@@ -923,15 +924,8 @@ def test_an_answer_the_model_finished_is_a_completed_run(evaluator: OnlineEvalua
         ),
     )
 
-    async def run() -> str:
-        return str(await agent.run("Where is A-1?"))
-
-    instrumentation = instrument(evaluator)
-    try:
-        assert asyncio.run(run()) == "A-1 has shipped."
-        [trace] = evaluator.captured()
-    finally:
-        instrumentation.uninstrument()
+    answered, trace = agent_run(evaluator, agent, "Where is A-1?")
+    assert answered == "A-1 has shipped."
     assert (trace.status, trace.status_reason, trace.output) == (
         RunStatus.OK,
         None,
@@ -975,15 +969,7 @@ def test_a_providers_refusal_is_the_answer_and_not_scored_as_an_empty_one(
         streaming=False,
     )
 
-    async def run() -> str:
-        return str(await agent.run("How do I pick a lock?"))
-
-    instrumentation = instrument(evaluator)
-    try:
-        asyncio.run(run())
-        [trace] = evaluator.captured()
-    finally:
-        instrumentation.uninstrument()
+    _, trace = agent_run(evaluator, agent, "How do I pick a lock?")
     [model_call] = trace.spans_of(SpanKind.LLM)
     assert (model_call.output, model_call.attributes["agenteval.refusal"]) == (refused, refused)
     assert trace.refusal() == refused
@@ -1106,15 +1092,8 @@ def test_a_local_models_streamed_call_is_one_call(
         tools=[FunctionTool.from_defaults(lookup_order)], llm=model, streaming=streaming
     )
 
-    async def run() -> str:
-        return str(await agent.run("Where is A-1?"))
-
-    instrumentation = instrument(evaluator)
-    try:
-        assert asyncio.run(run()) == "A-1 has shipped."
-        [trace] = evaluator.captured()
-    finally:
-        instrumentation.uninstrument()
+    answered, trace = agent_run(evaluator, agent, "Where is A-1?")
+    assert answered == "A-1 has shipped."
     calls = trace.spans_of(SpanKind.LLM)
     assert [(s.name, s.output, [c.name for c in s.requested_tool_calls]) for s in calls] == [
         ("local-7b", model.replies[0], ["lookup_order"]),
