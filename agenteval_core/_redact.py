@@ -155,6 +155,10 @@ def _encoded_forms(value: str) -> list[str]:
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _JSON_ESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})")
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{28,}={0,2}")
+_ENCODED_DATA = re.compile(r"(data:[^,;\s]*(?:;[^,;\s]+)*;base64,)?[A-Za-z0-9+/_\-]+={0,2}")
+"""A string that is only encoded binary data: base64 (standard or URL-safe), optionally as a
+data URL (an image or audio clip in a model's messages). Cut, it decodes to nothing: an
+oversized one is replaced whole (its data URL header kept), not cut."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +275,9 @@ class Redactor:
         patterns: extra regular expressions, name → pattern (merged over the defaults).
         fields: extra key names whose values are always redacted.
         max_chars: strings longer than this are cut, ending in a visible marker that records
-            their original size (``None`` keeps them whole).
+            their original size (``None`` keeps them whole); one that is only base64 data
+            (an image's data URL), which a cut would leave undecodable, is replaced whole by
+            a marker with its size, its data URL header kept.
     """
 
     patterns: dict[str, str] = field(default_factory=dict)
@@ -330,6 +336,13 @@ class Redactor:
         value = safe_text(value)
         size = len(value)
         oversized = limit is not None and size > limit
+        if oversized and (data := _ENCODED_DATA.fullmatch(value)) is not None:
+            header = data[1] or ""
+            start = value[len(header) : len(header) + 1000]
+            # without a data URL's header, base64 of binary data mixes cases (a run of one
+            # letter or of hex digits is cut as text is)
+            if header or (start.lower() != start and start.upper() != start):
+                return f"{header}…[base64 data omitted: {size - len(header)} characters]"
         value = (
             value[: limit + _CUT_MARGIN]
             if limit is not None and oversized

@@ -5,6 +5,7 @@ handoffs, each compared field by field with what the run did."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import operator
 import time
@@ -17,7 +18,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
 from langchain.agents.middleware.model_call_limit import ModelCallLimitExceededError
 from langchain.agents.middleware.tool_call_limit import ToolCallLimitExceededError
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import NodeTimeoutError
@@ -604,6 +605,44 @@ def test_a_tool_artifact_is_kept_in_brief(evaluator: OnlineEvaluator) -> None:
     rows = '[{"order": "A-0", "status": "shipped"}, {"order": "A-1", "status": "shipped"}, {"order": "A-2", "status": "shipped"}]'
     assert span.output == "3 orders"
     assert span.attributes["agenteval.tool.artifact"] == f"list, {len(rows)} characters: {rows}"
+
+
+def test_an_image_in_the_request_is_kept_small_and_the_text_is_the_input(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a vision request: the text and a 300 KB image as a data URL, sent again with each of
+    # the run's model calls
+    image = base64.b64encode(b"\x89PNG\r\n" + bytes(range(256)) * 1200).decode()
+    request = HumanMessage(
+        content=[
+            {"type": "text", "text": "Where is the order on this label?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}},
+        ]
+    )
+    script = [
+        AIMessage("", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+        AIMessage("Order A-1 has shipped."),
+    ]
+    agent = create_agent(ScriptedChatModel(replies=script), tools=[lookup_order])
+    agent.invoke({"messages": [request]}, {"callbacks": [AgentEvalCallbackHandler(evaluator)]})
+    [trace] = evaluator.captured()
+    assert (trace.input, trace.output) == (
+        "Where is the order on this label?",
+        "Order A-1 has shipped.",
+    )
+    omitted = f"data:image/png;base64,…[base64 data omitted: {len(image)} characters]"
+    for llm in trace.spans_of(SpanKind.LLM):
+        [[asked, *_]] = llm.input
+        assert asked == {
+            "role": "human",
+            "content": [
+                {"type": "text", "text": "Where is the order on this label?"},
+                {"type": "image_url", "image_url": {"url": omitted}},
+            ],
+        }
+    # what was 100,000 characters of undecodable base64 in each model call's span
+    assert evaluator.capture_path is not None
+    assert evaluator.capture_path.stat().st_size < 10_000
 
 
 def test_an_odd_field_costs_that_field_never_the_span(

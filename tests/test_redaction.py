@@ -95,6 +95,32 @@ def test_oversized_strings_are_cut_with_their_size() -> None:
     assert trace.output == "short"
 
 
+def test_oversized_base64_data_is_replaced_whole_not_cut() -> None:
+    # a cut image decodes to nothing: the data goes, its data URL header and size stay
+    image = base64.b64encode(b"\x89PNG\r\n" + bytes(range(256)) * 40).decode()
+    redactor = Redactor(max_chars=1000)
+    url = f"data:image/png;base64,{image}"
+    assert redactor.text(url) == (
+        f"data:image/png;base64,…[base64 data omitted: {len(image)} characters]"
+    )
+    wav = f"data:audio/wav;name=clip.wav;base64,{image}"  # parameters before ;base64
+    assert redactor.text(wav) == (
+        f"data:audio/wav;name=clip.wav;base64,…[base64 data omitted: {len(image)} characters]"
+    )
+    # bare base64 (LangChain's {"type": "image", "base64": ...}, Anthropic's source.data)
+    assert redactor.text(image) == f"…[base64 data omitted: {len(image)} characters]"
+    # a run of one letter, or hex, is not taken for binary data: cut as text is
+    assert redactor.text("x" * 2000) == "x" * 1000 + "…[truncated: 2000 characters in all]"
+    digest = "0123456789abcdef" * 125
+    assert redactor.text(digest) == digest[:1000] + "…[truncated: 2000 characters in all]"
+    # prose around the data is text: cut, not replaced
+    prose = f"see {url}"
+    assert redactor.text(prose).endswith(f"…[truncated: {len(prose)} characters in all]")
+    # data under the limit is kept whole (a viewer can still show the image)
+    small = f"data:image/png;base64,{image[:500]}"
+    assert redactor.text(small) == small
+
+
 def test_nothing_secret_reaches_capture_results_or_judge(
     tmp_path: Path, judge_server: JudgeServer
 ) -> None:
