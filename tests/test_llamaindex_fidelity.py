@@ -5,15 +5,21 @@ workflow step makes, and a loop guard that cannot stop a run."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from agenteval_llamaindex import instrument
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
-from llama_index.core.base.llms.types import ChatResponse, ChatResponseAsyncGen, ToolCallBlock
+from llama_index.core.base.llms.types import (
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ThinkingBlock,
+    ToolCallBlock,
+)
 from llama_index.core.instrumentation.dispatcher import instrument_tags
-from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms import AudioBlock, ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
@@ -66,7 +72,9 @@ def calls_then_answer(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
     return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
 
 
-def agent_run(evaluator: OnlineEvaluator, agent: Any, question: str) -> tuple[str, Trace]:
+def agent_run(
+    evaluator: OnlineEvaluator, agent: Any, question: str | ChatMessage
+) -> tuple[str, Trace]:
     """``agent``'s answer to ``question``, and the trace the handler captured of the run."""
 
     async def run() -> str:
@@ -1158,3 +1166,58 @@ def test_a_streamed_answer_is_read_by_its_caller_alone_and_is_the_runs(
     )
     assert [s.name for s in trace.spans if s.error is not None] == []
     assert Coherence().measure(trace).reason.startswith("cosine distance between input and output")
+
+
+def test_a_model_call_shows_the_images_audio_and_calls_it_was_sent(
+    evaluator: OnlineEvaluator,
+) -> None:
+    png = b"\x89PNG\r\n" + bytes(range(256)) * 1200  # 300 KB: its data is omitted
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt "  # small: kept whole, as a data URL
+    question = ChatMessage(
+        role=MessageRole.USER,
+        blocks=[
+            TextBlock(text="Where is the order on this label?"),
+            ImageBlock(image=png, image_mimetype="image/png"),
+            ImageBlock(url="https://example.com/label.png", image_mimetype="image/png"),
+            AudioBlock(audio=wav, format="wav"),
+            ThinkingBlock(content="a label photo"),
+        ],
+    )
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=calls_then_answer),
+    )
+    answered, trace = agent_run(evaluator, agent, question)
+    assert answered == "A-1 has shipped."
+    assert trace.input == "Where is the order on this label?"
+    sent = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Where is the order on this label?"},
+            {
+                "type": "image",
+                "mime_type": "image/png",
+                "url": "data:image/png;base64,…[base64 data omitted: "
+                f"{len(base64.b64encode(png))} characters]",
+            },
+            {"type": "image", "mime_type": "image/png", "url": "https://example.com/label.png"},
+            {
+                "type": "audio",
+                "mime_type": "audio/wav",
+                "url": f"data:audio/wav;base64,{base64.b64encode(wav).decode()}",
+            },
+            {"type": "thinking", "text": "a label photo"},
+        ],
+    }
+    first, second = trace.spans_of(SpanKind.LLM)
+    assert first.input == [sent]
+    # the second call was sent the first one's tool call and its result
+    assert second.input == [
+        sent,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"name": "lookup_order", "args": {"order_id": "A-1"}, "id": "c1"}],
+        },
+        {"role": "tool", "content": "shipped"},
+    ]

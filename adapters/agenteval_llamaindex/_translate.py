@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -80,7 +82,68 @@ def _message_text(message: ChatMessage | None) -> str:
 
 
 def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    return [{"role": str(m.role.value), "content": _message_text(m)} for m in messages]
+    """Messages as a model call's input, in the form the LangChain adapter records: role,
+    content (its text; a list of parts when it holds more than text, an image say) and the
+    tool calls an assistant message made."""
+    sent = []
+    for message in messages:
+        blocks = message.blocks
+        record: dict[str, Any] = {"role": str(message.role.value)}
+        if all(isinstance(block, TextBlock | ToolCallBlock) for block in blocks):
+            record["content"] = _message_text(message)
+        else:
+            record["content"] = [
+                _part(block) for block in blocks if not isinstance(block, ToolCallBlock)
+            ]
+        called = [
+            {"name": call.name, "args": call.arguments, "id": call.id}
+            for call in _native_calls(message)
+        ]
+        if called:
+            record["tool_calls"] = called
+        sent.append(record)
+    return sent
+
+
+_MEDIA_DATA = {"image": "image", "audio": "audio", "video": "video", "document": "data"}
+"""The field that holds a media block's own bytes, by its ``block_type``."""
+
+
+def _part(block: Any) -> dict[str, Any]:
+    """A content block as a part of a message's content: text as text, a thinking block's
+    text, and media (an image, audio, video, a document) by type, MIME type and where it is:
+    its URL, path, or its bytes as a data URL (which the redactor omits when oversized)."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    kind = str(getattr(block, "block_type", type(block).__name__))
+    if kind == "thinking":
+        return {"type": kind, "text": getattr(block, "content", None) or ""}
+    if kind not in _MEDIA_DATA:  # a citation and blocks yet to come: their fields
+        fields = plain(block)
+        return {"type": kind, **(fields if isinstance(fields, dict) else {})}
+    mime = next(
+        (
+            str(value)
+            for name in ("image_mimetype", "video_mimetype", "document_mimetype")
+            if (value := getattr(block, name, None))
+        ),
+        f"audio/{block.format}" if getattr(block, "format", None) else None,
+    )
+    part: dict[str, Any] = {"type": kind, "mime_type": mime}
+    data = getattr(block, _MEDIA_DATA[kind], None)
+    if getattr(block, "url", None) is not None:
+        part["url"] = str(block.url)
+    elif getattr(block, "path", None) is not None:
+        part["path"] = str(block.path)
+    elif isinstance(data, bytes) and data:
+        # LlamaIndex keeps an image's bytes base64-encoded, and audio's as given
+        try:
+            base64.b64decode(data, validate=True)
+            encoded = data.decode("ascii")
+        except (binascii.Error, ValueError):
+            encoded = base64.b64encode(data).decode("ascii")
+        part["url"] = f"data:{mime or 'application/octet-stream'};base64,{encoded}"
+    return part
 
 
 UNNAMED_MODEL = "unknown"
