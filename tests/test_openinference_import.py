@@ -9,6 +9,7 @@ way users keep OpenInference output on disk.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from agenteval_llamaindex import instrument
 from agenteval_otel import import_otlp
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
 from langgraph_agents import Classifier, functional_agent
@@ -85,7 +86,7 @@ def view(trace: Trace) -> dict[str, Any]:
 
 
 def both_ways(
-    agent: Any, messages: list[tuple[str, str]], spans_file: Path, tmp_path: Path
+    agent: Any, messages: list[Any], spans_file: Path, tmp_path: Path
 ) -> tuple[Trace, Trace]:
     """Run a LangChain ``agent`` on ``messages`` once, under agenteval's handler and the
     OpenInference instrumentor at once: (agenteval's capture, the import of the spans)."""
@@ -159,6 +160,35 @@ def test_a_langgraph_agent_run(spans_file: Path, tmp_path: Path) -> None:
         ],
     }
     assert theirs.framework == "openinference"
+
+
+def test_a_request_with_an_image_imports_with_its_text_and_its_image(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # OpenInference writes a message of content blocks as its `contents`, with no `content`:
+    # the import had the run's input as {"role": "user"}, which coherence then embedded
+    image = base64.b64encode(b"\x89PNG\r\n" + bytes(range(256)) * 10).decode()
+    blocks = [
+        {"type": "text", "text": "What's the weather in the city on this photo?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}},
+    ]
+    model = ScriptedChatModel(
+        replies=[
+            reply("Let me check.", [tool_call("get_weather", "w1", city="Paris")], (40, 9)),
+            reply("It is sunny and 21°C in Paris.", [], (61, 12)),
+        ]
+    )
+    agent = create_agent(model, tools=[get_weather])
+    ours, theirs = both_ways(agent, [HumanMessage(content=blocks)], spans_file, tmp_path)
+    assert view(theirs) == view(ours)
+    assert (theirs.input, theirs.output) == (
+        "What's the weather in the city on this photo?",
+        "It is sunny and 21°C in Paris.",
+    )
+    for trace in (ours, theirs):
+        for call in trace.spans_of(SpanKind.LLM):
+            sent = call.input[0] if trace is ours else call.input  # LangChain sends a batch
+            assert sent[0]["content"] == blocks
 
 
 def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Path) -> None:

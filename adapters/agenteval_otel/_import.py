@@ -137,10 +137,30 @@ def _content(message: Any) -> Any:
         if message.get("type") == "constructor":
             return _content(message.get("kwargs") or {})
         if "content" in message:
-            return message["content"]
+            return _blocks_text(message["content"])
     if isinstance(message, list | tuple) and len(message) == 2 and isinstance(message[0], str):
         return message[1]  # ("human", "text")
     return message
+
+
+def _blocks_text(content: Any) -> Any:
+    """A message's content: its text when it is a list of content blocks (an image beside
+    the request's text, an answer in text blocks), as agenteval's adapters take a run's
+    request and answer; other content as it is."""
+    if (
+        isinstance(content, list)
+        and content
+        and all(
+            isinstance(block, str) or (isinstance(block, dict) and "type" in block)
+            for block in content
+        )
+    ):
+        return "".join(
+            block if isinstance(block, str) else str(block.get("text") or "")
+            for block in content
+            if isinstance(block, str) or block.get("type") == "text"
+        )
+    return content
 
 
 def _messages(value: Any) -> list[Any] | None:
@@ -253,13 +273,31 @@ def _requested_calls(a: dict[str, Any]) -> list[ToolCall]:
 
 
 def _openinference_messages(a: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Messages from OpenInference's ``PREFIX.N.message.*``: role and content, the content a
+    list of text and image blocks (OpenAI's form) when the message gives its ``contents``
+    (what the instrumentors write for a message of content blocks, an image's included)."""
     messages: dict[int, dict[str, Any]] = defaultdict(dict)
+    contents: dict[int, dict[int, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
     for key, value in a.items():
         if key.startswith(prefix) and ".message." in key and ".tool_calls." not in key:
             index, _, field = key[len(prefix) :].partition(".message.")
             if field in ("role", "content"):
                 messages[int(index)][field] = value
+            elif field.startswith("contents."):
+                number, _, name = field.removeprefix("contents.").partition(".message_content.")
+                if number.isdigit() and name in ("type", "text", "image.image.url"):
+                    contents[int(index)][int(number)][name] = value
+    for at, parts in contents.items():
+        if "content" not in messages[at]:
+            messages[at]["content"] = [_block(parts[n]) for n in sorted(parts)]
     return [messages[i] for i in sorted(messages)]
+
+
+def _block(part: dict[str, Any]) -> dict[str, Any]:
+    """One of OpenInference's ``message_content`` entries as a content block."""
+    if part.get("type") == "image" or "image.image.url" in part:
+        return {"type": "image_url", "image_url": {"url": part.get("image.image.url")}}
+    return {"type": "text", "text": part.get("text", "")}
 
 
 def _llm_io(a: dict[str, Any], inputs: Any, output: Any) -> tuple[Any, Any]:
