@@ -1042,3 +1042,77 @@ def test_a_retrieval_shows_its_documents_and_a_completion_its_operation(tmp_path
     assert retrieval["retrieval.documents.0.document.score"] == pytest.approx(1.0)
     completion = spans["text_completion instruct-1"].attributes
     assert completion["gen_ai.operation.name"] == "text_completion"
+
+
+def test_a_model_calls_images_and_content_blocks_are_exported_as_parts(tmp_path: Path) -> None:
+    # content blocks were exported as one text part holding their JSON, data and all;
+    # Phoenix shows a message's images from OpenInference's message.contents
+    photo = "data:image/png;base64,iVBORw0KGgo="
+    sent = [
+        {
+            "role": "human",
+            "content": [
+                {"type": "text", "text": "Which city is this?"},
+                {"type": "image_url", "image_url": {"url": photo}},
+                {"type": "image", "url": "https://example.com/map.png"},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+            ],
+        },
+        {
+            "role": "ai",
+            "content": [
+                {"type": "thinking", "thinking": "A river and a tower."},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "c1", "name": "lookup", "input": {"city": "Paris"}},
+            ],
+            "tool_calls": [{"name": "lookup", "args": {"city": "Paris"}, "id": "c1"}],
+        },
+    ]
+    model_call = Span(
+        kind=SpanKind.LLM, name="m-1", input=[sent], output="Paris.", start_time=1.0, end_time=2.0
+    )
+    trace = Trace(input="Which city is this?", output="Paris.", spans=[model_call])
+    llm = by_name(exported(trace))["chat m-1"].attributes
+    assert json.loads(llm["gen_ai.input.messages"]) == [
+        {
+            "role": "user",
+            "parts": [
+                {"type": "text", "content": "Which city is this?"},
+                {
+                    "type": "blob",
+                    "modality": "image",
+                    "mime_type": "image/png",
+                    "content": "iVBORw0KGgo=",
+                },
+                {"type": "uri", "modality": "image", "uri": "https://example.com/map.png"},
+                {
+                    "type": "blob",
+                    "modality": "audio",
+                    "mime_type": "audio/wav",
+                    "content": "UklGRg==",
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "reasoning", "content": "A river and a tower."},
+                {"type": "text", "content": "Checking."},
+                {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"city": "Paris"}},
+            ],
+        },
+    ]
+    contents = {k: v for k, v in llm.items() if ".contents." in k}
+    assert contents == {
+        "llm.input_messages.0.message.contents.0.message_content.type": "text",
+        "llm.input_messages.0.message.contents.0.message_content.text": "Which city is this?",
+        "llm.input_messages.0.message.contents.1.message_content.type": "image",
+        "llm.input_messages.0.message.contents.1.message_content.image.image.url": photo,
+        "llm.input_messages.0.message.contents.2.message_content.type": "image",
+        "llm.input_messages.0.message.contents.2.message_content.image.image.url": "https://example.com/map.png",
+    }
+    assert llm["llm.input_messages.1.message.content"] == "Checking."
+    path = tmp_path / "otlp.json"
+    path.write_text(json.dumps(otlp_json(exported(trace))))
+    [back] = import_otlp(path)
+    assert back == trace

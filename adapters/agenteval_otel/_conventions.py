@@ -116,13 +116,74 @@ def _call_part(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
 
 
+_MEDIA_BLOCKS = frozenset(
+    {"image", "image_url", "audio", "input_audio", "video", "file", "document"}
+)
+"""Content-block types that carry media: LangChain's standard blocks, OpenAI's, Anthropic's
+and those the LlamaIndex adapter records."""
+
+
+def _content_parts(content: Any) -> list[dict[str, Any]]:
+    """A message's content as GenAI parts: its text, or for a list of content blocks a part
+    per block (text, reasoning, media as a ``blob`` of base64 or a ``uri``). A tool-use block
+    is the message's tool call (its ``tool_calls``); a block of another kind is kept as its
+    JSON text."""
+    if content in (None, ""):
+        return []
+    if not isinstance(content, list):
+        return [_text_part(content)]
+    parts = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if isinstance(block, str) or kind == "text":
+            parts.append(_text_part(block if isinstance(block, str) else block.get("text")))
+        elif kind in ("thinking", "reasoning"):
+            said = block.get(kind, block.get("text"))
+            parts.append({"type": "reasoning", "content": text_of(said)})
+        elif kind not in ("tool_use", "tool_call", "function_call"):
+            parts.append(_media_part(block) or _text_part(block))
+    return parts
+
+
+def _media_part(block: dict[str, Any]) -> dict[str, Any] | None:
+    """A media block as a ``blob`` (its base64 inline, a data URL's included) or a ``uri``
+    part, with its modality and MIME type; ``None`` when it is no media block or says
+    neither where nor what its data is."""
+    kind = str(block.get("type"))
+    if kind not in _MEDIA_BLOCKS:
+        return None
+    inner = block.get(kind)  # OpenAI's {"image_url": {"url"}}, {"input_audio": {"data"}}
+    nested = inner if isinstance(inner, dict) else {}
+    given = block.get("source")  # Anthropic's {"type": "base64", "media_type", "data"}
+    source: dict[str, Any] = given if isinstance(given, dict) else {}
+    url = block.get("url") or nested.get("url") or source.get("url")
+    if url is None and isinstance(inner, str):
+        url = inner
+    data = block.get("base64") or block.get("data") or source.get("data") or nested.get("data")
+    audio = nested.get("format") or block.get("format")
+    mime = block.get("mime_type") or source.get("media_type") or (audio and f"audio/{audio}")
+    if isinstance(url, str) and url.startswith("data:") and ";base64," in url:
+        header, _, data = url.partition(";base64,")
+        mime, url = header.removeprefix("data:").split(";")[0] or mime, None
+    modality = kind.removeprefix("input_").removesuffix("_url")
+    if isinstance(mime, str) and mime.split("/")[0] in ("image", "audio", "video"):
+        modality = mime.split("/")[0]
+    part: dict[str, Any] = {"modality": modality}
+    if mime:
+        part["mime_type"] = str(mime)
+    if isinstance(data, str) and data:
+        return {"type": "blob", **part, "content": data}
+    if isinstance(url, str) and url:
+        return {"type": "uri", **part, "uri": url}
+    return None
+
+
 def _message(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         return {"role": "user", "parts": [_text_part(raw)]}
     role = str(raw.get("role") or raw.get("type") or "user")
     message: dict[str, Any] = {"role": _ROLES.get(role, role), "parts": []}
-    if raw.get("content") not in (None, ""):
-        message["parts"].append(_text_part(raw["content"]))
+    message["parts"].extend(_content_parts(raw.get("content")))
     for call in raw.get("tool_calls") or []:
         if isinstance(call, dict):
             message["parts"].append(
@@ -174,6 +235,8 @@ def _openinference_messages(prefix: str, messages: list[dict[str, Any]]) -> dict
         texts = [p["content"] for p in message["parts"] if p["type"] == "text"]
         if texts:
             attributes[f"{at}.content"] = "\n".join(texts)
+        if any(p.get("modality") == "image" for p in message["parts"]):
+            attributes.update(_openinference_contents(at, message["parts"]))
         calls = [p for p in message["parts"] if p["type"] == "tool_call"]
         for number, call in enumerate(calls):
             base = f"{at}.tool_calls.{number}.tool_call"
@@ -181,6 +244,26 @@ def _openinference_messages(prefix: str, messages: list[dict[str, Any]]) -> dict
                 attributes[f"{base}.id"] = call["id"]
             attributes[f"{base}.function.name"] = call["name"] or ""
             attributes[f"{base}.function.arguments"] = dumps(call.get("arguments") or {})
+    return attributes
+
+
+def _openinference_contents(at: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A message's text and images as OpenInference's ``message.contents`` (what Phoenix
+    shows an image from): an inline image as a data URL."""
+    attributes: dict[str, Any] = {}
+    shown = [p for p in parts if p["type"] == "text" or p.get("modality") == "image"]
+    for number, part in enumerate(shown):
+        base = f"{at}.contents.{number}.message_content"
+        if part["type"] == "text":
+            attributes[f"{base}.type"] = "text"
+            attributes[f"{base}.text"] = part["content"]
+        else:
+            attributes[f"{base}.type"] = "image"
+            attributes[f"{base}.image.image.url"] = (
+                part["uri"]
+                if part["type"] == "uri"
+                else f"data:{part.get('mime_type', 'image/png')};base64,{part['content']}"
+            )
     return attributes
 
 
