@@ -63,23 +63,37 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: Any = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        """The same reply, word by word, then its tool calls (as a streaming model sends)."""
+        """The same reply, word by word (content blocks: block by block, as Anthropic's
+        models stream them), then its tool calls, metadata and extra fields (a reasoning
+        model's ``reasoning_content``), as a streaming model sends them."""
         message = self._next(messages)
-        text = message.content if isinstance(message.content, str) else ""
-        words = text.split(" ")
-        for n, word in enumerate(words):
-            chunk = ChatGenerationChunk(
-                message=AIMessageChunk(content=word if n == 0 else f" {word}")
-            )
-            yield chunk
+        if isinstance(message.content, list):
+            for index, block in enumerate(message.content):
+                part = {**block, "index": index} if isinstance(block, dict) else block
+                yield ChatGenerationChunk(message=AIMessageChunk(content=[part]))
+        else:
+            for n, word in enumerate(message.content.split(" ")):
+                chunk = ChatGenerationChunk(
+                    message=AIMessageChunk(content=word if n == 0 else f" {word}")
+                )
+                yield chunk
         calls = [
             tool_call_chunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=i)
             for i, c in enumerate(message.tool_calls)
         ]
-        if calls or message.usage_metadata:
+        if (
+            calls
+            or message.usage_metadata
+            or message.response_metadata
+            or message.additional_kwargs
+        ):
             yield ChatGenerationChunk(
                 message=AIMessageChunk(
-                    content="", tool_call_chunks=calls, usage_metadata=message.usage_metadata
+                    content="",
+                    tool_call_chunks=calls,
+                    usage_metadata=message.usage_metadata,
+                    response_metadata=message.response_metadata,
+                    additional_kwargs=message.additional_kwargs,
                 )
             )
 
