@@ -18,7 +18,9 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
 - Span attributes use the OpenTelemetry GenAI names spelled once here (``OPERATION_NAME``,
   ``REQUEST_MODEL``, ``PROVIDER_NAME``, ``INPUT_TOKENS``, ``OUTPUT_TOKENS``,
   ``FINISH_REASONS``: a final reply cut at the token limit makes the run ``limit``; the agent's
-  name is :data:`~agenteval_core.AGENT_NAME`).
+  name is :data:`~agenteval_core.AGENT_NAME`). The model's reasoning, apart from its text,
+  is :data:`~agenteval_core.REASONING`; a call that asked for tools has
+  :func:`step_thought` as its ``thought``.
 - To stop loops, the adapter asks :meth:`Recorder.check_tool_call` before a tool runs (on
   the agent's thread, finding the run with :class:`RunRoots`); the refusal comes back to
   the translator as an :class:`AlertEvent`, in order with the run's events.
@@ -37,6 +39,7 @@ from .online._recorder import (
     RunRoots,
     TraceAssembler,
     error_text,
+    step_thought,
 )
 from .schema._trace import (
     FINISH_REASONS,
@@ -64,4 +67,5 @@ __all__ = [
     "error_text",
     "json_arguments",
     "react_actions",
+    "step_thought",
 ]

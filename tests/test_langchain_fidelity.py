@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from agenteval_core import (
     INTERNAL_CALL,
+    REASONING,
     REFUSAL,
     EvalCase,
     OnlineEvaluator,
@@ -1760,3 +1761,62 @@ def test_sub_agents_a_graph_fans_out_to_keep_their_own_steps(evaluator: OnlineEv
     # each step with the calls its own model asked for, whatever order the agents ran in
     steps = sorted(((s.output or ""), [c.id for c in s.tool_calls]) for s in trace.steps())
     assert steps == [("", ["c-A-1"]), ("", ["c-B-2"]), ("delayed", []), ("shipped", [])]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_models_reasoning_is_recorded_and_is_the_thought_of_its_calls(
+    evaluator: OnlineEvaluator, streamed: bool
+) -> None:
+    # Anthropic's thinking blocks, OpenAI's reasoning summary and a reasoning model's
+    # reasoning_content: read through LangChain's standard content blocks. The reasoning
+    # was dropped, and a judge read "Let me check." as the agent's whole thought
+    anthropic = {"model_provider": "anthropic"}
+    thinking = {"type": "thinking", "thinking": "The user needs A-1's status.", "signature": "s"}
+    asks = AIMessage(
+        content=[thinking, {"type": "text", "text": "Let me check."}],
+        tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")],
+        response_metadata=anthropic,
+    )
+    summary = {"type": "summary_text", "text": "Check the other order too."}
+    asks_again = AIMessage(
+        content=[{"type": "reasoning", "id": "rs_1", "summary": [summary]}],
+        tool_calls=[tool_call("lookup_order", "c2", order_id="A-2")],
+        response_metadata={"model_provider": "openai"},
+    )
+    answers = AIMessage(
+        "Both have shipped.", additional_kwargs={"reasoning_content": "Both say shipped."}
+    )
+    agent = create_agent(
+        ScriptedChatModel(replies=[asks, asks_again, answers]), tools=[lookup_order]
+    )
+    request = {"messages": [("user", "Where are A-1 and A-2?")]}
+    config: Any = {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    if streamed:
+        for _ in agent.stream(request, config, stream_mode="messages"):
+            pass
+    else:
+        agent.invoke(request, config)
+    [trace] = evaluator.captured()
+    calls = trace.spans_of(SpanKind.LLM)
+    assert [(s.output, s.attributes.get(REASONING), s.thought) for s in calls] == [
+        (
+            "Let me check.",
+            "The user needs A-1's status.",
+            "The user needs A-1's status.\n\nLet me check.",
+        ),
+        ("", "Check the other order too.", "Check the other order too."),
+        ("Both have shipped.", "Both say shipped.", None),
+    ]
+    assert trace.output == "Both have shipped."
+    assert describe_trace(EvalCase.of(trace)) == "\n".join(
+        [
+            "user input: Where are A-1 and A-2?",
+            "step 1 thought: The user needs A-1's status.\n\nLet me check.",
+            'step 1 tool call: lookup_order({"order_id": "A-1"}) -> result: shipped',
+            "step 1 output: Let me check.",
+            "step 2 thought: Check the other order too.",
+            'step 2 tool call: lookup_order({"order_id": "A-2"}) -> result: shipped',
+            "step 3 output: Both have shipped.",
+            "final answer: Both have shipped.",
+        ]
+    )

@@ -35,7 +35,7 @@ from llama_index.core.workflow import (
 from llamaindex_models import CompletionModel, orders_index
 from workflows.errors import WorkflowCancelledByUser
 
-from agenteval_core import OnlineEvaluator, RunStatus, SpanKind, Trace
+from agenteval_core import REASONING, OnlineEvaluator, RunStatus, SpanKind, Trace
 from agenteval_core.metrics import Coherence, ToolFailures
 
 
@@ -1220,4 +1220,34 @@ def test_a_model_call_shows_the_images_audio_and_calls_it_was_sent(
             "tool_calls": [{"name": "lookup_order", "args": {"order_id": "A-1"}, "id": "c1"}],
         },
         {"role": "tool", "content": "shipped"},
+    ]
+
+
+def test_a_models_thinking_is_recorded_and_is_the_thought_of_its_calls(
+    evaluator: OnlineEvaluator,
+) -> None:
+    def thinks(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            blocks: list[Any] = [ThinkingBlock(content="It says shipped.")]
+            return ChatMessage(
+                role=MessageRole.ASSISTANT, blocks=[*blocks, TextBlock(text="A-1 has shipped.")]
+            )
+        call = ToolCallBlock(
+            tool_call_id="c1", tool_name="lookup_order", tool_kwargs={"order_id": "A-1"}
+        )
+        return ChatMessage(
+            role=MessageRole.ASSISTANT,
+            blocks=[ThinkingBlock(content="Look the order up."), TextBlock(text="Checking."), call],
+        )
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=thinks),
+    )
+    answered, trace = agent_run(evaluator, agent, "Where is A-1?")
+    assert answered == "A-1 has shipped."
+    calls = trace.spans_of(SpanKind.LLM)
+    assert [(s.output, s.attributes.get(REASONING), s.thought) for s in calls] == [
+        ("Checking.", "Look the order up.", "Look the order up.\n\nChecking."),
+        ("A-1 has shipped.", "It says shipped.", None),
     ]

@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind as OTelSpanKind
 from otlp_receiver import OTLPReceiver
 
 from agenteval_core import (
+    REASONING,
     AgentStep,
     CaptureError,
     CaptureWriter,
@@ -1116,3 +1117,24 @@ def test_a_model_calls_images_and_content_blocks_are_exported_as_parts(tmp_path:
     path.write_text(json.dumps(otlp_json(exported(trace))))
     [back] = import_otlp(path)
     assert back == trace
+
+
+def test_a_models_reasoning_is_exported_as_a_reasoning_part() -> None:
+    model_call = Span(
+        kind=SpanKind.LLM,
+        name="m-1",
+        input="Where is A-1?",
+        output="It shipped.",
+        attributes={REASONING: "The lookup said shipped."},
+    )
+    llm = by_name(exported(Trace(input="Where is A-1?", spans=[model_call])))["chat m-1"]
+    assert json.loads(llm.attributes["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "reasoning", "content": "The lookup said shipped."},
+                {"type": "text", "content": "It shipped."},
+            ],
+            "finish_reason": "stop",
+        }
+    ]

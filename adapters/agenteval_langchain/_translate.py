@@ -16,6 +16,7 @@ from agenteval_core import (
     CONTROL_FLOW,
     HANDOFF_TARGET,
     INTERNAL_CALL,
+    REASONING,
     REFUSAL,
     RunStatus,
     SpanKind,
@@ -34,6 +35,7 @@ from agenteval_core.recording import (
     AlertEvent,
     Recorder,
     error_text,
+    step_thought,
 )
 
 __all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
@@ -342,6 +344,22 @@ def _reply_text(generation: Any) -> str:
     return _text(getattr(generation, "text", "")) if generation is not None else ""
 
 
+def _reasoning(message: BaseMessage | None) -> str | None:
+    """The reasoning the model gave with its reply, from LangChain's standard content blocks
+    (which read Anthropic's thinking, OpenAI's reasoning summaries and ``reasoning_content``
+    alike); a thinking block from a model that does not say its provider is read as is."""
+    if message is None:
+        return None
+    said = []
+    for block in message.content_blocks:
+        value = block.get("value") if block["type"] == "non_standard" else None
+        if block["type"] == "reasoning" and block.get("reasoning"):
+            said.append(str(block["reasoning"]))
+        elif isinstance(value, dict) and value.get("type") == "thinking" and value.get("thinking"):
+            said.append(str(value["thinking"]))
+    return "\n\n".join(said) or None
+
+
 def _finish_reason(message: BaseMessage | None, generation: Any) -> str | None:
     """Why the model stopped, as its provider said (OpenAI's ``finish_reason``, Anthropic's
     ``stop_reason``, Ollama's ``done_reason``; a text model's generation info)."""
@@ -625,6 +643,9 @@ class Translator:
         finished = field("the finish reason", lambda: _finish_reason(message, generation), None)
         if finished:
             attributes[FINISH_REASONS] = [finished]
+        reasoning = field("the reasoning", lambda: _reasoning(message), None)
+        if reasoning:
+            attributes[REASONING] = reasoning
         first_token = self._streaming.pop(e.run_id, None)
         started = self.assembler.start_time_of(e.run_id)
         if first_token is not None and started is not None:  # streamed: how long to the first
@@ -637,7 +658,7 @@ class Translator:
             end_time=e.at,
             attributes=attributes,
             requested_tool_calls=requested,
-            thought=text if requested else None,
+            thought=step_thought(reasoning, text) if requested else None,
         )
 
     def _tool_start(self, e: Event) -> None:

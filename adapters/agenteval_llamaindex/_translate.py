@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from llama_index.core.agent.workflow.prompts import DEFAULT_EARLY_STOPPING_PROMPT
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.base import BaseLLM
-from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
+from llama_index.core.base.llms.types import ChatMessage, TextBlock, ThinkingBlock, ToolCallBlock
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 from llama_index.core.instrumentation.events.llm import (
@@ -25,6 +25,7 @@ from llama_index.core.tools.types import BaseTool
 from agenteval_core import (
     AGENT_NAME,
     INTERNAL_CALL,
+    REASONING,
     REFUSAL,
     RunStatus,
     SpanKind,
@@ -43,6 +44,7 @@ from agenteval_core.recording import (
     Recorder,
     error_text,
     react_actions,
+    step_thought,
 )
 
 __all__ = [
@@ -267,6 +269,16 @@ def _native_calls(message: ChatMessage | None) -> list[ToolCall]:
         for block in (message.blocks if message is not None else [])
         if isinstance(block, ToolCallBlock)
     ]
+
+
+def _reasoning(message: ChatMessage | None) -> str | None:
+    """The reasoning the model gave with its reply: its thinking blocks' text."""
+    said = [
+        block.content
+        for block in (message.blocks if message is not None else [])
+        if isinstance(block, ThinkingBlock) and block.content
+    ]
+    return "\n\n".join(said) or None
 
 
 def _said(holder: Any, key: str) -> Any:
@@ -940,17 +952,22 @@ class Translator:
         # the span ends whatever the response holds: each part under its own guard
         field = self.assembler.field
         requested: list[ToolCall] = []
-        thought = None
+        thought = reasoning = None
         if isinstance(event, LLMCompletionEndEvent):  # a completion asks for no tools
             text = field("the completion", lambda: str(event.response.text or ""), "")
         else:
             message = event.response.message if event.response is not None else None
             requested = field("the requested tool calls", lambda: _native_calls(message), [])
             text = field("the reply's text", lambda: _message_text(message), "")
+            reasoning = field("the reasoning", lambda: _reasoning(message), None)
             thought = text if requested else None
             if not requested:  # a ReAct agent asks for its tools in text
                 thought, requested = react_actions(text)
+            if requested:
+                thought = step_thought(reasoning, thought)
         attributes: dict[str, Any] = field("the token usage", lambda: _usage(event.response), {})
+        if reasoning:
+            attributes[REASONING] = reasoning
         finished: list[str] = field("the finish reason", lambda: _finish_reason(event.response), [])
         if finished:  # a reply cut at the token limit makes the run a limit
             attributes[FINISH_REASONS] = finished

@@ -20,6 +20,7 @@ from typing import Any
 from agenteval_core import (
     AGENT_NAME,
     OTEL_OPERATION_NAMES,
+    REASONING,
     MetricResult,
     SpanKind,
     ToolCall,
@@ -211,6 +212,8 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
 
 def output_messages(span: AgentSpan) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
+    if span.attributes.get(REASONING):
+        parts.append({"type": "reasoning", "content": text_of(span.attributes[REASONING])})
     if span.output not in (None, ""):
         parts.append(_text_part(span.output))
     parts.extend(_call_part(call) for call in span.requested_tool_calls)

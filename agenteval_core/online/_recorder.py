@@ -71,6 +71,12 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
+def step_thought(reasoning: str | None, text: str | None) -> str | None:
+    """The ``thought`` of a model call that asked for tools: the reasoning the model gave
+    (:data:`~agenteval_core.REASONING`), then the text it wrote beside its calls."""
+    return "\n\n".join(part for part in (reasoning, text) if part) or None
+
+
 class AlertEvent(NamedTuple):
     """A loop alert on its way through the pump: to the sinks, or to the adapter's refuser
     (which records the refused call on the trace, in order with the run's events)."""

@@ -77,6 +77,12 @@ REFUSAL = "agenteval.refusal"
 refusal field, Anthropic's refusal stop reason, a Gemini safety stop): the refusal's text,
 ``""`` when the provider gave none. A run that ends on one has no answer to score as one."""
 
+REASONING = "agenteval.reasoning"
+"""Span attribute of an LLM span: the reasoning the model gave with its reply, apart from
+the reply's text (Anthropic's thinking, OpenAI's reasoning summary, a reasoning model's
+``reasoning_content``). A call that asked for tools has it in its ``thought`` too, before
+its text, so a judge reads why the agent chose its calls."""
+
 INTERNAL_CALL = "agenteval.internal_call"
 """Span attribute set to ``True`` on a span the framework ran inside the run for its own ends
 (a middleware summarising the history or choosing the tools, a guardrail checking an
