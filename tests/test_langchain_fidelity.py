@@ -9,6 +9,7 @@ import base64
 import contextlib
 import operator
 import time
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -1470,6 +1471,66 @@ def test_a_run_resumed_from_its_checkpoint_after_a_failure_has_its_request(
         ("c1", "A-1 shipped", None)
     ]
     assert (later.input, "resumes_trace_id" in later.metadata) == ("Thanks!", False)
+
+
+def test_a_run_from_a_checkpoint_this_handler_did_not_see_has_its_request(
+    evaluator: OnlineEvaluator, tmp_path: Path
+) -> None:
+    # invoke(None, config) from a checkpoint whose run the handler never saw ended
+    # unfinished: a fork from an earlier checkpoint (time travel), or a new process going
+    # on after a crash. Its input was None: coherence's perfect score for an empty input
+    script = [
+        AIMessage("", tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")]),
+        AIMessage("A-1 has shipped."),
+        AIMessage("", tool_calls=[tool_call("lookup_order", "c2", order_id="A-1")]),
+        AIMessage("A-1 has shipped, as before."),
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=script), tools=[lookup_order], checkpointer=InMemorySaver()
+    )
+    thread: Any = {"configurable": {"thread_id": "t-4"}}
+    handler = AgentEvalCallbackHandler(evaluator)
+    agent.invoke({"messages": [("user", "Where is A-1?")]}, {**thread, "callbacks": [handler]})
+    # the checkpoint where the model was about to answer the request
+    fork = next(s for s in reversed(list(agent.get_state_history(thread))) if s.next == ("model",))
+    answered = agent.invoke(None, {**fork.config, "callbacks": [handler]})
+    assert answered["messages"][-1].content == "A-1 has shipped, as before."
+    first, forked = evaluator.captured()
+    assert first.input == forked.input == forked.spans[0].input == "Where is A-1?"
+    assert (forked.output, forked.status) == ("A-1 has shipped, as before.", RunStatus.OK)
+    assert [(c.id, c.arguments) for c in forked.tool_calls()] == [("c2", {"order_id": "A-1"})]
+    scored = create_metric("coherence").measure(forked)
+    assert scored.reason.startswith("cosine distance between input and output")
+
+    # a run that failed, resumed by another handler (a new process after a crash)
+    down = [True]
+
+    @tool
+    def flaky_lookup(order_id: str) -> str:
+        """Look up an order."""
+        if down[0]:
+            raise ConnectionError("orders API down")
+        return "shipped"
+
+    script = [
+        AIMessage("", tool_calls=[tool_call("flaky_lookup", "c3", order_id="A-2")]),
+        AIMessage("A-2 has shipped."),
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=script), tools=[flaky_lookup], checkpointer=InMemorySaver()
+    )
+    thread = {"configurable": {"thread_id": "t-5"}}
+    with pytest.raises(ConnectionError):
+        agent.invoke({"messages": [("user", "And A-2?")]}, thread)  # no handler saw it
+    down[0] = False
+    with OnlineEvaluator(capture=tmp_path / "after_restart.jsonl", log=False) as restarted:
+        agent.invoke(None, {**thread, "callbacks": [AgentEvalCallbackHandler(restarted)]})
+        [resumed] = restarted.captured()
+    assert (resumed.input, resumed.output, resumed.status) == (
+        "And A-2?",
+        "A-2 has shipped.",
+        RunStatus.OK,
+    )
 
 
 @pytest.mark.parametrize(

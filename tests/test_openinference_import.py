@@ -22,6 +22,7 @@ from agenteval_otel import import_otlp
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import create_react_agent
 from langgraph_agents import Classifier, functional_agent
 from llama_index.core.agent.workflow import FunctionAgent
@@ -189,6 +190,33 @@ def test_a_request_with_an_image_imports_with_its_text_and_its_image(
         for call in trace.spans_of(SpanKind.LLM):
             sent = call.input[0] if trace is ours else call.input  # LangChain sends a batch
             assert sent[0]["content"] == blocks
+
+
+def test_a_run_from_a_checkpoint_imports_with_its_request(spans_file: Path, tmp_path: Path) -> None:
+    # invoke(None, config) from an earlier checkpoint (time travel): the root span has no
+    # input, and the import's input was None, which coherence scores as a perfect pass
+    model = ScriptedChatModel(
+        replies=[
+            reply("Let me check.", [tool_call("get_weather", "w1", city="Paris")], (40, 9)),
+            reply("It is sunny and 21°C in Paris.", [], (61, 12)),
+        ]
+    )
+    agent = create_agent(model, tools=[get_weather], checkpointer=InMemorySaver())
+    thread: Any = {"configurable": {"thread_id": "t-1"}}
+    agent.invoke({"messages": [("user", "What's the weather in Paris?")]}, thread)
+    fork = next(s for s in reversed(list(agent.get_state_history(thread))) if s.next == ("model",))
+    earlier = len(spans_file.read_text().splitlines())
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        agent.invoke(None, {**fork.config, "callbacks": [AgentEvalCallbackHandler(evaluator)]})
+        [ours] = evaluator.captured()
+    forked = tmp_path / "fork.jsonl"  # the fork's spans alone
+    forked.write_text("".join(spans_file.read_text().splitlines(keepends=True)[earlier:]))
+    [theirs] = import_otlp(forked)
+    assert view(theirs) == view(ours)
+    assert (theirs.input, theirs.output) == (
+        "What's the weather in Paris?",
+        "It is sunny and 21°C in Paris.",
+    )
 
 
 def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Path) -> None:

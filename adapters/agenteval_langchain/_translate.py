@@ -531,8 +531,10 @@ class Translator:
         if not root:
             self._start(e, SpanKind.CHAIN, name, jsonable(_state_summary(inputs)))
             request = conversation_text(inputs, "human")
-            if request is not inputs and (name != _UNNAMED_GRAPH or self._in_tool(e)):
-                self._requests[e.run_id] = request
+            if request is not inputs:
+                self._request_found(e.run_id, request)
+                if name != _UNNAMED_GRAPH or self._in_tool(e):
+                    self._requests[e.run_id] = request
             return
         resume = getattr(inputs, "resume", None) if type(inputs).__name__ == "Command" else None
         kept = run_metadata(metadata, e.kwargs.get("tags"))
@@ -557,6 +559,16 @@ class Translator:
             self._unfinished.pop(thread, None)
         self._start(e, SpanKind.AGENT, name, jsonable(request))
         self.assembler.annotate(e.run_id, metadata=kept)
+
+    def _request_found(self, run_id: UUID, request: Any) -> None:
+        """The request a node's state holds, for a run that started without one: one that
+        goes on from a checkpoint (``invoke(None, config)``) whose earlier run this handler
+        did not see, such as a fork from an earlier checkpoint (time travel) or a new
+        process resuming after a crash. Its first node is given the thread's state, and
+        the last human message there is the request the run answers."""
+        trace = self.assembler.trace_of(run_id)
+        if trace is not None and trace.input is None and trace.spans[0].input is None:
+            trace.input = trace.spans[0].input = jsonable(request)
 
     def _graph_found(self, run_id: UUID | None) -> None:
         """``run_id`` runs a graph (its steps are LangGraph tasks). An inner graph with a

@@ -640,11 +640,14 @@ def _text(value: Any) -> str | None:
 def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
     """The run's input and output as agenteval's adapters record them: the user's message
     and the final answer, from the root's graph state or messages when it holds them, else
-    from the first and last model calls when the root holds framework objects (a run that
-    returned nothing keeps ``None``)."""
+    from the first and last model calls when the root holds framework objects or no input
+    (a run from a checkpoint, ``invoke(None, config)``); a run that returned nothing keeps
+    ``None`` as its output."""
     llms = [span for span in spans if span.kind is SpanKind.LLM]
-    inputs = _unwrap_text(_last(root.input, _HUMAN))
-    if inputs is not None and _text(inputs) is None and llms:
+    # OpenInference writes a run given no input (one from a checkpoint) as the text "null"
+    given = None if root.input == "null" else root.input
+    inputs = _unwrap_text(_last(given, _HUMAN))
+    if _text(inputs) is None and llms:  # no input, or no text in it
         inputs = _last(llms[0].input, _HUMAN)
     output = _unwrap_text(_last(root.output, _AI))
     if output is not None and _text(output) is None and llms:
