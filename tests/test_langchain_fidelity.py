@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from agenteval_core import (
     INTERNAL_CALL,
+    PROVIDER_TOOL,
     REASONING,
     REFUSAL,
     EvalCase,
@@ -38,6 +39,7 @@ from agenteval_core import (
     RunStatus,
     Span,
     SpanKind,
+    ToolCall,
     Trace,
     create_metric,
     replay,
@@ -1880,4 +1882,114 @@ def test_a_models_reasoning_is_recorded_and_is_the_thought_of_its_calls(
             "step 3 output: Both have shipped.",
             "final answer: Both have shipped.",
         ]
+    )
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_tools_the_provider_ran_inside_a_model_call_are_its_tool_calls(
+    evaluator: OnlineEvaluator, streamed: bool
+) -> None:
+    # a provider's built-in tools (Anthropic's web search, OpenAI's code interpreter) run
+    # inside the model call: they were in no trace, so a run that searched the web three
+    # times, once in vain, read as one lookup that worked
+    anthropic, openai = {"model_provider": "anthropic"}, {"model_provider": "openai"}
+    found = [{"type": "web_search_result", "title": "No delays", "url": "https://c.example"}]
+    searched = AIMessage(
+        content=[
+            {"type": "text", "text": "Searching. "},
+            {
+                "type": "server_tool_use",
+                "id": "s1",
+                "name": "web_search",
+                "input": {"query": "delays"},
+            },
+            {"type": "web_search_tool_result", "tool_use_id": "s1", "content": found},
+            {
+                "type": "server_tool_use",
+                "id": "s2",
+                "name": "web_search",
+                "input": {"query": "A-1"},
+            },
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": "s2",
+                "content": {
+                    "type": "web_search_tool_result_error",
+                    "error_code": "max_uses_exceeded",
+                },
+            },
+            {"type": "text", "text": "No delays; checking the order."},
+            {"type": "tool_use", "id": "c1", "name": "lookup_order", "input": {"order_id": "A-1"}},
+        ],
+        tool_calls=[tool_call("lookup_order", "c1", order_id="A-1")],
+        response_metadata=anthropic,
+    )
+    computed = AIMessage(
+        content=[
+            {
+                "type": "code_interpreter_call",
+                "id": "ci_1",
+                "status": "completed",
+                "code": "print(3 + 4)",
+                "outputs": [{"type": "logs", "logs": "7"}],
+            },
+            {"type": "text", "text": "A-1 has shipped, in 7 days.", "annotations": []},
+        ],
+        response_metadata=openai,
+    )
+    agent = create_agent(
+        ScriptedChatModel(replies=[searched, computed]),
+        tools=[lookup_order, {"type": "web_search_20250305", "name": "web_search"}],
+    )
+    request = {"messages": [("user", "Where is A-1?")]}
+    config: Any = {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    if streamed:
+        for _ in agent.stream(request, config, stream_mode="messages"):
+            pass
+    else:
+        agent.invoke(request, config)
+    [trace] = evaluator.captured()
+    first, second = trace.spans_of(SpanKind.LLM)
+    error = '{"error_code": "max_uses_exceeded", "type": "web_search_tool_result_error"}'
+    ran_by_provider = [
+        ToolCall(id="s1", name="web_search", arguments={"query": "delays"}, result=found),
+        ToolCall(id="s2", name="web_search", arguments={"query": "A-1"}, error=error),
+    ]
+    assert [(c.id, c.name, c.arguments) for c in first.requested_tool_calls] == [
+        ("s1", "web_search", {"query": "delays"}),
+        ("s2", "web_search", {"query": "A-1"}),
+        ("c1", "lookup_order", {"order_id": "A-1"}),
+    ]
+    tools = [s for s in trace.spans if s.kind is SpanKind.TOOL]
+    under = {first.id: "first call", second.id: "second call"} | {
+        s.id: s.name for s in trace.spans if s.kind is SpanKind.CHAIN
+    }
+    assert [(under[s.parent_id], s.tool_call, s.attributes.get(PROVIDER_TOOL)) for s in tools] == [
+        ("first call", ran_by_provider[0], True),
+        ("first call", ran_by_provider[1], True),
+        (
+            "tools",
+            ToolCall(id="c1", name="lookup_order", arguments={"order_id": "A-1"}, result="shipped"),
+            None,
+        ),
+        (
+            "second call",
+            ToolCall(
+                id="ci_1",
+                name="code_interpreter",
+                arguments={"code": "print(3 + 4)"},
+                result=[{"type": "logs", "logs": "7"}],
+            ),
+            True,
+        ),
+    ]
+    assert [[c.id for c in step.tool_calls] for step in trace.steps()] == [
+        ["s1", "s2", "c1"],
+        ["ci_1"],
+    ]
+    # the failed search was followed by another call: recovered, risk 0.5 of 4 calls
+    checked = ToolFailures().measure(trace)
+    assert (checked.score, checked.reason) == (
+        1 - 0.5 / 4,
+        "1 of 4 tool calls failed (web_search), 0 not recovered",
     )

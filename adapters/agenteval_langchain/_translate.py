@@ -16,6 +16,7 @@ from agenteval_core import (
     CONTROL_FLOW,
     HANDOFF_TARGET,
     INTERNAL_CALL,
+    PROVIDER_TOOL,
     REASONING,
     REFUSAL,
     RunStatus,
@@ -344,20 +345,49 @@ def _reply_text(generation: Any) -> str:
     return _text(getattr(generation, "text", "")) if generation is not None else ""
 
 
-def _reasoning(message: BaseMessage | None) -> str | None:
-    """The reasoning the model gave with its reply, from LangChain's standard content blocks
-    (which read Anthropic's thinking, OpenAI's reasoning summaries and ``reasoning_content``
-    alike); a thinking block from a model that does not say its provider is read as is."""
-    if message is None:
-        return None
+def _blocks(message: BaseMessage | None) -> list[dict[str, Any]]:
+    """A reply's content as LangChain's standard content blocks, which read each provider's
+    own (Anthropic's thinking and server tool blocks, OpenAI's reasoning and built-in tool
+    calls) alike."""
+    return [dict(block) for block in message.content_blocks] if message is not None else []
+
+
+def _reasoning(blocks: list[dict[str, Any]]) -> str | None:
+    """The reasoning the model gave with its reply (Anthropic's thinking, OpenAI's reasoning
+    summaries, ``reasoning_content``); a thinking block from a model that does not say its
+    provider is read as is."""
     said = []
-    for block in message.content_blocks:
+    for block in blocks:
         value = block.get("value") if block["type"] == "non_standard" else None
         if block["type"] == "reasoning" and block.get("reasoning"):
             said.append(str(block["reasoning"]))
         elif isinstance(value, dict) and value.get("type") == "thinking" and value.get("thinking"):
             said.append(str(value["thinking"]))
     return "\n\n".join(said) or None
+
+
+def _provider_calls(blocks: list[dict[str, Any]]) -> list[ToolCall]:
+    """The tools the model's provider ran inside the call (a built-in web search, code
+    execution: ``server_tool_call`` blocks), each with the ``server_tool_result`` that
+    answered it; one that says it failed has its output as its error."""
+    answers = {b.get("tool_call_id"): b for b in blocks if b["type"] == "server_tool_result"}
+    calls = []
+    for block in blocks:
+        if block["type"] != "server_tool_call":
+            continue
+        answer = answers.get(block.get("id")) or {}
+        output = jsonable(answer.get("output"))
+        failed = answer.get("status") == "error"
+        calls.append(
+            ToolCall(
+                id=block.get("id"),
+                name=str(block.get("name") or "provider_tool"),
+                arguments=jsonable(dict(block.get("args") or {})),
+                result=None if failed else output,
+                error=(text_of(output) or "the provider's tool failed") if failed else None,
+            )
+        )
+    return calls
 
 
 def _finish_reason(message: BaseMessage | None, generation: Any) -> str | None:
@@ -647,6 +677,26 @@ class Translator:
             "the requested tool calls", lambda: _requested_calls(message), []
         )
         attributes: dict[str, Any] = field("the token usage", lambda: _usage(message, response), {})
+        blocks: list[dict[str, Any]] = field("the content blocks", lambda: _blocks(message), [])
+        reasoning = field("the reasoning", lambda: _reasoning(blocks), None)
+        if reasoning:
+            attributes[REASONING] = reasoning
+        served: list[ToolCall] = field(
+            "the provider's tool calls", lambda: _provider_calls(blocks), []
+        )
+        for call in served:  # the call ran them: their spans end inside it
+            key = (e.run_id, "provider", call.id)
+            self.assembler.start_span(
+                key,
+                e.run_id,
+                SpanKind.TOOL,
+                call.name,
+                start_time=e.at,
+                attributes={PROVIDER_TOOL: True},
+                tool_call=call,
+            )
+            self.assembler.end_span(key, output=call.result, error=call.error, end_time=e.at)
+        requested = served + requested
         refused = (
             None if text or requested else field("the refusal", lambda: refusal(message), None)
         )
@@ -655,9 +705,6 @@ class Translator:
         finished = field("the finish reason", lambda: _finish_reason(message, generation), None)
         if finished:
             attributes[FINISH_REASONS] = [finished]
-        reasoning = field("the reasoning", lambda: _reasoning(message), None)
-        if reasoning:
-            attributes[REASONING] = reasoning
         first_token = self._streaming.pop(e.run_id, None)
         started = self.assembler.start_time_of(e.run_id)
         if first_token is not None and started is not None:  # streamed: how long to the first

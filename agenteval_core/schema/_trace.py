@@ -83,6 +83,12 @@ the reply's text (Anthropic's thinking, OpenAI's reasoning summary, a reasoning 
 ``reasoning_content``). A call that asked for tools has it in its ``thought`` too, before
 its text, so a judge reads why the agent chose its calls."""
 
+PROVIDER_TOOL = "agenteval.tool.provider_run"
+"""Span attribute set to ``True`` on a tool call the model's provider ran inside the model
+call (a built-in web search, code execution): the call is a tool span under that LLM span,
+with the result the provider gave. No tool of the agent's ran it, so the loop guard could
+alert on it but not refuse it."""
+
 INTERNAL_CALL = "agenteval.internal_call"
 """Span attribute set to ``True`` on a span the framework ran inside the run for its own ends
 (a middleware summarising the history or choosing the tools, a guardrail checking an
