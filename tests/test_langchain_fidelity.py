@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import operator
 import time
 from pathlib import Path
@@ -15,12 +16,14 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+from judge_server import JudgeServer, Reply
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
 from langchain.agents.middleware.model_call_limit import ModelCallLimitExceededError
 from langchain.agents.middleware.tool_call_limit import ToolCallLimitExceededError
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
+from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import NodeTimeoutError
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -1993,3 +1996,99 @@ def test_tools_the_provider_ran_inside_a_model_call_are_its_tool_calls(
         1 - 0.5 / 4,
         "1 of 4 tool calls failed (web_search), 0 not recovered",
     )
+
+
+def responses_api_reply(output: list[dict[str, Any]]) -> Reply:
+    """An OpenAI Responses API response holding ``output``, as the loopback server sends it."""
+    usage = {
+        "input_tokens": 20,
+        "output_tokens": 9,
+        "total_tokens": 29,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 4},
+    }
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-5",
+        "status": "completed",
+        "output": output,
+        "usage": usage,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+    return Reply(body=json.dumps(response))
+
+
+def test_a_real_chat_openai_on_the_responses_api_gives_its_reasoning_and_web_search(
+    evaluator: OnlineEvaluator, judge_server: JudgeServer
+) -> None:
+    # langchain-openai reading a Responses API reply (from a loopback server): a reasoning
+    # summary, a web search OpenAI ran, a function call; then the answer
+    summary = {"type": "summary_text", "text": "Search carrier news, then look A-1 up."}
+    judge_server.reply(
+        responses_api_reply(
+            [
+                {"type": "reasoning", "id": "rs_1", "summary": [summary]},
+                {
+                    "type": "web_search_call",
+                    "id": "ws_1",
+                    "status": "completed",
+                    "action": {"type": "search", "query": "carrier delays"},
+                },
+                {
+                    "type": "function_call",
+                    "id": "fc_1",
+                    "call_id": "call_1",
+                    "name": "lookup_order",
+                    "arguments": '{"order_id": "A-1"}',
+                    "status": "completed",
+                },
+            ]
+        ),
+        responses_api_reply(
+            [
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {"type": "output_text", "text": "A-1 has shipped.", "annotations": []}
+                    ],
+                }
+            ]
+        ),
+    )
+    model = ChatOpenAI(
+        model="gpt-5", base_url=judge_server.base_url, api_key="sk-test", use_responses_api=True
+    )
+    agent = create_agent(model, tools=[lookup_order, {"type": "web_search"}])
+    agent.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    assert judge_server.paths == ["/v1/responses", "/v1/responses"]
+    first, second = trace.spans_of(SpanKind.LLM)
+    assert (first.attributes[REASONING], first.thought) == (summary["text"], summary["text"])
+    assert first.attributes["gen_ai.usage.reasoning.output_tokens"] == 4
+    assert [(s.tool_call, s.attributes.get(PROVIDER_TOOL)) for s in trace.spans if s.tool_call] == [
+        (
+            ToolCall(
+                id="ws_1",
+                name="web_search",
+                arguments={"type": "search", "query": "carrier delays"},
+            ),
+            True,
+        ),
+        (
+            ToolCall(
+                id="call_1", name="lookup_order", arguments={"order_id": "A-1"}, result="shipped"
+            ),
+            None,
+        ),
+    ]
+    assert (second.output, trace.output) == ("A-1 has shipped.", "A-1 has shipped.")
