@@ -695,7 +695,8 @@ def test_genai_convention_spans_import() -> None:
         {
             "role": "assistant",
             "parts": [
-                {"type": "tool_call", "id": "t1", "name": "search", "arguments": {"q": "otel"}}
+                {"type": "reasoning", "content": "Search the web for it."},
+                {"type": "tool_call", "id": "t1", "name": "search", "arguments": {"q": "otel"}},
             ],
         }
     ]
@@ -743,7 +744,11 @@ def test_genai_convention_spans_import() -> None:
     ]
     assert trace.session_id == "c-9"
     llm = trace.spans[1]
-    assert llm.attributes == {"gen_ai.request.model": "gpt-4o", "gen_ai.usage.input_tokens": 30}
+    assert llm.attributes == {
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.usage.input_tokens": 30,
+        REASONING: "Search the web for it.",
+    }
     assert [(c.id, c.name, c.arguments) for c in llm.requested_tool_calls] == [
         ("t1", "search", {"q": "otel"})
     ]

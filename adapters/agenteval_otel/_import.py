@@ -25,6 +25,7 @@ from agenteval_core import (
     AGENT_NAME,
     INTERNAL_CALL,
     OTEL_OPERATION_NAMES,
+    REASONING,
     CaptureError,
     LoopAlert,
     RunStatus,
@@ -397,6 +398,15 @@ def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
                 kept[f"gen_ai.usage.{ours}"] = a[theirs]
         if FINISH_REASONS not in kept and a.get("llm.finish_reason"):  # OpenInference's one
             kept[FINISH_REASONS] = [a["llm.finish_reason"]]
+        reasoning = [
+            str(part.get("content") or "")
+            for message in _json(a.get("gen_ai.output.messages")) or []
+            if isinstance(message, dict)
+            for part in message.get("parts") or []
+            if isinstance(part, dict) and part.get("type") == "reasoning"
+        ]
+        if any(reasoning):  # the conventions' reasoning part
+            kept[REASONING] = "\n\n".join(text for text in reasoning if text)
     if kind is SpanKind.AGENT and (a.get("agent.name") or a.get(AGENT_NAME)):
         kept[AGENT_NAME] = a.get(AGENT_NAME) or a["agent.name"]
     if _internal_call(a):
