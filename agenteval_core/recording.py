@@ -44,16 +44,19 @@ from .online._recorder import (
 from .schema._trace import (
     FINISH_REASONS,
     INPUT_TOKENS,
+    MEDIA_BLOCK_TYPES,
     OPERATION_NAME,
     OUTPUT_TOKENS,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    media_kind,
 )
 
 __all__ = [
     "CANCELLED_BY_CALLER",
     "FINISH_REASONS",
     "INPUT_TOKENS",
+    "MEDIA_BLOCK_TYPES",
     "OPERATION_NAME",
     "OUTPUT_TOKENS",
     "PROVIDER_NAME",
@@ -66,6 +69,7 @@ __all__ = [
     "TraceAssembler",
     "error_text",
     "json_arguments",
+    "media_kind",
     "react_actions",
     "step_thought",
 ]

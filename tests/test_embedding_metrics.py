@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenteval_core import EvalCase, HashingEmbedder, Trace, create_metric
+from agenteval_core import EvalCase, HashingEmbedder, Span, SpanKind, Trace, create_metric
 from agenteval_core._text import content_tokens, jaccard, loop_tokens, words
 from agenteval_core.metrics import Coherence, LoopDetection
 
@@ -227,3 +227,32 @@ def test_a_batch_whose_embedding_fails_reports_it_on_each_case_that_needed_it() 
         assert results[0].model_dump(exclude={"latency_ms"}) == metric.measure(cases[0]).model_dump(
             exclude={"latency_ms"}
         )
+
+
+def test_coherence_does_not_score_a_request_that_came_with_media() -> None:
+    # the request's text alone: a correct answer to "Describe this image." is off-topic
+    # text to an embedder (the default one put it at 0.0, a failure)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    audio = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+    earlier = {"role": "human", "content": "Hello."}
+    asked = {"role": "human", "content": [{"type": "text", "text": "Describe this."}, image, audio]}
+    model_call = Span(kind=SpanKind.LLM, name="m", input=[[earlier, asked]], output="A dog.")
+    answer = "A golden retriever is catching a red frisbee on a beach."
+    trace = Trace(input="Describe this.", output=answer, spans=[model_call])
+    assert trace.request_media() == ["image", "audio"]
+    result = Coherence().measure(trace)
+    assert (result.score, result.skipped, result.metadata) == (
+        None,
+        True,
+        {"media": ["image", "audio"]},
+    )
+    assert result.reason == (
+        "not scored: the request came with media (audio, image) beside its text, and "
+        "coherence compares the text alone"
+    )
+    # media only in an earlier message of the conversation: the request is text
+    model_call.input = [
+        [{**asked, "role": "user"}, {"role": "assistant", "content": "A dog."}, earlier]
+    ]
+    assert trace.request_media() == []
+    assert Coherence().measure(trace).score is not None

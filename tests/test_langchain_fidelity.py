@@ -650,6 +650,13 @@ def test_an_image_in_the_request_is_kept_small_and_the_text_is_the_input(
     # what was 100,000 characters of undecodable base64 in each model call's span
     assert evaluator.capture_path is not None
     assert evaluator.capture_path.stat().st_size < 10_000
+    # the text alone says too little to score coherence on, and a judge is told of the image
+    assert trace.request_media() == ["image"]
+    assert create_metric("coherence").measure(trace).skipped
+    assert describe_trace(EvalCase.of(trace)).splitlines()[:2] == [
+        "user input: Where is the order on this label?",
+        "the user's request also held 1 image, not shown here",
+    ]
 
 
 def test_an_odd_field_costs_that_field_never_the_span(

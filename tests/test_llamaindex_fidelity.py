@@ -1211,6 +1211,7 @@ def test_a_model_call_shows_the_images_audio_and_calls_it_was_sent(
     }
     first, second = trace.spans_of(SpanKind.LLM)
     assert first.input == [sent]
+    assert trace.request_media() == ["image", "image", "audio"]
     # the second call was sent the first one's tool call and its result
     assert second.input == [
         sent,

@@ -75,10 +75,11 @@ def test_adapter_plumbing_lives_in_its_own_module_not_at_the_root() -> None:
     plumbing = {
         "UNSET", "AlertEvent", "EventPump", "Recorder", "RunRoots", "TraceAssembler",
         "CANCELLED_BY_CALLER", "error_text", "json_arguments", "react_actions", "step_thought",
+        "media_kind",
     }  # fmt: skip
     names = {
         "INPUT_TOKENS", "OPERATION_NAME", "OUTPUT_TOKENS", "PROVIDER_NAME", "REQUEST_MODEL",
-        "FINISH_REASONS",
+        "FINISH_REASONS", "MEDIA_BLOCK_TYPES",
     }  # fmt: skip
     assert set(recording.__all__) == plumbing | names
     assert recording.OPERATION_NAME == "gen_ai.operation.name"

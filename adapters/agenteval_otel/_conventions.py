@@ -32,10 +32,12 @@ from agenteval_core import Span as AgentSpan
 from agenteval_core.recording import (
     FINISH_REASONS,
     INPUT_TOKENS,
+    MEDIA_BLOCK_TYPES,
     OPERATION_NAME,
     OUTPUT_TOKENS,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    media_kind,
 )
 
 WORKFLOW = "invoke_workflow"
@@ -117,13 +119,6 @@ def _call_part(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
 
 
-_MEDIA_BLOCKS = frozenset(
-    {"image", "image_url", "audio", "input_audio", "video", "file", "document"}
-)
-"""Content-block types that carry media: LangChain's standard blocks, OpenAI's, Anthropic's
-and those the LlamaIndex adapter records."""
-
-
 def _content_parts(content: Any) -> list[dict[str, Any]]:
     """A message's content as GenAI parts: its text, or for a list of content blocks a part
     per block (text, reasoning, media as a ``blob`` of base64 or a ``uri``). A tool-use block
@@ -151,7 +146,7 @@ def _media_part(block: dict[str, Any]) -> dict[str, Any] | None:
     part, with its modality and MIME type; ``None`` when it is no media block or says
     neither where nor what its data is."""
     kind = str(block.get("type"))
-    if kind not in _MEDIA_BLOCKS:
+    if kind not in MEDIA_BLOCK_TYPES:
         return None
     inner = block.get(kind)  # OpenAI's {"image_url": {"url"}}, {"input_audio": {"data"}}
     nested = inner if isinstance(inner, dict) else {}
@@ -166,7 +161,7 @@ def _media_part(block: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(url, str) and url.startswith("data:") and ";base64," in url:
         header, _, data = url.partition(";base64,")
         mime, url = header.removeprefix("data:").split(";")[0] or mime, None
-    modality = kind.removeprefix("input_").removesuffix("_url")
+    modality = media_kind(kind)
     if isinstance(mime, str) and mime.split("/")[0] in ("image", "audio", "video"):
         modality = mime.split("/")[0]
     part: dict[str, Any] = {"modality": modality}

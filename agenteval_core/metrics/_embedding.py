@@ -249,6 +249,14 @@ class Coherence(_EmbeddingMetric):
     name = "coherence"
 
     def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> Comparison | Score:
+        media = case.trace.request_media() if case.trace is not None else []
+        if media:  # a correct answer to "Describe this image." reads as off-topic text
+            kinds = ", ".join(sorted(set(media)))
+            return Score.skip(
+                f"not scored: the request came with media ({kinds}) beside its text, and "
+                "coherence compares the text alone",
+                media=media,
+            )
         source, answer = text_of(case.input).strip(), text_of(case.actual_output).strip()
         if not source or not answer:
             side = "input" if not source else "output"

@@ -70,6 +70,9 @@ def _call_line(call: ToolCall) -> str:
 def describe_trace(case: EvalCase) -> str:
     """A compact account of the run: the request, each step's thought and tool calls, the answer."""
     lines = [f"user input: {text_of(case.input)}"]
+    media = case.trace.request_media() if case.trace is not None else []
+    if media:  # what the agent saw that the judge does not
+        lines.append(f"the user's request also held {_media_words(media)}, not shown here")
     resume = case.trace.metadata.get("resume") if case.trace is not None else None
     if resume is not None:  # what the human decided is what the run went on from
         lines.append(f"the run resumed after a pause for a human, who answered: {text_of(resume)}")
@@ -86,6 +89,14 @@ def describe_trace(case: EvalCase) -> str:
     if case.trace is not None and case.trace.error:
         lines.append(f"run error: {case.trace.error}")
     return "\n".join(lines)
+
+
+def _media_words(media: list[str]) -> str:
+    """``["image", "image", "audio"]`` → ``"2 images and 1 audio clip"``."""
+    nouns = {"audio": "audio clip", "video": "video"}
+    counted = [(media.count(kind), nouns.get(kind, kind)) for kind in dict.fromkeys(media)]
+    words = [f"{count} {noun}{'s' if count > 1 else ''}" for count, noun in counted]
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 @dataclass(frozen=True)

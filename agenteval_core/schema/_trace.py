@@ -89,6 +89,30 @@ call (a built-in web search, code execution): the call is a tool span under that
 with the result the provider gave. No tool of the agent's ran it, so the loop guard could
 alert on it but not refuse it."""
 
+MEDIA_BLOCK_TYPES = frozenset(
+    {
+        "image",
+        "image_url",
+        "input_image",
+        "audio",
+        "input_audio",
+        "video",
+        "file",
+        "input_file",
+        "document",
+    }
+)
+"""Content-block types that carry media in a model's messages: LangChain's standard
+blocks, OpenAI's (chat and Responses), Anthropic's, and those the LlamaIndex adapter
+records."""
+
+
+def media_kind(block_type: str) -> str:
+    """The kind of media a block of ``block_type`` (one of :data:`MEDIA_BLOCK_TYPES`) holds:
+    ``image``, ``audio``, ``video``, ``file`` or ``document``."""
+    return block_type.removeprefix("input_").removesuffix("_url")
+
+
 INTERNAL_CALL = "agenteval.internal_call"
 """Span attribute set to ``True`` on a span the framework ran inside the run for its own ends
 (a middleware summarising the history or choosing the tools, a guardrail checking an
@@ -556,6 +580,25 @@ class Trace(_Model):
         final = self.final_model_call()
         refused = final.attributes.get(REFUSAL) if final is not None else None
         return refused if isinstance(refused, str) else None
+
+    def request_media(self) -> list[str]:
+        """The media (``image``, ``audio``, ``video``, ``file``, ``document``) the run's
+        request sent the model beside its text, one entry per item: content blocks of the
+        last user message its first own model call was sent. ``trace.input`` is the
+        request's text alone, so a metric that reads only it cannot see them."""
+        first = next((s for s in self._agents_own_spans() if s.kind is SpanKind.LLM), None)
+        sent = first.input if first is not None else None
+        if isinstance(sent, list) and sent and all(isinstance(m, list) for m in sent):
+            sent = sent[0]  # LangChain's batch: the first list is the one sent
+        if not isinstance(sent, list):
+            return []
+        users = [m for m in sent if isinstance(m, dict) and m.get("role") in ("human", "user")]
+        content = users[-1].get("content") if users else None
+        return [
+            media_kind(block["type"])
+            for block in (content if isinstance(content, list) else [])
+            if isinstance(block, dict) and block.get("type") in MEDIA_BLOCK_TYPES
+        ]
 
     def cut_at_token_limit(self) -> str | None:
         """The finish reason that says the run's last model call was cut at the model's
