@@ -186,6 +186,7 @@ def test_a_request_with_an_image_imports_with_its_text_and_its_image(
         "What's the weather in the city on this photo?",
         "It is sunny and 21°C in Paris.",
     )
+    assert theirs.request_media() == ours.request_media() == ["image"]
     for trace in (ours, theirs):
         for call in trace.spans_of(SpanKind.LLM):
             sent = call.input[0] if trace is ours else call.input  # LangChain sends a batch
