@@ -19,6 +19,7 @@ from agenteval_core import (
     PROVIDER_TOOL,
     REASONING,
     REFUSAL,
+    TOOL_NOT_RUN,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -69,13 +70,6 @@ _TOOL_EMULATION = "tool_emulation"
 TOOL_EMULATED = "agenteval.tool.emulated"
 """Span attribute set to ``True`` on a tool call a model answered in the tool's place
 (``LLMToolEmulator``, for testing an agent without its tools): the tool never ran."""
-
-TOOL_NOT_RUN = "agenteval.tool.not_run"
-"""Span attribute set to ``True`` on a tool call the graph answered without running a
-tool: a call of a tool the agent does not have (``Error: <name> is not a valid tool``), or
-one a middleware answered in the tool's place (``AutoModeMiddleware`` blocking a risky
-call in the tool node, ``ToolCallLimitMiddleware`` refusing calls over its limit in its
-hook after the model). Its result, or its error, is what the model was shown."""
 
 UNFINISHED_KEPT = 10_000
 """Threads whose last run paused or failed that a handler remembers, for a run resuming one

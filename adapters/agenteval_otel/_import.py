@@ -26,6 +26,7 @@ from agenteval_core import (
     INTERNAL_CALL,
     OTEL_OPERATION_NAMES,
     REASONING,
+    TOOL_NOT_RUN,
     CaptureError,
     LoopAlert,
     RunStatus,
@@ -81,8 +82,6 @@ _STRUCTURED_RESPONSE_NODE = "generate_structured_response"
 # and how the nodes of create_agent's middleware hooks end: a model call in one is the
 # middleware's, the agent's own run in its "model" node
 _MIDDLEWARE_HOOKS = (".before_agent", ".before_model", ".after_model", ".after_agent")
-# what agenteval's LangChain adapter marks a call no tool ran with
-_TOOL_NOT_RUN = "agenteval.tool.not_run"
 _HUMAN = ("human", "user")
 _AI = ("ai", "assistant")
 
@@ -624,7 +623,7 @@ def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
                     error=error,
                     start_time=span.start_time,
                     end_time=span.start_time,
-                    attributes={_TOOL_NOT_RUN: True},
+                    attributes={TOOL_NOT_RUN: True},
                     tool_call=ToolCall(
                         id=call_id,
                         name=request.name,

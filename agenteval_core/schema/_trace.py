@@ -83,6 +83,13 @@ the reply's text (Anthropic's thinking, OpenAI's reasoning summary, a reasoning 
 ``reasoning_content``). A call that asked for tools has it in its ``thought`` too, before
 its text, so a judge reads why the agent chose its calls."""
 
+TOOL_NOT_RUN = "agenteval.tool.not_run"
+"""Span attribute set to ``True`` on a tool call the framework answered without running a
+tool: a call of a tool the agent does not have (LangChain's ``Error: <name> is not a valid
+tool``), or one a middleware answered in the tool's place (``AutoModeMiddleware`` blocking
+a risky call, ``ToolCallLimitMiddleware`` refusing calls over its limit). Its result, or
+its error, is what the model was shown."""
+
 PROVIDER_TOOL = "agenteval.tool.provider_run"
 """Span attribute set to ``True`` on a tool call the model's provider ran inside the model
 call (a built-in web search, code execution): the call is a tool span under that LLM span,
