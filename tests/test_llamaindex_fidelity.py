@@ -1252,3 +1252,29 @@ def test_a_models_thinking_is_recorded_and_is_the_thought_of_its_calls(
         ("Checking.", "Look the order up.", "Look the order up.\n\nChecking."),
         ("A-1 has shipped.", "It says shipped.", None),
     ]
+
+
+def test_messages_that_cannot_be_read_cost_the_input_never_the_call(
+    evaluator: OnlineEvaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agenteval_llamaindex._translate as translate
+
+    def unreadable(block: Any) -> dict[str, Any]:
+        raise RuntimeError("a block of a kind no one expected")
+
+    monkeypatch.setattr(translate, "_part", unreadable)
+    question = ChatMessage(
+        role=MessageRole.USER,
+        blocks=[TextBlock(text="Where is A-1?"), ImageBlock(url="https://example.com/a.png")],
+    )
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=calls_then_answer),
+    )
+    answered, trace = agent_run(evaluator, agent, question)
+    assert answered == "A-1 has shipped."
+    first, second = trace.spans_of(SpanKind.LLM)
+    assert (first.input, second.input) == (None, None)
+    assert [c.name for c in first.requested_tool_calls] == ["lookup_order"]
+    assert second.output == "A-1 has shipped."
+    assert evaluator.stats.problems == {"event field": 2}

@@ -925,7 +925,8 @@ class Translator:
         parent = self._parent(event.span_id)
         sent: Any = event.prompt if isinstance(event, LLMCompletionStartEvent) else None
         if isinstance(event, LLMChatStartEvent):
-            sent = _messages(event.messages)
+            messages = event.messages
+            sent = self.assembler.field("the messages sent", lambda: _messages(messages), None)
             stopped = self.assembler.field(
                 "the early stop", lambda: _early_stop(event.messages), None
             )
