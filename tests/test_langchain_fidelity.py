@@ -2099,3 +2099,89 @@ def test_a_real_chat_openai_on_the_responses_api_gives_its_reasoning_and_web_sea
         ),
     ]
     assert (second.output, trace.output) == ("A-1 has shipped.", "A-1 has shipped.")
+
+
+@tool
+def read_page(page: int) -> str:
+    """Read a page of the manual."""
+    return f"page {page}: " + "the pump primes in three strokes. " * 40
+
+
+def _reading_agent(middleware: list[Any]) -> tuple[Any, list[list[tuple[str, Any]]]]:
+    """An agent that reads five pages, one per model call, and what each call was sent."""
+    received: list[list[tuple[str, Any]]] = []
+
+    def reply(messages: Any) -> AIMessage:
+        received.append([(m.type, m.content) for m in messages])
+        turn = len(received)
+        if turn <= 5:
+            return AIMessage("", tool_calls=[tool_call("read_page", f"p{turn}", page=turn)])
+        return AIMessage("The pump primes in three strokes.")
+
+    model = ScriptedChatModel(reply=reply)
+    return create_agent(model, tools=[read_page], middleware=middleware), received
+
+
+def _summarise_first_page(evaluator: OnlineEvaluator) -> Any:
+    from langchain.agents.middleware import wrap_model_call
+
+    def summarise(request: Any, handler: Any) -> Any:
+        # the app's own code shortens an early tool result in place (the same message
+        # object) once the conversation grows: the calls after it were sent the short text.
+        # The recorder reads a call's messages after the call started, on its own thread:
+        # it has caught up here, so the calls before the change are recorded as sent
+        tools = [m for m in request.messages if isinstance(m, ToolMessage)]
+        if len(tools) == 3:
+            evaluator.flush()
+            tools[0].content = "page 1: summarised"
+        return handler(request)
+
+    return wrap_model_call(summarise)
+
+
+@pytest.mark.parametrize("editing", ["in place", "context editing"])
+def test_each_model_call_records_what_it_was_sent_and_the_line_each_message_once(
+    evaluator: OnlineEvaluator, editing: str
+) -> None:
+    # every model call is sent the conversation so far: held as it came, a run of 300 tool
+    # calls kept 45,000 copies of their results (400 MB) and wrote a 119 MB line. Messages
+    # resent are now held and written once, and a message changed since it was first sent
+    # (in place, or by ContextEditingMiddleware's copies) is recorded as the call got it
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+
+    middleware: Any = (
+        _summarise_first_page(evaluator)
+        if editing == "in place"
+        else ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=800, keep=2)])
+    )
+    agent, received = _reading_agent([middleware])
+    agent.invoke(
+        {"messages": [("user", "How does the pump prime?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    evaluator.flush()
+    [trace] = evaluator.captured()
+    calls = trace.spans_of(SpanKind.LLM)
+    recorded = [[(m["role"], m["content"]) for m in call.input[0]] for call in calls]
+    assert recorded == received and len(received) == 6
+    changed = "page 1: summarised" if editing == "in place" else "[cleared]"
+    assert [m[2][1] for m in received[1:]] == [
+        read_page.invoke({"page": 1}),
+        read_page.invoke({"page": 1}),
+        changed,
+        changed,
+        changed,
+    ]
+    # held once: a later call's messages are the earlier call's own objects
+    assert calls[5].input[0][0] is calls[1].input[0][0]
+    # written once: each page's text is in one model call's input of the line
+    [line] = (evaluator.capture_path or Path()).read_text().splitlines()
+    written = [s["input"] for s in json.loads(line)["spans"] if s["kind"] == "llm"]
+    counts = [
+        json.dumps(written).count(json.dumps(read_page.invoke({"page": page})))
+        for page in range(1, 6)
+    ]
+    # a call that was sent a changed message shares only the messages before it: the
+    # pages after the change are written again (once per change)
+    assert counts == ([1, 2, 1, 1, 1] if editing == "in place" else [1, 2, 2, 2, 1])
+    assert json.loads(line) == json.loads(trace.to_json())

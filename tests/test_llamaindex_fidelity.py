@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -1278,3 +1279,46 @@ def test_messages_that_cannot_be_read_cost_the_input_never_the_call(
     assert [c.name for c in first.requested_tool_calls] == ["lookup_order"]
     assert second.output == "A-1 has shipped."
     assert evaluator.stats.problems == {"event field": 2}
+
+
+def test_a_long_run_holds_and_writes_each_message_once(evaluator: OnlineEvaluator) -> None:
+    # each model call is sent the whole conversation again; held as it came, a long run's
+    # memory and its capture line grew with the square of its length
+    received: list[list[tuple[str, str]]] = []
+
+    def read_page(page: int) -> str:
+        """Read a page of the manual."""
+        return f"page {page}: " + "the pump primes in three strokes. " * 40
+
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        received.append([(str(m.role.value), m.content or "") for m in messages])
+        turn = len(received)
+        if turn > 4:
+            return ChatMessage(role=MessageRole.ASSISTANT, content="It primes in three strokes.")
+        block = ToolCallBlock(
+            tool_call_id=f"p{turn}", tool_name="read_page", tool_kwargs={"page": turn}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(fn=read_page)],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+    )
+    instrumentation = instrument(evaluator)
+    try:
+
+        async def run() -> str:
+            return str(await agent.run("How does the pump prime?"))
+
+        assert asyncio.run(run()) == "It primes in three strokes."
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    calls = trace.spans_of(SpanKind.LLM)
+    assert [[(m["role"], m["content"]) for m in call.input] for call in calls] == received
+    assert len(calls) == 5
+    assert calls[4].input[0] is calls[1].input[0]  # held once
+    line = json.loads(trace.to_json())
+    written = json.dumps([s["input"] for s in line["spans"] if s["kind"] == "llm"])
+    for page in range(1, 5):
+        assert written.count(json.dumps(read_page(page))) == 1  # written once

@@ -3,6 +3,7 @@ results."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -452,3 +453,136 @@ def test_ids_stay_unique_when_the_program_seeds_random_or_forks() -> None:
     parents = [Trace(input="q").id for _ in range(3)]
     every = [*children[0], *children[1], *parents]
     assert len(every) == len(set(every)) == 9
+
+
+def _conversation_run(calls: int) -> Trace:
+    """A run as an agent makes it: each model call is sent the conversation so far (as
+    equal copies, the way a framework's messages are converted anew at each call)."""
+    said: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "human", "content": "Read the manual."},
+    ]
+    spans = []
+    for number in range(calls):
+        sent = [dict(message) for message in said]
+        spans.append(Span(id=f"m{number}", kind=SpanKind.LLM, name="gpt", input=[sent]))
+        call = ToolCall(id=f"c{number}", name="read_page", arguments={"page": number})
+        call.result = f"page {number}: " + "lorem ipsum " * 100
+        spans.append(Span(id=f"t{number}", kind=SpanKind.TOOL, name="read_page", tool_call=call))
+        said += [
+            {"role": "ai", "content": "", "tool_calls": [{"name": "read_page", "id": call.id}]},
+            {"role": "tool", "content": call.result},
+        ]
+    return Trace(spans=spans)
+
+
+def test_a_conversation_resent_to_each_model_call_is_written_once() -> None:
+    # each model call is sent every earlier message again: a line held 300 tool results
+    # 45,000 times (119 MB for one run); now each message once, the rest by reference
+    trace = _conversation_run(4)
+    line = json.loads(trace.to_json())
+    written = [
+        (span["input"], span["attributes"].get("agenteval.input.shared"))
+        for span in line["spans"]
+        if span["kind"] == "llm"
+    ]
+    whole = [span.input[0] for span in trace.spans if span.kind is SpanKind.LLM]
+    assert written == [
+        ([whole[0]], None),
+        ([whole[1][2:]], {"span": "m0", "messages": 2}),
+        ([whole[2][4:]], {"span": "m1", "messages": 4}),
+        ([whole[3][6:]], {"span": "m2", "messages": 6}),
+    ]
+    read = Trace.model_validate_json(trace.to_json())
+    assert read == trace
+    assert Trace.model_validate(trace.to_jsonable()) == trace
+    # read back, the calls hold the shared messages once: the same objects
+    first, last = read.spans[0].input[0], read.spans[6].input[0]
+    assert all(a is b for a, b in zip(first, last[:2], strict=False))
+    # the line grows with the run, not with its square
+    sizes = [len(_conversation_run(calls).to_json()) for calls in (10, 20, 40)]
+    assert sizes[2] - sizes[1] < 2.2 * (sizes[1] - sizes[0])
+
+
+def test_a_flat_conversation_and_a_branching_one_round_trip() -> None:
+    # LlamaIndex and CrewAI send a flat list of messages; two agents of one run share
+    # only their first messages, and each call is matched with the one it shares most with
+    system = {"role": "system", "content": "Be brief."}
+    asked = {"role": "user", "content": "Plan a trip."}
+    planner = [system, asked, {"role": "assistant", "content": "Plan: fly."}]
+    booker = [system, asked, {"role": "assistant", "content": "Booking."}]
+    spans = [
+        Span(id="p1", kind=SpanKind.LLM, name="m", input=[dict(m) for m in planner[:2]]),
+        Span(id="b1", kind=SpanKind.LLM, name="m", input=[dict(m) for m in booker[:2]]),
+        Span(id="p2", kind=SpanKind.LLM, name="m", input=[dict(m) for m in planner]),
+        Span(id="b2", kind=SpanKind.LLM, name="m", input=[dict(m) for m in booker]),
+        Span(id="x", kind=SpanKind.LLM, name="m", input=[{"role": "user", "content": "Hi"}]),
+    ]
+    trace = Trace(spans=spans)
+    line = json.loads(trace.to_json())
+    assert [(s["input"], s["attributes"]) for s in line["spans"]] == [
+        (planner[:2], {}),
+        ([], {"agenteval.input.shared": {"span": "p1", "messages": 2}}),
+        ([planner[2]], {"agenteval.input.shared": {"span": "b1", "messages": 2}}),
+        ([booker[2]], {"agenteval.input.shared": {"span": "p2", "messages": 2}}),
+        ([{"role": "user", "content": "Hi"}], {}),
+    ]
+    assert Trace.model_validate_json(trace.to_json()) == trace
+    # spans of one id (a trace built by hand) leave a reference ambiguous: none is written
+    twins = Trace(spans=[span.model_copy(update={"id": "same"}) for span in spans])
+    assert "agenteval.input.shared" not in twins.to_json()
+    assert Trace.model_validate_json(twins.to_json()) == twins
+
+
+def test_a_shared_input_that_cannot_be_resolved_is_kept_as_written() -> None:
+    reference = {"agenteval.input.shared": {"span": "gone", "messages": 2}}
+    too_many = {"agenteval.input.shared": {"span": "m0", "messages": 5}}
+    line = {
+        "spans": [
+            {"id": "m0", "kind": "llm", "name": "m", "input": [[{"role": "user"}]]},
+            {"id": "m1", "kind": "llm", "name": "m", "input": [[]], "attributes": reference},
+            {"id": "m2", "kind": "llm", "name": "m", "input": [[]], "attributes": too_many},
+        ]
+    }
+    read = Trace.model_validate(line)
+    assert [(s.input, s.attributes) for s in read.spans[1:]] == [
+        ([[]], reference),
+        ([[]], too_many),
+    ]
+
+
+def test_version_2_lines_with_every_copy_read_as_before() -> None:
+    trace = _conversation_run(3)
+    old = trace.model_dump(mode="json")  # every message in every call, as version 2 wrote
+    old["schema_version"] = 2
+    read = Trace.model_validate(old)
+    assert read == trace and read.schema_version == SCHEMA_VERSION
+
+
+_MESSAGES = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "ai", "tool"]), "content": st.text(max_size=5)}
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.lists(_MESSAGES, max_size=3), st.booleans()),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_any_sequence_of_conversations_round_trips(
+    calls: list[tuple[int, list[dict[str, Any]], bool]],
+) -> None:
+    # each call keeps a prefix of the call before (any length, even past its end) and adds
+    # messages; wrapped as LangChain sends them or flat
+    spans: list[Span] = []
+    said: list[dict[str, Any]] = []
+    for number, (kept, added, wrapped) in enumerate(calls):
+        said = [dict(m) for m in said[:kept]] + added
+        sent: list[Any] = [list(said)] if wrapped else list(said)
+        spans.append(Span(id=f"s{number}", kind=SpanKind.LLM, name="m", input=sent))
+    trace = Trace(spans=spans)
+    assert Trace.model_validate_json(trace.to_json()) == trace
+    assert Trace.model_validate(trace.to_jsonable()) == trace

@@ -643,7 +643,9 @@ class Translator:
             e,
             SpanKind.LLM,
             name,
-            jsonable(prompts),
+            [self.assembler.messages(e.parent_run_id, prompts[0], jsonable)]
+            if len(prompts) == 1 and isinstance(prompts[0], list)
+            else jsonable(prompts),
             attributes=attributes,
             tools=None
             if internal

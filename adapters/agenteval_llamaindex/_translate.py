@@ -926,7 +926,11 @@ class Translator:
         sent: Any = event.prompt if isinstance(event, LLMCompletionStartEvent) else None
         if isinstance(event, LLMChatStartEvent):
             messages = event.messages
-            sent = self.assembler.field("the messages sent", lambda: _messages(messages), None)
+            sent = self.assembler.field(
+                "the messages sent",
+                lambda: self.assembler.messages(parent, list(messages), _messages),
+                None,
+            )
             stopped = self.assembler.field(
                 "the early stop", lambda: _early_stop(event.messages), None
             )

@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 from .._fork import renew_after_fork
 from .._sync import time_left
 from ..metrics._loops import LoopGuard
+from ..schema._conversation import messages_of, share_conversation
 from ..schema._trace import (
     AGENT_NAME,
     GUARD_REFUSED,
@@ -92,6 +93,35 @@ class _Unset:
 
 UNSET: Any = _Unset()
 """Marks an argument that was not given (``None`` is a real output)."""
+
+
+def _fields(message: Any) -> tuple[Any, ...]:
+    """The values a message holds (a dict's, an object's attributes), compared to tell that
+    it was changed since it was converted."""
+    if type(message) is dict:
+        return tuple(message.values())
+    return tuple(getattr(message, "__dict__", {}).values())
+
+
+_Converted = tuple[Any, tuple[Any, ...], Any]
+"""A message object, the values it held, and its converted form."""
+
+CONVERTED_CALLS = 4
+"""Model calls of a run whose converted messages are kept for its next calls (agents that
+take turns in one run each resend their own conversation)."""
+
+
+def _converted(calls: deque[dict[int, _Converted]], message: Any) -> _Converted | None:
+    """The converted form a recent call of the run made of ``message``, if it still holds
+    the values it held then."""
+    for call in reversed(calls):
+        entry = call.get(id(message))
+        if entry is not None and entry[0] is message:
+            try:
+                return entry if entry[1] == _fields(message) else None
+            except Exception:  # values that refuse to compare: convert anew
+                return None
+    return None
 
 
 class _Marker:
@@ -439,6 +469,13 @@ class _OpenTrace:
     """The loop guard has refused a call of this run."""
     last_event: float = 0.0
     """When a span of this run last started or ended (the event's own time)."""
+    converted: deque[dict[int, _Converted]] = field(
+        default_factory=lambda: deque(maxlen=CONVERTED_CALLS)
+    )
+    """The messages of the run's last model calls, one dict per call, by ``id``: the object
+    (kept alive, so no other takes its ``id``), the values it held then, and its converted
+    form. Only the last few calls: a middleware that copies the conversation for each call
+    would otherwise keep every copy for the whole run."""
 
 
 @dataclass
@@ -494,6 +531,36 @@ class TraceAssembler:
         except Exception as exc:
             self.recorder.field_failed(what, exc)
             return default
+
+    def messages(
+        self, parent_key: Hashable | None, messages: list[Any], convert: Callable[[Any], Any]
+    ) -> Any:
+        """The messages a model call was sent, converted for its span: a message object an
+        earlier call of the same run was sent is converted once, and the calls share its
+        converted form. Frameworks resend the same objects, the whole conversation at each
+        call, so converting each again costs a long run time on the order of its length
+        squared. A message that holds another value than it did (a new content, say) is
+        converted anew. ``convert`` is given a list of messages and returns the list
+        converted."""
+        open_span = self._spans.get(parent_key) if parent_key is not None else None
+        if open_span is None or not messages:
+            return convert(messages)
+        calls = open_span.owner.converted
+        found = [_converted(calls, message) for message in messages]
+        fresh = [message for message, entry in zip(messages, found, strict=True) if entry is None]
+        made = convert(fresh) if fresh else []
+        if type(made) is not list or len(made) != len(fresh):  # cut short by its budget
+            return convert(messages)
+        converted = iter(made)
+        this_call: dict[int, _Converted] = {}
+        sent = []
+        for message, entry in zip(messages, found, strict=True):
+            if entry is None:
+                entry = (message, _fields(message), next(converted))
+            this_call[id(message)] = entry
+            sent.append(entry[2])
+        calls.append(this_call)
+        return sent
 
     def is_root(self, key: Hashable) -> bool:
         """Whether an open span is the root of its trace."""
@@ -554,6 +621,10 @@ class TraceAssembler:
         owner = self._new_trace(key, input, start_time) if parent is None else parent.owner
         at = start_time if start_time is not None else time.time()
         self._active(owner, at)
+        if kind is SpanKind.LLM and parent is not None:
+            messages = messages_of(input)
+            if messages:  # the conversation so far, resent: held once (see share_conversation)
+                share_conversation(messages, owner.trace.spans)
         span = Span(
             id=new_id()[:16],
             parent_id=parent.span.id if parent is not None else None,

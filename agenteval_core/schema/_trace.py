@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .._errors import MetricInputError
 from .._fork import renew_after_fork
+from ._conversation import SHARED_INPUT, rebuild_conversations, written_conversations
 from ._unvalidated import unvalidated_with_defaults
 
 __all__ = [
@@ -54,13 +55,16 @@ __all__ = [
     "text_of",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the JSON form; a reader refuses traces from a newer version.
 
-Version 2 writes each tool call once: a tool span's ``input``, ``output`` and ``error`` are
-left out of its line where they are its ``tool_call``'s arguments, result and error (as they
-are whenever agenteval records the call), and the LLM span's requests carry no results.
-Version 1 lines, which hold every copy, read as before."""
+Version 3 writes each message of a run's conversation once: a model call's messages that
+an earlier model call of the run was sent too are left out of its ``input`` and named by
+reference (:data:`~agenteval_core.schema._conversation.SHARED_INPUT`). Version 2 writes each
+tool call once: a tool span's ``input``, ``output`` and ``error`` are left out of its line
+where they are its ``tool_call``'s arguments, result and error (as they are whenever
+agenteval records the call), and the LLM span's requests carry no results. Lines of
+versions 1 and 2, which hold the copies, read as before."""
 
 GUARD_REFUSED = "agenteval.guard.refused"
 """Span attribute set to ``True`` on a tool call that the loop guard refused."""
@@ -485,7 +489,10 @@ class Trace(_Model):
     def _one_record_per_call(self) -> Trace:
         # one loop per trace, not a validator per span: replay parses millions of spans
         version_1 = self.schema_version == 1
+        shares = False
         for span in self.spans:
+            if span.attributes and SHARED_INPUT in span.attributes:
+                shares = True
             if version_1:  # its requests repeated the results, which are the calls'
                 for asked in span.requested_tool_calls:
                     asked.result = asked.error = None
@@ -499,25 +506,35 @@ class Trace(_Model):
                 span.output = call.result
             if "error" not in given:
                 span.error = call.error
-        # what was read is held as this version (version 1 differs only in holding copies),
-        # so writing it again writes a line of this version
+        if shares:
+            rebuild_conversations(self.spans)
+        # what was read is held as this version (versions 1 and 2 differ only in holding
+        # copies), so writing it again writes a line of this version
         self.schema_version = SCHEMA_VERSION
         return self
 
     def to_json(self) -> str:
         """The trace as one line of a capture: each tool call written once (a tool span's
-        input, output and error are left out where they equal its call's)."""
+        input, output and error are left out where they equal its call's), and each message
+        of a conversation its model calls resend written once (a model call's input leaves
+        out the first messages an earlier call was sent, and names that call)."""
         return self.json_bytes().decode()
 
     def json_bytes(self) -> bytes:
         """:meth:`to_json` as UTF-8, made without a ``str`` in between (the capture writes
         bytes; for a trace of megabytes the round trip costs about a millisecond)."""
-        return self.__pydantic_serializer__.to_json(self, exclude=self._call_copies())
+        return self.__pydantic_serializer__.to_json(self._written(), exclude=self._call_copies())
 
     def to_jsonable(self) -> dict[str, Any]:
-        """The trace as JSON-ready data with each tool call once, as :meth:`to_json` writes
-        it; ``Trace.model_validate`` of it gives the trace back."""
-        return self.model_dump(mode="json", exclude=self._call_copies())
+        """The trace as JSON-ready data, each tool call and conversation message once, as
+        :meth:`to_json` writes it; ``Trace.model_validate`` of it gives the trace back."""
+        return self._written().model_dump(mode="json", exclude=self._call_copies())
+
+    def _written(self) -> Trace:
+        """The trace itself, or a shallow copy whose model calls hold only the messages no
+        earlier call of the run was sent (see :func:`written_conversations`)."""
+        spans = written_conversations(self.spans)
+        return self if spans is None else self.model_copy(update={"spans": spans})
 
     def _call_copies(self) -> dict[str, Any] | None:
         """The ``exclude`` that leaves out each tool span's copies of its call's values."""
