@@ -1,5 +1,5 @@
 """Replay throughput against parse-only, memory over 10x more traces, and session math at 1M;
-and what writing each tool call once (schema version 2) saves against version 1.
+and what writing each tool call once (schema version 2 and later) saves against version 1.
 
 python -m bench replay [--quick]
 """
@@ -16,6 +16,7 @@ import numpy as np
 
 from agenteval_core import (
     DEFAULT_SESSION_METRICS,
+    SCHEMA_VERSION,
     EvalCase,
     Metric,
     MetricKind,
@@ -122,20 +123,21 @@ def throughput(directory: Path, count: int) -> None:
 
 def line_format(directory: Path, count: int) -> None:
     """The same traces as version-1 lines (each tool call's arguments and result also on its
-    span and the results on the model's requests) and as version-2 lines (once)."""
+    span and the results on the model's requests) and as lines of the current version (once;
+    these traces' model calls carry no conversations, so version 3 writes them as 2 did)."""
     old = write_capture(directory / "v1.jsonl", count, version=1)
     new = write_capture(directory / "v2.jsonl", count)
     best = {old: 0.0, new: 0.0}
     for _ in range(ROUNDS):
         for path in best:
             best[path] = max(best[path], _rate(lambda p=path: sum(1 for _ in read_capture(p))))
-    for version, path in ((1, old), (2, new)):
+    for version, path in ((1, old), (SCHEMA_VERSION, new)):
         print(
             f"schema version {version}: {path.stat().st_size / count:,.0f} bytes per trace, "
             f"parse {1e6 / best[path]:.0f} µs per trace"
         )
     print(
-        f"version 2 / version 1: bytes {new.stat().st_size / old.stat().st_size:.3f}, "
+        f"version {SCHEMA_VERSION} / version 1: bytes {new.stat().st_size / old.stat().st_size:.3f}, "
         f"parse time {best[old] / best[new]:.3f}"
     )
 
