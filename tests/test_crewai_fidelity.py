@@ -1283,3 +1283,38 @@ def test_an_mcp_servers_tools_are_the_runs_tools(evaluator: OnlineEvaluator) -> 
     )
     checked = ParameterCorrectness().measure(trace)
     assert (checked.score, checked.reason) == (1.0, "1 calls checked, 0 with schema errors")
+
+
+def test_a_long_run_records_what_each_call_was_sent_and_writes_it_once(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # every model call is sent the conversation so far (CrewAI's events copy the messages):
+    # written as it came, the capture line grew with the square of the run's length
+    @tool("read_page")
+    def read_page(page: int) -> str:
+        """Read a page of the manual."""
+        return f"page {page}: " + "the pump primes in three strokes. " * 40
+
+    received: list[list[tuple[str, Any]]] = []
+
+    def reply(messages: Any) -> str | list[dict[str, Any]]:
+        received.append([(m["role"], m["content"]) for m in messages])
+        turn = len(received)
+        if turn <= 6:
+            return [native_call(f"c{turn}", "read_page", page=turn)]
+        return "It primes in three strokes."
+
+    llm = ScriptedLLM(model="gpt-4o", native=True, reply=reply)
+    agent = Agent(role="reader", goal="read", backstory="b", llm=llm, tools=[read_page])
+    task = Task(description="How does the pump prime?", expected_output="short", agent=agent)
+    listener = AgentEvalListener(evaluator)
+    Crew(agents=[agent], tasks=[task]).kickoff()
+    [trace] = captured_by(listener)
+    calls = trace.spans_of(SpanKind.LLM)
+    assert [[(m["role"], m["content"]) for m in call.input] for call in calls] == received
+    assert len(calls) == 7
+    written = json.dumps(
+        [s["input"] for s in json.loads(trace.to_json())["spans"] if s["kind"] == "llm"]
+    )
+    for page in range(1, 7):
+        assert written.count(json.dumps(read_page.run(page=page))) == 1  # written once

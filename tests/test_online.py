@@ -89,6 +89,64 @@ def test_assembler_builds_one_trace_with_parent_links() -> None:
     assert assembler.open_traces() == 0 and len(assembler.recorder.guard) == 0
 
 
+class _Message:
+    """A framework's message object, which its model calls are sent again and again."""
+
+    def __init__(self, role: str, content: str) -> None:
+        self.role, self.content = role, content
+
+
+def test_a_conversation_resent_to_each_model_call_is_converted_and_held_once() -> None:
+    # each model call is sent the whole conversation again: converted and held anew each
+    # time, a run of n calls cost time and memory on the order of n squared
+    finished: list[Trace] = []
+    assembler = assembler_with(finished)
+    assembler.start_span("root", None, SpanKind.AGENT, "agent", input="q")
+    converted: list[list[str]] = []
+
+    def convert(messages: list[_Message]) -> list[dict[str, str]]:
+        converted.append([m.content for m in messages])
+        return [{"role": m.role, "content": m.content} for m in messages]
+
+    conversation = [_Message("user", "q")]
+    for turn in range(4):
+        if turn == 3:
+            conversation[1].content = "call 0, edited"  # changed in place since it was sent
+        sent = assembler.messages("root", list(conversation), convert)
+        assembler.start_span(f"llm{turn}", "root", SpanKind.LLM, "m", input=[sent])
+        assembler.end_span(f"llm{turn}", output="")
+        conversation += [_Message("ai", f"call {turn}"), _Message("tool", f"result {turn}")]
+    # a framework whose events copy the messages (equal dicts, new objects): held once too
+    copies = [{"role": m.role, "content": m.content} for m in conversation]
+    assembler.start_span("llm4", "root", SpanKind.LLM, "m", input=copies)
+    assembler.end_span("root", output="a")
+    [trace] = finished
+    assert converted == [
+        ["q"],
+        ["call 0", "result 0"],
+        ["call 1", "result 1"],
+        ["call 0, edited", "call 2", "result 2"],
+    ]
+    inputs = [s.input[0] for s in trace.spans_of(SpanKind.LLM)[:4]]
+    assert inputs[3] == [
+        {"role": "user", "content": "q"},
+        {"role": "ai", "content": "call 0, edited"},
+        {"role": "tool", "content": "result 0"},
+        {"role": "ai", "content": "call 1"},
+        {"role": "tool", "content": "result 1"},
+        {"role": "ai", "content": "call 2"},
+        {"role": "tool", "content": "result 2"},
+    ]
+    assert inputs[1][1] == {"role": "ai", "content": "call 0"}  # as that call was sent it
+    assert inputs[3][0] is inputs[0][0] and inputs[3][2] is inputs[1][2]
+    held = trace.spans_of(SpanKind.LLM)[4].input
+    assert held == inputs[3] + [
+        {"role": "ai", "content": "call 3"},
+        {"role": "tool", "content": "result 3"},
+    ]
+    assert all(a is b for a, b in zip(held, inputs[3], strict=False))
+
+
 def test_children_still_open_at_root_end_are_kept_with_a_note() -> None:
     finished: list[Trace] = []
     assembler = assembler_with(finished)
