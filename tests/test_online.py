@@ -689,6 +689,38 @@ def test_a_forked_child_scores_its_own_traces(tmp_path: Path) -> None:
     assert [t.output for t in read_capture(tmp_path / "c.jsonl")] == ["parent", "child"]
 
 
+def test_a_forked_child_does_not_capture_the_parents_runs_in_flight(tmp_path: Path) -> None:
+    # a run open in the parent at fork() is the parent's: the child, closing, finished
+    # its copy as it stood and wrote it to the capture the two share
+    script = textwrap.dedent(
+        f"""
+        import os, threading
+        from agenteval_core import OnlineEvaluator, SpanKind
+        evaluator = OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r}, log=False)
+        assembler = evaluator.recorder.assembler("test")
+        opened = threading.Event()
+        def start(event):
+            assembler.start_span("root", None, SpanKind.AGENT, "agent", input="parent's")
+            opened.set()
+        evaluator.recorder.pump.put((start,))
+        assert opened.wait(30)
+        pid = os.fork()
+        if pid == 0:
+            evaluator.close()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        evaluator.close()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [trace] = read_capture(tmp_path / "c.jsonl")
+    assert (trace.input, trace.status_reason) == (
+        "parent's",
+        "still running when the evaluator closed: recorded as it stood",
+    )
+
+
 class HeldMetric(Metric):
     """Holds the traces whose output names an event until the test sets it."""
 

@@ -669,6 +669,7 @@ class OnlineEvaluator:
 
         self.flush(remaining())
         self.recorder.close(remaining())
+        self.flush(remaining())  # the runs the recorder finished as they stood, if any
         with self._idle:
             self._closed = True
         sessions_closed = asyncio.run_coroutine_threadsafe(_close_sessions(self.engine), self._loop)

@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -60,6 +61,9 @@ around the run, a client that went away), a stream closed before its end, Ctrl-C
 STALE_AFTER = 600.0
 """Seconds without an event after which an open run counts as one that will never end (a
 framework that lost its end event), evicted once more than ``max_open_runs`` are open."""
+
+OPEN_AT_CLOSE = "still running when the evaluator closed: recorded as it stood"
+"""The error of a run the evaluator's ``close`` found still running."""
 
 CANCELLED_BY_CALLER = "cancelled by its caller"
 """The status reason of a ``cancelled`` run."""
@@ -276,11 +280,14 @@ class Recorder:
         self._waiting_on_drains: threading.Thread | None = None
         """The thread holding the latest event queued by :meth:`put_after_drains`."""
         self._waiting_lock = threading.Lock()
+        self._assemblers: weakref.WeakSet[TraceAssembler] = weakref.WeakSet()
         renew_after_fork(self)
 
     def _after_fork(self) -> None:
         self._waiting_on_drains = None  # its thread is not in the child
         self._waiting_lock = threading.Lock()
+        for assembler in list(self._assemblers):
+            assembler.forget_open_runs()  # the parent's, which the parent records
 
     def drain_before_flush(self, drain: Callable[[float | None], bool]) -> None:
         """Have every :meth:`flush` first call ``drain(timeout)``, which returns False when
@@ -336,7 +343,9 @@ class Recorder:
     def assembler(self, framework: str, *, watch_loops: bool = True) -> TraceAssembler:
         """A trace assembler for one adapter object. With ``watch_loops`` it checks each tool
         call it records with the guard (for adapters that do not check calls before they run)."""
-        return TraceAssembler(framework, self, watch_loops=watch_loops)
+        assembler = TraceAssembler(framework, self, watch_loops=watch_loops)
+        self._assemblers.add(assembler)
+        return assembler
 
     def check_tool_call(
         self,
@@ -423,11 +432,24 @@ class Recorder:
         return delivered
 
     def close(self, timeout: float | None = None) -> None:
-        """Handle what is queued (the events waiting on drains included), then stop the
-        pump's thread."""
+        """Handle what is queued (the events waiting on drains included), finish the runs
+        still going as they stand (see :meth:`TraceAssembler.finish_open_runs`), then stop
+        the pump's thread."""
         remaining = time_left(timeout)
         self._wait_for_queued_after_drains(remaining())
+        self.pump.put((self._finish_open_runs,))
         self.pump.close(remaining())
+
+    def _finish_open_runs(self, _: tuple[Any, ...]) -> None:
+        finished = sum(assembler.finish_open_runs() for assembler in list(self._assemblers))
+        if finished:
+            logger.warning(
+                "agenteval: %d run(s) were still going when the evaluator closed: each is "
+                "captured as it stood, with status error (%s); what they do after this is "
+                "not recorded. Close the evaluator after the agent's last run",
+                finished,
+                OPEN_AT_CLOSE,
+            )
 
 
 class RunRoots:
@@ -517,6 +539,9 @@ class TraceAssembler:
         self._traces: OrderedDict[Hashable, _OpenTrace] = OrderedDict()
         self.unknown_ends = 0
         self.evicted = 0
+        self._finished_at_close: set[Hashable] = set()
+        """The open spans of the runs finished at close, and the spans started in them
+        since: a run that goes on after the evaluator closed adds nothing to another."""
 
     def open_traces(self) -> int:
         """How many traces have started and not finished."""
@@ -617,6 +642,9 @@ class TraceAssembler:
         """Open a span; with no known parent it opens a new trace."""
         if key in self._spans:
             return  # a repeated start: keep the first
+        if parent_key in self._finished_at_close:
+            self._finished_at_close.add(key)
+            return
         parent = self._spans.get(parent_key) if parent_key is not None else None
         owner = self._new_trace(key, input, start_time) if parent is None else parent.owner
         at = start_time if start_time is not None else time.time()
@@ -875,11 +903,32 @@ class TraceAssembler:
                 return
             self._evict(owner)
 
+    def forget_open_runs(self) -> None:
+        """Drop the runs open now without finishing them (in a forked child: they are the
+        parent's, and finishing them at the child's close would capture them twice)."""
+        self._traces.clear()
+        self._spans.clear()
+
+    def finish_open_runs(self) -> int:
+        """Finish every run still open as it stands, with status ``error`` and the reason
+        :data:`OPEN_AT_CLOSE` (the evaluator is closing: a run that never ends before the
+        process exits would otherwise be lost whole, the calls it had made included). Later
+        events of those runs are ignored. Returns how many runs were finished."""
+        owners = list(self._traces.values())
+        for owner in owners:
+            self._finished_at_close.update(owner.open_keys)
+            self._cut_short(owner, OPEN_AT_CLOSE)
+        return len(owners)
+
     def _evict(self, owner: _OpenTrace) -> None:
-        root = self._spans[owner.key].span if owner.key in self._spans else owner.trace.spans[0]
         self.evicted += 1
-        root.error = root.error or "evicted: the run never ended"
+        self._cut_short(owner, "evicted: the run never ended")
+
+    def _cut_short(self, owner: _OpenTrace, reason: str) -> None:
+        """Finish a run that has not ended, as it stands, with ``reason`` as its error."""
+        root = self._spans[owner.key].span if owner.key in self._spans else owner.trace.spans[0]
+        root.error = root.error or reason
         root.end_time = root.end_time or time.time()
         self._spans.pop(owner.key, None)
         owner.open_keys.discard(owner.key)
-        self._finish(owner, root, note="evicted: the run never ended")
+        self._finish(owner, root, note=reason)
