@@ -28,6 +28,7 @@ from agenteval_core import (
     ToolCall,
     Trace,
     TraceResults,
+    read_capture,
 )
 
 ORDERS = {"A-1": "shipped", "A-2": "processing"}
@@ -489,13 +490,15 @@ def test_handler_never_raises_when_evaluation_fails(tmp_path: Path) -> None:
     evaluator.close()
 
 
-def test_a_run_that_ends_after_close_is_accounted_for(
+def test_a_run_going_at_close_is_captured_as_it_stood_and_one_after_is_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # an agent thread still running when the evaluator is closed (the exit hook, or a
-    # `with` block left early): its events after close were queued where no thread read them
+    # an agent thread still running when the evaluator is closed (the exit hook, a server
+    # shutting down, a `with` block left early): the run was lost whole, the model call it
+    # had made included. It is now captured as it stood; what it does after close adds
+    # nothing, and a whole run after close is counted, never silent
     evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", log=False)
-    handler = AgentEvalCallbackHandler(evaluator)
+    handler = AgentEvalCallbackHandler(evaluator, session_id="s1")
     in_tool, release = threading.Event(), threading.Event()
 
     @tool
@@ -519,21 +522,47 @@ def test_a_run_that_ends_after_close_is_accounted_for(
     agent_thread = threading.Thread(target=run)
     agent_thread.start()
     assert in_tool.wait(10)
-    evaluator.close()
     with caplog.at_level("WARNING", logger="agenteval"):
+        evaluator.close()
         release.set()
         agent_thread.join(10)
         run()  # a whole run after close
     assert replies == ["A-1 has shipped.", "A-1 has shipped."]  # the agent never noticed
+    [trace] = read_capture(tmp_path / "c.jsonl")
+    reason = "still running when the evaluator closed: recorded as it stood"
+    assert (trace.status, trace.status_reason, trace.error, trace.output) == (
+        RunStatus.ERROR,
+        reason,
+        reason,
+        None,
+    )
+    assert (trace.input, trace.session_id) == ("Where is A-1?", "s1")
+    assert [(s.kind, s.name, s.error) for s in trace.spans] == [
+        (SpanKind.AGENT, "LangGraph", reason),
+        (SpanKind.CHAIN, "model", None),
+        (SpanKind.LLM, "scripted-model", None),
+        (SpanKind.CHAIN, "tools", reason),
+        (SpanKind.TOOL, "slow_lookup", reason),
+    ]
+    [asked] = trace.spans_of(SpanKind.LLM)[0].requested_tool_calls
+    assert (asked.id, asked.name, asked.arguments) == ("c1", "slow_lookup", {"order_id": "A-1"})
+    assert [(c.id, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
+        ("c1", {"order_id": "A-1"}, None, reason)
+    ]
     stats = evaluator.stats
-    assert (stats.submitted, stats.captured, stats.capture_errors) == (2, 0, 2)
-    assert (stats.scored, stats.dropped_from_scoring) == (0, 2)
-    assert len(stats.uncaptured_trace_ids) == 2
-    assert stats.uncaptured_trace_ids == stats.unscored_trace_ids
+    assert (stats.submitted, stats.captured, stats.capture_errors) == (2, 1, 1)
+    assert (stats.scored, stats.dropped_from_scoring) == (1, 1)
+    [late] = stats.uncaptured_trace_ids
+    assert stats.unscored_trace_ids == [late] and late != trace.id
     assert evaluator.recorder.pump.errors == 0
-    [warning] = [r.getMessage() for r in caplog.records]
-    assert warning.startswith(f"agenteval: trace {stats.uncaptured_trace_ids[0]} finished after ")
-    assert not (tmp_path / "c.jsonl").read_text()
+    assert [r.getMessage() for r in caplog.records] == [
+        "agenteval: 1 run(s) were still going when the evaluator closed: each is captured as "
+        f"it stood, with status error ({reason}); what they do after this is not recorded. "
+        "Close the evaluator after the agent's last run",
+        f"agenteval: trace {late} finished after the evaluator was closed: neither captured "
+        "nor scored (counted, with any later ones, in stats.capture_errors and "
+        "stats.dropped_from_scoring); close the evaluator after the agent's last run",
+    ]
 
 
 def test_a_hundred_handlers_share_the_evaluators_one_thread(evaluator: OnlineEvaluator) -> None:

@@ -11,7 +11,6 @@ import json
 import operator
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -2189,76 +2188,6 @@ def test_each_model_call_records_what_it_was_sent_and_the_line_each_message_once
     # pages after the change are written again (once per change)
     assert counts == ([1, 2, 1, 1, 1] if editing == "in place" else [1, 2, 2, 2, 1])
     assert json.loads(line) == json.loads(trace.to_json())
-
-
-def test_a_run_still_going_when_the_evaluator_closes_is_captured_as_it_stood(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    # an agent thread still running at close (a server shutting down, an exit with a run
-    # in flight): its run was lost whole, the model call it had made included; now it is
-    # captured as it stood, and what the run does after close adds nothing
-    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", log=False)
-    started, release = threading.Event(), threading.Event()
-
-    @tool
-    def slow_lookup(order_id: str) -> str:
-        """Look up an order in a slow system."""
-        started.set()
-        release.wait(30)
-        return f"{order_id} shipped"
-
-    model = ScriptedChatModel(
-        replies=[
-            AIMessage("", tool_calls=[tool_call("slow_lookup", "c1", order_id="A-1")]),
-            AIMessage("A-1 has shipped."),
-        ]
-    )
-    agent = create_agent(model, tools=[slow_lookup])
-    answers: list[str] = []
-
-    def run() -> None:
-        state = agent.invoke(
-            {"messages": [("user", "Where is A-1?")]},
-            {"callbacks": [AgentEvalCallbackHandler(evaluator, session_id="s1")]},
-        )
-        answers.append(state["messages"][-1].content)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert started.wait(30)
-    with caplog.at_level("WARNING", logger="agenteval"):
-        evaluator.close()
-    release.set()
-    thread.join(30)
-    assert answers == ["A-1 has shipped."]  # the agent went on, untouched
-    [trace] = read_capture(tmp_path / "c.jsonl")
-    reason = "still running when the evaluator closed: recorded as it stood"
-    assert (trace.status, trace.status_reason, trace.error, trace.output) == (
-        RunStatus.ERROR,
-        reason,
-        reason,
-        None,
-    )
-    assert (trace.input, trace.session_id) == ("Where is A-1?", "s1")
-    assert [(s.kind, s.name, s.error) for s in trace.spans] == [
-        (SpanKind.AGENT, "LangGraph", reason),
-        (SpanKind.CHAIN, "model", None),
-        (SpanKind.LLM, "scripted-model", None),
-        (SpanKind.CHAIN, "tools", reason),
-        (SpanKind.TOOL, "slow_lookup", reason),
-    ]
-    [asked] = trace.spans_of(SpanKind.LLM)[0].requested_tool_calls
-    assert (asked.id, asked.name, asked.arguments) == ("c1", "slow_lookup", {"order_id": "A-1"})
-    assert [(c.id, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
-        ("c1", {"order_id": "A-1"}, None, reason)
-    ]
-    stats = evaluator.stats
-    assert (stats.submitted, stats.captured, stats.scored, stats.capture_errors) == (1, 1, 1, 0)
-    assert [r.getMessage() for r in caplog.records] == [
-        "agenteval: 1 run(s) were still going when the evaluator closed: each is captured as "
-        f"it stood, with status error ({reason}); what they do after this is not recorded. "
-        "Close the evaluator after the agent's last run"
-    ]
 
 
 def test_an_exit_with_a_run_in_flight_captures_it(tmp_path: Path) -> None:
