@@ -882,3 +882,46 @@ def test_summaries_count_errors_by_kind_and_keep_a_bounded_set_of_reasons() -> N
     assert summary.reasons[MetricSummary.OTHER_REASONS] == 50 + 3 + 2 + 1
     assert sum(summary.reasons.values()) == 156
     assert summary.as_dict()["error_kinds"] == {"unavailable": 151, "budget": 3, "metric_error": 2}
+
+
+def test_a_run_whose_end_was_not_seen_is_not_scored_nor_a_failure_of_its_session(
+    tmp_path: Path,
+) -> None:
+    # a run agenteval stopped recording before it ended (the evaluator closed while it
+    # ran, or it was taken for lost) scored as a failure would be a guess: every metric
+    # skips it, and its session is scored on the runs that ended
+    unfinished = Trace(
+        id="t1",
+        session_id="s1",
+        input="Where is A-1?",
+        status=RunStatus.UNFINISHED,
+        status_reason="still running when the evaluator closed: recorded as it stood",
+    )
+    ended = Trace(id="t2", session_id="s1", input="Where is A-2?", output="A-2 is processing.")
+    capture = tmp_path / "c.jsonl"
+    with CaptureWriter(capture) as writer:
+        writer.write(unfinished)
+        writer.write(ended)
+    traces: dict[str, list[MetricResult]] = {}
+    sessions: list[list[MetricResult]] = []
+    replay(
+        capture,
+        ["coherence", "tool_failures", "agent_reliability"],
+        on_trace=lambda trace, results: traces.setdefault(trace.id, results),
+        sinks=[CallbackSink(on_session=lambda _, results: sessions.append(results))],
+    )
+    reason = (
+        "not scored: the run had not ended when agenteval stopped recording it "
+        "(still running when the evaluator closed: recorded as it stood)"
+    )
+    assert [(r.name, r.score, r.skipped, r.reason) for r in traces["t1"]] == [
+        ("coherence", None, True, reason),
+        ("tool_failures", None, True, reason),
+    ]
+    assert [(r.name, r.skipped) for r in traces["t2"]] == [
+        ("coherence", False),
+        ("tool_failures", False),
+    ]
+    [[reliability]] = sessions
+    assert reliability.metadata["traces_evaluated"] == 1  # the run that ended, alone
+    assert reliability.metadata["total_traces_in_session"] == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from langchain_core.tools import StructuredTool, ToolException, tool
 from langgraph.prebuilt import ToolNode, create_react_agent
 
 from agenteval_core import (
+    DEFAULT_SESSION_METRICS,
     LoopAlert,
     OnlineEvaluator,
     RunStatus,
@@ -28,6 +30,7 @@ from agenteval_core import (
     ToolCall,
     Trace,
     TraceResults,
+    default_metric_names,
     read_capture,
 )
 
@@ -497,7 +500,8 @@ def test_a_run_going_at_close_is_captured_as_it_stood_and_one_after_is_counted(
     # shutting down, a `with` block left early): the run was lost whole, the model call it
     # had made included. It is now captured as it stood; what it does after close adds
     # nothing, and a whole run after close is counted, never silent
-    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", log=False)
+    results = tmp_path / "r.jsonl"
+    evaluator = OnlineEvaluator(capture=tmp_path / "c.jsonl", results_path=results, log=False)
     handler = AgentEvalCallbackHandler(evaluator, session_id="s1")
     in_tool, release = threading.Event(), threading.Event()
 
@@ -531,14 +535,14 @@ def test_a_run_going_at_close_is_captured_as_it_stood_and_one_after_is_counted(
     [trace] = read_capture(tmp_path / "c.jsonl")
     reason = "still running when the evaluator closed: recorded as it stood"
     assert (trace.status, trace.status_reason, trace.error, trace.output) == (
-        RunStatus.ERROR,
+        RunStatus.UNFINISHED,
         reason,
-        reason,
+        None,
         None,
     )
     assert (trace.input, trace.session_id) == ("Where is A-1?", "s1")
     assert [(s.kind, s.name, s.error) for s in trace.spans] == [
-        (SpanKind.AGENT, "LangGraph", reason),
+        (SpanKind.AGENT, "LangGraph", None),
         (SpanKind.CHAIN, "model", None),
         (SpanKind.LLM, "scripted-model", None),
         (SpanKind.CHAIN, "tools", reason),
@@ -549,6 +553,27 @@ def test_a_run_going_at_close_is_captured_as_it_stood_and_one_after_is_counted(
     assert [(c.id, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
         ("c1", {"order_id": "A-1"}, None, reason)
     ]
+    # not scored: how it would have ended, and scored, is unknown
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    [scored] = [line for line in lines if line.get("trace_id") == trace.id]
+    [session] = [
+        line for line in lines if line.get("session_id") == "s1" and "trace_id" not in line
+    ]
+    # nor a failure of its session: the session metrics found nothing to evaluate
+    assert [
+        (r["name"], r["score"], r["metadata"]["traces_evaluated"])
+        for r in session["session_results"]
+    ] == [("agent_reliability", None, 0), ("agent_consistency", None, 0)]
+    assert [(r["name"], r["score"], r["skipped"], r["reason"]) for r in scored["results"]] == [
+        (
+            name,
+            None,
+            True,
+            f"not scored: the run had not ended when agenteval stopped recording it ({reason})",
+        )
+        for name in default_metric_names()
+        if name not in DEFAULT_SESSION_METRICS
+    ]
     stats = evaluator.stats
     assert (stats.submitted, stats.captured, stats.capture_errors) == (2, 1, 1)
     assert (stats.scored, stats.dropped_from_scoring) == (1, 1)
@@ -557,8 +582,8 @@ def test_a_run_going_at_close_is_captured_as_it_stood_and_one_after_is_counted(
     assert evaluator.recorder.pump.errors == 0
     assert [r.getMessage() for r in caplog.records] == [
         "agenteval: 1 run(s) were still going when the evaluator closed: each is captured as "
-        f"it stood, with status error ({reason}); what they do after this is not recorded. "
-        "Close the evaluator after the agent's last run",
+        f"it stood, with status unfinished ({reason}), and not scored; what they do after "
+        "this is not recorded. Close the evaluator after the agent's last run",
         f"agenteval: trace {late} finished after the evaluator was closed: neither captured "
         "nor scored (counted, with any later ones, in stats.capture_errors and "
         "stats.dropped_from_scoring); close the evaluator after the agent's last run",

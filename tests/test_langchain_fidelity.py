@@ -2231,7 +2231,7 @@ assert asked.wait(30)
     [trace] = read_capture(tmp_path / "c.jsonl")
     reason = "still running when the evaluator closed: recorded as it stood"
     assert (trace.status, trace.status_reason, trace.input) == (
-        RunStatus.ERROR,
+        RunStatus.UNFINISHED,
         reason,
         "Where is A-1?",
     )

@@ -27,6 +27,10 @@ from agenteval_core import (
     EvalSuite,
     OnlineEvaluator,
     RegressionCase,
+    RunStatus,
+    Span,
+    SpanKind,
+    ToolCall,
     ToolCallLimit,
     Trace,
     cases_from_capture,
@@ -581,3 +585,35 @@ def test_a_saved_report_from_a_newer_agenteval_is_refused(tmp_path: Path) -> Non
     path.write_text('{"cases": 3}')
     with pytest.raises(CaptureError, match="not a suite report"):
         type(report).load(path)
+
+
+def test_a_run_whose_end_was_not_seen_is_neither_a_case_nor_a_reference(tmp_path: Path) -> None:
+    # an unfinished run (the evaluator closed while it ran) has no known outcome: it is no
+    # failure to make a case of, and no later success whose trajectory a case should follow
+    failed = Trace(
+        id="t1",
+        input="Book a hotel in Rome",
+        status=RunStatus.ERROR,
+        status_reason="RuntimeError: booking service down",
+        error="RuntimeError: booking service down",
+    )
+    unfinished = Trace(
+        id="t2",
+        input="Book a hotel in Rome",
+        status=RunStatus.UNFINISHED,
+        status_reason="still running when the evaluator closed: recorded as it stood",
+        spans=[
+            Span(kind=SpanKind.TOOL, name="book_hotel", tool_call=ToolCall(
+                name="book_hotel", arguments={"city": "Rome"},
+                error="still running when the evaluator closed: recorded as it stood",
+            ))
+        ],
+    )  # fmt: skip
+    capture = tmp_path / "c.jsonl"
+    with CaptureWriter(capture) as writer:
+        writer.write(failed)
+        writer.write(unfinished)
+    [case] = cases_from_capture(capture, metrics=["tool_failures"])
+    assert (case.count, case.provenance.trace_ids) == (1, ["t1"])
+    assert (case.provenance.status, case.provenance.reference_trace_id) == ("error", None)
+    assert case.expected_tool_calls is None

@@ -28,7 +28,7 @@ from .._sync import close_on_this_loop, run_sync
 from ..metrics._protocol import Metric, MetricKind, Score, SessionAccumulator, SessionMetric
 from ..metrics._registry import create_metric, list_metrics, metric_class
 from ..schema._results import MetricResult, TraceResults
-from ..schema._trace import EvalCase, Trace
+from ..schema._trace import EvalCase, RunStatus, Trace
 from ._history import SessionHistory
 from ._sinks import Sink
 
@@ -453,7 +453,18 @@ class Engine:
 
     async def _measure_rows(self, admitted: Sequence[_Admitted]) -> list[list[MetricResult]]:
         """Every metric's results for each admitted case, one row per case. A case the judge
-        sample leaves out gets a skipped result from each judge metric that says so."""
+        sample leaves out gets a skipped result from each judge metric that says so; an
+        ``unfinished`` run (its end unseen) a skipped result from every metric."""
+        unfinished = [_unfinished(one.case.trace) for one in admitted]
+        if any(unfinished):
+            ended = [one for one, skip in zip(admitted, unfinished, strict=True) if skip is None]
+            rows = iter(await self._measure_rows(ended))
+            return [
+                next(rows)
+                if skip is None
+                else [metric._case_result(skip, 0.0, one.case) for metric in self.metrics]
+                for one, skip in zip(admitted, unfinished, strict=True)
+            ]
         cases = [one.case for one in admitted]
         histories = [one.history for one in admitted]
         chosen = [index for index, one in enumerate(admitted) if one.sampled]
@@ -657,3 +668,15 @@ async def _aiter(batches: Any) -> Any:
     else:
         for batch in batches:
             yield batch
+
+
+def _unfinished(trace: Trace | None) -> Score | None:
+    """The skipped result every metric gives a run whose end agenteval did not see (status
+    ``unfinished``): what it would have scored is unknown, and a failure would be a guess."""
+    if trace is None or trace.status is not RunStatus.UNFINISHED:
+        return None
+    return Score.skip(
+        f"not scored: the run had not ended when agenteval stopped recording it "
+        f"({trace.status_reason or 'unfinished'})",
+        status=RunStatus.UNFINISHED.value,
+    )

@@ -445,8 +445,9 @@ class Recorder:
         if finished:
             logger.warning(
                 "agenteval: %d run(s) were still going when the evaluator closed: each is "
-                "captured as it stood, with status error (%s); what they do after this is "
-                "not recorded. Close the evaluator after the agent's last run",
+                "captured as it stood, with status unfinished (%s), and not scored; what "
+                "they do after this is not recorded. Close the evaluator after the agent's "
+                "last run",
                 finished,
                 OPEN_AT_CLOSE,
             )
@@ -910,10 +911,10 @@ class TraceAssembler:
         self._spans.clear()
 
     def finish_open_runs(self) -> int:
-        """Finish every run still open as it stands, with status ``error`` and the reason
-        :data:`OPEN_AT_CLOSE` (the evaluator is closing: a run that never ends before the
-        process exits would otherwise be lost whole, the calls it had made included). Later
-        events of those runs are ignored. Returns how many runs were finished."""
+        """Finish every run still open as it stands, with status ``unfinished`` and the
+        reason :data:`OPEN_AT_CLOSE` (the evaluator is closing: a run that never ends before
+        the process exits would otherwise be lost whole, the calls it had made included).
+        Later events of those runs are ignored. Returns how many runs were finished."""
         owners = list(self._traces.values())
         for owner in owners:
             self._finished_at_close.update(owner.open_keys)
@@ -925,9 +926,11 @@ class TraceAssembler:
         self._cut_short(owner, "evicted: the run never ended")
 
     def _cut_short(self, owner: _OpenTrace, reason: str) -> None:
-        """Finish a run that has not ended, as it stands, with ``reason`` as its error."""
+        """Finish a run that has not ended, as it stands: status ``unfinished`` (unless its
+        framework said how it ended already), ``reason`` on the spans still open."""
         root = self._spans[owner.key].span if owner.key in self._spans else owner.trace.spans[0]
-        root.error = root.error or reason
+        if owner.trace.status is None:
+            owner.trace.status, owner.trace.status_reason = RunStatus.UNFINISHED, reason
         root.end_time = root.end_time or time.time()
         self._spans.pop(owner.key, None)
         owner.open_keys.discard(owner.key)

@@ -279,7 +279,7 @@ class RunStatus(StrEnum):
     OK = "ok"
     """It finished and returned an output."""
     ERROR = "error"
-    """It raised, or never ended and was closed by agenteval (the reason says which)."""
+    """It raised."""
     INTERRUPTED = "interrupted"
     """It paused, waiting for a human (control flow, not a failure)."""
     STOPPED = "stopped"
@@ -290,6 +290,10 @@ class RunStatus(StrEnum):
     """The framework ended it for taking too long."""
     LIMIT = "limit"
     """The framework ended it at an iteration or recursion limit."""
+    UNFINISHED = "unfinished"
+    """agenteval stopped recording it before it ended (the evaluator closed while it ran, or
+    it had no event for so long that it was taken for lost): how it ended is unknown, so it
+    is captured as it stood and not scored (the reason says which)."""
 
 
 COMPLETED_STATUSES = frozenset({RunStatus.OK})
@@ -300,8 +304,8 @@ INCOMPLETE_STATUSES = frozenset(
     {RunStatus.ERROR, RunStatus.STOPPED, RunStatus.CANCELLED, RunStatus.TIMEOUT, RunStatus.LIMIT}
 )
 """Statuses of runs that did not complete: such a run fails its suite attempt and is a
-regression case's failure. ``ok`` and ``interrupted`` (a pause for a human: control flow) are
-not among them."""
+regression case's failure. ``ok``, ``interrupted`` (a pause for a human: control flow) and
+``unfinished`` (an end agenteval did not see) are not among them."""
 
 
 class ToolCall(_Model):

@@ -34,6 +34,7 @@ from ..schema._trace import (
     GUARD_REFUSED,
     EvalCase,
     ExpectedToolCall,
+    RunStatus,
     ToolCallLimit,
     Trace,
     known_version,
@@ -382,6 +383,7 @@ def cases_from_capture(
         if why is None:
             if not (
                 trace.incomplete
+                or trace.status is RunStatus.UNFINISHED  # neither failed nor passed
                 or trace.alerts
                 or scored.failing.get(trace.id)
                 or trace.id in scored.flagged
