@@ -63,7 +63,8 @@ STALE_AFTER = 600.0
 framework that lost its end event), evicted once more than ``max_open_runs`` are open."""
 
 OPEN_AT_CLOSE = "still running when the evaluator closed: recorded as it stood"
-"""The error of a run the evaluator's ``close`` found still running."""
+"""The status reason of a run the evaluator's ``close`` found still running (``unfinished``),
+and the error of its spans still open."""
 
 CANCELLED_BY_CALLER = "cancelled by its caller"
 """The status reason of a ``cancelled`` run."""
