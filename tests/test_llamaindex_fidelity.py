@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -630,6 +632,25 @@ def test_a_loop_of_a_steps_own_calls_is_an_alert(
     )
 
 
+def refund_agent() -> FunctionAgent:
+    """An agent that refunds the order its request names (A-1 to A-9) through
+    ``refund_once_approved``, which waits for a human's approval, then answers."""
+
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("Refunded.")
+        order = re.findall(r"A-\d", str(messages[-1].content or ""))[0]
+        block = ToolCallBlock(
+            tool_call_id="c1", tool_name="refund_once_approved", tool_kwargs={"order_id": order}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    return FunctionAgent(
+        tools=[FunctionTool.from_defaults(async_fn=refund_once_approved)],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+    )
+
+
 def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_paused(
     evaluator: OnlineEvaluator,
 ) -> None:
@@ -638,21 +659,6 @@ def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_pa
     # was recorded as a failed call (then the call again): tool_failures saw a failure that
     # never happened. A run stopped while it waits (its context saved for later) was
     # "cancelled"; it is paused for a human, as a LangGraph interrupt is
-    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
-        order = "A-2" if "A-2" in str(messages[-1].content or "") else "A-1"
-        if any(m.role == MessageRole.TOOL for m in messages):
-            return answer("Refunded.")
-        block = ToolCallBlock(
-            tool_call_id="c1", tool_name="refund_once_approved", tool_kwargs={"order_id": order}
-        )
-        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
-
-    def refund_agent() -> FunctionAgent:
-        return FunctionAgent(
-            tools=[FunctionTool.from_defaults(async_fn=refund_once_approved)],
-            llm=MockFunctionCallingLLM(response_generator=reply),
-        )
-
     async def approved_at_once() -> str:
         handler = refund_agent().run("Refund A-1")
         async for event in handler.stream_events():
@@ -693,6 +699,47 @@ def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_pa
     assert paused.tool_calls() == []  # the call waits: it runs in the resumed run
     assert [(c.id, c.result, c.error) for c in resumed.tool_calls()] == [("c1", "refunded", None)]
     assert resumed.status is RunStatus.OK
+
+
+def test_a_run_waiting_for_a_human_when_the_evaluator_closes_is_paused(tmp_path: Path) -> None:
+    # a server shutting down while a workflow waits for a human's approval: the run was
+    # captured as it stood, but as "unfinished" (how it ended unknown, nothing scored),
+    # though the adapter knew it was paused for a human, as it is when the run stops there
+    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
+    instrumentation = instrument(evaluator, session_id="u1")
+
+    async def close_while_waiting() -> None:
+        handler = refund_agent().run("Refund A-3")
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                evaluator.close()  # the server stops; the human has not answered
+                break
+        await handler.cancel_run()
+        with pytest.raises(WorkflowCancelledByUser):
+            await handler
+
+    try:
+        asyncio.run(close_while_waiting())
+    finally:
+        instrumentation.uninstrument()
+    [trace] = evaluator.captured()
+    assert (trace.input, trace.status, trace.status_reason, trace.output, trace.error) == (
+        "Refund A-3",
+        RunStatus.INTERRUPTED,
+        "waiting for HumanResponseEvent: Refund A-3?",
+        None,
+        None,
+    )
+    [call] = trace.spans_of(SpanKind.LLM)
+    assert [(c.id, c.name, c.arguments) for c in call.requested_tool_calls] == [
+        ("c1", "refund_once_approved", {"order_id": "A-3"})
+    ]
+    assert trace.tool_calls() == []  # the call waits: it runs when the run resumes
+    coherence = Coherence().measure(trace)  # no answer yet: nothing to compare
+    assert (coherence.skipped, coherence.reason) == (
+        True,
+        "not scored: the run ended with status interrupted",
+    )
 
 
 @pytest.mark.parametrize("early_stopping_method", ["force", "generate"])

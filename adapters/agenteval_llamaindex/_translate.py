@@ -470,10 +470,10 @@ class Translator:
         self._nest_origins: dict[str, tuple[int, str | None]] = {}  # nest → (LLM, parent)
         self._model_streams: dict[tuple[int, str | None], str] = {}  # (LLM, parent) → nest
         self._tool_errors: dict[str, str] = {}
-        # call_tool span → why its step was suspended; run's root → why it waits, until a
-        # step of it ends again (the suspended step runs again once its event comes)
+        # call_tool span → why its step was suspended; the run then waits (the assembler
+        # holds why) until a step of it ends again (the suspended step runs again once its
+        # event comes)
         self._suspended: dict[str, str] = {}
-        self._waiting: dict[Any, str] = {}
         # tools a workflow step called itself (tool.acall(...)), not through an agent's call_tool
         self._direct_tools: set[str] = set()
         # LLM methods shaping an answer into a schema (output_cls, structured_predict): the
@@ -775,14 +775,10 @@ class Translator:
         elif name.endswith("call_tool") and span_id in self._suspended:
             # a step waiting for an event: not a call yet (it runs again when the event
             # comes), and a run that stops here was paused, not failed
-            root = self.assembler.root_key(span_id)
-            if root is not None:
-                self._waiting[root] = self._suspended[span_id]
-            del self._suspended[span_id]
+            self.assembler.wait(span_id, self._suspended.pop(span_id))
             self.assembler.discard_span(span_id)
         elif name.endswith("call_tool"):
-            root = self.assembler.root_key(span_id)
-            self._waiting.pop(root, None)
+            self.assembler.stop_waiting(span_id)
             output = getattr(result, "tool_output", None)
             content = getattr(output, "content", None) if output is not None else None
             error = self._tool_errors.pop(span_id, None)
@@ -793,7 +789,7 @@ class Translator:
             self.assembler.end_span(span_id, output=plain(content), error=error, end_time=at)
         elif self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
-            self._waiting.pop(span_id, None)
+            self.assembler.stop_waiting(span_id)
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
         elif self._is_agent(span_id):  # a workflow a tool ran: its answer
             self.assembler.end_span(span_id, output=_output_text(result), end_time=at)
@@ -840,7 +836,7 @@ class Translator:
             ended = _limit_or_timeout(error)
             if ended is not None:
                 self.assembler.mark(span_id, ended, message)
-            waiting = self._waiting.pop(span_id, None)
+            waiting = self.assembler.stop_waiting(span_id)
             if waiting is not None:  # stopped while it waited for an event: paused
                 self.assembler.mark(span_id, RunStatus.INTERRUPTED, waiting)
         if error is None:
@@ -851,11 +847,12 @@ class Translator:
     def _event(self, event: Any, at: float) -> None:
         if type(event).__name__ == "SpanCancelledEvent":  # the run's caller cancelled it
             key = self._parent(event.span_id)
-            root = self.assembler.root_key(key) if key is not None else None
-            waiting = self._waiting.pop(root, None) if root is not None else None
+            if key is None:
+                return
+            waiting = self.assembler.stop_waiting(key)
             if waiting is not None:  # stopped while it waited for an event (a human): paused
-                self.assembler.mark(root, RunStatus.INTERRUPTED, waiting)
-            elif key is not None:
+                self.assembler.mark(key, RunStatus.INTERRUPTED, waiting)
+            else:
                 self.assembler.mark(key, RunStatus.CANCELLED, CANCELLED_BY_CALLER)
         elif isinstance(event, LLMChatStartEvent | LLMCompletionStartEvent):
             if self._starts_call(event.span_id):

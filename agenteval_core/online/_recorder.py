@@ -493,6 +493,8 @@ class _OpenTrace:
     """The loop guard has refused a call of this run."""
     last_event: float = 0.0
     """When a span of this run last started or ended (the event's own time)."""
+    waiting: str | None = None
+    """Why the run waits for an event from outside (a human's answer), while it does."""
     converted: deque[dict[int, _Converted]] = field(
         default_factory=lambda: deque(maxlen=CONVERTED_CALLS)
     )
@@ -797,6 +799,24 @@ class TraceAssembler:
         if trace is not None and trace.status is None:
             trace.status, trace.status_reason = status, reason
 
+    def wait(self, key: Hashable, reason: str) -> None:
+        """Say that the run a span belongs to waits for an event from outside (a human's
+        answer), ``reason`` saying for what: a run cut short meanwhile (the evaluator
+        closing) was paused, ``interrupted``, not unfinished."""
+        open_span = self._spans.get(key)
+        if open_span is not None:
+            open_span.owner.waiting = reason
+
+    def stop_waiting(self, key: Hashable) -> str | None:
+        """The run a span belongs to no longer waits (its event came, or it ended): why it
+        waited, or ``None`` when it did not."""
+        open_span = self._spans.get(key)
+        if open_span is None:
+            return None
+        owner = open_span.owner
+        reason, owner.waiting = owner.waiting, None
+        return reason
+
     def fail_span(self, key: Hashable, error: BaseException, *, end_time: float | None) -> None:
         """Close a span that raised ``error``. A run whose root ends by its caller's doing
         (:data:`CALLER_STOPS`) is ``cancelled``, as the frameworks that say so in an event
@@ -928,9 +948,12 @@ class TraceAssembler:
 
     def _cut_short(self, owner: _OpenTrace, reason: str) -> None:
         """Finish a run that has not ended, as it stands: status ``unfinished`` (unless its
-        framework said how it ended already), ``reason`` on the spans still open."""
+        framework said how it ended already, or it was waiting for a human: ``interrupted``),
+        ``reason`` on the spans still open."""
         root = self._spans[owner.key].span if owner.key in self._spans else owner.trace.spans[0]
-        if owner.trace.status is None:
+        if owner.trace.status is None and owner.waiting is not None:
+            owner.trace.status, owner.trace.status_reason = RunStatus.INTERRUPTED, owner.waiting
+        elif owner.trace.status is None:
             owner.trace.status, owner.trace.status_reason = RunStatus.UNFINISHED, reason
         root.end_time = root.end_time or time.time()
         self._spans.pop(owner.key, None)
