@@ -780,3 +780,80 @@ def test_the_summary_names_a_few_flagged_traces_per_session(tmp_path: Path) -> N
         "one)",
         "calm flagged: calm-0 “where is order 0 of calm?”",
     ]
+
+
+def test_a_run_too_large_for_one_line_is_captured_cut_so_it_reads_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # an agent reading 700 pages, each result cut to the redactor's 100,000 characters,
+    # wrote a 70 MB line, over the 64 MiB every reader (replay, cases, report) takes: the
+    # run was captured, and no command could read it back
+    from agenteval_core import OnlineEvaluator
+    from agenteval_core.schema._capture import MAX_LINE_BYTES
+
+    page = ("lorem ipsum dolor sit amet " * 6000)[:150_000]
+    steps = [
+        AgentStep(
+            thought=f"read page {i}",
+            tool_calls=[ToolCall(id=f"c{i}", name="read", arguments={"page": i}, result=page)],
+        )
+        for i in range(700)
+    ]
+    run = Trace.from_steps("Read every page.", steps, output="Done.", session_id="s")
+    capture = tmp_path / "capture.jsonl"
+    with OnlineEvaluator(capture=capture, metrics=[], log=False) as evaluator:
+        evaluator.submit(run)
+    assert capture.stat().st_size <= MAX_LINE_BYTES
+    [back] = read_capture(capture)  # raises for a line it refuses
+    calls = back.tool_calls()
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        (f"c{i}", "read", {"page": i}) for i in range(700)
+    ]
+    # all cut to one length, the longest that fits, each saying how long it was
+    kept = {len(c.result) - len("…[truncated: 150000 characters in all]") for c in calls}
+    assert len(kept) == 1 and 90_000 < kept.pop() < 100_000
+    assert all(c.result.endswith("…[truncated: 150000 characters in all]") for c in calls)
+    assert all(page.startswith(c.result.partition("…")[0]) for c in calls)
+    assert (back.id, back.input, back.output, back.session_id) == (
+        run.id,
+        "Read every page.",
+        "Done.",
+        "s",
+    )
+    assert [s.thought for s in back.steps()] == [f"read page {i}" for i in range(700)]
+    [warning] = [r.getMessage() for r in caplog.records if "a reader takes" in r.getMessage()]
+    assert warning.startswith(f"trace {run.id}: its capture line of ")
+    assert "its 700 longest strings are cut to about " in warning
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=3000), min_size=1, max_size=12),
+    st.integers(min_value=2_000, max_value=20_000),
+)
+def test_a_line_is_cut_to_fit_at_the_longest_length_that_fits(
+    lengths: list[int], limit: int
+) -> None:
+    from agenteval_core.schema._capture import SHORTEST_CUT, fit_line
+
+    texts = [("é" if index % 2 else "a") * n for index, n in enumerate(lengths)]
+    data = {"id": "t1", "spans": [{"id": f"s{i}", "output": t} for i, t in enumerate(texts)]}
+    line = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    fitted = fit_line(line, limit)
+    cut = json.loads(fitted)
+    outputs = [span["output"] for span in cut["spans"]]
+    assert [span["id"] for span in cut["spans"]] == [f"s{i}" for i in range(len(texts))]
+    assert cut["id"] == "t1"
+    changed = [(t, o) for t, o in zip(texts, outputs, strict=True) if t != o]
+    for text, output in changed:  # cut: a prefix, and the marker with the original size
+        prefix, marker = output.split("…")
+        assert text.startswith(prefix) and marker == f"[truncated: {len(text)} characters in all]"
+    if changed:
+        # every string cut is cut to one size in bytes, and none left whole is longer
+        level = max(len(o.split("…")[0].encode()) for _, o in changed)
+        whole = [t for t, o in zip(texts, outputs, strict=True) if t == o]
+        assert all(len(t.encode()) <= level + 2 for t in whole)
+        assert all(len(o.split("…")[0].encode()) >= level - 3 for _, o in changed)
+    # it fits, unless even SHORTEST_CUT bytes of every long string are too many
+    floor = len(line) - sum(max(0, len(t.encode()) - SHORTEST_CUT - 50) for t in texts)
+    assert len(fitted) <= limit or floor > limit

@@ -404,11 +404,14 @@ def _last_byte(file: IO[bytes], fd: int, size: int) -> bytes:
 def encode_trace(trace: Trace) -> bytes:
     """A trace's JSON line (without the newline). A trace holding what JSON cannot (a lone
     surrogate, an object of no JSON type, a cycle: possible in a trace built by hand) is
-    converted with :func:`~agenteval_core.plain` first, so it is written, not lost."""
+    converted with :func:`~agenteval_core.plain` first, so it is written, not lost. A line
+    over :data:`MAX_LINE_BYTES`, which no reader would take, has its longest strings cut
+    until it fits (see :func:`fit_line`)."""
     try:
-        return trace.json_bytes()
+        line = trace.json_bytes()
     except (PydanticSerializationError, ValueError, RecursionError):
-        return Trace.model_validate(plain(trace)).json_bytes()
+        line = Trace.model_validate(plain(trace)).json_bytes()
+    return fit_line(line) if len(line) > MAX_LINE_BYTES else line
 
 
 if sys.platform != "win32":
@@ -475,11 +478,114 @@ def _line_error(path: str, number: int, line: bytes, exc: ValidationError) -> Ca
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest capture line read (64 MiB): a longer one is refused before it is parsed, so a
-hostile or broken file cannot take the reader's memory (adapters cut oversized strings long
-before a trace gets near this)."""
+hostile or broken file cannot take the reader's memory. The writer never writes a longer
+one: it cuts the trace's longest strings until the line fits (:func:`fit_line`)."""
 
 _CHUNK = 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
+
+
+_TRUNCATED = re.compile(r"…\[truncated: (\d+) characters in all\]\Z")
+"""The marker that ends a string the redactor (or :func:`fit_line`) cut: its original size."""
+
+SHORTEST_CUT = 100
+"""Bytes :func:`fit_line` keeps of a string at least, however many strings a line holds."""
+
+
+def fit_line(line: bytes, limit: int = MAX_LINE_BYTES) -> bytes:
+    """A trace's JSON line cut to at most ``limit`` bytes: its longest strings are cut to one
+    length, the longest that makes the line fit, each ending in the redactor's visible
+    marker with its original size (``…[truncated: N characters in all]``). Ids, names and
+    every value shorter than that length stay whole, so the trace reads back with all its
+    spans and calls. A run of hundreds of large tool results (pages read in full, the
+    redactor's 100,000 characters each) otherwise wrote a line that every reader refuses.
+
+    A line that holds more strings than fit at :data:`SHORTEST_CUT` bytes each is returned
+    as cut as far as that goes (and logged): ``read_capture(max_line_bytes=...)`` reads it.
+    """
+    if len(line) <= limit:
+        return line
+    data = json.loads(line)
+    target = limit * 0.98  # the markers and JSON escapes the estimate leaves out
+    fitted, size = line, len(line)
+    for _ in range(8):
+        strings: list[tuple[dict[str, object] | list[object], str | int, str, int]] = []
+        _long_strings(data, strings)
+        sizes = sorted((encoded for *_, encoded in strings), reverse=True)
+        level = _water_level(sizes, excess=size - target)
+        cut = 0
+        for holder, key, text, encoded in strings:
+            if encoded > level:
+                holder[key] = _cut(text, int(len(text) * level / encoded))  # type: ignore[index]
+                cut += 1
+        fitted = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        if len(fitted) <= limit or level <= SHORTEST_CUT:
+            break
+        # over by the markers' and escapes' bytes: aim lower by as much, from the start
+        data, target = json.loads(line), target - (len(fitted) - limit) - 1
+    logger.warning(
+        "trace %s: its capture line of %s bytes is over the %s bytes a reader takes; its %d "
+        "longest strings are cut to about %s bytes each, ending in '…[truncated: N "
+        "characters in all]', so it can be read back%s",
+        data.get("id") if isinstance(data, dict) else None,
+        f"{len(line):,}",
+        f"{limit:,}",
+        cut,
+        f"{level:,.0f}",
+        "" if len(fitted) <= limit else f" (still {len(fitted):,} bytes: too many strings)",
+    )
+    return fitted
+
+
+def _long_strings(
+    value: object,
+    found: list[tuple[dict[str, object] | list[object], str | int, str, int]],
+) -> None:
+    """Every string value (not key) of ``value`` longer than :data:`SHORTEST_CUT` bytes,
+    with where it is held and its size in UTF-8."""
+    items: Iterable[tuple[str | int, object]]
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return
+    for key, item in items:
+        if isinstance(item, str):
+            if len(item) > SHORTEST_CUT // 4:
+                encoded = len(item.encode("utf-8", "surrogatepass"))
+                if encoded > SHORTEST_CUT:
+                    found.append((value, key, item, encoded))
+        else:
+            _long_strings(item, found)
+
+
+def _water_level(sizes: list[int], excess: float) -> float:
+    """The length to cut strings of ``sizes`` (longest first) to so that together they
+    shrink by ``excess``: the longest ones are cut to it, the others stay (never under
+    :data:`SHORTEST_CUT`)."""
+    removed_above = 0.0  # what cutting every string longer than sizes[i] to sizes[i] removes
+    for index in range(1, len(sizes) + 1):
+        floor = sizes[index] if index < len(sizes) else SHORTEST_CUT
+        floor = max(floor, SHORTEST_CUT)
+        removed = removed_above + (sizes[index - 1] - floor) * index
+        if removed >= excess:
+            return max(SHORTEST_CUT, floor + (removed - excess) / index)
+        removed_above = removed
+        if floor == SHORTEST_CUT:
+            break
+    return SHORTEST_CUT
+
+
+def _cut(text: str, keep: int) -> str:
+    """``text`` cut to ``keep`` characters with the marker of its original size (kept from
+    an earlier cut)."""
+    earlier = _TRUNCATED.search(text)
+    if earlier is not None:
+        text, size = text[: earlier.start()], int(earlier[1])
+    else:
+        size = len(text)
+    return f"{text[:keep]}…[truncated: {size} characters in all]"
 
 
 def _excerpt(text: str, limit: int = 120) -> str:
