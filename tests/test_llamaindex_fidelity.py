@@ -742,6 +742,69 @@ def test_a_run_waiting_for_a_human_when_the_evaluator_closes_is_paused(tmp_path:
     )
 
 
+class ApproveRefund(Workflow):
+    """LlamaIndex's human-in-the-loop as a workflow of steps: one asks (returns an
+    ``InputRequiredEvent``), the workflow idles, and another takes the answer."""
+
+    @step
+    async def ask(self, ev: StartEvent) -> InputRequiredEvent:
+        return InputRequiredEvent(prefix=f"Refund {ev.order}?")
+
+    @step
+    async def act(self, ev: HumanResponseEvent) -> StopEvent:
+        return StopEvent(result="Refunded." if ev.response == "yes" else "Not refunded.")
+
+
+@pytest.mark.parametrize("stop", ["cancelled to resume later", "evaluator closed"])
+def test_a_workflow_stopped_while_it_asks_a_human_is_paused(tmp_path: Path, stop: str) -> None:
+    # a step that returns InputRequiredEvent leaves the workflow waiting for a human; the
+    # app saving its context and cancelling the run (to resume on the answer) was recorded
+    # as "cancelled", a failure (a regression case, a failed suite attempt), and a server
+    # closing meanwhile as "unfinished"; only a tool's ctx.wait_for_event was seen as a pause
+    evaluator = OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False)
+    instrumentation = instrument(evaluator, session_id="u1")
+
+    async def answered() -> str:
+        handler = ApproveRefund(timeout=10).run(order="A-1")
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                handler.ctx.send_event(HumanResponseEvent(response="yes"))
+        return str(await handler)
+
+    async def stopped_while_asking() -> None:
+        handler = ApproveRefund(timeout=10).run(order="A-2")
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                if stop == "evaluator closed":
+                    evaluator.close()
+                break
+        await handler.cancel_run()
+        with pytest.raises(WorkflowCancelledByUser):
+            await handler
+
+    try:
+        assert asyncio.run(answered()) == "Refunded."
+        asyncio.run(stopped_while_asking())
+    finally:
+        instrumentation.uninstrument()
+        evaluator.close()
+    done, paused = evaluator.captured()
+    assert (done.status, done.status_reason, done.output) == (RunStatus.OK, None, "Refunded.")
+    assert [s.name for s in done.spans] == [
+        "ApproveRefund.run",
+        "ApproveRefund.ask",
+        "ApproveRefund.act",
+    ]
+    assert (paused.input, paused.status, paused.status_reason, paused.output, paused.error) == (
+        {"order": "A-2"},
+        RunStatus.INTERRUPTED,
+        "waiting for a response to InputRequiredEvent: Refund A-2?",
+        None,
+        None,
+    )
+    assert [s.name for s in paused.spans] == ["ApproveRefund.run", "ApproveRefund.ask"]
+
+
 @pytest.mark.parametrize("early_stopping_method", ["force", "generate"])
 def test_a_run_at_max_iterations_is_a_limit_whether_it_raises_or_answers(
     evaluator: OnlineEvaluator, early_stopping_method: str

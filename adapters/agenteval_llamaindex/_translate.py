@@ -377,6 +377,16 @@ def _waiting_reason(error: BaseException | None) -> str | None:
     return f"waiting for {awaited}" + (f": {asked}" if asked else "")
 
 
+def _input_asked(result: Any) -> str | None:
+    """Why a workflow waits, when a step's ``result`` is an ``InputRequiredEvent`` (the
+    workflow then idles until a step takes the human's answer), else None: "waiting for a
+    response to InputRequiredEvent: Refund A-2?"."""
+    if "InputRequiredEvent" not in {c.__name__ for c in type(result).__mro__}:
+        return None
+    asked = getattr(result, "prefix", None)
+    return f"waiting for a response to {type(result).__name__}" + (f": {asked}" if asked else "")
+
+
 _EARLY_STOP = re.compile(
     re.escape(DEFAULT_EARLY_STOPPING_PROMPT).replace(re.escape("{max_iterations}"), r"(\d+)")
 )
@@ -566,6 +576,8 @@ class Translator:
         name = _name(span_id)
         arguments = bound_args.arguments if bound_args is not None else {}
         parent = self._parent(parent_id)
+        if "ev" in arguments and parent is not None and self.assembler.is_root(parent):
+            self.assembler.stop_waiting(parent)  # the workflow's next step: it goes on
         in_tool = parent is not None and (parent in self._in_tool or self._is_tool(parent))
         if in_tool:
             self._in_tool.add(span_id)
@@ -799,6 +811,9 @@ class Translator:
             )
             self.assembler.end_span(span_id, output=found, end_time=at)
         else:
+            asked = _input_asked(result)
+            if asked is not None:  # a step asked a human: the run waits for the answer
+                self.assembler.wait(span_id, asked)
             self.assembler.end_span(span_id, end_time=at)
 
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:
