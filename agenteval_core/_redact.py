@@ -16,7 +16,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError
 
 from .schema._trace import Trace
-from .schema._values import plain, safe_int, safe_text
+from .schema._values import plain, safe_int, safe_text, truncated
 
 __all__ = ["DEFAULT_SECRET_FIELDS", "DEFAULT_SECRET_PATTERNS", "Redactor", "configure_redaction"]
 
@@ -357,7 +357,7 @@ class Redactor:
         if len(value) >= 28:
             value = _BASE64.sub(self._base64_segment, value)
         if limit is not None and oversized:
-            value = f"{value[:limit]}…[truncated: {size} characters in all]"
+            value = truncated(value[:limit], size)
         return value
 
     def _patterns(self, value: str) -> str:

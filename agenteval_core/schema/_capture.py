@@ -25,7 +25,7 @@ from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from .._fork import renew_after_fork
 from .._sync import time_left
 from ._trace import NewerVersionError, Trace
-from ._values import plain
+from ._values import TRUNCATED, plain, truncated
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -485,9 +485,6 @@ _CHUNK = 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 
 
-_TRUNCATED = re.compile(r"…\[truncated: (\d+) characters in all\]\Z")
-"""The marker that ends a string the redactor (or :func:`fit_line`) cut: its original size."""
-
 SHORTEST_CUT = 100
 """Bytes :func:`fit_line` keeps of a string at least, however many strings a line holds."""
 
@@ -580,12 +577,10 @@ def _water_level(sizes: list[int], excess: float) -> float:
 def _cut(text: str, keep: int) -> str:
     """``text`` cut to ``keep`` characters with the marker of its original size (kept from
     an earlier cut)."""
-    earlier = _TRUNCATED.search(text)
+    earlier = TRUNCATED.search(text)
     if earlier is not None:
-        text, size = text[: earlier.start()], int(earlier[1])
-    else:
-        size = len(text)
-    return f"{text[:keep]}…[truncated: {size} characters in all]"
+        return truncated(text[: min(keep, earlier.start())], int(earlier[1]))
+    return truncated(text[:keep], len(text))
 
 
 def _excerpt(text: str, limit: int = 120) -> str:

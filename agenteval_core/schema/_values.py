@@ -17,7 +17,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["MAX_VALUE_CHARS", "MAX_VALUE_NODES", "plain", "safe_int", "safe_text"]
+__all__ = [
+    "MAX_VALUE_CHARS",
+    "MAX_VALUE_NODES",
+    "TRUNCATED",
+    "plain",
+    "safe_int",
+    "safe_text",
+    "truncated",
+]
 
 MAX_VALUE_NODES = 1_000_000
 """Values (strings, numbers, list items, dict entries) one :func:`plain` call produces at
@@ -29,6 +37,16 @@ MAX_VALUE_CHARS = 64 * 1024 * 1024
 _MAX_REPR = 10_000
 _SAFE_INT = 2**63
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+TRUNCATED = re.compile(r"…\[truncated: (\d+) characters in all\]\Z")
+"""The marker :func:`truncated` ends a cut string with; its group is the original size."""
+
+
+def truncated(kept: str, size: int) -> str:
+    """``kept``, the start of a text of ``size`` characters, ending in the visible marker of
+    that size: how every string agenteval cuts ends, so a reader knows it was cut."""
+    return f"{kept}…[truncated: {size} characters in all]"
 
 
 def safe_text(text: str) -> str:
@@ -57,7 +75,7 @@ def _repr(value: Any) -> str:
     except Exception as exc:  # a hostile __repr__
         return f"<{type(value).__name__} object: repr failed with {type(exc).__name__}>"
     if len(text) > _MAX_REPR:
-        text = f"{text[:_MAX_REPR]}…[truncated: {len(text)} characters in all]"
+        text = truncated(text[:_MAX_REPR], len(text))
     return safe_text(text)
 
 
