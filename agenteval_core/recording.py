@@ -15,6 +15,12 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   field is read under :meth:`TraceAssembler.field`, so an odd field costs that field,
   never the span.
 - A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call.
+- A run that pauses for a human (or fails) and is resumed later as a run of its own: the
+  adapter keeps the paused run under what the resumed run will show
+  (:meth:`TraceAssembler.keep_unfinished`: a LangGraph thread, the tool call a LlamaIndex
+  run waits in) and takes it up there (:meth:`TraceAssembler.take_unfinished`: the paused
+  trace's id and request); a request found only after a run's start (in the state it goes
+  on from) is :meth:`TraceAssembler.request_found`.
 - Span attributes use the OpenTelemetry GenAI names spelled once here (``OPERATION_NAME``,
   ``REQUEST_MODEL``, ``PROVIDER_NAME``, ``INPUT_TOKENS``, ``OUTPUT_TOKENS``,
   ``FINISH_REASONS``: a final reply cut at the token limit makes the run ``limit``; the agent's

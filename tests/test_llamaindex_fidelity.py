@@ -698,7 +698,16 @@ def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_pa
     )
     assert paused.tool_calls() == []  # the call waits: it runs in the resumed run
     assert [(c.id, c.result, c.error) for c in resumed.tool_calls()] == [("c1", "refunded", None)]
-    assert resumed.status is RunStatus.OK
+    # the resumed run answers the paused run's request, and names that run (as a LangGraph
+    # run resumed with Command(resume=...) does); it started without one, and coherence
+    # assumed a perfect score for its empty input
+    assert (resumed.input, resumed.output, resumed.status) == (
+        "Refund A-2",
+        "Refunded.",
+        RunStatus.OK,
+    )
+    assert resumed.metadata == {"resumes_trace_id": paused.id}
+    assert "empty input" not in Coherence().measure(resumed).reason
 
 
 def test_a_run_waiting_for_a_human_when_the_evaluator_closes_is_paused(tmp_path: Path) -> None:
@@ -803,6 +812,65 @@ def test_a_workflow_stopped_while_it_asks_a_human_is_paused(tmp_path: Path, stop
         None,
     )
     assert [s.name for s in paused.spans] == ["ApproveRefund.run", "ApproveRefund.ask"]
+
+
+def test_a_run_resumed_from_a_saved_context_answers_the_paused_request(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a run resumed from the context a paused run saved starts with no request of its
+    # own: its trace had no input, so coherence assumed a perfect score (a vacuous pass)
+    # and a judge saw no request. Its steps carry what it goes on from: the conversation
+    # so far, or the human's answer it takes up
+    async def saved_when_it_asks(handler: Any) -> dict[str, Any]:
+        """The context of a run stopped when it asks a human, as an app keeps it."""
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                saved: dict[str, Any] = handler.ctx.to_dict()
+                await handler.cancel_run()
+                break
+        with pytest.raises(WorkflowCancelledByUser):
+            await handler
+        return saved
+
+    async def resumed(agent: Any, saved: dict[str, Any]) -> str:
+        handler = agent.run(ctx=Context.from_dict(agent, saved))
+        handler.ctx.send_event(HumanResponseEvent(response="yes"))
+        return str(await handler)
+
+    async def paused_and_resumed(workflow: Any) -> str:
+        return await resumed(workflow, await saved_when_it_asks(workflow.run(order="A-4")))
+
+    async def paused_elsewhere() -> str:  # before this evaluator instruments LlamaIndex
+        return json.dumps(await saved_when_it_asks(refund_agent().run("Refund A-5")))
+
+    saved_elsewhere = json.loads(asyncio.run(paused_elsewhere()))
+    instrumentation = instrument(evaluator, session_id="u1")
+    try:
+        assert asyncio.run(paused_and_resumed(ApproveRefund(timeout=10))) == "Refunded."
+        assert asyncio.run(resumed(refund_agent(), saved_elsewhere)) == "Refunded."
+        paused, steps_resumed, agent_resumed = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert paused.input == {"order": "A-4"}
+    # a workflow of steps: the human's answer is what the resumed run takes up (LangGraph's
+    # metadata["resume"]), and, no request being known, its input
+    assert (steps_resumed.input, steps_resumed.output, steps_resumed.status) == (
+        "yes",
+        "Refunded.",
+        RunStatus.OK,
+    )
+    assert steps_resumed.metadata == {"resume": "yes"}
+    assert [s.name for s in steps_resumed.spans] == ["ApproveRefund.run", "ApproveRefund.act"]
+    # an agent resumed from a context saved elsewhere: its request, from the conversation
+    assert (agent_resumed.input, agent_resumed.output, agent_resumed.status) == (
+        "Refund A-5",
+        "Refunded.",
+        RunStatus.OK,
+    )
+    assert agent_resumed.metadata == {}
+    assert [(c.name, c.arguments, c.result) for c in agent_resumed.tool_calls()] == [
+        ("refund_once_approved", {"order_id": "A-5"}, "refunded")
+    ]
 
 
 @pytest.mark.parametrize("early_stopping_method", ["force", "generate"])

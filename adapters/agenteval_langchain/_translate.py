@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -70,10 +69,6 @@ _TOOL_EMULATION = "tool_emulation"
 TOOL_EMULATED = "agenteval.tool.emulated"
 """Span attribute set to ``True`` on a tool call a model answered in the tool's place
 (``LLMToolEmulator``, for testing an agent without its tools): the tool never ran."""
-
-UNFINISHED_KEPT = 10_000
-"""Threads whose last run paused or failed that a handler remembers, for a run resuming one
-(the least recently unfinished are forgotten: a service runs for weeks)."""
 
 SESSION_KWARG = "agenteval_session"
 """Where a root run's event carries the session of ``agenteval_core.session(...)``."""
@@ -452,9 +447,6 @@ class Translator:
     def __init__(self, recorder: Recorder, *, session_id: str | None, watch_loops: bool):
         self.session_id = session_id
         self.assembler = recorder.assembler("langchain", watch_loops=watch_loops)
-        # thread id → the id and request of its run that paused or failed, for the run that
-        # resumes it from the thread's checkpoint (the oldest forgotten past UNFINISHED_KEPT)
-        self._unfinished: OrderedDict[Any, tuple[str, Any]] = OrderedDict()
         # run's root → what a call-limit middleware said as it ended (a sub-agent) graph
         self._limits_said: dict[Any, str] = {}
         # open inner runs → the request their input holds, for the one found to be an agent
@@ -556,7 +548,11 @@ class Translator:
             self._start(e, SpanKind.CHAIN, name, jsonable(_state_summary(inputs)))
             request = conversation_text(inputs, "human")
             if request is not inputs:
-                self._request_found(e.run_id, request)
+                # a run that goes on from a checkpoint (invoke(None, config)) whose
+                # earlier run this handler did not see (a fork from an earlier checkpoint,
+                # a new process resuming after a crash): its first node is given the
+                # thread's state, whose last human message is the request the run answers
+                self.assembler.request_found(e.run_id, lambda: jsonable(request))
                 if name != _UNNAMED_GRAPH or self._in_tool(e):
                     self._requests[e.run_id] = request
             return
@@ -570,29 +566,19 @@ class Translator:
             # a run resumed after an interrupt carries on the paused run's request (the
             # resume value is the human's answer, beside it); linked to the paused trace
             kept["resume"] = jsonable(resume)
-            paused = self._unfinished.pop(thread, None) if thread is not None else None
+            paused = self.assembler.take_unfinished(thread) if thread is not None else None
             if paused is not None:
                 kept["resumes_trace_id"], request = paused
             else:  # its pause was not seen here (another process): the answer is all we have
                 request = resume
-        elif inputs is None and thread in self._unfinished:
-            # invoke(None, config): the run goes on from the thread's checkpoint, after a
-            # failure (LangGraph's durable execution) or a pause, with that run's request
-            kept["resumes_trace_id"], request = self._unfinished.pop(thread)
-        elif thread is not None:  # a new request: the thread's unfinished run stays so
-            self._unfinished.pop(thread, None)
+        elif thread is not None:
+            unfinished = self.assembler.take_unfinished(thread)  # a new request: it stays so
+            if inputs is None and unfinished is not None:
+                # invoke(None, config): the run goes on from the thread's checkpoint, after
+                # a failure (LangGraph's durable execution) or a pause, with that request
+                kept["resumes_trace_id"], request = unfinished
         self._start(e, SpanKind.AGENT, name, jsonable(request))
         self.assembler.annotate(e.run_id, metadata=kept)
-
-    def _request_found(self, run_id: UUID, request: Any) -> None:
-        """The request a node's state holds, for a run that started without one: one that
-        goes on from a checkpoint (``invoke(None, config)``) whose earlier run this handler
-        did not see, such as a fork from an earlier checkpoint (time travel) or a new
-        process resuming after a crash. Its first node is given the thread's state, and
-        the last human message there is the request the run answers."""
-        trace = self.assembler.trace_of(run_id)
-        if trace is not None and trace.input is None and trace.spans[0].input is None:
-            trace.input = trace.spans[0].input = jsonable(request)
 
     def _graph_found(self, run_id: UUID | None) -> None:
         """``run_id`` runs a graph (its steps are LangGraph tasks). An inner graph with a
@@ -925,12 +911,8 @@ class Translator:
         its root failed): a run that resumes it from the thread's checkpoint takes it up."""
         trace = self.assembler.trace_of(key)
         thread = trace.metadata.get("thread_id") if trace is not None else None
-        if trace is None or thread is None:
-            return
-        self._unfinished[thread] = (trace.id, trace.input)
-        self._unfinished.move_to_end(thread)
-        while len(self._unfinished) > UNFINISHED_KEPT:  # threads never resumed
-            self._unfinished.popitem(last=False)
+        if thread is not None:
+            self.assembler.keep_unfinished(thread, key)
 
     def _agent_action(self, e: Event) -> None:
         action = e.args[0]

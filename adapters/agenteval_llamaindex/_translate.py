@@ -11,7 +11,13 @@ from typing import Any, NamedTuple
 from llama_index.core.agent.workflow.prompts import DEFAULT_EARLY_STOPPING_PROMPT
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.base import BaseLLM
-from llama_index.core.base.llms.types import ChatMessage, TextBlock, ThinkingBlock, ToolCallBlock
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    MessageRole,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+)
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 from llama_index.core.instrumentation.events.llm import (
@@ -56,6 +62,10 @@ __all__ = [
     "Streaming",
     "Translator",
 ]
+
+WAITING_IN_TOOL = "waiting in tool call"
+"""What a run stopped while a tool waited for a human is kept under, beside that call's id:
+the run resumed from its saved context runs the call again."""
 
 SESSION_TAG = "agenteval_session"
 """The tag a root span carries for the session of ``agenteval_core.session(...)``."""
@@ -201,6 +211,31 @@ def _user_message(arguments: dict[str, Any]) -> Any:
         if user_msg is None and callable(getattr(start_event, "to_dict", None)):
             return start_event.to_dict() or None
     return _message_text(user_msg) if isinstance(user_msg, ChatMessage) else user_msg
+
+
+def _request_in(event: Any) -> str | None:
+    """The request an agent workflow's step event carries (``AgentInput``, ``AgentSetup``:
+    the conversation so far, whose last user message the run answers), else None."""
+    history = getattr(event, "input", None)
+    if not isinstance(history, list):
+        return None
+    asked = [m for m in history if isinstance(m, ChatMessage) and m.role == MessageRole.USER]
+    return _message_text(asked[-1]) if asked else None
+
+
+def _resumes(arguments: dict[str, Any]) -> bool:
+    """Whether a workflow's ``run`` goes on from a saved context that was running (a run
+    stopped while it waited for a human, resumed: ``run(ctx=Context.from_dict(...))``),
+    with no start event of its own: its request is in the state it goes on from."""
+    state = arguments.get("init_state")
+    return arguments.get("start_event") is None and getattr(state, "is_running", False) is True
+
+
+def _human_answer(event: Any) -> Any:
+    """What a human answered, when ``event`` is a ``HumanResponseEvent``, else None."""
+    if "HumanResponseEvent" not in {c.__name__ for c in type(event).__mro__}:
+        return None
+    return getattr(event, "response", None)
 
 
 RETRIEVALS = (".retrieve", ".aretrieve")
@@ -499,6 +534,8 @@ class Translator:
         self._answers_read_under: dict[str, int] = {}
         self._waiting_exits: dict[str, tuple[Any, float]] = {}
         self._answer_texts: dict[str, str] = {}
+        # roots of runs resumed from a saved context: their steps show what they go on from
+        self._resumed: set[str] = set()
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
@@ -578,6 +615,8 @@ class Translator:
         parent = self._parent(parent_id)
         if "ev" in arguments and parent is not None and self.assembler.is_root(parent):
             self.assembler.stop_waiting(parent)  # the workflow's next step: it goes on
+            if parent in self._resumed:
+                self._resumed_step(parent, arguments["ev"])
         in_tool = parent is not None and (parent in self._in_tool or self._is_tool(parent))
         if in_tool:
             self._in_tool.add(span_id)
@@ -641,6 +680,13 @@ class Translator:
             # arguments as they are)
             call.arguments = plain(call.arguments)
             self._start_tool(span_id, parent, call, session, at)
+            # the call a run stopped in runs now: in a run resumed from its saved context,
+            # that run's request and trace; in the same run, nothing to keep
+            paused = self.assembler.take_unfinished((WAITING_IN_TOOL, call.id))
+            root = self.assembler.root_key(span_id)
+            if paused is not None and root in self._resumed:
+                self.assembler.annotate(root, metadata={"resumes_trace_id": paused[0]})
+                self.assembler.request_found(root, lambda: paused[1])
         elif (
             parent is None
             or self.assembler.trace_of(parent) is None
@@ -649,6 +695,8 @@ class Translator:
             # a run, or a workflow a tool ran (an agent called as a tool: an agent of the
             # run, inside the tool, named after the agent)
             root = parent is None or self.assembler.trace_of(parent) is None
+            if root and _resumes(arguments):
+                self._resumed.add(span_id)
             named = None if root else getattr(instance, "name", None)
             self.assembler.start_span(
                 span_id,
@@ -675,6 +723,16 @@ class Translator:
                 session_id=session,
                 attributes=attributes,
             )
+
+    def _resumed_step(self, root: str, event: Any) -> None:
+        """A step of a run resumed from a saved context (started with no request): the
+        request its event carries, and the human's answer it takes up (LangGraph's
+        ``metadata["resume"]``; when no request is known, the answer is all there is)."""
+        self.assembler.request_found(root, lambda: _request_in(event))
+        answer = _human_answer(event)
+        if answer is not None:
+            self.assembler.annotate(root, metadata={"resume": plain(answer)})
+            self.assembler.request_found(root, lambda: plain(answer))
 
     def _is_tool(self, key: str | None) -> bool:
         return self._kind_of(key) is SpanKind.TOOL
@@ -747,6 +805,8 @@ class Translator:
         self._agent_spans[root] = key
 
     def _end_agent(self, root: Any, at: float) -> None:
+        """The run of ``root`` ends: so does the span of the agent running in it."""
+        self._resumed.discard(root)
         self._agents.pop(root, None)
         span = self._agent_spans.pop(root, None)
         if span is not None:
@@ -788,6 +848,10 @@ class Translator:
             # a step waiting for an event: not a call yet (it runs again when the event
             # comes), and a run that stops here was paused, not failed
             self.assembler.wait(span_id, self._suspended.pop(span_id))
+            waiting = self.assembler.span_of(span_id)
+            if waiting is not None and waiting.tool_call is not None:
+                # a run stopped here goes on from its saved context with this call
+                self.assembler.keep_unfinished((WAITING_IN_TOOL, waiting.tool_call.id), span_id)
             self.assembler.discard_span(span_id)
         elif name.endswith("call_tool"):
             self.assembler.stop_waiting(span_id)

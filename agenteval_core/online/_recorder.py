@@ -62,6 +62,10 @@ STALE_AFTER = 600.0
 """Seconds without an event after which an open run counts as one that will never end (a
 framework that lost its end event), evicted once more than ``max_open_runs`` are open."""
 
+UNFINISHED_KEPT = 10_000
+"""Paused or failed runs an assembler remembers for a run that resumes one (the least
+recently kept are forgotten: a service runs for weeks)."""
+
 OPEN_AT_CLOSE = "still running when the evaluator closed: recorded as it stood"
 """The status reason of a run the evaluator's ``close`` found still running (``unfinished``),
 and the error of its spans still open."""
@@ -546,6 +550,10 @@ class TraceAssembler:
         self._finished_at_close: set[Hashable] = set()
         """The open spans of the runs finished at close, and the spans started in them
         since: a run that goes on after the evaluator closed adds nothing to another."""
+        self._unfinished: OrderedDict[Hashable, tuple[str, Any]] = OrderedDict()
+        """What a run that resumes a paused or failed one shows (a LangGraph thread, the
+        tool call a LlamaIndex run waits in) → that run's trace id and request; the least
+        recently kept forgotten past :data:`UNFINISHED_KEPT`."""
 
     def open_traces(self) -> int:
         """How many traces have started and not finished."""
@@ -816,6 +824,31 @@ class TraceAssembler:
         owner = open_span.owner
         reason, owner.waiting = owner.waiting, None
         return reason
+
+    def keep_unfinished(self, link: Hashable, key: Hashable) -> None:
+        """Remember the run ``key`` belongs to (it paused, or failed) under ``link``, what a
+        run that resumes it shows (a LangGraph thread, the tool call a LlamaIndex run waits
+        in): that run takes up its request and names it (:meth:`take_unfinished`)."""
+        trace = self.trace_of(key)
+        if trace is None:
+            return
+        self._unfinished[link] = (trace.id, trace.input)
+        self._unfinished.move_to_end(link)
+        while len(self._unfinished) > UNFINISHED_KEPT:  # runs never resumed
+            self._unfinished.popitem(last=False)
+
+    def take_unfinished(self, link: Hashable) -> tuple[str, Any] | None:
+        """The trace id and request of the run kept under ``link``, forgotten here (a run
+        resumes it, or starts afresh there), or ``None``."""
+        return self._unfinished.pop(link, None)
+
+    def request_found(self, key: Hashable, request: Callable[[], Any]) -> None:
+        """The request of the run ``key`` belongs to, found after its start (a run that goes
+        on from saved state, its request there): kept when the run started without one
+        (``request`` is called only then)."""
+        trace = self.trace_of(key)
+        if trace is not None and trace.input is None and trace.spans[0].input is None:
+            trace.input = trace.spans[0].input = request()
 
     def fail_span(self, key: Hashable, error: BaseException, *, end_time: float | None) -> None:
         """Close a span that raised ``error``. A run whose root ends by its caller's doing
