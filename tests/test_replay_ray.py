@@ -5,6 +5,7 @@ exactly the session's earlier traces; a worker lost mid-task loses and doubles n
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 from collections.abc import Iterator
 from dataclasses import replace
@@ -285,6 +286,27 @@ def test_a_worker_lost_mid_task_loses_and_doubles_nothing(tmp_path: Path) -> Non
         "s3",
     ]
     assert report.traces == 24 and report.summary.metrics["crash_once"].scored == 24
+
+
+def test_a_capture_file_named_twice_is_read_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a directory and a file in it, or overlapping globs: each file was read as often as it
+    # was named, so its traces counted twice and each repeated itself in its session (to
+    # loop_detection, a perfect repeat: a loop the agent never made)
+    directory = tmp_path / "capture"
+    shard = sharded_capture(directory, 2, 12, 4)
+    with caplog.at_level(logging.WARNING, logger="agenteval"):
+        twice = replay(
+            [directory, shard, str(directory / "*.jsonl")],
+            [HistoryIds(), "agent_reliability"],
+            engine="ray",
+            output=tmp_path / "twice.results",
+        )
+    once = replay(directory, [HistoryIds(), "agent_reliability"], output=tmp_path / "once.results")
+    assert (twice.traces, twice.sessions) == (once.traces, once.sessions) == (12, 4)
+    assert timeless(tmp_path / "twice.results") == timeless(tmp_path / "once.results")
+    assert "3 capture file(s) were named more than once; each is read once" in caplog.text
 
 
 def test_a_capture_directory_is_scored_shard_by_shard_as_one_process_scores_it(

@@ -69,6 +69,8 @@ from ._line_index import (
 )
 from ._replay import ReplayOptions, ReplayReport, _batch_size, _ReportSink, fewer_collections
 
+logger = logging.getLogger("agenteval")
+
 __all__ = ["capture_files", "replay_on_ray", "reserve_slot"]
 
 RAY_MISSING = (
@@ -207,7 +209,16 @@ def capture_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
             found.append(str(Path(name.removeprefix("file://")).resolve()))
         else:
             raise CaptureError(f"{name}: no such capture file")
-    return found
+    # a file named twice (a directory and a file in it, overlapping globs) is read once:
+    # read twice, each of its traces would count twice and repeat itself in its session
+    # (loop_detection's perfect match, a loop that never happened)
+    once = list(dict.fromkeys(found))
+    if len(once) < len(found):
+        logger.warning(
+            "agenteval: %d capture file(s) were named more than once; each is read once",
+            len(found) - len(once),
+        )
+    return once
 
 
 def _remote_files(url: str) -> list[str]:
