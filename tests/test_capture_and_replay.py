@@ -16,7 +16,12 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from replay_helpers import session_parts, sessions_taking_turns
+from replay_helpers import (
+    results_without_timings,
+    session_parts,
+    sessions_taking_turns,
+    shipped_twice,
+)
 
 from agenteval_core import (
     RESULTS_VERSION,
@@ -372,6 +377,56 @@ def test_replay_scores_sessions_and_writes_results(tmp_path: Path) -> None:
     assert (
         lines[5]["session_id"] == "s1"
         and lines[5]["session_results"][0]["name"] == "agent_reliability"
+    )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_trace_read_twice_in_its_session_is_scored_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, workers: int
+) -> None:
+    # a repeated capture line (at-least-once log shipping, captures concatenated) was
+    # scored as another turn: counted twice, and compared with itself by loop_detection
+    # (cosine 1 x Jaccard 1, a loop the agent never made), which then failed the session
+    once, twice = shipped_twice(tmp_path)
+    names = ["loop_detection", "agent_reliability"]
+    expected = replay(once, names, output=tmp_path / "once.results")
+    got = replay(twice, names, workers=workers, output=tmp_path / "twice.results")
+    assert (expected.traces, expected.repeated_traces) == (3, 0)
+    assert (got.traces, got.repeated_traces, got.sessions) == (5, 2, 1)
+    first, repeats = results_without_timings(tmp_path / "once.results"), []
+    for line in results_without_timings(tmp_path / "twice.results"):
+        if line.get("results") and line["results"][0]["skipped"]:
+            repeats.append(line)
+        else:
+            assert line in first  # each trace scored as when it was read once
+    assert len(first) == 4 and got.summary.metrics["loop_detection"].passed == 3
+    # each repeat's line gives the session's scores as they stood: the repeat adds nothing
+    scores = [line["session_scores"] for line in first if "trace_id" in line]
+    assert [(line["trace_id"], line["session_scores"]) for line in repeats] == [
+        ("t1", scores[1]),
+        ("t0", scores[2]),
+    ]
+    for line in repeats:
+        trace_id = line["trace_id"]
+        assert [(r["name"], r["score"], r["reason"], r["metadata"]) for r in line["results"]] == [
+            (
+                "loop_detection",
+                None,
+                f"not scored: a repeat of trace {trace_id}, already read in session s (a "
+                "capture line written or shipped twice)",
+                {"repeat_of": trace_id},
+            )
+        ]
+    # the session as it was: three turns, none of them a loop
+    [reliability] = expected.session_results["s"]
+    assert reliability.metadata["total_traces_in_session"] == 3
+    assert [r.model_copy(update={"latency_ms": None}) for r in got.session_results["s"]] == [
+        reliability.model_copy(update={"latency_ms": None})
+    ]
+    assert (
+        "agenteval: 2 trace(s) were read again in their session (the same trace id: a capture "
+        "line written or shipped twice); each was scored once, and its repeats are skipped "
+        "results that say so" in caplog.text
     )
 
 

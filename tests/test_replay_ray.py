@@ -40,7 +40,11 @@ from ray_helpers import (  # noqa: E402  (after the skip)
     timeless,
     write_capture,
 )
-from replay_helpers import session_parts, sessions_taking_turns  # noqa: E402
+from replay_helpers import (  # noqa: E402
+    session_parts,
+    sessions_taking_turns,
+    shipped_twice,
+)
 
 TESTS = str(Path(__file__).parent)
 STORE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "agenteval", "AWS_SECRET_ACCESS_KEY": "agenteval"}
@@ -286,6 +290,17 @@ def test_a_worker_lost_mid_task_loses_and_doubles_nothing(tmp_path: Path) -> Non
         "s3",
     ]
     assert report.traces == 24 and report.summary.metrics["crash_once"].scored == 24
+
+
+def test_a_trace_read_twice_in_its_session_is_scored_once_on_ray(tmp_path: Path) -> None:
+    # a repeated capture line is a repeat on Ray as in one process: scored once, its
+    # repeat's results skipped, the session as it was (see the one-process test)
+    _, twice = shipped_twice(tmp_path)
+    names = ["loop_detection", "agent_reliability"]
+    one = replay(twice, names, output=tmp_path / "one.results")
+    on_ray = replay([twice], names, engine="ray", output=tmp_path / "ray.results")
+    assert (on_ray.traces, on_ray.repeated_traces) == (one.traces, one.repeated_traces) == (5, 2)
+    assert timeless(tmp_path / "ray.results") == timeless(tmp_path / "one.results")
 
 
 def test_a_capture_file_named_twice_is_read_once(

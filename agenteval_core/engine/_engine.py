@@ -20,7 +20,7 @@ import random
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import MetricInputError
@@ -132,6 +132,9 @@ class _SessionState:
     waits for them, so its closing results always come after its traces'."""
     last_read: float = 0.0
     """When its latest trace was read (``time.monotonic()``): what an idle timeout measures."""
+    trace_ids: set[str] = field(default_factory=set)
+    """The ids of the traces read for it: a trace read again is a repeat (see
+    :attr:`Engine.repeated_traces`)."""
 
 
 @dataclass
@@ -143,6 +146,9 @@ class _Admitted:
     state: _SessionState | None
     history: Sequence[Trace]
     sampled: bool
+    repeat: bool = False
+    """A trace its session already read (the same id): scored by no metric, kept out of
+    the session's history and signals."""
 
 
 def checked_open_sessions_limit(value: int) -> int:
@@ -234,6 +240,11 @@ class Engine:
         """The last :data:`CLOSED_EARLY_KEPT` sessions closed past ``max_open_sessions``
         (their ids alone), to tell when one is cut in two: a service that runs for weeks
         closes sessions so for ever, and memory must stay flat."""
+        self.repeated_traces = 0
+        """Traces read again in their session (the same id: a capture line written or
+        shipped twice, a file read twice): each repeat's results are skipped results that
+        say so, and it is kept out of its session's history and metrics, so it neither
+        counts twice nor reads as the agent repeating itself (a loop to loop_detection)."""
         self.sessions_cut = 0
         """How many times a session closed past ``max_open_sessions`` met another trace of
         its own: it was cut in two, and its session metrics were given for each part. A
@@ -386,25 +397,32 @@ class Engine:
 
     def _admit(self, cases: Sequence[EvalCase]) -> list[_Admitted]:
         """Read cases in input order: each joins its session's history (seeing the traces
-        before it) and draws its place in the judge sample."""
+        before it) and draws its place in the judge sample; a repeat of a trace its session
+        read already does neither."""
         draw = bool(self._judged) and self.judge_sample_rate < 1.0
         admitted = []
         for case in cases:
             trace = case.trace
             state = None
             history: Sequence[Trace] = ()
+            repeat = False
             if trace is not None and trace.session_id:
                 state = self._state(trace.session_id)
                 state.last_read = time.monotonic()
-                history = state.history.frozen()
-                state.history.append(trace)
+                repeat = trace.id in state.trace_ids
+                if repeat:
+                    self.repeated_traces += 1
+                else:
+                    state.trace_ids.add(trace.id)
+                    history = state.history.frozen()
+                    state.history.append(trace)
                 state.unfolded += 1
                 state.undelivered += 1
                 self._reading[id(case)] = state
-            sampled = not draw or self._sampler.random() < self.judge_sample_rate
-            if not sampled:
+            sampled = not repeat and (not draw or self._sampler.random() < self.judge_sample_rate)
+            if not sampled and not repeat:
                 self.judge_not_sampled += 1
-            admitted.append(_Admitted(case, state, history, sampled))
+            admitted.append(_Admitted(case, state, history, sampled, repeat))
         return admitted
 
     def _fold(
@@ -416,7 +434,8 @@ class Engine:
         session_scores: dict[str, float | None] = {}
         if state is not None and trace is not None:
             state.unfolded -= 1
-            self._add_signals(state, trace, results)
+            if not admitted.repeat:  # the session as it was: the trace once
+                self._add_signals(state, trace, results)
             if self._snapshots:
                 session_results = [
                     acc.snapshot(trace.session_id) for acc in state.accumulators.values()
@@ -455,15 +474,15 @@ class Engine:
         """Every metric's results for each admitted case, one row per case. A case the judge
         sample leaves out gets a skipped result from each judge metric that says so; an
         ``unfinished`` run (its end unseen) a skipped result from every metric."""
-        unfinished = [_unfinished(one.case.trace) for one in admitted]
-        if any(unfinished):
-            ended = [one for one, skip in zip(admitted, unfinished, strict=True) if skip is None]
-            rows = iter(await self._measure_rows(ended))
+        skipped = [_not_scored(one) for one in admitted]
+        if any(skipped):
+            scored = [one for one, skip in zip(admitted, skipped, strict=True) if skip is None]
+            rows = iter(await self._measure_rows(scored))
             return [
                 next(rows)
                 if skip is None
                 else [metric._case_result(skip, 0.0, one.case) for metric in self.metrics]
-                for one, skip in zip(admitted, unfinished, strict=True)
+                for one, skip in zip(admitted, skipped, strict=True)
             ]
         cases = [one.case for one in admitted]
         histories = [one.history for one in admitted]
@@ -670,9 +689,18 @@ async def _aiter(batches: Any) -> Any:
             yield batch
 
 
-def _unfinished(trace: Trace | None) -> Score | None:
-    """The skipped result every metric gives a run whose end agenteval did not see (status
-    ``unfinished``): what it would have scored is unknown, and a failure would be a guess."""
+def _not_scored(admitted: _Admitted) -> Score | None:
+    """The skipped result every metric gives a trace it does not score: a repeat of a trace
+    its session already read (see :attr:`Engine.repeated_traces`), or a run whose end
+    agenteval did not see (status ``unfinished``): what it would have scored is unknown,
+    and a failure would be a guess."""
+    trace = admitted.case.trace
+    if admitted.repeat and trace is not None:
+        return Score.skip(
+            f"not scored: a repeat of trace {trace.id}, already read in session "
+            f"{trace.session_id} (a capture line written or shipped twice)",
+            repeat_of=trace.id,
+        )
     if trace is None or trace.status is not RunStatus.UNFINISHED:
         return None
     return Score.skip(

@@ -39,7 +39,7 @@ from ._replay import (
     areplay,
     fewer_collections,
     replay_lines,
-    warn_of_cut_sessions,
+    warn_at_end,
 )
 
 if TYPE_CHECKING:  # Windows has no fork server, nor its context class
@@ -130,7 +130,7 @@ def replay(
             address=ray_address,
             **options,
         )
-        warn_of_cut_sessions(report, options, elsewhere=False)
+        warn_at_end(report, options, elsewhere=False)
         return report
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(
@@ -140,7 +140,7 @@ def replay(
     _check_workers(workers, sinks=sinks, on_trace=on_trace)
     if workers > 1:
         report = replay_in_workers(path, metrics, workers=workers, **options)
-        warn_of_cut_sessions(report, options, elsewhere=False)
+        warn_at_end(report, options, elsewhere=False)
         return report
     with fewer_collections():
         return asyncio.run(areplay(Path(path), metrics, **options))

@@ -502,6 +502,7 @@ class _SessionScorer:
         part, self.filling.report = self.filling.report, ReplayReport(path="")
         part.bad_lines = scored.bad_lines
         part.sessions_cut, self.engine.sessions_cut = self.engine.sessions_cut, 0
+        part.repeated_traces, self.engine.repeated_traces = self.engine.repeated_traces, 0
         scored.emit("report", *last, pickle.dumps(part))
         return scored.out
 

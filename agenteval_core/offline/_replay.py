@@ -35,7 +35,7 @@ __all__ = [
     "areplay",
     "fewer_collections",
     "replay_lines",
-    "warn_of_cut_sessions",
+    "warn_at_end",
 ]
 
 
@@ -125,6 +125,10 @@ class ReplayReport:
     """How many times a session was cut in two: closed to keep at most
     ``max_open_sessions`` open, then met by another of its traces. Each part is counted in
     ``sessions`` and has session metrics of its own, covering that part alone."""
+    repeated_traces: int = 0
+    """Traces read again in their session (the same id: a capture line written or shipped
+    twice): each was scored once; a repeat's results are skipped results that say so, and
+    it counts neither twice in its session nor as the agent repeating itself."""
     processes: list[ProcessTimes] = field(default_factory=list)
     """Of a replay with workers, how each process spent it, in process order (empty in one
     process, and on Ray)."""
@@ -146,6 +150,7 @@ class ReplayReport:
                     self.flagged_inputs[trace_id] = other.flagged_inputs[trace_id]
         self.bad_lines.extend(other.bad_lines)
         self.sessions_cut += other.sessions_cut
+        self.repeated_traces += other.repeated_traces
         self.processes.extend(other.processes)
 
     def __repr__(self) -> str:
@@ -289,14 +294,22 @@ async def areplay(
     """Score every trace of a capture file in this process; see :func:`replay` (the same
     ``options``)."""
     report = await replay_lines(path, metrics, **options)
-    warn_of_cut_sessions(report, options, elsewhere=True)
+    warn_at_end(report, options, elsewhere=True)
     return report
 
 
-def warn_of_cut_sessions(report: ReplayReport, options: ReplayOptions, *, elsewhere: bool) -> None:
-    """Say once, at a replay's end, that sessions were cut in two: their session metrics
-    were given part by part, which no table shows. ``elsewhere``: workers and Ray, whose
-    tasks each hold fewer sessions, are worth suggesting."""
+def warn_at_end(report: ReplayReport, options: ReplayOptions, *, elsewhere: bool) -> None:
+    """Say once, at a replay's end, what no table shows: traces read twice in their session
+    (scored once), and sessions cut in two (their session metrics given part by part).
+    ``elsewhere``: workers and Ray, whose tasks each hold fewer sessions, are worth
+    suggesting."""
+    if report.repeated_traces:
+        logger.warning(
+            "agenteval: %d trace(s) were read again in their session (the same trace id: "
+            "a capture line written or shipped twice); each was scored once, and its "
+            "repeats are skipped results that say so",
+            report.repeated_traces,
+        )
     if not report.sessions_cut:
         return
     logger.warning(
@@ -408,6 +421,7 @@ async def replay_lines(
                 between_batches()
     finally:
         report.sessions_cut = engine.sessions_cut
+        report.repeated_traces = engine.repeated_traces
         await engine.aclose()
         for sink in all_sinks:
             try:
