@@ -152,6 +152,30 @@ def test_a_results_file_selects_the_same_failures(
     assert all(c.provenance.failing_metrics == [] for c in only_incomplete)
 
 
+def test_a_capture_shipped_twice_gives_the_cases_of_each_run_once(
+    capture: Path, tmp_path: Path
+) -> None:
+    # every line delivered twice (a log shipper's retry): each failed run counted twice in
+    # its case, its trace id listed twice, its turn twice in later cases' conversations;
+    # with --results, a repeat's skipped line took the failure of the run it repeated
+    lines = capture.read_text().splitlines(keepends=True)
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("".join(lines[:3] + lines[1:] + lines[3:]))
+    results = tmp_path / "twice-results.jsonl"
+    assert replay(twice, METRICS.split(","), output=results).repeated_traces == len(lines) - 1
+    expected = [c.model_dump() for c in cases_from_capture(capture, metrics=METRICS.split(","))]
+    for cases in (
+        cases_from_capture(twice, metrics=METRICS.split(",")),
+        cases_from_capture(twice, results=results),
+    ):
+        dumped = [c.model_dump() for c in cases]
+        for case in dumped:
+            case["provenance"]["capture"] = str(capture)
+        assert dumped == expected
+    rome = next(c for c in expected if c["input"] == "Book a hotel in Rome")
+    assert rome["count"] == 2 and len(rome["provenance"]["trace_ids"]) == 2
+
+
 def test_a_capture_directory_gives_the_cases_of_the_same_traces_in_one_file(
     capture: Path, tmp_path: Path
 ) -> None:

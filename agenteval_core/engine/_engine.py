@@ -27,7 +27,7 @@ from .._errors import MetricInputError
 from .._sync import close_on_this_loop, run_sync
 from ..metrics._protocol import Metric, MetricKind, Score, SessionAccumulator, SessionMetric
 from ..metrics._registry import create_metric, list_metrics, metric_class
-from ..schema._results import MetricResult, TraceResults
+from ..schema._results import REPEAT_OF, MetricResult, TraceResults
 from ..schema._trace import EvalCase, RunStatus, Trace
 from ._history import SessionHistory
 from ._sinks import Sink
@@ -699,7 +699,7 @@ def _not_scored(admitted: _Admitted) -> Score | None:
         return Score.skip(
             f"not scored: a repeat of trace {trace.id}, already read in session "
             f"{trace.session_id} (a capture line written or shipped twice)",
-            repeat_of=trace.id,
+            **{REPEAT_OF: trace.id},
         )
     if trace is None or trace.status is not RunStatus.UNFINISHED:
         return None

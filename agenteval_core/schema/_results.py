@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from numbers import Real
 from typing import Any, Literal
 
@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ._unvalidated import unvalidated
 
 __all__ = [
+    "REPEAT_OF",
     "RESULTS_VERSION",
     "SUCCESS_TOLERANCE",
     "MetricResult",
@@ -19,6 +20,7 @@ __all__ = [
     "failing",
     "flagged_traces",
     "passes",
+    "repeats",
     "unvalidated_result",
 ]
 
@@ -125,6 +127,17 @@ class TraceResults(BaseModel):
 def failing(results: Iterable[MetricResult]) -> list[MetricResult]:
     """The results that failed their threshold or ended in an error, in their order."""
     return [r for r in results if r.status == "error" or (r.score is not None and not r.success)]
+
+
+REPEAT_OF = "repeat_of"
+"""The metadata key of the skipped results a repeat of a trace gets (a capture line read
+twice in its session): the id of the trace it repeats, whose own results hold."""
+
+
+def repeats(results: Sequence[MetricResult]) -> bool:
+    """Whether a trace's results are those of a repeat of a trace already scored (every
+    result skipped with :data:`REPEAT_OF`): its first line's results are the trace's."""
+    return bool(results) and all(REPEAT_OF in r.metadata and r.skipped for r in results)
 
 
 def flagged_traces(results: Iterable[MetricResult]) -> list[str]:

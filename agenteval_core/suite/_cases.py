@@ -29,7 +29,7 @@ from ..metrics._loops import canonical_call
 from ..metrics._protocol import Metric, SessionMetric
 from ..metrics._registry import metric_class
 from ..schema._capture import read_in_run_order
-from ..schema._results import MetricResult, TraceResults, failing, flagged_traces
+from ..schema._results import MetricResult, TraceResults, failing, flagged_traces, repeats
 from ..schema._trace import (
     GUARD_REFUSED,
     EvalCase,
@@ -244,6 +244,8 @@ def _from_results(path: str | os.PathLike[str]) -> _Scored:
     torn: list[str] = []
     for line in read_results(path, torn):  # every line as it streams: no trace is left out
         if line.trace_id is not None and line.results is not None:
+            if repeats(line.results):  # a capture line read twice: its first line holds
+                continue
             failed = failing(line.results)
             if failed:  # only failures are kept; a later line of the trace holds
                 scored.failing[line.trace_id] = failed
@@ -376,7 +378,13 @@ def cases_from_capture(
     earlier: dict[str, list[dict[str, Any]]] = {}
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
     awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
+    read: dict[str, set[str]] = {}  # each session's trace ids
     for trace in itertools.chain([first], runs):
+        if trace.session_id:
+            ids = read.setdefault(trace.session_id, set())
+            if trace.id in ids:  # a capture line read twice (shipped twice): one run
+                continue
+            ids.add(trace.id)
         turns = earlier.setdefault(trace.session_id, []) if trace.session_id else []
         turn = {"input": trace.input, "output": trace.output}
         why = _why(trace, select, scored)
