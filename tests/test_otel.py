@@ -387,10 +387,12 @@ def test_replay_exports_and_a_refusing_endpoint_fails_the_command(
     otlp_receiver: OTLPReceiver, tmp_path: Path
 ) -> None:
     capture = tmp_path / "capture.jsonl"
+    trace = sample_trace()
     with CaptureWriter(capture) as writer:
-        writer.write(sample_trace())
+        writer.write(trace)
+        writer.write(trace)  # its line shipped twice: the trace goes out once
     sink = OTelSink(endpoint=otlp_receiver.url)
-    replay(capture, sinks=[sink])
+    assert replay(capture, sinks=[sink]).repeated_traces == 1
     assert sink.problem is None and len(otlp_receiver.spans()) == 6
 
     ok = CliRunner().invoke(

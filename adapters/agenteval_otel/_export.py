@@ -553,6 +553,8 @@ class OTelSink(Sink):
         self._upstream = redactor
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
+        if results.repeat:  # a capture line read twice: the trace went out the first time
+            return
         # an online evaluator's traces come redacted: by this exporter's redactor (the
         # default for both), once is enough
         once = self._upstream is not None and self._upstream is self.exporter.redactor

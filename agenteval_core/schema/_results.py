@@ -123,6 +123,13 @@ class TraceResults(BaseModel):
         """Results that failed their threshold or ended in an error, in metric order."""
         return failing(self.results)
 
+    @property
+    def repeat(self) -> bool:
+        """Whether these are the results of a repeat of a trace its session already read
+        (a capture line read twice): every result skipped, the trace's own results
+        delivered before. A sink that sends traces on (an exporter) skips it."""
+        return repeats(self.results)
+
 
 def failing(results: Iterable[MetricResult]) -> list[MetricResult]:
     """The results that failed their threshold or ended in an error, in their order."""
