@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from replay_helpers import (
+    ANSWERS,
     results_without_timings,
     session_parts,
     sessions_taking_turns,
@@ -423,8 +424,15 @@ def test_a_trace_read_twice_in_its_session_is_scored_once(
     assert [r.model_copy(update={"latency_ms": None}) for r in got.session_results["s"]] == [
         reliability.model_copy(update={"latency_ms": None})
     ]
+    # another run under an id its session had (a capture written by hand) is no repeat
+    reused = tmp_path / "reused.jsonl"
+    other = Trace(id="t1", input="question 9", output=ANSWERS[2], session_id="s")
+    reused.write_text(once.read_text() + other.model_dump_json() + "\n")
+    both = replay(reused, names, workers=workers)
+    assert (both.traces, both.repeated_traces) == (4, 0)
+    assert both.summary.metrics["loop_detection"].scored == 4
     assert (
-        "agenteval: 2 trace(s) were read again in their session (the same trace id: a capture "
+        "agenteval: 2 trace(s) were read again in their session (the same run under the same id: a capture "
         "line written or shipped twice); each was scored once, and its repeats are skipped "
         "results that say so" in caplog.text
     )

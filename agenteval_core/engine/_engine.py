@@ -28,7 +28,7 @@ from .._sync import close_on_this_loop, run_sync
 from ..metrics._protocol import Metric, MetricKind, Score, SessionAccumulator, SessionMetric
 from ..metrics._registry import create_metric, list_metrics, metric_class
 from ..schema._results import REPEAT_OF, MetricResult, TraceResults
-from ..schema._trace import EvalCase, RunStatus, Trace
+from ..schema._trace import EvalCase, RunStatus, Trace, run_fingerprint
 from ._history import SessionHistory
 from ._sinks import Sink
 
@@ -132,8 +132,9 @@ class _SessionState:
     waits for them, so its closing results always come after its traces'."""
     last_read: float = 0.0
     """When its latest trace was read (``time.monotonic()``): what an idle timeout measures."""
-    trace_ids: set[str] = field(default_factory=set)
-    """The ids of the traces read for it: a trace read again is a repeat (see
+    read: dict[str, int] = field(default_factory=dict)
+    """The traces read for it: each id with a fingerprint of its run (:func:`~agenteval_core.schema._trace.run_fingerprint`).
+    A trace read again, the same run under the same id, is a repeat (see
     :attr:`Engine.repeated_traces`)."""
 
 
@@ -241,8 +242,8 @@ class Engine:
         (their ids alone), to tell when one is cut in two: a service that runs for weeks
         closes sessions so for ever, and memory must stay flat."""
         self.repeated_traces = 0
-        """Traces read again in their session (the same id: a capture line written or
-        shipped twice, a file read twice): each repeat's results are skipped results that
+        """Traces read again in their session (the same run under the same id: a capture
+        line written or shipped twice, a file read twice): each repeat's results are skipped results that
         say so, and it is kept out of its session's history and metrics, so it neither
         counts twice nor reads as the agent repeating itself (a loop to loop_detection)."""
         self.sessions_cut = 0
@@ -409,11 +410,12 @@ class Engine:
             if trace is not None and trace.session_id:
                 state = self._state(trace.session_id)
                 state.last_read = time.monotonic()
-                repeat = trace.id in state.trace_ids
+                fingerprint = run_fingerprint(trace)
+                repeat = state.read.get(trace.id) == fingerprint
                 if repeat:
                     self.repeated_traces += 1
                 else:
-                    state.trace_ids.add(trace.id)
+                    state.read[trace.id] = fingerprint
                     history = state.history.frozen()
                     state.history.append(trace)
                 state.unfolded += 1

@@ -305,7 +305,7 @@ def warn_at_end(report: ReplayReport, options: ReplayOptions, *, elsewhere: bool
     suggesting."""
     if report.repeated_traces:
         logger.warning(
-            "agenteval: %d trace(s) were read again in their session (the same trace id: "
+            "agenteval: %d trace(s) were read again in their session (the same run under the same id: "
             "a capture line written or shipped twice); each was scored once, and its "
             "repeats are skipped results that say so",
             report.repeated_traces,

@@ -38,6 +38,7 @@ from ..schema._trace import (
     ToolCallLimit,
     Trace,
     known_version,
+    run_fingerprint,
     text_of,
 )
 
@@ -378,13 +379,14 @@ def cases_from_capture(
     earlier: dict[str, list[dict[str, Any]]] = {}
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
     awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
-    read: dict[str, set[str]] = {}  # each session's trace ids
+    read: dict[str, dict[str, int]] = {}  # each session's trace ids, with their runs
     for trace in itertools.chain([first], runs):
         if trace.session_id:
-            ids = read.setdefault(trace.session_id, set())
-            if trace.id in ids:  # a capture line read twice (shipped twice): one run
+            runs_read = read.setdefault(trace.session_id, {})
+            fingerprint = run_fingerprint(trace)
+            if runs_read.get(trace.id) == fingerprint:  # a capture line read twice: one run
                 continue
-            ids.add(trace.id)
+            runs_read[trace.id] = fingerprint
         turns = earlier.setdefault(trace.session_id, []) if trace.session_id else []
         turn = {"input": trace.input, "output": trace.output}
         why = _why(trace, select, scored)
