@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from judge_server import JudgeServer, Reply
 
-from agenteval_core import CaptureWriter, MetricInputError, Trace, best_of, read_capture
+from agenteval_core import (
+    CaptureWriter,
+    MetricInputError,
+    RunStatus,
+    Trace,
+    best_of,
+    read_capture,
+)
 from agenteval_core.judges import OpenAIJudge
 
 
@@ -78,6 +85,15 @@ def test_compare_command_runs_the_tournament_over_captures(
     judge_server.responder = respond
     # q1, q2: only agent_a answers well (a win each); q3: both do (a tie); q4: only agent_b ran it
     _capture(tmp_path / "agent_a.jsonl", [("q1", "good 1"), ("q2", "good 2"), ("q3", "good 3")])
+    # agent_a paused q1 for a human's approval first: the paused run has no answer yet (it
+    # was judged as agent_a's answer, an empty one, and the resumed run's answer left out as
+    # the request asked again); a run still going when its evaluator closed, neither
+    paused = Trace(input="q1", status=RunStatus.INTERRUPTED, status_reason="waiting for a human")
+    cut = Trace(input="q2", status=RunStatus.UNFINISHED, status_reason="evaluator closed")
+    (tmp_path / "agent_a.jsonl").write_text(
+        paused.model_dump_json() + "\n" + cut.model_dump_json() + "\n"
+        + (tmp_path / "agent_a.jsonl").read_text()
+    )  # fmt: skip
     with (tmp_path / "agent_a.jsonl").open("a") as torn:  # agent_a was killed mid-write
         torn.write(Trace(input="q4", output="good 4").model_dump_json()[:40])
     # agent_b's runs as a capture directory: q1 asked again later, in a shard read first;
@@ -103,7 +119,7 @@ def test_compare_command_runs_the_tournament_over_captures(
     # the torn line is skipped as a replay skips it, and said
     assert done.stderr == (
         "agenteval: 1 capture line(s) could not be read and were skipped, as a replay skips "
-        f"them; the first: {tmp_path / 'agent_a.jsonl'}:4: truncated last line (the writer "
+        f"them; the first: {tmp_path / 'agent_a.jsonl'}:6: truncated last line (the writer "
         "stopped mid-line)\n"
     )
     assert len(judge_server.completions) == 6  # 3 shared requests x 1 pair x 2 orders
@@ -116,6 +132,10 @@ def test_compare_command_runs_the_tournament_over_captures(
     assert (
         "runs that asked a request again were left out (each request's first answer is "
         "judged): agent_b 1" in done.stdout
+    )
+    assert (
+        "runs with no answer yet were left out (paused for a human, whose resumed run "
+        "answers, or still going when captured): agent_a 2" in done.stdout
     )
     assert "winner: agent_a" in done.stdout
 

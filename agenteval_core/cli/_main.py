@@ -886,14 +886,15 @@ def compare_command(
     Runs are matched by their request text; on every request answered in all captures, each
     pair of agents is judged twice with the answers' order swapped (a judge that favours a
     position decides nothing), and each agent's win rate is printed. A request asked again
-    counts once, with its first answer (the others are counted and said). An agent is
-    named after its capture file.
+    counts once, with its first answer (the others are counted and said); a run with no
+    answer yet (paused for a human, or still going when captured) is left out, its resumed
+    run answering. An agent is named after its capture file.
     """
     import asyncio
 
     from ..metrics._best_of import abest_of
     from ..schema._capture import read_in_run_order, skipping_bad_lines
-    from ..schema._trace import text_of
+    from ..schema._trace import RunStatus, text_of
 
     if len(captures) < 2:
         raise UserError("compare needs the captures of at least two agents")
@@ -901,17 +902,21 @@ def compare_command(
         raise UserError("compare needs a judge: pass --judge-model (and --judge-base-url)")
     answers: dict[str, dict[str, str]] = {}
     repeated: dict[str, int] = {}  # runs of a request already answered: not judged
+    unanswered: dict[str, int] = {}  # paused or cut-short runs: no answer to judge yet
     for capture in captures:
         path = Path(capture)
         capture_files(path)  # a file or a capture directory, or a clear error
         name = path.stem if path.stem not in answers else f"{path.stem}#{len(answers) + 1}"
         runs: dict[str, str] = {}
-        read = 0
+        read = waiting = 0
         with skipping_bad_lines() as skipped:  # each request's first answer counts
             for trace in read_in_run_order(path, on_error=skipped.append):
+                if trace.status in (RunStatus.INTERRUPTED, RunStatus.UNFINISHED):
+                    waiting += 1  # its answer, if any, is a later run's (the resumed one)
+                    continue
                 runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))
                 read += 1
-        answers[name], repeated[name] = runs, read - len(runs)
+        answers[name], repeated[name], unanswered[name] = runs, read - len(runs), waiting
     agents = list(answers)
     shared = [
         request for request in answers[agents[0]] if all(request in answers[a] for a in agents)
@@ -949,6 +954,12 @@ def compare_command(
         click.echo(
             "requests not answered by every agent were left out: "
             + ", ".join(f"{agent} {count}" for agent, count in unmatched.items() if count)
+        )
+    if any(unanswered.values()):
+        click.echo(
+            "runs with no answer yet were left out (paused for a human, whose resumed run "
+            "answers, or still going when captured): "
+            + ", ".join(f"{a} {count}" for a, count in unanswered.items() if count)
         )
     if any(repeated.values()):
         click.echo(
