@@ -20,10 +20,12 @@ from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from agenteval_llamaindex import instrument
 from agenteval_otel import import_otlp
 from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import create_react_agent
+from langgraph.types import Command
 from langgraph_agents import Classifier, functional_agent
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ToolCallBlock
@@ -218,6 +220,51 @@ def test_a_run_from_a_checkpoint_imports_with_its_request(spans_file: Path, tmp_
         "What's the weather in Paris?",
         "It is sunny and 21°C in Paris.",
     )
+
+
+def test_a_run_paused_for_a_human_imports_as_paused(spans_file: Path, tmp_path: Path) -> None:
+    # OpenInference ends a run that paused at an interrupt() without an error (the node's
+    # GraphInterrupt is an exception event only): imported, it was "ok" with an empty
+    # answer, which coherence scored as a perfect pass and compare judged as the answer
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("refund", "r1", order_id="A-1")], (30, 8)),
+            reply("Refunded A-1.", [], (45, 5)),
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=[refund],
+        checkpointer=InMemorySaver(),
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"refund": True})],
+    )
+    thread: Any = {"configurable": {"thread_id": "t-1"}}
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        handler = AgentEvalCallbackHandler(evaluator)
+        agent.invoke({"messages": [("user", "Refund A-1")]}, {**thread, "callbacks": [handler]})
+        approve = Command(resume={"decisions": [{"type": "approve"}]})
+        agent.invoke(approve, {**thread, "callbacks": [handler]})
+        ours_paused, ours_resumed = evaluator.captured()
+    paused, resumed = import_otlp(spans_file)
+    assert view(paused) == view(ours_paused)
+    assert (paused.input, paused.output, paused.status) == (
+        "Refund A-1",
+        None,
+        RunStatus.INTERRUPTED,
+    )
+    assert paused.status_reason == ours_paused.status_reason
+    assert paused.status_reason is not None
+    assert paused.status_reason.startswith("waiting for a human: {'action_requests': [{'name'")
+    assert (resumed.output, resumed.status) == ("Refunded A-1.", RunStatus.OK)
+    assert [(c.id, c.name, c.arguments, c.result) for c in resumed.tool_calls()] == [
+        ("r1", "refund", {"order_id": "A-1"}, "refunded")
+    ]
+    assert resumed.tool_calls() == ours_resumed.tool_calls()
 
 
 def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Path) -> None:

@@ -555,6 +555,22 @@ def _link_calls(spans: list[Span], guessed: set[str]) -> None:
         if span.id in guessed:
             span.tool_call.arguments = dict(match.arguments)
             span.input = dict(match.arguments)
+            guessed.discard(span.id)
+
+
+def _name_bare_values(spans: list[Span], guessed: set[str], tools: dict[str, ToolSpec]) -> None:
+    """A call still holding the bare value LangChain passed (``{"input": value}``: no model
+    call of its trace asked for it, as in a run resumed after a pause, whose request is the
+    paused run's) takes its tool's one parameter's name, when the tool's schema has one."""
+    for span in spans:
+        call = span.tool_call
+        if call is None or span.id not in guessed or list(call.arguments) != ["input"]:
+            continue
+        spec = tools.get(call.name)
+        named = (spec.parameters or {}).get("properties") if spec is not None else None
+        if isinstance(named, dict) and len(named) == 1:
+            call.arguments = {next(iter(named)): call.arguments["input"]}
+            span.input = dict(call.arguments)
 
 
 def _tool_replies(a: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -729,6 +745,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         for tool in _tools(raw.attributes):
             if tool.name not in schemas:
                 tools.setdefault(tool.name, tool)
+    _name_bare_values(spans, guessed, tools)
     _unrun_calls(raws, spans)  # after every use of raws and spans side by side
     metadata = _json(a.get("metadata")) if "metadata" in a else {}
     if not isinstance(metadata, dict):
@@ -750,7 +767,33 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         end_time=root.end_time,
     )
     trace.status, trace.status_reason = trace.ended_status()
+    paused = _interrupt(raws)
+    if paused is not None and trace.error is None:
+        # a pause for a human: no answer yet (the root's output is the graph's state, whose
+        # last message is the model's call waiting for approval); the resumed run answers
+        trace.status, trace.status_reason, trace.output = RunStatus.INTERRUPTED, paused, None
     return trace
+
+
+_INTERRUPTS = ("GraphInterrupt", "NodeInterrupt")
+"""LangGraph's exceptions for a run that pauses for a human (``interrupt()``): recorded as
+an exception event of the node that paused, whose span ends without an error."""
+
+_INTERRUPT_VALUE = re.compile(r"Interrupt\(value=(.*?), (?:id|resumable|ns)=", re.DOTALL)
+
+
+def _interrupt(raws: list[RawSpan]) -> str | None:
+    """Why a foreign run paused, when a span of it raised LangGraph's interrupt: "waiting
+    for a human: " and each interrupt's value, as the adapter says it (the exception's text
+    when its values cannot be read)."""
+    for raw in raws:
+        for name, event in raw.events:
+            kind = str(event.get("exception.type", ""))
+            if name == "exception" and kind.rsplit(".", 1)[-1] in _INTERRUPTS:
+                message = str(event.get("exception.message", ""))
+                values = _INTERRUPT_VALUE.findall(message)
+                return "waiting for a human: " + ("; ".join(values) if values else message)
+    return None
 
 
 def _framework(raws: list[RawSpan]) -> str:
