@@ -32,12 +32,14 @@ from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
+from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
 from llamaindex_models import CompletionModel, orders_index
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from pydantic import BaseModel
+from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import INTERNAL_CALL, OnlineEvaluator, RunStatus, SpanKind, ToolCall, Trace
 
@@ -570,6 +572,108 @@ def test_a_llamaindex_function_agent_run(spans_file: Path, tmp_path: Path) -> No
         "What's the weather in Paris?",
         "It is sunny and 21°C in Paris.",
     )
+
+
+async def refund_once_approved(ctx: Context, order_id: str) -> str:
+    """Refund an order once a human approves."""
+    approval = await ctx.wait_for_event(
+        HumanResponseEvent,
+        waiter_id=f"approve-{order_id}",
+        waiter_event=InputRequiredEvent(prefix=f"Refund {order_id}?"),
+    )
+    return "refunded" if approval.response == "yes" else "not approved"
+
+
+# LlamaIndex passes ``ctx`` to a tool whose annotation is the Context class itself
+refund_once_approved.__annotations__["ctx"] = Context
+
+
+def refunds(messages: list[ChatMessage], **_: object) -> ChatMessage:
+    if any(m.role == MessageRole.TOOL for m in messages):
+        return ChatMessage(role=MessageRole.ASSISTANT, content="Refunded.")
+    order = str(messages[-1].content).split()[-1]
+    block = ToolCallBlock(
+        tool_call_id="c1", tool_name="refund_once_approved", tool_kwargs={"order_id": order}
+    )
+    return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+
+def test_llamaindex_runs_that_wait_for_a_human_import_as_the_adapter_records_them(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # OpenInference writes the tool call suspended by ctx.wait_for_event as a failed call
+    # (WaitingForEvent), with the Context LlamaIndex passed the tool among its arguments,
+    # and a run cancelled (to resume later, or not at all) without an error: imported, a
+    # call that never failed counted as a failure, and stopped runs were "ok"
+    def refund_agent() -> FunctionAgent:
+        return FunctionAgent(
+            tools=[FunctionTool.from_defaults(refund_once_approved)],
+            llm=MockFunctionCallingLLM(response_generator=refunds),
+        )
+
+    async def approved_at_once() -> None:
+        handler = refund_agent().run("Refund A-1")
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                handler.ctx.send_event(HumanResponseEvent(response="yes"))
+        await handler
+
+    async def paused_then_resumed() -> None:
+        agent = refund_agent()
+        handler = agent.run("Refund A-2")
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                saved = handler.ctx.to_dict()
+                await handler.cancel_run()
+                break
+        with pytest.raises(WorkflowCancelledByUser):
+            await handler
+        resumed = agent.run(ctx=Context.from_dict(agent, saved))
+        resumed.ctx.send_event(HumanResponseEvent(response="yes"))
+        await resumed
+
+    async def cancelled() -> None:
+        handler = refund_agent().run("Refund A-3")
+        async for _ in handler.stream_events():
+            await handler.cancel_run()  # the caller gives up before the model answers
+            break
+        with pytest.raises(WorkflowCancelledByUser):
+            await handler
+
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        instrumented = instrument(evaluator)
+        try:
+            for run in (approved_at_once, paused_then_resumed, cancelled):
+                asyncio.run(run())
+            ours = evaluator.captured()
+        finally:
+            instrumented.uninstrument()
+    theirs = import_otlp(spans_file)
+
+    def said(trace: Trace) -> tuple[Any, ...]:
+        calls = [(c.name, c.arguments, c.result, c.error) for c in trace.tool_calls()]
+        return (trace.input, trace.output, trace.status, trace.error, calls)
+
+    assert [said(t) for t in theirs] == [said(t) for t in ours]
+
+    def refunded(order: str) -> list[tuple[Any, ...]]:
+        return [("refund_once_approved", {"order_id": order}, "refunded", None)]
+
+    assert [said(t) for t in theirs] == [
+        ("Refund A-1", "Refunded.", RunStatus.OK, None, refunded("A-1")),
+        ("Refund A-2", None, RunStatus.INTERRUPTED, None, []),
+        ("Refund A-2", "Refunded.", RunStatus.OK, None, refunded("A-2")),
+        ("Refund A-3", None, RunStatus.CANCELLED, None, []),
+    ]
+    # OpenInference keeps no prefix the run asked the human with
+    assert [t.status_reason for t in theirs[1:4:2]] == [
+        "waiting for HumanResponseEvent",
+        "cancelled by its caller",
+    ]
+    assert [t.status_reason for t in ours[1:4:2]] == [
+        "waiting for HumanResponseEvent: Refund A-2?",
+        "cancelled by its caller",
+    ]
 
 
 def test_a_llamaindex_query_engine_on_a_completion_model(spans_file: Path, tmp_path: Path) -> None:

@@ -36,7 +36,13 @@ from agenteval_core import (
     ToolSpec,
     Trace,
 )
-from agenteval_core.recording import FINISH_REASONS, OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL
+from agenteval_core.recording import (
+    CANCELLED_BY_CALLER,
+    FINISH_REASONS,
+    OPERATION_NAME,
+    PROVIDER_NAME,
+    REQUEST_MODEL,
+)
 
 from ._conventions import ENCODED, FROM_TRACE, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
 from ._otlp import SPANS, TRACE_IDS, RawSpan, SpanSource
@@ -223,10 +229,21 @@ def _tool_arguments(value: Any) -> tuple[dict[str, Any], str | None, bool]:
     if isinstance(value, dict) and isinstance(value.get("args"), dict):
         return dict(value["args"]), value.get("id"), True
     if isinstance(value, dict) and isinstance(value.get("kwargs"), dict):
-        return dict(value["kwargs"]), None, True
+        # an object the framework passed in (LlamaIndex's Context for a tool that takes
+        # one), written as its repr: no argument of the call the model asked for
+        kwargs = value["kwargs"]
+        return {k: v for k, v in kwargs.items() if not _object_repr(v)}, None, True
     if isinstance(value, dict):
         return value, None, True
     return ({"input": value} if value is not None else {}), None, False
+
+
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def _object_repr(value: Any) -> bool:
+    """Whether ``value`` is only an object's default repr (its class and address)."""
+    return isinstance(value, str) and _OBJECT_REPR.fullmatch(value) is not None
 
 
 def _tool_result(value: Any) -> tuple[Any, str | None]:
@@ -729,6 +746,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
                 LoopAlert.model_validate(x) for x in _json(a.get("agenteval.trace.alerts", "[]"))
             ],
         )
+    waiting = _drop_waits(raws, spans)
     _link_calls(spans, guessed)
     if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
@@ -767,12 +785,47 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         end_time=root.end_time,
     )
     trace.status, trace.status_reason = trace.ended_status()
-    paused = _interrupt(raws)
-    if paused is not None and trace.error is None:
+    if any(name == "span.cancelled" for name, _ in raws[0].events):  # LlamaIndex's cancel
+        trace.status, trace.status_reason = RunStatus.CANCELLED, CANCELLED_BY_CALLER
+    paused = _interrupt(raws) or waiting
+    if paused is not None and (trace.error is None or trace.status is RunStatus.CANCELLED):
         # a pause for a human: no answer yet (the root's output is the graph's state, whose
         # last message is the model's call waiting for approval); the resumed run answers
         trace.status, trace.status_reason, trace.output = RunStatus.INTERRUPTED, paused, None
     return trace
+
+
+_WAITING_CLASS = re.compile(r"<class '(?:[\w]+\.)*(\w+)'>")
+
+
+def _drop_waits(raws: list[RawSpan], spans: list[Span]) -> str | None:
+    """Take out the tool spans of calls suspended to wait for an event (LlamaIndex's
+    ``ctx.wait_for_event``, which raises ``WaitingForEvent`` until the event comes and then
+    runs the call again): no call, and no failure. Why the run waits, when no call of that
+    tool ran after the last such span (a run stopped while it waited), else None."""
+    kept: list[tuple[RawSpan, Span]] = []
+    waiting: tuple[str, str] | None = None  # (tool, why) of the last wait not yet answered
+    for raw, span in zip(raws, spans, strict=True):
+        waited = next(
+            (
+                str(event.get("exception.message", ""))
+                for name, event in raw.events
+                if name == "exception"
+                and str(event.get("exception.type", "")).endswith("WaitingForEvent")
+            ),
+            None,
+        )
+        if span.tool_call is not None and waited is not None:
+            awaited = _WAITING_CLASS.search(waited)
+            why = f"waiting for {awaited.group(1) if awaited else 'an event'}"
+            waiting = (span.tool_call.name, why)
+            continue
+        if span.tool_call is not None and waiting is not None and waiting[0] == span.tool_call.name:
+            waiting = None  # the event came: the call ran
+        kept.append((raw, span))
+    raws[:] = [raw for raw, _ in kept]
+    spans[:] = [span for _, span in kept]
+    return waiting[1] if waiting is not None else None
 
 
 _INTERRUPTS = ("GraphInterrupt", "NodeInterrupt")
