@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,18 @@ from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import (
-    Context,
-    HumanResponseEvent,
     InputRequiredEvent,
     StartEvent,
     StopEvent,
     Workflow,
     step,
+)
+from llamaindex_hitl import (
+    ApproveRefund,
+    answered_at_once,
+    refund_agent,
+    resume,
+    saved_when_it_asks,
 )
 from llamaindex_models import CompletionModel, orders_index
 from workflows.errors import WorkflowCancelledByUser
@@ -45,21 +49,6 @@ from agenteval_core.metrics import Coherence, ToolFailures
 def lookup_order(order_id: str) -> str:
     """Status of an order."""
     return "shipped"
-
-
-async def refund_once_approved(ctx: Context, order_id: str) -> str:
-    """Refund an order once a human approves."""
-    approval = await ctx.wait_for_event(
-        HumanResponseEvent,
-        waiter_id=f"approve-{order_id}",
-        waiter_event=InputRequiredEvent(prefix=f"Refund {order_id}?"),
-    )
-    return "refunded" if approval.response == "yes" else "not approved"
-
-
-# LlamaIndex passes ``ctx`` to a tool whose annotation is the Context class itself; this
-# module's annotations are strings (``from __future__ import annotations``)
-refund_once_approved.__annotations__["ctx"] = Context
 
 
 def answer(text: str) -> ChatMessage:
@@ -632,25 +621,6 @@ def test_a_loop_of_a_steps_own_calls_is_an_alert(
     )
 
 
-def refund_agent() -> FunctionAgent:
-    """An agent that refunds the order its request names (A-1 to A-9) through
-    ``refund_once_approved``, which waits for a human's approval, then answers."""
-
-    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
-        if any(m.role == MessageRole.TOOL for m in messages):
-            return answer("Refunded.")
-        order = re.findall(r"A-\d", str(messages[-1].content or ""))[0]
-        block = ToolCallBlock(
-            tool_call_id="c1", tool_name="refund_once_approved", tool_kwargs={"order_id": order}
-        )
-        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
-
-    return FunctionAgent(
-        tools=[FunctionTool.from_defaults(async_fn=refund_once_approved)],
-        llm=MockFunctionCallingLLM(response_generator=reply),
-    )
-
-
 def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_paused(
     evaluator: OnlineEvaluator,
 ) -> None:
@@ -660,25 +630,11 @@ def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_pa
     # never happened. A run stopped while it waits (its context saved for later) was
     # "cancelled"; it is paused for a human, as a LangGraph interrupt is
     async def approved_at_once() -> str:
-        handler = refund_agent().run("Refund A-1")
-        async for event in handler.stream_events():
-            if isinstance(event, InputRequiredEvent):
-                handler.ctx.send_event(HumanResponseEvent(response="yes"))
-        return str(await handler)
+        return await answered_at_once(refund_agent().run("Refund A-1"))
 
     async def paused_then_resumed() -> str:
-        agent = refund_agent()
-        handler = agent.run("Refund A-2")
-        async for event in handler.stream_events():
-            if isinstance(event, InputRequiredEvent):
-                saved = handler.ctx.to_dict()  # the app keeps the run for later
-                await handler.cancel_run()
-                break
-        with pytest.raises(WorkflowCancelledByUser):
-            await handler
-        resumed = agent.run(ctx=Context.from_dict(agent, saved))
-        resumed.ctx.send_event(HumanResponseEvent(response="yes"))
-        return str(await resumed)
+        agent = refund_agent()  # the app keeps the run's context for later
+        return await resume(agent, await saved_when_it_asks(agent.run("Refund A-2")))
 
     instrumentation = instrument(evaluator, session_id="u1")
     try:
@@ -751,19 +707,6 @@ def test_a_run_waiting_for_a_human_when_the_evaluator_closes_is_paused(tmp_path:
     )
 
 
-class ApproveRefund(Workflow):
-    """LlamaIndex's human-in-the-loop as a workflow of steps: one asks (returns an
-    ``InputRequiredEvent``), the workflow idles, and another takes the answer."""
-
-    @step
-    async def ask(self, ev: StartEvent) -> InputRequiredEvent:
-        return InputRequiredEvent(prefix=f"Refund {ev.order}?")
-
-    @step
-    async def act(self, ev: HumanResponseEvent) -> StopEvent:
-        return StopEvent(result="Refunded." if ev.response == "yes" else "Not refunded.")
-
-
 @pytest.mark.parametrize("stop", ["cancelled to resume later", "evaluator closed"])
 def test_a_workflow_stopped_while_it_asks_a_human_is_paused(tmp_path: Path, stop: str) -> None:
     # a step that returns InputRequiredEvent leaves the workflow waiting for a human; the
@@ -774,11 +717,7 @@ def test_a_workflow_stopped_while_it_asks_a_human_is_paused(tmp_path: Path, stop
     instrumentation = instrument(evaluator, session_id="u1")
 
     async def answered() -> str:
-        handler = ApproveRefund(timeout=10).run(order="A-1")
-        async for event in handler.stream_events():
-            if isinstance(event, InputRequiredEvent):
-                handler.ctx.send_event(HumanResponseEvent(response="yes"))
-        return str(await handler)
+        return await answered_at_once(ApproveRefund(timeout=10).run(order="A-1"))
 
     async def stopped_while_asking() -> None:
         handler = ApproveRefund(timeout=10).run(order="A-2")
@@ -821,24 +760,8 @@ def test_a_run_resumed_from_a_saved_context_answers_the_paused_request(
     # own: its trace had no input, so coherence assumed a perfect score (a vacuous pass)
     # and a judge saw no request. Its steps carry what it goes on from: the conversation
     # so far, or the human's answer it takes up
-    async def saved_when_it_asks(handler: Any) -> dict[str, Any]:
-        """The context of a run stopped when it asks a human, as an app keeps it."""
-        async for event in handler.stream_events():
-            if isinstance(event, InputRequiredEvent):
-                saved: dict[str, Any] = handler.ctx.to_dict()
-                await handler.cancel_run()
-                break
-        with pytest.raises(WorkflowCancelledByUser):
-            await handler
-        return saved
-
-    async def resumed(agent: Any, saved: dict[str, Any]) -> str:
-        handler = agent.run(ctx=Context.from_dict(agent, saved))
-        handler.ctx.send_event(HumanResponseEvent(response="yes"))
-        return str(await handler)
-
     async def paused_and_resumed(workflow: Any) -> str:
-        return await resumed(workflow, await saved_when_it_asks(workflow.run(order="A-4")))
+        return await resume(workflow, await saved_when_it_asks(workflow.run(order="A-4")))
 
     async def paused_elsewhere() -> str:  # before this evaluator instruments LlamaIndex
         return json.dumps(await saved_when_it_asks(refund_agent().run("Refund A-5")))
@@ -847,7 +770,7 @@ def test_a_run_resumed_from_a_saved_context_answers_the_paused_request(
     instrumentation = instrument(evaluator, session_id="u1")
     try:
         assert asyncio.run(paused_and_resumed(ApproveRefund(timeout=10))) == "Refunded."
-        assert asyncio.run(resumed(refund_agent(), saved_elsewhere)) == "Refunded."
+        assert asyncio.run(resume(refund_agent(), saved_elsewhere)) == "Refunded."
         paused, steps_resumed, agent_resumed = evaluator.captured()
     finally:
         instrumentation.uninstrument()

@@ -32,7 +32,13 @@ from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
-from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
+from llamaindex_hitl import (
+    ApproveRefund,
+    answered_at_once,
+    refund_agent,
+    resume,
+    saved_when_it_asks,
+)
 from llamaindex_models import CompletionModel, orders_index
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
@@ -574,63 +580,21 @@ def test_a_llamaindex_function_agent_run(spans_file: Path, tmp_path: Path) -> No
     )
 
 
-async def refund_once_approved(ctx: Context, order_id: str) -> str:
-    """Refund an order once a human approves."""
-    approval = await ctx.wait_for_event(
-        HumanResponseEvent,
-        waiter_id=f"approve-{order_id}",
-        waiter_event=InputRequiredEvent(prefix=f"Refund {order_id}?"),
-    )
-    return "refunded" if approval.response == "yes" else "not approved"
-
-
-# LlamaIndex passes ``ctx`` to a tool whose annotation is the Context class itself
-refund_once_approved.__annotations__["ctx"] = Context
-
-
-def refunds(messages: list[ChatMessage], **_: object) -> ChatMessage:
-    if any(m.role == MessageRole.TOOL for m in messages):
-        return ChatMessage(role=MessageRole.ASSISTANT, content="Refunded.")
-    order = str(messages[-1].content).split()[-1]
-    block = ToolCallBlock(
-        tool_call_id="c1", tool_name="refund_once_approved", tool_kwargs={"order_id": order}
-    )
-    return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
-
-
 def test_llamaindex_runs_that_wait_for_a_human_import_as_the_adapter_records_them(
     spans_file: Path, tmp_path: Path
 ) -> None:
     # OpenInference writes the tool call suspended by ctx.wait_for_event as a failed call
     # (WaitingForEvent), with the Context LlamaIndex passed the tool among its arguments,
     # and a run cancelled (to resume later, or not at all) without an error: imported, a
-    # call that never failed counted as a failure, and stopped runs were "ok"
-    def refund_agent() -> FunctionAgent:
-        return FunctionAgent(
-            tools=[FunctionTool.from_defaults(refund_once_approved)],
-            llm=MockFunctionCallingLLM(response_generator=refunds),
-        )
-
-    async def approved_at_once() -> None:
-        handler = refund_agent().run("Refund A-1")
-        async for event in handler.stream_events():
-            if isinstance(event, InputRequiredEvent):
-                handler.ctx.send_event(HumanResponseEvent(response="yes"))
-        await handler
+    # call that never failed counted as a failure, and stopped runs were "ok"; a workflow
+    # whose step asked a human was "cancelled", its input the broker's state
+    # (init_state), its answer a StopEvent's repr
+    async def approved() -> None:
+        await answered_at_once(refund_agent().run("Refund A-1"))
 
     async def paused_then_resumed() -> None:
         agent = refund_agent()
-        handler = agent.run("Refund A-2")
-        async for event in handler.stream_events():
-            if isinstance(event, InputRequiredEvent):
-                saved = handler.ctx.to_dict()
-                await handler.cancel_run()
-                break
-        with pytest.raises(WorkflowCancelledByUser):
-            await handler
-        resumed = agent.run(ctx=Context.from_dict(agent, saved))
-        resumed.ctx.send_event(HumanResponseEvent(response="yes"))
-        await resumed
+        await resume(agent, await saved_when_it_asks(agent.run("Refund A-2")))
 
     async def cancelled() -> None:
         handler = refund_agent().run("Refund A-3")
@@ -640,10 +604,14 @@ def test_llamaindex_runs_that_wait_for_a_human_import_as_the_adapter_records_the
         with pytest.raises(WorkflowCancelledByUser):
             await handler
 
+    async def steps_paused_then_resumed() -> None:
+        workflow = ApproveRefund(timeout=10)
+        await resume(workflow, await saved_when_it_asks(workflow.run(order="A-4")))
+
     with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
         instrumented = instrument(evaluator)
         try:
-            for run in (approved_at_once, paused_then_resumed, cancelled):
+            for run in (approved, paused_then_resumed, cancelled, steps_paused_then_resumed):
                 asyncio.run(run())
             ours = evaluator.captured()
         finally:
@@ -654,6 +622,16 @@ def test_llamaindex_runs_that_wait_for_a_human_import_as_the_adapter_records_the
         calls = [(c.name, c.arguments, c.result, c.error) for c in trace.tool_calls()]
         return (trace.input, trace.output, trace.status, trace.error, calls)
 
+    # a workflow of steps: OpenInference writes its start event and the human's answer as
+    # reprs without their fields (StartEvent(), HumanResponseEvent()), so neither its
+    # request nor the answer it resumed with is in the spans: no input, where the adapter
+    # has both; its answer, a StopEvent's repr, reads back as the result
+    assert [(t.input, t.metadata) for t in ours[4:]] == [
+        ({"order": "A-4"}, {}),
+        ("yes", {"resume": "yes"}),
+    ]
+    for trace in ours[4:]:
+        trace.input = None
     assert [said(t) for t in theirs] == [said(t) for t in ours]
 
     def refunded(order: str) -> list[tuple[Any, ...]]:
@@ -664,11 +642,15 @@ def test_llamaindex_runs_that_wait_for_a_human_import_as_the_adapter_records_the
         ("Refund A-2", None, RunStatus.INTERRUPTED, None, []),
         ("Refund A-2", "Refunded.", RunStatus.OK, None, refunded("A-2")),
         ("Refund A-3", None, RunStatus.CANCELLED, None, []),
+        (None, None, RunStatus.INTERRUPTED, None, []),
+        (None, "Refunded.", RunStatus.OK, None, []),
     ]
-    # OpenInference keeps no prefix the run asked the human with
-    assert [t.status_reason for t in theirs[1:4:2]] == [
+    # of a tool's wait, OpenInference keeps no prefix the run asked the human with
+    assert [t.status_reason for t in theirs[1:5]] == [
         "waiting for HumanResponseEvent",
+        None,
         "cancelled by its caller",
+        "waiting for a response to InputRequiredEvent: Refund A-4?",
     ]
     assert [t.status_reason for t in ours[1:4:2]] == [
         "waiting for HumanResponseEvent: Refund A-2?",

@@ -688,13 +688,33 @@ def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
     llms = [span for span in spans if span.kind is SpanKind.LLM]
     # OpenInference writes a run given no input (one from a checkpoint) as the text "null"
     given = None if root.input == "null" else root.input
+    if isinstance(given, dict) and "init_state" in given:
+        # a LlamaIndex workflow's run: its bookkeeping (the broker's state, a start event's
+        # repr without the fields it was run with), no request
+        given = None
     inputs = _unwrap_text(_last(given, _HUMAN))
     if _text(inputs) is None and llms:  # no input, or no text in it
         inputs = _last(llms[0].input, _HUMAN)
-    output = _unwrap_text(_last(root.output, _AI))
+    output = _stop_result(_unwrap_text(_last(root.output, _AI)))
     if output is not None and _text(output) is None and llms:
         output = llms[-1].output
     return inputs, output
+
+
+_STOP_EVENT = re.compile(r"StopEvent\(result=(.*)\)", re.DOTALL)
+
+
+def _stop_result(value: Any) -> Any:
+    """A LlamaIndex workflow's answer where OpenInference wrote the ``StopEvent`` it ended
+    with as its repr (``StopEvent(result='Refunded.')``): the result, as the adapter
+    records it (a literal read back; other text as it stands)."""
+    found = _STOP_EVENT.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        return value
+    try:
+        return ast.literal_eval(found.group(1))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return found.group(1)
 
 
 def _answer_schemas(spans: list[Span]) -> set[str]:
@@ -787,7 +807,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     trace.status, trace.status_reason = trace.ended_status()
     if any(name == "span.cancelled" for name, _ in raws[0].events):  # LlamaIndex's cancel
         trace.status, trace.status_reason = RunStatus.CANCELLED, CANCELLED_BY_CALLER
-    paused = _interrupt(raws) or waiting
+    paused = _interrupt(raws) or waiting or _asked(raws)
     if paused is not None and (trace.error is None or trace.status is RunStatus.CANCELLED):
         # a pause for a human: no answer yet (the root's output is the graph's state, whose
         # last message is the model's call waiting for approval); the resumed run answers
@@ -826,6 +846,25 @@ def _drop_waits(raws: list[RawSpan], spans: list[Span]) -> str | None:
     raws[:] = [raw for raw, _ in kept]
     spans[:] = [span for _, span in kept]
     return waiting[1] if waiting is not None else None
+
+
+_ASKED = re.compile(r"(\w*InputRequiredEvent)\((.*)\)", re.DOTALL)
+_PREFIX = re.compile(r"prefix=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
+
+
+def _asked(raws: list[RawSpan]) -> str | None:
+    """Why a LlamaIndex workflow waits, when its last step returned an
+    ``InputRequiredEvent`` (written as its repr) and no step ran after it: "waiting for a
+    response to InputRequiredEvent: <the prefix asked>", as the adapter says it."""
+    steps = raws[1:]
+    last = steps[-1] if steps else None
+    output = last.attributes.get("output.value") if last is not None else None
+    found = _ASKED.fullmatch(output) if isinstance(output, str) else None
+    if found is None:
+        return None
+    prefix = _PREFIX.search(found.group(2))
+    asked = ast.literal_eval(prefix.group(1)) if prefix is not None else ""
+    return f"waiting for a response to {found.group(1)}" + (f": {asked}" if asked else "")
 
 
 _INTERRUPTS = ("GraphInterrupt", "NodeInterrupt")
