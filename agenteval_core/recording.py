@@ -15,6 +15,9 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   field is read under :meth:`TraceAssembler.field`, so an odd field costs that field,
   never the span.
 - A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call.
+- A run ended by an exception that says how (a framework's limit or timeout:
+  :func:`limit_or_timeout`; a stop by its caller: :func:`stopped_by_caller`) is marked so,
+  by the exception's class name and message, the same rule the span import follows.
 - A run that pauses for a human (or fails) and is resumed later as a run of its own: the
   adapter keeps the paused run under what the resumed run will show
   (:meth:`TraceAssembler.keep_unfinished`: a LangGraph thread, the tool call a LlamaIndex
@@ -45,7 +48,9 @@ from .online._recorder import (
     RunRoots,
     TraceAssembler,
     error_text,
+    limit_or_timeout,
     step_thought,
+    stopped_by_caller,
 )
 from .schema._trace import (
     FINISH_REASONS,
@@ -75,7 +80,9 @@ __all__ = [
     "TraceAssembler",
     "error_text",
     "json_arguments",
+    "limit_or_timeout",
     "media_kind",
     "react_actions",
     "step_thought",
+    "stopped_by_caller",
 ]

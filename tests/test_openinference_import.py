@@ -24,6 +24,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command
 from langgraph_agents import Classifier, functional_agent
@@ -298,6 +299,50 @@ def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Pat
         "result": None,
         "error": "ValueError: no such city",
     }
+
+
+def test_runs_stopped_by_a_limit_or_their_caller_import_with_that_status(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # OpenInference records the exception that ended a run: a recursion limit, or the
+    # CancelledError of a run its caller stopped (asyncio.wait_for). Imported, both were
+    # "error", where the adapter records "limit" and "cancelled"
+    @tool
+    def lookup(order_id: str) -> str:
+        """Status of an order."""
+        return "pending"
+
+    @tool
+    async def slow_lookup(order_id: str) -> str:
+        """Status of an order, from a slow service."""
+        await asyncio.Event().wait()  # never answers: the caller gives up
+        return "pending"
+
+    def asks(name: str, count: int) -> ScriptedChatModel:
+        calls = [
+            reply("", [tool_call(name, f"c{i}", order_id="A-1")], (20, 5)) for i in range(count)
+        ]
+        return ScriptedChatModel(replies=calls)
+
+    looping = create_agent(asks("lookup", 10), tools=[lookup])
+    stuck = create_agent(asks("slow_lookup", 1), tools=[slow_lookup])
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        handler = AgentEvalCallbackHandler(evaluator)
+        with pytest.raises(GraphRecursionError):
+            looping.invoke(
+                {"messages": [("user", "Where is A-1?")]},
+                {"callbacks": [handler], "recursion_limit": 5},
+            )
+        run = stuck.ainvoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
+        with pytest.raises(TimeoutError):
+            asyncio.run(asyncio.wait_for(run, 0.5))
+        ours = evaluator.captured()
+    theirs = import_otlp(spans_file)
+    assert [(t.status, t.output) for t in theirs] == [(t.status, t.output) for t in ours]
+    assert [t.status for t in theirs] == [RunStatus.LIMIT, RunStatus.CANCELLED]
+    assert [len(t.tool_calls()) for t in theirs] == [len(t.tool_calls()) for t in ours] == [2, 1]
+    assert "GraphRecursionError: Recursion limit of 5 reached" in str(theirs[0].status_reason)
+    assert theirs[1].status_reason == "cancelled by its caller"
 
 
 def test_an_answer_cut_at_the_token_limit_imports_as_a_limit(

@@ -36,6 +36,7 @@ from agenteval_core.recording import (
     AlertEvent,
     Recorder,
     error_text,
+    limit_or_timeout,
     step_thought,
 )
 
@@ -163,9 +164,6 @@ _CLASSIC_STOPS = frozenset(
 """What a classic ``AgentExecutor`` answers when it stops its agent at ``max_iterations`` or
 ``max_execution_time`` (``early_stopping_method="force"``, the default)."""
 
-_LIMIT_ERRORS = ("ModelCallLimitExceededError", "ToolCallLimitExceededError")
-"""What LangChain's call-limit middlewares raise at their limit (``exit_behavior="error"``)."""
-
 
 def _limit_reached(name: str, output: Any) -> str | None:
     """What a call-limit middleware (``ModelCallLimitMiddleware``,
@@ -192,22 +190,6 @@ def _last_ai_text(output: Any) -> str | None:
     messages = output.get("messages") if isinstance(output, dict) else None
     last = messages[-1] if isinstance(messages, list) and messages else None
     return _text(last.content) if last is not None and getattr(last, "type", None) == "ai" else None
-
-
-def _limit_or_timeout(error: BaseException) -> RunStatus | None:
-    """``limit`` for LangGraph's recursion limit and the call-limit middlewares' errors;
-    ``timeout`` for its node timeouts
-    (``NodeTimeoutError``) and its step timeout, which the Pregel loop raises as a plain
-    ``TimeoutError("Timed out")`` (its message is the only sign: a tool's own socket
-    timeout is a ``TimeoutError`` too, and stays an error)."""
-    name = type(error).__name__
-    if name in ("GraphRecursionError", *_LIMIT_ERRORS):
-        return RunStatus.LIMIT
-    if name == "NodeTimeoutError" or (
-        isinstance(error, TimeoutError) and str(error) == "Timed out"
-    ):
-        return RunStatus.TIMEOUT
-    return None
 
 
 def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
@@ -872,7 +854,7 @@ class Translator:
         self._limits_said.pop(e.run_id, None)
         flow = control_flow(error)
         if flow is None:
-            ended = _limit_or_timeout(error)
+            ended = limit_or_timeout(type(error).__name__, str(error))
             if ended is not None:
                 self.assembler.mark(e.run_id, ended, error_text(error))
             if self.assembler.is_root(e.run_id):

@@ -49,6 +49,7 @@ from agenteval_core.recording import (
     AlertEvent,
     Recorder,
     error_text,
+    limit_or_timeout,
     react_actions,
     step_thought,
 )
@@ -386,18 +387,6 @@ def _refused_handoff(output: Any, content: Any) -> bool:
         and isinstance(content, str)
         and REFUSED_HANDOFF in content
     )
-
-
-def _limit_or_timeout(error: BaseException | None) -> RunStatus | None:
-    """``limit`` for an agent's iteration limit (LlamaIndex raises a plain
-    ``WorkflowRuntimeError`` for it: its message is the only sign), ``timeout`` for a
-    workflow's."""
-    name = type(error).__name__
-    if name == "WorkflowTimeoutError":
-        return RunStatus.TIMEOUT
-    if name == "WorkflowRuntimeError" and str(error).startswith("Max iterations of"):
-        return RunStatus.LIMIT
-    return None
 
 
 def _waiting_reason(error: BaseException | None) -> str | None:
@@ -912,7 +901,7 @@ class Translator:
             return
         if self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
-            ended = _limit_or_timeout(error)
+            ended = limit_or_timeout(type(error).__name__, str(error)) if error else None
             if ended is not None:
                 self.assembler.mark(span_id, ended, message)
             waiting = self.assembler.stop_waiting(span_id)

@@ -42,6 +42,8 @@ from agenteval_core.recording import (
     OPERATION_NAME,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    limit_or_timeout,
+    stopped_by_caller,
 )
 
 from ._conventions import ENCODED, FROM_TRACE, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
@@ -464,6 +466,16 @@ def _error(raw: RawSpan) -> str | None:
     return raw.status_message or a.get("error.type") or "error"
 
 
+def _raised(raw: RawSpan) -> tuple[str, str] | None:
+    """The class name and message of the exception a failed span records, if it does."""
+    if not raw.error:
+        return None
+    for name, event in raw.events:
+        if name == "exception" and event.get("exception.type"):
+            return str(event["exception.type"]), str(event.get("exception.message", ""))
+    return None
+
+
 def _span(raw: RawSpan, guessed: set[str]) -> Span:
     """One span; the ids of tool spans whose arguments are a guess go into ``guessed``."""
     a = raw.attributes
@@ -805,6 +817,13 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         end_time=root.end_time,
     )
     trace.status, trace.status_reason = trace.ended_status()
+    raised = _raised(raws[0])
+    if raised is not None:  # what the exception that ended it says: a limit, a timeout
+        ended = limit_or_timeout(*raised)
+        if ended is not None:
+            trace.status, trace.status_reason = ended, trace.error
+        elif stopped_by_caller(raised[0]):
+            trace.status, trace.status_reason = RunStatus.CANCELLED, CANCELLED_BY_CALLER
     if any(name == "span.cancelled" for name, _ in raws[0].events):  # LlamaIndex's cancel
         trace.status, trace.status_reason = RunStatus.CANCELLED, CANCELLED_BY_CALLER
     paused = _interrupt(raws) or waiting or _asked(raws)

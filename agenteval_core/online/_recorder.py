@@ -81,6 +81,40 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
+_LIMIT_ERRORS = frozenset(
+    # LangGraph's recursion limit; what LangChain's call-limit middlewares raise at their
+    # limit (exit_behavior="error")
+    {"GraphRecursionError", "ModelCallLimitExceededError", "ToolCallLimitExceededError"}
+)
+_TIMEOUT_ERRORS = frozenset({"NodeTimeoutError", "WorkflowTimeoutError"})
+_CALLER_STOP_NAMES = frozenset(error.__name__ for error in CALLER_STOPS)
+
+
+def limit_or_timeout(kind: str, message: str) -> RunStatus | None:
+    """How a run ended, by the class name (``kind``, qualified or not) and message of the
+    exception that ended it, where that says more than an error: ``limit`` for LangGraph's
+    recursion limit, LangChain's call-limit middlewares' errors and a LlamaIndex agent's
+    iteration limit (a ``WorkflowRuntimeError`` whose message is the only sign);
+    ``timeout`` for LangGraph's node timeouts, its step timeout (a plain ``TimeoutError``
+    "Timed out": a tool's own socket timeout is a ``TimeoutError`` too, and stays an
+    error) and a LlamaIndex workflow's; else ``None``."""
+    name = kind.rsplit(".", 1)[-1]
+    if name in _LIMIT_ERRORS or (
+        name == "WorkflowRuntimeError" and message.startswith("Max iterations of")
+    ):
+        return RunStatus.LIMIT
+    if name in _TIMEOUT_ERRORS or (name == "TimeoutError" and message == "Timed out"):
+        return RunStatus.TIMEOUT
+    return None
+
+
+def stopped_by_caller(kind: str) -> bool:
+    """Whether an exception of class ``kind`` (qualified or not) is one of
+    :data:`CALLER_STOPS`: its run was ``cancelled``, not failed (where only its name is
+    known: a span file's exception event)."""
+    return kind.rsplit(".", 1)[-1] in _CALLER_STOP_NAMES
+
+
 def step_thought(reasoning: str | None, text: str | None) -> str | None:
     """The ``thought`` of a model call that asked for tools: the reasoning the model gave
     (:data:`~agenteval_core.REASONING`), then the text it wrote beside its calls."""
