@@ -418,6 +418,9 @@ def test_a_trace_read_twice_in_its_session_is_scored_once(
                 {"repeat_of": trace_id},
             )
         ]
+    # the report reads each trace once, with its own results, and says it read repeats
+    report = load_results(tmp_path / "twice.results")
+    assert (report.trace_count, report.repeated_traces, report.session_count) == (3, 2, 1)
     # the session as it was: three turns, none of them a loop
     [reliability] = expected.session_results["s"]
     assert reliability.metadata["total_traces_in_session"] == 3
