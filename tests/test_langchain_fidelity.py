@@ -92,9 +92,13 @@ def test_requested_calls_carry_their_arguments_and_the_run_its_metadata(
     assert (trace.status, trace.session_id) == (RunStatus.OK, "t-1")
 
 
+@pytest.mark.parametrize("resumed_by", ["the same handler", "a handler per request", "elsewhere"])
 def test_an_interrupt_pauses_the_run_and_the_resume_links_to_it(
-    evaluator: OnlineEvaluator,
+    evaluator: OnlineEvaluator, tmp_path: Path, resumed_by: str
 ) -> None:
+    # an app that makes a handler per request resumed with a handler that never saw the
+    # pause, as a server process that did not serve it does: the resumed run's request was
+    # the human's answer (coherence compared "approved" with the answer: a false failure)
     @tool
     def refund(order_id: str) -> str:
         """Refund an order once a human approves."""
@@ -111,8 +115,18 @@ def test_an_interrupt_pauses_the_run_and_the_resume_links_to_it(
     config: Any = {"callbacks": [handler], "configurable": {"thread_id": "t-9"}}
     paused = agent.invoke({"messages": [("user", "Refund A-1")]}, config=config)
     assert paused["__interrupt__"][0].value == "approve refund of A-1?"
-    agent.invoke(Command(resume="approved"), config=config)
-    first, second = evaluator.captured()
+    elsewhere = OnlineEvaluator(capture=tmp_path / "elsewhere.jsonl", log=False)
+    resumer = {
+        "the same handler": handler,
+        "a handler per request": AgentEvalCallbackHandler(evaluator),
+        "elsewhere": AgentEvalCallbackHandler(elsewhere),
+    }[resumed_by]
+    agent.invoke(Command(resume="approved"), config={**config, "callbacks": [resumer]})
+    elsewhere.close()
+    if resumed_by == "elsewhere":
+        [first], [second] = evaluator.captured(), elsewhere.captured()
+    else:
+        first, second = evaluator.captured()
     assert (first.status, first.status_reason, first.error) == (
         RunStatus.INTERRUPTED,
         "waiting for a human: approve refund of A-1?",
@@ -129,13 +143,18 @@ def test_an_interrupt_pauses_the_run_and_the_resume_links_to_it(
         "Refunded.",
     )
     assert second.metadata["resume"] == "approved"
-    assert second.metadata["resumes_trace_id"] == first.id
+    # the paused trace is named where the pause was seen (the request comes from the
+    # thread's state otherwise)
+    linked = None if resumed_by == "elsewhere" else first.id
+    assert second.metadata.get("resumes_trace_id") == linked
     [call] = second.tool_calls()
     assert (call.name, call.arguments, call.result) == (
         "refund",
         {"order_id": "A-1"},
         "refund approved",
     )
+    if resumed_by == "elsewhere":
+        return  # the session's traces are in two captures
     # a paused-and-resumed session with no failure is a healthy one: the pause is no
     # failed run (it was: run_completed 0.0, reliability 0.0 with the paused trace flagged)
     assert evaluator.capture_path is not None

@@ -551,8 +551,8 @@ class Translator:
             paused = self.assembler.take_unfinished(thread) if thread is not None else None
             if paused is not None:
                 kept["resumes_trace_id"], request = paused
-            else:  # its pause was not seen here (another process): the answer is all we have
-                request = resume
+            else:  # its pause was not seen here (another process): its first node is given
+                request = None  # the thread's state, whose last human message is the request
         elif thread is not None:
             unfinished = self.assembler.take_unfinished(thread)  # a new request: it stays so
             if inputs is None and unfinished is not None:

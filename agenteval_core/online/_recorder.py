@@ -320,6 +320,12 @@ class Recorder:
         """The thread holding the latest event queued by :meth:`put_after_drains`."""
         self._waiting_lock = threading.Lock()
         self._assemblers: weakref.WeakSet[TraceAssembler] = weakref.WeakSet()
+        self.unfinished: OrderedDict[Hashable, tuple[str, Any]] = OrderedDict()
+        """Runs that paused or failed, for the run that resumes one, by what that run shows
+        (see :meth:`TraceAssembler.keep_unfinished`): kept here, for every adapter object
+        of the evaluator, since an app may make a handler per request, and the resume comes
+        in another request than the pause; the least recently kept are forgotten past
+        :data:`UNFINISHED_KEPT`. Used on the pump's thread only."""
         renew_after_fork(self)
 
     def _after_fork(self) -> None:
@@ -584,10 +590,6 @@ class TraceAssembler:
         self._finished_at_close: set[Hashable] = set()
         """The open spans of the runs finished at close, and the spans started in them
         since: a run that goes on after the evaluator closed adds nothing to another."""
-        self._unfinished: OrderedDict[Hashable, tuple[str, Any]] = OrderedDict()
-        """What a run that resumes a paused or failed one shows (a LangGraph thread, the
-        tool call a LlamaIndex run waits in) → that run's trace id and request; the least
-        recently kept forgotten past :data:`UNFINISHED_KEPT`."""
 
     def open_traces(self) -> int:
         """How many traces have started and not finished."""
@@ -862,19 +864,21 @@ class TraceAssembler:
     def keep_unfinished(self, link: Hashable, key: Hashable) -> None:
         """Remember the run ``key`` belongs to (it paused, or failed) under ``link``, what a
         run that resumes it shows (a LangGraph thread, the tool call a LlamaIndex run waits
-        in): that run takes up its request and names it (:meth:`take_unfinished`)."""
+        in): that run takes up its request and names it (:meth:`take_unfinished`), whichever
+        adapter object of the evaluator records it (an app may make a handler per request)."""
         trace = self.trace_of(key)
         if trace is None:
             return
-        self._unfinished[link] = (trace.id, trace.input)
-        self._unfinished.move_to_end(link)
-        while len(self._unfinished) > UNFINISHED_KEPT:  # runs never resumed
-            self._unfinished.popitem(last=False)
+        kept = self.recorder.unfinished
+        kept[(self.framework, link)] = (trace.id, trace.input)
+        kept.move_to_end((self.framework, link))
+        while len(kept) > UNFINISHED_KEPT:  # runs never resumed
+            kept.popitem(last=False)
 
     def take_unfinished(self, link: Hashable) -> tuple[str, Any] | None:
         """The trace id and request of the run kept under ``link``, forgotten here (a run
         resumes it, or starts afresh there), or ``None``."""
-        return self._unfinished.pop(link, None)
+        return self.recorder.unfinished.pop((self.framework, link), None)
 
     def request_found(self, key: Hashable, request: Callable[[], Any]) -> None:
         """The request of the run ``key`` belongs to, found after its start (a run that goes
