@@ -441,6 +441,30 @@ def test_a_trace_read_twice_in_its_session_is_scored_once(
     )
 
 
+def test_a_run_with_no_session_read_twice_is_scored_once(tmp_path: Path) -> None:
+    # a run with no session shipped twice counted twice in every summary (and in cases)
+    lone = Trace(id="lone", input="question 0", output=ANSWERS[0])
+    other = Trace(id="other", input="question 1", output=ANSWERS[1])
+    path = tmp_path / "twice.jsonl"
+    path.write_text("".join(t.model_dump_json() + "\n" for t in (lone, other, lone)))
+    scored: list[tuple[str, float | None, str]] = []
+    report = replay(
+        path,
+        ["coherence"],
+        on_trace=lambda trace, results: scored.append(
+            (trace.id, results[0].score, results[0].reason)
+        ),
+    )
+    assert (report.traces, report.repeated_traces) == (3, 1)
+    assert report.summary.metrics["coherence"].scored == 2
+    assert scored[2] == (
+        "lone",
+        None,
+        "not scored: a repeat of trace lone, already read with no session (a capture line "
+        "written or shipped twice)",
+    )
+
+
 def test_a_replay_says_how_often_a_session_was_cut_by_the_open_sessions_limit(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

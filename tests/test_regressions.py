@@ -176,6 +176,24 @@ def test_a_capture_shipped_twice_gives_the_cases_of_each_run_once(
     assert rome["count"] == 2 and len(rome["provenance"]["trace_ids"]) == 2
 
 
+def test_a_failed_run_with_no_session_shipped_twice_is_one_run_of_its_case(
+    tmp_path: Path,
+) -> None:
+    def failed(trace_id: str) -> Trace:
+        return Trace(
+            id=trace_id,
+            input="Book a hotel in Rome",
+            error="400 Bad Request",
+            status=RunStatus.ERROR,
+        )
+
+    lines = [failed(trace_id).model_dump_json() for trace_id in ("f0", "f1", "f0")]
+    capture = tmp_path / "twice.jsonl"
+    capture.write_text("".join(f"{line}\n" for line in lines))
+    [case] = cases_from_capture(capture)
+    assert (case.count, case.provenance.trace_ids) == (2, ["f0", "f1"])
+
+
 def test_a_capture_directory_gives_the_cases_of_the_same_traces_in_one_file(
     capture: Path, tmp_path: Path
 ) -> None:

@@ -28,7 +28,7 @@ from .._sync import close_on_this_loop, run_sync
 from ..metrics._protocol import Metric, MetricKind, Score, SessionAccumulator, SessionMetric
 from ..metrics._registry import create_metric, list_metrics, metric_class
 from ..schema._results import REPEAT_OF, MetricResult, TraceResults
-from ..schema._trace import EvalCase, RunStatus, Trace, run_fingerprint
+from ..schema._trace import EvalCase, RecentRuns, RunStatus, Trace, read_again
 from ._history import SessionHistory
 from ._sinks import Sink
 
@@ -133,8 +133,8 @@ class _SessionState:
     last_read: float = 0.0
     """When its latest trace was read (``time.monotonic()``): what an idle timeout measures."""
     read: dict[str, int] = field(default_factory=dict)
-    """The traces read for it: each id with a fingerprint of its run (:func:`~agenteval_core.schema._trace.run_fingerprint`).
-    A trace read again, the same run under the same id, is a repeat (see
+    """The traces read for it, for :func:`~agenteval_core.schema._trace.read_again`: a
+    trace read again, the same run under the same id, is a repeat (see
     :attr:`Engine.repeated_traces`)."""
 
 
@@ -179,6 +179,9 @@ class Engine:
             sinks), so memory stays flat. A session closed so that meets another trace is
             cut in two, and each part's session metrics cover that part alone:
             :attr:`sessions_cut` counts those times.
+        skip_repeats: score a run read again (the same run under the same id) once: see
+            :attr:`repeated_traces`. A suite, whose attempts can be the same run (a
+            deterministic agent), scores each.
         options: given to every metric built by name (e.g. ``threshold=0.7``).
     """
 
@@ -194,6 +197,7 @@ class Engine:
         seed: int | None = 0,
         history_window: int | None = None,
         max_open_sessions: int = MAX_OPEN_SESSIONS,
+        skip_repeats: bool = True,
         **options: Any,
     ) -> None:
         self.metrics, self.session_metrics = resolve_metrics(
@@ -241,9 +245,11 @@ class Engine:
         """The last :data:`CLOSED_EARLY_KEPT` sessions closed past ``max_open_sessions``
         (their ids alone), to tell when one is cut in two: a service that runs for weeks
         closes sessions so for ever, and memory must stay flat."""
+        self.skip_repeats = skip_repeats
+        self._sessionless = RecentRuns()  # the latest runs read with no session
         self.repeated_traces = 0
-        """Traces read again in their session (the same run under the same id: a capture
-        line written or shipped twice, a file read twice): each repeat's results are skipped results that
+        """Traces read again in their session, or soon after with no session (the same run
+        under the same id: a capture line written or shipped twice, a file read twice): each repeat's results are skipped results that
         say so, and it is kept out of its session's history and metrics, so it neither
         counts twice nor reads as the agent repeating itself (a loop to loop_detection)."""
         self.sessions_cut = 0
@@ -410,17 +416,16 @@ class Engine:
             if trace is not None and trace.session_id:
                 state = self._state(trace.session_id)
                 state.last_read = time.monotonic()
-                fingerprint = run_fingerprint(trace)
-                repeat = state.read.get(trace.id) == fingerprint
-                if repeat:
-                    self.repeated_traces += 1
-                else:
-                    state.read[trace.id] = fingerprint
+                repeat = self.skip_repeats and read_again(state.read, trace)
+                if not repeat:
                     history = state.history.frozen()
                     state.history.append(trace)
                 state.unfolded += 1
                 state.undelivered += 1
                 self._reading[id(case)] = state
+            elif trace is not None and self.skip_repeats:
+                repeat = read_again(self._sessionless, trace)
+            self.repeated_traces += repeat
             sampled = not repeat and (not draw or self._sampler.random() < self.judge_sample_rate)
             if not sampled and not repeat:
                 self.judge_not_sampled += 1
@@ -698,9 +703,10 @@ def _not_scored(admitted: _Admitted) -> Score | None:
     and a failure would be a guess."""
     trace = admitted.case.trace
     if admitted.repeat and trace is not None:
+        where = f"in session {trace.session_id}" if trace.session_id else "with no session"
         return Score.skip(
-            f"not scored: a repeat of trace {trace.id}, already read in session "
-            f"{trace.session_id} (a capture line written or shipped twice)",
+            f"not scored: a repeat of trace {trace.id}, already read {where} (a capture "
+            "line written or shipped twice)",
             **{REPEAT_OF: trace.id},
         )
     if trace is None or trace.status is not RunStatus.UNFINISHED:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any, Literal
@@ -43,6 +44,7 @@ __all__ = [
     "ExpectedToolCall",
     "LoopAlert",
     "NewerVersionError",
+    "RecentRuns",
     "RunStatus",
     "Span",
     "SpanKind",
@@ -52,6 +54,7 @@ __all__ = [
     "Trace",
     "known_version",
     "new_id",
+    "read_again",
     "run_fingerprint",
     "text_of",
 ]
@@ -194,6 +197,31 @@ def run_fingerprint(trace: Trace) -> int:
     spans, its request and answer, hashed, so that a reader keeps a number per trace, never
     its texts."""
     return hash((trace.start_time, len(trace.spans), text_of(trace.input), text_of(trace.output)))
+
+
+def read_again(runs: dict[str, int], trace: Trace) -> bool:
+    """Whether ``trace`` is a run ``runs`` holds already (the same id and
+    :func:`run_fingerprint`): a repeat. Otherwise it is kept there, and False."""
+    fingerprint = run_fingerprint(trace)
+    if runs.get(trace.id) == fingerprint:
+        return True
+    runs[trace.id] = fingerprint
+    return False
+
+
+SESSIONLESS_KEPT = 65_536
+"""Runs with no session a reader remembers to tell a repeat (the latest; a shipper's retry
+repeats a line soon after it): about 7 MiB."""
+
+
+class RecentRuns(OrderedDict[str, int]):
+    """The runs :func:`read_again` keeps for traces with no session: the latest
+    :data:`SESSIONLESS_KEPT` (the oldest go first)."""
+
+    def __setitem__(self, trace_id: str, fingerprint: int) -> None:
+        super().__setitem__(trace_id, fingerprint)
+        if len(self) > SESSIONLESS_KEPT:
+            self.popitem(last=False)
 
 
 def text_of(value: Any) -> str:

@@ -34,11 +34,12 @@ from ..schema._trace import (
     GUARD_REFUSED,
     EvalCase,
     ExpectedToolCall,
+    RecentRuns,
     RunStatus,
     ToolCallLimit,
     Trace,
     known_version,
-    run_fingerprint,
+    read_again,
     text_of,
 )
 
@@ -379,14 +380,12 @@ def cases_from_capture(
     earlier: dict[str, list[dict[str, Any]]] = {}
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
     awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
-    read: dict[str, dict[str, int]] = {}  # each session's trace ids, with their runs
+    read: dict[str, dict[str, int]] = {}  # each session's runs (see read_again)
+    sessionless = RecentRuns()
     for trace in itertools.chain([first], runs):
-        if trace.session_id:
-            runs_read = read.setdefault(trace.session_id, {})
-            fingerprint = run_fingerprint(trace)
-            if runs_read.get(trace.id) == fingerprint:  # a capture line read twice: one run
-                continue
-            runs_read[trace.id] = fingerprint
+        runs_read = read.setdefault(trace.session_id, {}) if trace.session_id else sessionless
+        if read_again(runs_read, trace):  # a capture line read twice: one run
+            continue
         turns = earlier.setdefault(trace.session_id, []) if trace.session_id else []
         turn = {"input": trace.input, "output": trace.output}
         why = _why(trace, select, scored)

@@ -532,7 +532,9 @@ class EvalSuite:
                 continue
             extra = [name for name in dict.fromkeys(key) if name not in have]
             own, _ = resolve_metrics(extra, judge=self.judge, embedder=self.embedder)
-            engines[key] = Engine([*self.evaluators, *own], judge=self.judge)
+            # attempts are independent runs, the same run each time for a deterministic
+            # agent: each is scored
+            engines[key] = Engine([*self.evaluators, *own], judge=self.judge, skip_repeats=False)
         return engines
 
     async def _attempt(
