@@ -74,16 +74,18 @@ class ApproveRefund(Workflow):
 async def saved_when_it_asks(handler: Any) -> dict[str, Any]:
     """The context of a run stopped when it asks a human, as an app keeps it to resume the
     run once the human answers."""
+    saved: dict[str, Any] | None = None
     async for event in handler.stream_events():
         if isinstance(event, InputRequiredEvent):
-            saved: dict[str, Any] = handler.ctx.to_dict()
+            saved = handler.ctx.to_dict()
             await handler.cancel_run()
             break
     try:
         await handler
     except WorkflowCancelledByUser:
-        return saved
-    raise AssertionError("the run was not cancelled")
+        if saved is not None:
+            return saved
+    raise AssertionError("the run did not stop when it asked a human")
 
 
 async def resume(workflow: Any, saved: dict[str, Any], answer: str = "yes") -> str:

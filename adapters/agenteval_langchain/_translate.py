@@ -554,7 +554,8 @@ class Translator:
             else:  # its pause was not seen here (another process): its first node is given
                 request = None  # the thread's state, whose last human message is the request
         elif thread is not None:
-            unfinished = self.assembler.take_unfinished(thread)  # a new request: it stays so
+            # taken either way: a new request leaves the thread's unfinished run as it ended
+            unfinished = self.assembler.take_unfinished(thread)
             if inputs is None and unfinished is not None:
                 # invoke(None, config): the run goes on from the thread's checkpoint, after
                 # a failure (LangGraph's durable execution) or a pause, with that request

@@ -148,8 +148,8 @@ class _Admitted:
     history: Sequence[Trace]
     sampled: bool
     repeat: bool = False
-    """A trace its session already read (the same id): scored by no metric, kept out of
-    the session's history and signals."""
+    """A run read already (see :attr:`Engine.repeated_traces`): scored by no metric, kept
+    out of its session's history and signals."""
 
 
 def checked_open_sessions_limit(value: int) -> int:
@@ -249,9 +249,10 @@ class Engine:
         self._sessionless = RecentRuns()  # the latest runs read with no session
         self.repeated_traces = 0
         """Traces read again in their session, or soon after with no session (the same run
-        under the same id: a capture line written or shipped twice, a file read twice): each repeat's results are skipped results that
-        say so, and it is kept out of its session's history and metrics, so it neither
-        counts twice nor reads as the agent repeating itself (a loop to loop_detection)."""
+        under the same id: a capture line written or shipped twice, a file read twice):
+        each repeat's results are skipped results that say so, and it is kept out of its
+        session's history and metrics, so it neither counts twice nor reads as the agent
+        repeating itself (a loop to loop_detection)."""
         self.sessions_cut = 0
         """How many times a session closed past ``max_open_sessions`` met another trace of
         its own: it was cut in two, and its session metrics were given for each part. A
@@ -404,8 +405,8 @@ class Engine:
 
     def _admit(self, cases: Sequence[EvalCase]) -> list[_Admitted]:
         """Read cases in input order: each joins its session's history (seeing the traces
-        before it) and draws its place in the judge sample; a repeat of a trace its session
-        read already does neither."""
+        before it) and draws its place in the judge sample; a repeat of a run read already
+        does neither."""
         draw = bool(self._judged) and self.judge_sample_rate < 1.0
         admitted = []
         for case in cases:

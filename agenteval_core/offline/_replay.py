@@ -126,8 +126,8 @@ class ReplayReport:
     ``max_open_sessions`` open, then met by another of its traces. Each part is counted in
     ``sessions`` and has session metrics of its own, covering that part alone."""
     repeated_traces: int = 0
-    """Traces read again in their session (the same id: a capture line written or shipped
-    twice): each was scored once; a repeat's results are skipped results that say so, and
+    """Traces read again in their session, or soon after with no session (the same run under
+    the same id: a capture line written or shipped twice): each was scored once; a repeat's results are skipped results that say so, and
     it counts neither twice in its session nor as the agent repeating itself."""
     processes: list[ProcessTimes] = field(default_factory=list)
     """Of a replay with workers, how each process spent it, in process order (empty in one

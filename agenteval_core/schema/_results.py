@@ -125,8 +125,8 @@ class TraceResults(BaseModel):
 
     @property
     def repeat(self) -> bool:
-        """Whether these are the results of a repeat of a trace its session already read
-        (a capture line read twice): every result skipped, the trace's own results
+        """Whether these are the results of a repeat of a run read already (a capture line
+        read twice): every result skipped, the trace's own results
         delivered before. A sink that sends traces on (an exporter) skips it."""
         return repeats(self.results)
 
