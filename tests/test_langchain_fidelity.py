@@ -50,7 +50,7 @@ from agenteval_core import (
     read_capture,
     replay,
 )
-from agenteval_core.metrics import ToolFailures
+from agenteval_core.metrics import ToolCallLoops, ToolFailures
 from agenteval_core.metrics._judge_base import describe_trace
 
 
@@ -996,12 +996,129 @@ def test_a_retried_tool_call_keeps_each_runs_own_result(evaluator: OnlineEvaluat
         for m in s.input[0]
         if m["role"] == "tool" and "refund" in str(m["content"])
     ]
-    assert [(c.id, c.result, c.error) for c in trace.tool_calls()] == [
+    assert [(c.id, c.result, c.error) for c in trace.tool_calls(every_run=True)] == [
         ("c1", None, "ConnectionError: orders API timed out"),
         ("c1", "A-1 shipped", None),
         ("c2", None, "ConnectionError: payments API down"),
         ("c2", shown, "ConnectionError: payments API down"),
     ]
+    # the agent made two calls, each its last run: the lookup worked, the refund failed
+    assert [(c.id, c.result, c.error) for c in trace.tool_calls()] == [
+        ("c1", "A-1 shipped", None),
+        ("c2", shown, "ConnectionError: payments API down"),
+    ]
+    assert [[c.id for c in step.tool_calls] for step in trace.steps()] == [["c1"], ["c2"], []]
+    failures = ToolFailures().measure(trace)
+    # one failed call of two, owned up to: 1 - (1 failure + 0 unrecovered) / (2 x 2)
+    assert (failures.score, failures.metadata["failed"], failures.metadata["runs_retried"]) == (
+        0.75,
+        1,
+        2,
+    )
+    assert failures.reason == (
+        "1 of 2 tool calls failed (refund), 0 not recovered (the framework ran a call again "
+        "2 times: each call counts as its last run)"
+    )
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_a_call_its_retry_middleware_runs_again_is_no_loop(
+    tmp_path: Path, stop_on_loop: bool
+) -> None:
+    # ToolRetryMiddleware runs a call that raised again under its id, without asking the
+    # model: three runs of one call reached the guard's threshold, so the guard raised a loop
+    # alert on a transient error and, with stop_on_loop, refused the run that would have
+    # worked and stopped a run that was going well
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    runs: list[str] = []
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        runs.append(order_id)
+        if len(runs) <= 2:
+            raise ConnectionError("orders API timed out")
+        return f"{order_id} shipped"
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("lookup", "c1", order_id="A-1")]),
+            AIMessage("A-1 has shipped."),
+        ]
+    )
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, retry_on=(ConnectionError,))
+    alerts: list[Any] = []
+    with OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl", on_alert=alerts.append, log=False
+    ) as evaluator:
+        handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+        state = create_agent(model, tools=[lookup], middleware=[retry]).invoke(
+            {"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]}
+        )
+        assert evaluator.flush(10)
+    assert state["messages"][-1].content == "A-1 has shipped."
+    assert runs == ["A-1"] * 3 and alerts == []
+    [trace] = read_capture(tmp_path / "capture.jsonl")
+    assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+    assert [(c.id, c.result, c.error) for c in trace.tool_calls(every_run=True)] == [
+        ("c1", None, "ConnectionError: orders API timed out"),
+        ("c1", None, "ConnectionError: orders API timed out"),
+        ("c1", "A-1 shipped", None),
+    ]
+    [call] = trace.tool_calls()
+    assert (call.id, call.name, call.arguments, call.result) == (
+        "c1",
+        "lookup",
+        {"order_id": "A-1"},
+        "A-1 shipped",
+    )
+    loops, failures = ToolCallLoops().measure(trace), ToolFailures().measure(trace)
+    assert (loops.score, loops.reason) == (1.0, "no repeated calls or cycles among 1 tool calls")
+    assert (failures.score, failures.reason) == (
+        1.0,
+        "none of 1 tool calls failed (the framework ran a call again 2 times: each call "
+        "counts as its last run)",
+    )
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_a_model_that_reuses_its_call_id_while_looping_is_still_caught(
+    tmp_path: Path, stop_on_loop: bool
+) -> None:
+    # some model servers give every call the same id: a call the model asks for again is a
+    # call of its own (a model call came between), never its framework running one again
+    from agenteval_langchain import AgentLoopError
+
+    runs: list[str] = []
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        runs.append(order_id)
+        return "processing"
+
+    model = ScriptedChatModel(
+        replies=[AIMessage("", tool_calls=[tool_call("lookup", "0", order_id="A-1")])] * 4
+        + [AIMessage("A-1 is still processing.")]
+    )
+    alerts: list[Any] = []
+    message = 'lookup called 3 times with the same arguments {"order_id": "A-1"}'
+    with OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl", on_alert=alerts.append, log=False
+    ) as evaluator:
+        handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+        agent = create_agent(model, tools=[lookup])
+        with pytest.raises(AgentLoopError) if stop_on_loop else contextlib.nullcontext():
+            agent.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
+        assert evaluator.flush(10)
+    assert [(a.pattern, a.count, a.message, a.stopped) for a in alerts] == [
+        ("repeated_call", 3, message, stop_on_loop)
+    ]
+    assert runs == ["A-1"] * (2 if stop_on_loop else 4)  # a stop refuses the third
+    [trace] = read_capture(tmp_path / "capture.jsonl")
+    assert [c.id for c in trace.tool_calls()] == ["0"] * (3 if stop_on_loop else 4)
+    assert ToolCallLoops().measure(trace).score == 0.0
 
 
 def _down(messages: Any) -> AIMessage:

@@ -285,6 +285,24 @@ def test_repeated_identical_call_alerts_at_the_threshold_once() -> None:
     assert len(guard) == 0
 
 
+def test_a_call_run_again_under_its_id_counts_once_until_the_model_asks_again() -> None:
+    guard = LoopGuard(repeat_threshold=3)
+    lookup = ToolCall(id="c1", name="lookup", arguments={"order_id": "A-1"})
+    # its framework runs the call again (a retry after it raised): one call of the agent's
+    assert [guard.observe("t", lookup) for _ in range(5)] == [None] * 5
+    # the model asks again under the same id (a server that reuses ids): calls of their own
+    guard.model_called("t")
+    assert guard.observe("t", lookup) is None
+    guard.model_called("t")
+    alert = guard.observe("t", lookup)
+    assert alert is not None and (alert.pattern, alert.count) == ("repeated_call", 3)
+    # the same id with other arguments is another call, as is a call without an id
+    other = LoopGuard(repeat_threshold=2)
+    assert other.observe("t", lookup) is None
+    assert other.observe("t", lookup.model_copy(update={"arguments": {"order_id": "B"}})) is None
+    assert other.observe("t", lookup.model_copy(update={"id": None})) is not None
+
+
 def test_short_cycles_alert() -> None:
     guard = LoopGuard(repeat_threshold=5)
     results = [guard.observe("t", call(name, n=1)) for name in ["open", "read", "open", "read"]]

@@ -586,3 +586,51 @@ def test_any_sequence_of_conversations_round_trips(
     trace = Trace(spans=spans)
     assert Trace.model_validate_json(trace.to_json()) == trace
     assert Trace.model_validate(trace.to_jsonable()) == trace
+
+
+def test_a_call_its_framework_ran_again_is_one_call_its_last_run() -> None:
+    def tool(span_id: str, call_id: str | None, error: str | None = None, **arguments: Any) -> Span:
+        result = None if error else f"ran {span_id}"
+        call = ToolCall(id=call_id, name="lookup", arguments=arguments, result=result, error=error)
+        return Span(id=span_id, kind=SpanKind.TOOL, name="lookup", tool_call=call)
+
+    def model(span_id: str, *asked: ToolCall) -> Span:
+        return Span(id=span_id, kind=SpanKind.LLM, name="llm", requested_tool_calls=list(asked))
+
+    asked = ToolCall(id="c1", name="lookup", arguments={"order_id": "A-1"})
+    trace = Trace(
+        input="Where is A-1?",
+        spans=[
+            model("m1", asked),
+            tool("t1", "c1", "ConnectionError: timed out", order_id="A-1"),
+            tool("t2", "c1", "ConnectionError: timed out", order_id="A-1"),  # a retry
+            tool("t3", "c1", order_id="A-1"),  # a retry that worked
+            tool("t4", "c1", order_id="B-2"),  # other arguments: a call of its own
+            tool("t5", None, order_id="A-1"),  # no id: never taken for a retry
+            tool("t6", None, order_id="A-1"),
+            model("m2", asked),  # the model asks again under the same id
+            tool("t7", "c1", order_id="A-1"),
+            model("m3"),
+        ],
+    )
+    assert [c.result for c in trace.tool_calls()] == [
+        "ran t3",
+        "ran t4",
+        "ran t5",
+        "ran t6",
+        "ran t7",
+    ]
+    assert [c.result or c.error for c in trace.tool_calls(every_run=True)] == [
+        "ConnectionError: timed out",
+        "ConnectionError: timed out",
+        "ran t3",
+        "ran t4",
+        "ran t5",
+        "ran t6",
+        "ran t7",
+    ]
+    assert [[c.result for c in step.tool_calls] for step in trace.steps()] == [
+        ["ran t3", "ran t4", "ran t5", "ran t6"],
+        ["ran t7"],
+        [],
+    ]

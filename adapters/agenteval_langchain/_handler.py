@@ -81,6 +81,9 @@ _CALLBACK_LOGGER = logging.getLogger("langchain_core.callbacks.manager")
 _CALLBACK_LOGGER.addFilter(_GuardStopIsNoCrash())
 
 
+_MODEL_STARTS = frozenset({"on_chat_model_start", "on_llm_start"})
+
+
 class _Guard:
     """The agent-thread side of the loop guard: finds each tool call's run, asks the
     evaluator's guard before the tool runs, and raises ``AgentLoopError`` on a loop."""
@@ -102,13 +105,20 @@ class _Guard:
             self.runs.exit(run_id)
             return
         root = self.runs.enter(run_id, parent_run_id)
+        if name in _MODEL_STARTS:  # what the model asks for next is a call of its own
+            self.recorder.guard.model_called(root)
+            return
         if name != "on_tool_start":
             return
         try:
             serialized, input_str = args[0], args[1]
             inputs = kwargs.get("inputs")
             arguments = inputs if isinstance(inputs, dict) else self.translator.arguments(input_str)
-            call = ToolCall(name=(serialized or {}).get("name") or "tool", arguments=arguments)
+            call = ToolCall(
+                id=kwargs.get("tool_call_id"),  # a retry middleware runs a call again under it
+                name=(serialized or {}).get("name") or "tool",
+                arguments=arguments,
+            )
             refuse = self.translator.refuser(run_id)
             alert = self.recorder.check_tool_call(root, call, refuse=refuse)
         except Exception as exc:  # a bug of ours must never reach the agent

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -98,7 +99,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
             )
         )
         if self._guard is not None:
-            self._guard.check(id_, parent_span_id, bound_args, tags)
+            self._guard.check(id_, parent_span_id, bound_args, tags, instance)
         return None
 
     def prepare_to_exit_span(
@@ -275,11 +276,19 @@ class LlamaIndexInstrumentation:
             self._handlers.pop(run.run_id, None)
 
     def check(
-        self, span_id: str, parent_id: str | None, bound_args: Any, tags: dict[str, Any] | None
+        self,
+        span_id: str,
+        parent_id: str | None,
+        bound_args: Any,
+        tags: dict[str, Any] | None,
+        instance: Any = None,
     ) -> None:
         """On the agent's thread: ask the guard about a tool call before it runs."""
         try:
             root = self.runs.enter(span_id, parent_id)
+            if isinstance(instance, BaseLLM):  # what the model asks for next is a call of its own
+                self.recorder.guard.model_called(root)
+                return
             name = span_id.rsplit("-", 5)[0]
             arguments = bound_args.arguments if bound_args is not None else {}
             call = requested_call(name, arguments)

@@ -36,6 +36,8 @@ class _RunCalls:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     alerted: set[Any] = field(default_factory=set)
     stopped_by: LoopAlert | None = None
+    since_model_call: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Each call id run since the run's last model call, with its call's identity."""
 
 
 class LoopGuard:
@@ -44,8 +46,10 @@ class LoopGuard:
     ``repeated_call``: a call (same tool, same canonical arguments) reaches
     ``repeat_threshold`` occurrences in one run. ``cycle``: the last ``cycle_repeats`` × L
     calls are one sequence of L ≥ 2 distinct calls repeated (L ≤ ``max_cycle_length``). Each
-    loop is reported once per run. State is per run and dropped by :meth:`forget` when the
-    run ends; thread-safe.
+    loop is reported once per run. A call run again under its id with no model call in
+    between (:meth:`model_called`) is the same call, its framework's retry (as in
+    :meth:`Trace.tool_calls`), and counts once. State is per run and dropped
+    by :meth:`forget` when the run ends; thread-safe.
     """
 
     def __init__(
@@ -78,6 +82,10 @@ class LoopGuard:
             calls = self._runs.get(run)
             if calls is None:
                 calls = self._runs[run] = _RunCalls()
+            if call.id:
+                if calls.since_model_call.get(call.id) == signature:
+                    return None  # its framework runs the call again: no call of the agent's
+                calls.since_model_call[call.id] = signature
             calls.signatures.append(signature)
             calls.calls.append(call)
             calls.counts[signature] += 1
@@ -126,6 +134,14 @@ class LoopGuard:
             message = f"cycle {names} repeated {self.cycle_repeats} times"
             return "cycle", self.cycle_repeats, run.calls[-span:], message
         return None
+
+    def model_called(self, run: Hashable) -> None:
+        """A model call of ``run`` started: a call after it is the model's asking, a call of
+        its own even under an id it had before (a model server that reuses ids)."""
+        with self._lock:
+            calls = self._runs.get(run)
+            if calls is not None:
+                calls.since_model_call.clear()
 
     def stop(self, run: Hashable, alert: LoopAlert) -> None:
         """Mark a run as stopped by ``alert``: :meth:`stopped_by` answers for it from now on."""
@@ -190,7 +206,11 @@ class ToolCallLoops(Metric):
             {canonical_call(call) for call in calls}
         ) < len(calls):
             guard = LoopGuard(**self.options)
-            loops = [alert for call in calls if (alert := guard.observe("run", call)) is not None]
+            for call in calls:  # each call once already: the agent asked for each of them
+                guard.model_called("run")
+                alert = guard.observe("run", call)
+                if alert is not None:
+                    loops.append(alert)
         if not loops:
             return Score(
                 1.0,

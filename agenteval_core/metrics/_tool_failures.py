@@ -47,9 +47,12 @@ class ToolFailures(Metric):
     completed run says the task failed. Each call risks 0 (succeeded), 0.5 (failed,
     recovered) or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure
     the agent owned up to in a one-call run scores 0.5, a retry that worked after one failure
-    0.75, and a run whose every call failed unnoticed 0.0. ``metadata["failures"]`` lists each
-    failed call with its arguments, error and whether it was recovered. It feeds the session
-    metrics as the ``tool_failures`` signal.
+    0.75, and a run whose every call failed unnoticed 0.0. A call its framework ran again
+    without the model asking (a retry middleware after the tool raised) is one call, judged
+    by its last run, what the agent was given; ``metadata["runs_retried"]`` counts the runs
+    so replaced. ``metadata["failures"]`` lists each failed call with its arguments, error
+    and whether it was recovered. It feeds the session metrics as the ``tool_failures``
+    signal.
     """
 
     name = "tool_failures"
@@ -84,18 +87,28 @@ class ToolFailures(Metric):
                 )
         unrecovered = sum(1 for failure in failures if not failure["recovered"])
         value = 1.0 - (len(failures) + unrecovered) / (2 * len(calls))
-        metadata = {
+        metadata: dict[str, Any] = {
             "tool_calls": len(calls),
             "failed": len(failures),
             "unrecovered": unrecovered,
             "failures": failures,
         }
+        # runs its framework made again (a retry after the tool raised): the agent was given
+        # the last run's result, so a call is judged by that; the earlier runs are told
+        rerun = len(trace.tool_calls(every_run=True)) - len(calls)
+        if rerun:
+            metadata["runs_retried"] = rerun
+        retried = (
+            f" (the framework ran a call again {rerun} times: each call counts as its last run)"
+            if rerun
+            else ""
+        )
         if not failures:
-            return Score(1.0, f"none of {len(calls)} tool calls failed", metadata)
+            return Score(1.0, f"none of {len(calls)} tool calls failed{retried}", metadata)
         names = ", ".join(sorted({failure["name"] for failure in failures}))
         return Score(
             value,
             f"{len(failures)} of {len(calls)} tool calls failed ({names}), "
-            f"{unrecovered} not recovered",
+            f"{unrecovered} not recovered{retried}",
             metadata,
         )

@@ -697,6 +697,8 @@ class TraceAssembler:
         owner = self._new_trace(key, input, start_time) if parent is None else parent.owner
         at = start_time if start_time is not None else time.time()
         self._active(owner, at)
+        if kind is SpanKind.LLM and self.watch_loops:  # a call after it is the model's asking
+            self.recorder.guard.model_called(owner.key)
         if kind is SpanKind.LLM and parent is not None:
             messages = messages_of(input)
             if messages:  # the conversation so far, resent: held once (see share_conversation)

@@ -475,6 +475,44 @@ _OWNERS = frozenset({SpanKind.AGENT, SpanKind.TOOL})
 """The kinds of span whose children are their work: an agent's steps, a tool's own calls."""
 
 
+def ran_again(spans: list[Span]) -> set[str] | None:
+    """The ids of the tool spans whose call its framework ran again, each superseded by its
+    next run (``None`` when there are none).
+
+    A later tool span runs the same call again when it carries the same call id, tool and
+    arguments, and no model call started in between: the model asked once, and something
+    other than the agent ran the call again (LangChain's ``ToolRetryMiddleware`` or a
+    LangGraph ``RetryPolicy`` after the tool raised, CrewAI's retries of a tool that raised,
+    a graph node run again when its run resumes). A model that asks again for the same call,
+    even under a reused id, asks after a model call: that is a call of its own, and a loop
+    when it repeats."""
+    ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
+    if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
+        return None
+    latest: dict[str, Span] = {}  # a call id → its latest run since the last model call
+    superseded: set[str] | None = None
+    for span in spans:
+        call = span.tool_call
+        if call is None:
+            if latest and span.kind is SpanKind.LLM:
+                latest = {}
+            continue
+        if not call.id:
+            continue
+        earlier = latest.get(call.id)
+        if earlier is not None:
+            before = earlier.tool_call
+            if before is not None and (before.name, before.arguments) == (
+                call.name,
+                call.arguments,
+            ):
+                if superseded is None:
+                    superseded = set()
+                superseded.add(earlier.id)
+        latest[call.id] = span
+    return superseded
+
+
 class Trace(_Model):
     """One run of an agent, from the user's input to its final output.
 
@@ -599,9 +637,21 @@ class Trace(_Model):
 
     # --- derived views -------------------------------------------------------------------
 
-    def tool_calls(self) -> list[ToolCall]:
-        """Every executed tool call, in the order the calls started."""
-        return [span.tool_call for span in self.spans if span.tool_call is not None]
+    def tool_calls(self, *, every_run: bool = False) -> list[ToolCall]:
+        """Every executed tool call, in the order the calls started, each once: a call its
+        framework ran again (see :func:`ran_again`: a retry middleware or policy after the
+        tool raised, a graph node run again on resume) is the record of its last run, what
+        the agent was given. ``every_run=True``: each run of each call, the failed runs a
+        retry hid included."""
+        calls = [span.tool_call for span in self.spans if span.tool_call is not None]
+        if every_run or len(calls) < 2:
+            return calls
+        if len({call.id for call in calls}) == len(calls):  # ids all different: none ran again
+            return calls
+        again = ran_again(self.spans)
+        if again is None:
+            return calls
+        return [span.tool_call for span in self.spans if span.tool_call and span.id not in again]
 
     def steps(self) -> list[AgentStep]:
         """The run as agent steps: each LLM span opens a step; a tool call joins the step
@@ -615,7 +665,10 @@ class Trace(_Model):
         steps: list[AgentStep] = []
         current: AgentStep | None = None
         asked: dict[str, AgentStep] = {}  # a requested call's id → the step that asked
+        again = ran_again(self.spans)  # a call run again is one call: its last run
         for span in self._agents_own_spans():
+            if again and span.id in again:
+                continue
             if span.kind is SpanKind.LLM:
                 if span.error is not None and span.output is None:
                     continue
