@@ -20,7 +20,7 @@ from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from agenteval_llamaindex import instrument
 from agenteval_otel import import_otlp
 from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain.agents.middleware import HumanInTheLoopMiddleware, ToolRetryMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -49,6 +49,7 @@ from pydantic import BaseModel
 from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import INTERNAL_CALL, OnlineEvaluator, RunStatus, SpanKind, ToolCall, Trace
+from agenteval_core.metrics import ToolCallLoops
 
 
 @pytest.fixture
@@ -299,6 +300,45 @@ def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Pat
         "result": None,
         "error": "ValueError: no such city",
     }
+
+
+def test_a_call_its_retry_middleware_ran_again_imports_as_one_call(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # the model asked once; ToolRetryMiddleware ran the call three times. The second run
+    # found the request taken by the first and imported without an id: three calls, a loop
+    runs: list[str] = []
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        runs.append(order_id)
+        if len(runs) <= 2:
+            raise ConnectionError("orders API timed out")
+        return f"{order_id} shipped"
+
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("lookup", "c1", order_id="A-1")], (30, 8)),
+            reply("A-1 has shipped.", [], (45, 6)),
+        ]
+    )
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, retry_on=(ConnectionError,))
+    agent = create_agent(model, tools=[lookup], middleware=[retry])
+    ours, theirs = both_ways(agent, [("user", "Where is A-1?")], spans_file, tmp_path)
+    assert runs == ["A-1"] * 3
+    assert view(theirs) == view(ours)
+    timed_out = "ConnectionError: orders API timed out"
+    for trace in (ours, theirs):
+        assert [(c.id, c.result, c.error) for c in trace.tool_calls(every_run=True)] == [
+            ("c1", None, timed_out),
+            ("c1", None, timed_out),
+            ("c1", "A-1 shipped", None),
+        ]
+        assert [(c.id, c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
+            ("c1", "lookup", {"order_id": "A-1"}, "A-1 shipped")
+        ]
+        assert ToolCallLoops().measure(trace).score == 1.0
 
 
 def test_runs_stopped_by_a_limit_or_their_caller_import_with_that_status(

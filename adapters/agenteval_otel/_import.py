@@ -562,23 +562,34 @@ def _link_calls(spans: list[Span], guessed: set[str]) -> None:
     arguments, else, for a call whose arguments are a guess from a bare value, the one whose
     only argument has that value, else the first unclaimed one with that name): it takes
     the model's call id when it has none, and the model's arguments when its own were a
-    guess. Calls run concurrently (a functional-API agent's tasks) end in any order."""
+    guess. Calls run concurrently (a functional-API agent's tasks) end in any order. A run
+    that finds its request taken, with no model call since, is the same call run again (a
+    retry middleware after the tool raised): it takes that call's id."""
     asked: dict[str, list[ToolCall]] = defaultdict(list)
+    taken: dict[str, ToolCall] = {}  # a tool's name → the request its last run took
     for span in spans:
+        if span.kind is SpanKind.LLM:
+            taken = {}
         for call in span.requested_tool_calls:
             asked[call.name].append(call)
         if span.tool_call is None:
             continue
         waiting = asked.get(span.tool_call.name) or []
+        bare = [span.tool_call.arguments.get("input")] if span.id in guessed else None
         match = next((c for c in waiting if c.id and c.id == span.tool_call.id), None)
         match = match or next((c for c in waiting if c.arguments == span.tool_call.arguments), None)
-        if match is None and span.id in guessed:  # LangChain passed the only argument's value
-            bare = [span.tool_call.arguments.get("input")]
+        if match is None and bare is not None:  # LangChain passed the only argument's value
             match = next((c for c in waiting if list(c.arguments.values()) == bare), None)
         match = match or (waiting[0] if waiting else None)
-        if match is None:
+        if match is not None:
+            waiting.remove(match)
+            taken[match.name] = match
+        elif (again := taken.get(span.tool_call.name)) is not None and (
+            again.arguments == span.tool_call.arguments or list(again.arguments.values()) == bare
+        ):
+            match = again
+        else:
             continue
-        waiting.remove(match)
         if not span.tool_call.id:
             span.tool_call.id = match.id
         if span.id in guessed:
