@@ -47,10 +47,11 @@ from agenteval_core import (
     ToolCall,
     Trace,
     create_metric,
+    default_embedder,
     read_capture,
     replay,
 )
-from agenteval_core.metrics import ToolCallLoops, ToolFailures
+from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
 from agenteval_core.metrics._judge_base import describe_trace
 
 
@@ -1119,6 +1120,41 @@ def test_a_model_that_reuses_its_call_id_while_looping_is_still_caught(
     [trace] = read_capture(tmp_path / "capture.jsonl")
     assert [c.id for c in trace.tool_calls()] == ["0"] * (3 if stop_on_loop else 4)
     assert ToolCallLoops().measure(trace).score == 0.0
+
+
+@pytest.mark.parametrize("prebuilt", ["create_agent", "create_react_agent"])
+def test_the_result_of_a_tool_that_returns_directly_is_the_answer(
+    evaluator: OnlineEvaluator, prebuilt: str
+) -> None:
+    # return_direct=True ends the run with the tool's result: the state's last message is
+    # the tool's, and the answer read from the last AI message (which only asked for the
+    # call) was empty, so coherence passed it as "empty output: coherence assumed"
+    @tool(return_direct=True)
+    def order_status(order_id: str) -> str:
+        """Status of an order."""
+        return f"Order {order_id} has shipped and arrives Friday."
+
+    model = ScriptedChatModel(
+        replies=[AIMessage("", tool_calls=[tool_call("order_status", "c1", order_id="A-1")])]
+    )
+    build = create_agent if prebuilt == "create_agent" else create_react_agent
+    state = build(model, tools=[order_status]).invoke(
+        {"messages": [("user", "Where is order A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    answer = "Order A-1 has shipped and arrives Friday."
+    assert state["messages"][-1].content == answer
+    [trace] = evaluator.captured()
+    assert (trace.input, trace.output, trace.status) == (
+        "Where is order A-1?",
+        answer,
+        RunStatus.OK,
+    )
+    coherence = Coherence().measure(trace)
+    request, reply = default_embedder().embed([trace.input, answer])
+    cosine = float(request @ reply)  # both rows L2-normalised
+    assert coherence.score == pytest.approx(cosine, abs=1e-6)
+    assert coherence.reason == f"cosine distance between input and output {1 - cosine:.4f}"
 
 
 def _down(messages: Any) -> AIMessage:

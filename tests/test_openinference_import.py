@@ -341,6 +341,26 @@ def test_a_call_its_retry_middleware_ran_again_imports_as_one_call(
         assert ToolCallLoops().measure(trace).score == 1.0
 
 
+def test_the_result_of_a_tool_that_returns_directly_imports_as_the_answer(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    @tool(return_direct=True)
+    def order_status(order_id: str) -> str:
+        """Status of an order."""
+        return f"Order {order_id} has shipped and arrives Friday."
+
+    model = ScriptedChatModel(
+        replies=[reply("", [tool_call("order_status", "c1", order_id="A-1")], (30, 8))]
+    )
+    agent = create_agent(model, tools=[order_status])
+    ours, theirs = both_ways(agent, [("user", "Where is order A-1?")], spans_file, tmp_path)
+    assert view(theirs) == view(ours)
+    assert (theirs.output, theirs.status) == (
+        "Order A-1 has shipped and arrives Friday.",
+        RunStatus.OK,
+    )
+
+
 def test_runs_stopped_by_a_limit_or_their_caller_import_with_that_status(
     spans_file: Path, tmp_path: Path
 ) -> None:

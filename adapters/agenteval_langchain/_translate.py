@@ -143,6 +143,19 @@ def conversation_text(value: Any, role: str) -> Any:
     return value
 
 
+def answer_text(value: Any) -> Any:
+    """A run's answer in its final conversation: the text of its last AI message, or, when
+    the conversation ends with a tool's message, that message's (a tool made with
+    ``return_direct=True`` ends the run with its result, which is the answer: the AI
+    message before it only asked for the call). Anything else as :func:`conversation_text`
+    reads it."""
+    messages = value.get("messages") if isinstance(value, dict) else value
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if isinstance(last, ToolMessage):
+        return _text(last.content)
+    return conversation_text(value, "ai")
+
+
 def _state_summary(value: Any) -> Any:
     """Inner LangGraph nodes pass the whole conversation state in and out; the LLM and tool
     spans already hold what matters, so a node span keeps only the message count and the
@@ -768,7 +781,7 @@ class Translator:
         if answered:  # a classic AgentExecutor's: its agent's answer, not the executor's dict
             output = answer
         elif inner and span is not None and span.kind is SpanKind.AGENT:  # a sub-agent's answer
-            output = conversation_text(output, "ai")
+            output = answer_text(output)
         elif inner:
             output = _state_summary(output)
         elif isinstance(output, dict) and output.get("__interrupt__"):
@@ -779,7 +792,7 @@ class Translator:
             self.assembler.field("the answer's schema", lambda: self._unlist_schema(e, state), None)
             output = output["structured_response"]  # create_agent(response_format=...)
         else:
-            output = conversation_text(output, "ai")
+            output = answer_text(output)
         self.assembler.end_span(e.run_id, output=jsonable(output), end_time=e.at)
 
     def _unlist_schema(self, e: Event, state: dict[str, Any]) -> None:

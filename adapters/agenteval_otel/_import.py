@@ -205,6 +205,18 @@ def _last(value: Any, roles: tuple[str, ...]) -> Any:
     return value
 
 
+def _answer(value: Any) -> Any:
+    """A run's answer in its final state: its last AI message's content, or the last
+    message's when it is a tool's (a tool made with ``return_direct=True`` ends the run with
+    its result, as the adapter reads it)."""
+    messages = _messages(value)
+    if messages:
+        last = _message_of(messages[-1])
+        if last["role"] == "tool":
+            return _content(last)
+    return _last(value, _AI)
+
+
 def _unwrap_text(value: Any) -> Any:
     """A single-key dict around a string ({"input": "..."} or {"output": "..."}), as chains
     return, is that string."""
@@ -718,7 +730,7 @@ def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
     inputs = _unwrap_text(_last(given, _HUMAN))
     if _text(inputs) is None and llms:  # no input, or no text in it
         inputs = _last(llms[0].input, _HUMAN)
-    output = _stop_result(_unwrap_text(_last(root.output, _AI)))
+    output = _stop_result(_unwrap_text(_answer(root.output)))
     if output is not None and _text(output) is None and llms:
         output = llms[-1].output
     return inputs, output
