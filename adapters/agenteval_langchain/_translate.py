@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -143,15 +143,16 @@ def conversation_text(value: Any, role: str) -> Any:
     return value
 
 
-def answer_text(value: Any) -> Any:
+def answer_text(value: Any, last_asked: Container[str]) -> Any:
     """A run's answer in its final conversation: the text of its last AI message, or, when
-    the conversation ends with a tool's message, that message's (a tool made with
-    ``return_direct=True`` ends the run with its result, which is the answer: the AI
+    the conversation ends with the message of a tool the run's last model call asked for
+    (``last_asked``: those calls' ids), that message's: a tool made with
+    ``return_direct=True`` ends the run with its result, which is the answer (the AI
     message before it only asked for the call). Anything else as :func:`conversation_text`
     reads it."""
     messages = value.get("messages") if isinstance(value, dict) else value
     last = messages[-1] if isinstance(messages, list) and messages else None
-    if isinstance(last, ToolMessage):
+    if isinstance(last, ToolMessage) and last.tool_call_id in last_asked:
         return _text(last.content)
     return conversation_text(value, "ai")
 
@@ -781,7 +782,7 @@ class Translator:
         if answered:  # a classic AgentExecutor's: its agent's answer, not the executor's dict
             output = answer
         elif inner and span is not None and span.kind is SpanKind.AGENT:  # a sub-agent's answer
-            output = answer_text(output)
+            output = answer_text(output, self._last_asked(e.run_id))
         elif inner:
             output = _state_summary(output)
         elif isinstance(output, dict) and output.get("__interrupt__"):
@@ -792,8 +793,14 @@ class Translator:
             self.assembler.field("the answer's schema", lambda: self._unlist_schema(e, state), None)
             output = output["structured_response"]  # create_agent(response_format=...)
         else:
-            output = answer_text(output)
+            output = answer_text(output, self._last_asked(e.run_id))
         self.assembler.end_span(e.run_id, output=jsonable(output), end_time=e.at)
+
+    def _last_asked(self, run_id: UUID) -> set[str]:
+        """The ids of the calls the last own model call of ``run_id``'s trace asked for."""
+        trace = self.assembler.trace_of(run_id)
+        final = trace.final_model_call() if trace is not None else None
+        return {call.id for call in final.requested_tool_calls if call.id} if final else set()
 
     def _unlist_schema(self, e: Event, state: dict[str, Any]) -> None:
         """``create_agent(response_format=ToolStrategy(...))`` offers the model its answer's

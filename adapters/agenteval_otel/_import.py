@@ -205,14 +205,15 @@ def _last(value: Any, roles: tuple[str, ...]) -> Any:
     return value
 
 
-def _answer(value: Any) -> Any:
+def _answer(value: Any, last_asked: set[str]) -> Any:
     """A run's answer in its final state: its last AI message's content, or the last
-    message's when it is a tool's (a tool made with ``return_direct=True`` ends the run with
-    its result, as the adapter reads it)."""
+    message's when it is a tool's that the run's last model call asked for (``last_asked``:
+    those calls' ids; a tool made with ``return_direct=True`` ends the run with its result,
+    as the adapter reads it)."""
     messages = _messages(value)
     if messages:
         last = _message_of(messages[-1])
-        if last["role"] == "tool":
+        if last["role"] == "tool" and last.get("tool_call_id") in last_asked:
             return _content(last)
     return _last(value, _AI)
 
@@ -730,7 +731,8 @@ def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
     inputs = _unwrap_text(_last(given, _HUMAN))
     if _text(inputs) is None and llms:  # no input, or no text in it
         inputs = _last(llms[0].input, _HUMAN)
-    output = _stop_result(_unwrap_text(_answer(root.output)))
+    asked = {call.id for call in llms[-1].requested_tool_calls if call.id} if llms else set()
+    output = _stop_result(_unwrap_text(_answer(root.output, asked)))
     if output is not None and _text(output) is None and llms:
         output = llms[-1].output
     return inputs, output
