@@ -232,6 +232,15 @@ def test_a_human_reviewers_decision_is_what_the_resumed_run_went_on_from(
     agent.invoke(Command(resume={"decisions": [decision]}), config=config)
     paused, resumed = evaluator.captured()
     assert paused.status is RunStatus.INTERRUPTED and paused.tool_calls() == []
+    # its tools did nothing yet: the tool metrics have nothing to pass (they passed it, and
+    # fed the session two perfect signals for each pause)
+    for metric in (ToolFailures(), ToolCallLoops()):
+        result = metric.measure(paused)
+        assert (result.skipped, result.score, result.reason) == (
+            True,
+            None,
+            "no tool calls in a run that did not complete (interrupted)",
+        )
     assert [(c.id, c.name, c.arguments) for c in paused.spans_of(SpanKind.LLM)[0].requested_tool_calls] == [
         ("c1", "refund", {"order_id": "A-1", "amount": 500.0})
     ]  # fmt: skip

@@ -1034,8 +1034,8 @@ def test_the_console_sink_prints_a_line_per_trace_and_a_closing_summary(tmp_path
     assert lines[:2] == [
         "agenteval: trace fine-run session s1 [ok] tool_call_loops 1.00, not scored: "
         "tool_call_accuracy (no expectation: the case gives no expected_tool_calls)",
-        "agenteval: trace stopped- session s1 [stopped] tool_call_loops 1.00, not scored: "
-        "tool_call_accuracy",
+        "agenteval: trace stopped- session s1 [stopped] not scored: tool_call_loops (no tool "
+        "calls in a run that did not complete (stopped)), tool_call_accuracy",
     ]
     assert lines[2:] == [
         "agenteval: 2 trace(s) scored, 0 with failing metrics, 1 that did not complete; "

@@ -210,6 +210,16 @@ def test_stopped_runs_fail_their_attempt_interrupted_ones_do_not() -> None:
         EvalSuite("s").add_cases(case).add_evaluators("tool_call_accuracy").run(lambda q: paused)
     )
     assert report.cases[0].runs[0].outcome == "passed"
+    # paused before it called a tool: the tool metrics have nothing to score, no pass
+    asking = Trace.from_steps("Refund order A-1?", [], status=RunStatus.INTERRUPTED)
+    report = (
+        EvalSuite("s")
+        .add_cases(EvalCase(id="refund", input="Refund order A-1?"))
+        .add_evaluators("tool_failures", "tool_call_loops")
+        .run(lambda q: asking)
+    )
+    [run] = report.cases[0].runs
+    assert run.outcome == "not_scored"
 
 
 def _suite_of(cases: int, passes: int, attempts: int = 10) -> Any:

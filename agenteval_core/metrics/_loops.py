@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..schema._trace import EvalCase, LoopAlert, ToolCall, Trace
-from ._protocol import Metric, MetricKind, Score, no_trace_to_check
+from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
 
 __all__ = ["LoopGuard", "ToolCallLoops", "canonical_call"]
@@ -169,7 +169,8 @@ class ToolCallLoops(Metric):
     replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
     same tool with the same arguments ``repeat_threshold`` times, or a short cycle repeated.
     1.0 when there is no loop, 0.0 when there is one; ``metadata["loops"]`` names each loop
-    and the calls involved. Its score feeds the session metrics' loop signal.
+    and the calls involved. A run with no calls that did not complete (failed, or paused for
+    a human) is skipped. Its score feeds the session metrics' loop signal.
     """
 
     name = "tool_call_loops"
@@ -199,6 +200,8 @@ class ToolCallLoops(Metric):
         if case.trace is None:
             return no_trace_to_check()
         calls = case.trace.tool_calls()
+        if not calls and not case.trace.completed:  # failed, or paused: no vacuous pass
+            return no_calls_to_score(case.trace)
         loops: list[LoopAlert] = []
         # every loop the guard knows repeats a call, so a tool name; most runs repeat neither,
         # and are done here (before any call's arguments are written out as JSON)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from .._errors import ErrorKind, JudgeError, MetricInputError
 from .._sync import run_sync
 from ..schema._results import MetricResult, passes, unvalidated_result
-from ..schema._trace import EvalCase, Trace
+from ..schema._trace import EvalCase, RunStatus, Trace
 
 __all__ = ["Metric", "MetricBase", "MetricKind", "Score", "SessionAccumulator", "SessionMetric"]
 
@@ -173,6 +173,14 @@ def no_trace_to_check() -> Score:
         "function returns the Trace an adapter captured of its run, not only its answer)",
         error_kind=ErrorKind.INVALID_INPUT,
     )
+
+
+def no_calls_to_score(trace: Trace) -> Score:
+    """The skip of a metric that checks a run's tool calls, for a run that made none and did
+    not complete (it failed, or paused for a human before it called a tool): its tools did
+    nothing to pass on."""
+    status = trace.status or RunStatus.ERROR
+    return Score.skip(f"no tool calls in a run that did not complete ({status})")
 
 
 def bounded(value: float) -> float | None:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from ..schema._trace import EvalCase, ToolCall, Trace, text_of
 from ._loops import canonical_call
-from ._protocol import Metric, MetricKind, Score, no_trace_to_check
+from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
 
 __all__ = ["ToolFailures", "states_failure"]
@@ -65,8 +65,8 @@ class ToolFailures(Metric):
             return no_trace_to_check()
         calls = trace.tool_calls()
         if not calls:
-            if trace.incomplete:  # no vacuous pass for a run that did not complete
-                return Score.skip(f"no tool calls in a run that did not complete ({trace.status})")
+            if not trace.completed:  # failed, or paused for a human: no vacuous pass
+                return no_calls_to_score(trace)
             return Score(1.0, "no tool calls", {"tool_calls": 0, "failed": 0, "unrecovered": 0})
 
         # the answer is read only when a failure is followed by nothing else: most runs have none
