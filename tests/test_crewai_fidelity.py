@@ -184,23 +184,26 @@ def test_sessions_are_per_kickoff_and_the_guard_starts_clean_each_time(
     assert len(evaluator.guard) == 0
 
 
+@pytest.mark.parametrize("reused_ids", [False, True])
 def test_native_tool_calling_records_the_provider_calls_and_alerts_on_repeats(
-    evaluator: OnlineEvaluator,
+    evaluator: OnlineEvaluator, reused_ids: bool
 ) -> None:
     @tool("get_weather")
     def get_weather(city: str) -> str:
         """Current weather for a city."""
         return f"sunny in {city}"
 
-    # a function-calling model: two calls in one reply, then the same call three more times
+    # a function-calling model: two calls in one reply, then the same call three more times;
+    # a model server that reuses ids gives every Paris call one id: each is a call of its own
+    ids = ["0", "1", "0", "0"] if reused_ids else ["call_0_0", "call_0_1", "call_1_0", "call_2_0"]
     llm = ScriptedLLM(
         model="gpt-4o",
         native=True,
         replies=[
-            [native_call("call_0_0", "get_weather", city="Paris"),
-             native_call("call_0_1", "get_weather", city="Oslo")],
-            [native_call("call_1_0", "get_weather", city="Paris")],
-            [native_call("call_2_0", "get_weather", city="Paris")],
+            [native_call(ids[0], "get_weather", city="Paris"),
+             native_call(ids[1], "get_weather", city="Oslo")],
+            [native_call(ids[2], "get_weather", city="Paris")],
+            [native_call(ids[3], "get_weather", city="Paris")],
             "Paris is sunny, Oslo too.",
         ],
     )  # fmt: skip
@@ -218,20 +221,23 @@ def test_native_tool_calling_records_the_provider_calls_and_alerts_on_repeats(
     assert [
         [(c.id, c.name, c.arguments) for c in s.requested_tool_calls or []] for s in llm_spans
     ] == [
-        [("call_0_0", "get_weather", {"city": "Paris"}), ("call_0_1", "get_weather", {"city": "Oslo"})],
-        [("call_1_0", "get_weather", {"city": "Paris"})],
-        [("call_2_0", "get_weather", {"city": "Paris"})],
+        [(ids[0], "get_weather", {"city": "Paris"}), (ids[1], "get_weather", {"city": "Oslo"})],
+        [(ids[2], "get_weather", {"city": "Paris"})],
+        [(ids[3], "get_weather", {"city": "Paris"})],
         [],
     ]  # fmt: skip
     assert [s.output for s in llm_spans[:3]] == [None, None, None]  # calls, not a repr
     executed = [s.tool_call for s in trace.spans if s.tool_call is not None]
     # CrewAI may run one reply's calls in any order: each run keeps its own request's id
-    assert sorted((c.id, c.arguments, c.result) for c in executed) == [
-        ("call_0_0", {"city": "Paris"}, "sunny in Paris"),
-        ("call_0_1", {"city": "Oslo"}, "sunny in Oslo"),
-        ("call_1_0", {"city": "Paris"}, "sunny in Paris"),
-        ("call_2_0", {"city": "Paris"}, "sunny in Paris"),
-    ]
+    assert sorted((c.id, c.arguments, c.result) for c in executed) == sorted(
+        [
+            (ids[0], {"city": "Paris"}, "sunny in Paris"),
+            (ids[1], {"city": "Oslo"}, "sunny in Oslo"),
+            (ids[2], {"city": "Paris"}, "sunny in Paris"),
+            (ids[3], {"city": "Paris"}, "sunny in Paris"),
+        ]
+    )
+    assert len(trace.tool_calls()) == 4  # a model call came between: none ran again
     assert trace.output == "Paris is sunny, Oslo too."
     # the third identical request raised the live alert
     assert [(a.pattern, a.count, a.calls[0].arguments) for a in alerts] == [

@@ -687,6 +687,8 @@ class Translator:
                 self._last_llm[execution] = (asked, 0)
             root = self.assembler.root_key(key)
             if self._watch_loops and root is not None:
+                # calls of their own, even under ids an earlier call had (a reused id)
+                self.assembler.recorder.guard.model_called(root)
                 for call in requested:
                     self.assembler.watch(root, call, started=at)
             self.assembler.end_span(
