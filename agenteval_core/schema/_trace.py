@@ -482,10 +482,9 @@ def ran_again(spans: list[Span]) -> set[str] | None:
     A later tool span runs the same call again when it carries the same call id, tool and
     arguments, and no model call started in between: the model asked once, and something
     other than the agent ran the call again (LangChain's ``ToolRetryMiddleware`` or a
-    LangGraph ``RetryPolicy`` after the tool raised, CrewAI's retries of a tool that raised,
-    a graph node run again when its run resumes). A model that asks again for the same call,
-    even under a reused id, asks after a model call: that is a call of its own, and a loop
-    when it repeats."""
+    LangGraph ``RetryPolicy`` after the tool raised, CrewAI's retries of a tool that
+    raised). A model that asks again for the same call, even under a reused id, asks after
+    a model call: that is a call of its own, and a loop when it repeats."""
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
     if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
         return None
@@ -640,8 +639,7 @@ class Trace(_Model):
     def tool_calls(self, *, every_run: bool = False) -> list[ToolCall]:
         """Every executed tool call, in the order the calls started, each once: a call its
         framework ran again (see :func:`ran_again`: a retry middleware or policy after the
-        tool raised, a graph node run again on resume) is the record of its last run, what
-        the agent was given. ``every_run=True``: each run of each call, the failed runs a
+        tool raised) is the record of its last run, what the agent was given. ``every_run=True``: each run of each call, the failed runs a
         retry hid included."""
         calls = [span.tool_call for span in self.spans if span.tool_call is not None]
         if every_run or len(calls) < 2:
