@@ -149,13 +149,48 @@ _json = st.recursive(
 )
 
 
+def _said(value: object) -> object:
+    """The result without the keys that hold nothing (None, False, 0, "", [], {})."""
+    if isinstance(value, dict):
+        return {k: _said(v) for k, v in value.items() if v not in (None, False, 0, "", [], {})}
+    if isinstance(value, list):
+        return [_said(v) for v in value]
+    return value
+
+
 @settings(max_examples=300, deadline=None)
 @given(result=_json)
 def test_a_result_fails_when_its_text_says_error_however_it_is_nested(result: object) -> None:
-    # the definition: the result written as text mentions "error" in any case
+    # the definition: the result written as text mentions "error" in any case, a key that
+    # holds nothing ({"error": null}: no error) left out
     call = ToolCall(name="lookup", arguments={}, result=result)
-    mentions = "error" in text_of(result).lower()
-    assert call.failed == (mentions or (isinstance(result, dict) and "Error" in result))
+    assert call.failed == ("error" in text_of(_said(result)).lower())
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        ({"order": {"id": "A-1", "status": "shipped"}, "error": None}, False),
+        ({"data": {"id": 1}, "errors": []}, False),
+        ({"ok": True, "Error": "", "error_count": 0}, False),
+        ('{"order": {"id": "A-1"}, "error": null}', False),  # an API's JSON, returned as text
+        ('[{"id": 1, "errors": []}, {"id": 2, "errors": []}]', False),
+        ({"error": "order not found"}, True),
+        ({"error": {"code": 404}}, True),
+        ({"error": True}, True),
+        ({"error_code": 404}, True),
+        ('{"error": "order not found"}', True),
+        ('{"error": null, "note": "ERROR in line 3"}', True),
+        ("{not json: error}", True),
+        ("Error: timed out", True),
+    ],
+)
+def test_an_error_key_that_holds_nothing_is_no_error(result: object, failed: bool) -> None:
+    # {"error": null} beside the data is how many APIs say all went well: every such call
+    # counted as failed, and tool_failures failed runs whose tools all worked
+    assert ToolCall(name="lookup", arguments={}, result=result).failed is failed
+    run = run_of([ToolCall(name="lookup", arguments={"id": "A-1"}, result=result)])
+    assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
 
 
 def test_a_shared_or_self_containing_result_is_looked_at_once() -> None:

@@ -6,6 +6,7 @@ Span kinds and attribute names follow the OpenTelemetry GenAI semantic conventio
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -248,10 +249,12 @@ _SCALARS = (bool, int, float, type(None))
 def _mentions_error(value: Any) -> bool:
     """Whether ``value``'s text (:func:`text_of`) says "error" in any case, found without
     writing the text: a key or string that says it, or the ``str()`` of a value JSON has no
-    type for. Each distinct string is looked at once and each container visited once (a
-    shared or self-containing one too). Writing 2.6 MB of records out as JSON took ~31 ms
-    here in one C call that holds the interpreter, so a scoring thread doing it stalled the
-    capture's writer for as long; this takes ~22 ms and lets other threads run."""
+    type for. A key that says it over an empty value (``{"error": null}``, ``"errors": []``,
+    ``"error_count": 0``: how many APIs say all went well) says no error, in a JSON object
+    written as text too. Each distinct string is looked at once and each container visited
+    once (a shared or self-containing one too). Writing 2.6 MB of records out as JSON took
+    ~31 ms here in one C call that holds the interpreter, so a scoring thread doing it
+    stalled the capture's writer for as long; this takes ~22 ms and lets other threads run."""
     clean: set[str] = set()
     visited: set[int] = set()
     stack = [value]
@@ -266,22 +269,53 @@ def _mentions_error(value: Any) -> bool:
                 stack.extend(item)
                 continue
             for key, inner in item.items():
-                stack.append(key)
+                if not _empty(inner):
+                    stack.append(key)
                 if type(inner) is str:
                     if inner not in clean:
                         if "error" in inner.lower():
-                            return True
-                        clean.add(inner)
+                            stack.append(inner)  # looked at whole below
+                        else:
+                            clean.add(inner)
                 elif not isinstance(inner, _SCALARS):
                     stack.append(inner)
         elif isinstance(item, str):
             if item not in clean:
                 if "error" in item.lower():
-                    return True
+                    written = _json_container(item)
+                    if written is None:
+                        return True
+                    stack.append(written)  # its keys and values, as for a dict or list
                 clean.add(item)
         elif not isinstance(item, _SCALARS) and "error" in str(item).lower():
             return True
     return False
+
+
+def _empty(value: Any) -> bool:
+    """Whether a value says nothing: ``None``, ``False``, zero, or an empty string or
+    container (a numpy array or another object is never empty here)."""
+    if value is None or value is False:
+        return True
+    kind = type(value)
+    if kind is int or kind is float:
+        return value == 0
+    if kind is str or kind is list or kind is dict or kind is tuple:
+        return not value
+    return False
+
+
+def _json_container(text: str) -> Any:
+    """A JSON object or array written as text (a tool that returns ``json.dumps`` of an API
+    response), else ``None``."""
+    start = text.lstrip()[:1]
+    if start != "{" and start != "[":
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict | list) else None
 
 
 class SpanKind(StrEnum):
@@ -361,10 +395,15 @@ class ToolCall(_Model):
 
     @property
     def failed(self) -> bool:
-        """True when the call raised, returned an error object, or its result text mentions an error."""
+        """True when the call raised, returned an error object (a dict whose ``error`` is
+        set), or its result text mentions an error (see :func:`_mentions_error`: an
+        ``"error": null`` beside the data is no mention)."""
         if self.error:
             return True
-        if isinstance(self.result, dict) and ("error" in self.result or "Error" in self.result):
+        result = self.result
+        if isinstance(result, dict) and not (
+            _empty(result.get("error")) and _empty(result.get("Error"))
+        ):
             return True
         return _mentions_error(self.result)
 
