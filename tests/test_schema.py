@@ -634,3 +634,23 @@ def test_a_call_its_framework_ran_again_is_one_call_its_last_run() -> None:
         ["ran t7"],
         [],
     ]
+
+
+def test_a_call_run_again_keeps_the_place_the_model_asked_for_it_in() -> None:
+    # parallel calls: c1 failed and ran again after c2 had started; the model asked c1, c2
+    def tool(span_id: str, call_id: str, error: str | None = None) -> Span:
+        call = ToolCall(id=call_id, name=call_id, result=None if error else span_id, error=error)
+        return Span(id=span_id, kind=SpanKind.TOOL, name=call_id, tool_call=call)
+
+    trace = Trace(
+        spans=[
+            Span(id="m1", kind=SpanKind.LLM, name="llm"),
+            tool("t1", "c1", "timed out"),
+            tool("t2", "c2"),
+            tool("t3", "c1"),
+        ]
+    )
+    assert [(c.id, c.result) for c in trace.tool_calls()] == [("c1", "t3"), ("c2", "t2")]
+    assert [[(c.id, c.result) for c in s.tool_calls] for s in trace.steps()] == [
+        [("c1", "t3"), ("c2", "t2")]
+    ]

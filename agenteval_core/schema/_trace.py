@@ -514,9 +514,10 @@ _OWNERS = frozenset({SpanKind.AGENT, SpanKind.TOOL})
 """The kinds of span whose children are their work: an agent's steps, a tool's own calls."""
 
 
-def ran_again(spans: list[Span]) -> set[str] | None:
-    """The ids of the tool spans whose call its framework ran again, each superseded by its
-    next run (``None`` when there are none).
+def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
+    """The tool spans whose call its framework ran again (``None`` when there are none):
+    the first run's span id gives the call as its last run recorded it (what the agent was
+    given), and each later run's span id gives ``None``.
 
     A later tool span runs the same call again when it carries the same call id, tool and
     arguments, and no model call started in between: the model asked once, and something
@@ -527,28 +528,28 @@ def ran_again(spans: list[Span]) -> set[str] | None:
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
     if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
         return None
-    latest: dict[str, Span] = {}  # a call id → its latest run since the last model call
-    superseded: set[str] | None = None
+    first: dict[str, Span] = {}  # a call id → its first run since the last model call
+    latest: dict[str, Span] = {}  # ... and its latest
+    again: dict[str, ToolCall | None] | None = None
     for span in spans:
         call = span.tool_call
         if call is None:
             if latest and span.kind is SpanKind.LLM:
-                latest = {}
+                first, latest = {}, {}
             continue
         if not call.id:
             continue
         earlier = latest.get(call.id)
-        if earlier is not None:
-            before = earlier.tool_call
-            if before is not None and (before.name, before.arguments) == (
-                call.name,
-                call.arguments,
-            ):
-                if superseded is None:
-                    superseded = set()
-                superseded.add(earlier.id)
-        latest[call.id] = span
-    return superseded
+        before = earlier.tool_call if earlier is not None else None
+        if before is not None and (before.name, before.arguments) == (call.name, call.arguments):
+            if again is None:
+                again = {}
+            again[first[call.id].id] = call  # the call in its first run's place, as it ended
+            again[span.id] = None
+            latest[call.id] = span
+            continue
+        first[call.id] = latest[call.id] = span
+    return again
 
 
 class Trace(_Model):
@@ -678,8 +679,9 @@ class Trace(_Model):
     def tool_calls(self, *, every_run: bool = False) -> list[ToolCall]:
         """Every executed tool call, in the order the calls started, each once: a call its
         framework ran again (see :func:`ran_again`: a retry middleware or policy after the
-        tool raised) is the record of its last run, what the agent was given. ``every_run=True``: each run of each call, the failed runs a
-        retry hid included."""
+        tool raised) is the record of its last run, what the agent was given, in the place
+        of its first. ``every_run=True``: each run of each call, the failed runs a retry
+        hid included."""
         calls = [span.tool_call for span in self.spans if span.tool_call is not None]
         if every_run or len(calls) < 2:
             return calls
@@ -688,7 +690,8 @@ class Trace(_Model):
         again = ran_again(self.spans)
         if again is None:
             return calls
-        return [span.tool_call for span in self.spans if span.tool_call and span.id not in again]
+        once = (again.get(span.id, span.tool_call) for span in self.spans if span.tool_call)
+        return [call for call in once if call is not None]
 
     def steps(self) -> list[AgentStep]:
         """The run as agent steps: each LLM span opens a step; a tool call joins the step
@@ -702,9 +705,9 @@ class Trace(_Model):
         steps: list[AgentStep] = []
         current: AgentStep | None = None
         asked: dict[str, AgentStep] = {}  # a requested call's id → the step that asked
-        again = ran_again(self.spans)  # a call run again is one call: its last run
+        again = ran_again(self.spans) or {}  # a call run again is one call: its last run
         for span in self._agents_own_spans():
-            if again and span.id in again:
+            if span.id in again and again[span.id] is None:
                 continue
             if span.kind is SpanKind.LLM:
                 if span.error is not None and span.output is None:
@@ -718,7 +721,7 @@ class Trace(_Model):
                 if step is None:
                     step = current = AgentStep()
                     steps.append(step)
-                step.tool_calls.append(span.tool_call)
+                step.tool_calls.append(again.get(span.id) or span.tool_call)
         return steps
 
     def final_model_call(self) -> Span | None:
