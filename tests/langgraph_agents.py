@@ -18,6 +18,53 @@ def strict_lookup(order_id: str) -> str:
     return "shipped"
 
 
+def retrying_agent() -> tuple[Any, list[str]]:
+    """A ``create_agent`` agent whose model asks once to look A-1 up, with a lookup that
+    times out twice and ``ToolRetryMiddleware`` running it again until it answers (three
+    runs of one call), then answers "A-1 has shipped."; and the order ids of every run."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    runs: list[str] = []
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        runs.append(order_id)
+        if len(runs) <= 2:
+            raise ConnectionError("orders API timed out")
+        return f"{order_id} shipped"
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("lookup", "c1", order_id="A-1")]),
+            AIMessage("A-1 has shipped."),
+        ]
+    )
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, retry_on=(ConnectionError,))
+    return create_agent(model, tools=[lookup], middleware=[retry]), runs
+
+
+ORDER_STATUS = "Order A-1 has shipped and arrives Friday."
+
+
+def answered_by_its_tool(build: Any = None) -> Any:
+    """An agent (``create_agent``, or ``build``) whose model asks once for the status of
+    A-1, from a tool made with ``return_direct=True``: the run ends with that tool's result,
+    :data:`ORDER_STATUS`, as its answer."""
+    from langchain.agents import create_agent
+
+    @tool(return_direct=True)
+    def order_status(order_id: str) -> str:
+        """Status of an order."""
+        return f"Order {order_id} has shipped and arrives Friday."
+
+    model = ScriptedChatModel(
+        replies=[AIMessage("", tool_calls=[tool_call("order_status", "c1", order_id="A-1")])]
+    )
+    return (build or create_agent)(model, tools=[order_status])
+
+
 def functional_agent() -> Any:
     """The agent loop of LangGraph's functional API: an ``@entrypoint`` given the
     conversation as a list of messages, ``@task``s for the model and for each tool call (run

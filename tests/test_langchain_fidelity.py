@@ -31,7 +31,13 @@ from langgraph.errors import NodeTimeoutError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
-from langgraph_agents import Classifier, functional_agent
+from langgraph_agents import (
+    ORDER_STATUS,
+    Classifier,
+    answered_by_its_tool,
+    functional_agent,
+    retrying_agent,
+)
 from pydantic import BaseModel
 
 from agenteval_core import (
@@ -1039,33 +1045,13 @@ def test_a_call_its_retry_middleware_runs_again_is_no_loop(
     # model: three runs of one call reached the guard's threshold, so the guard raised a loop
     # alert on a transient error and, with stop_on_loop, refused the run that would have
     # worked and stopped a run that was going well
-    from langchain.agents.middleware import ToolRetryMiddleware
-
-    runs: list[str] = []
-
-    @tool
-    def lookup(order_id: str) -> str:
-        """Look up an order."""
-        runs.append(order_id)
-        if len(runs) <= 2:
-            raise ConnectionError("orders API timed out")
-        return f"{order_id} shipped"
-
-    model = ScriptedChatModel(
-        replies=[
-            AIMessage("", tool_calls=[tool_call("lookup", "c1", order_id="A-1")]),
-            AIMessage("A-1 has shipped."),
-        ]
-    )
-    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, retry_on=(ConnectionError,))
+    agent, runs = retrying_agent()
     alerts: list[Any] = []
     with OnlineEvaluator(
         capture=tmp_path / "capture.jsonl", on_alert=alerts.append, log=False
     ) as evaluator:
         handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
-        state = create_agent(model, tools=[lookup], middleware=[retry]).invoke(
-            {"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]}
-        )
+        state = agent.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
         assert evaluator.flush(10)
     assert state["messages"][-1].content == "A-1 has shipped."
     assert runs == ["A-1"] * 3 and alerts == []
@@ -1138,20 +1124,12 @@ def test_the_result_of_a_tool_that_returns_directly_is_the_answer(
     # return_direct=True ends the run with the tool's result: the state's last message is
     # the tool's, and the answer read from the last AI message (which only asked for the
     # call) was empty, so coherence passed it as "empty output: coherence assumed"
-    @tool(return_direct=True)
-    def order_status(order_id: str) -> str:
-        """Status of an order."""
-        return f"Order {order_id} has shipped and arrives Friday."
-
-    model = ScriptedChatModel(
-        replies=[AIMessage("", tool_calls=[tool_call("order_status", "c1", order_id="A-1")])]
-    )
     build = create_agent if prebuilt == "create_agent" else create_react_agent
-    state = build(model, tools=[order_status]).invoke(
+    state = answered_by_its_tool(build).invoke(
         {"messages": [("user", "Where is order A-1?")]},
         {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
     )
-    answer = "Order A-1 has shipped and arrives Friday."
+    answer = ORDER_STATUS
     assert state["messages"][-1].content == answer
     [trace] = evaluator.captured()
     assert (trace.input, trace.output, trace.status) == (

@@ -20,14 +20,20 @@ from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from agenteval_llamaindex import instrument
 from agenteval_otel import import_otlp
 from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware, ToolRetryMiddleware
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command
-from langgraph_agents import Classifier, functional_agent
+from langgraph_agents import (
+    ORDER_STATUS,
+    Classifier,
+    answered_by_its_tool,
+    functional_agent,
+    retrying_agent,
+)
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -307,24 +313,7 @@ def test_a_call_its_retry_middleware_ran_again_imports_as_one_call(
 ) -> None:
     # the model asked once; ToolRetryMiddleware ran the call three times. The second run
     # found the request taken by the first and imported without an id: three calls, a loop
-    runs: list[str] = []
-
-    @tool
-    def lookup(order_id: str) -> str:
-        """Look up an order."""
-        runs.append(order_id)
-        if len(runs) <= 2:
-            raise ConnectionError("orders API timed out")
-        return f"{order_id} shipped"
-
-    model = ScriptedChatModel(
-        replies=[
-            reply("", [tool_call("lookup", "c1", order_id="A-1")], (30, 8)),
-            reply("A-1 has shipped.", [], (45, 6)),
-        ]
-    )
-    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, retry_on=(ConnectionError,))
-    agent = create_agent(model, tools=[lookup], middleware=[retry])
+    agent, runs = retrying_agent()
     ours, theirs = both_ways(agent, [("user", "Where is A-1?")], spans_file, tmp_path)
     assert runs == ["A-1"] * 3
     assert view(theirs) == view(ours)
@@ -344,21 +333,10 @@ def test_a_call_its_retry_middleware_ran_again_imports_as_one_call(
 def test_the_result_of_a_tool_that_returns_directly_imports_as_the_answer(
     spans_file: Path, tmp_path: Path
 ) -> None:
-    @tool(return_direct=True)
-    def order_status(order_id: str) -> str:
-        """Status of an order."""
-        return f"Order {order_id} has shipped and arrives Friday."
-
-    model = ScriptedChatModel(
-        replies=[reply("", [tool_call("order_status", "c1", order_id="A-1")], (30, 8))]
-    )
-    agent = create_agent(model, tools=[order_status])
+    agent = answered_by_its_tool()
     ours, theirs = both_ways(agent, [("user", "Where is order A-1?")], spans_file, tmp_path)
     assert view(theirs) == view(ours)
-    assert (theirs.output, theirs.status) == (
-        "Order A-1 has shipped and arrives Friday.",
-        RunStatus.OK,
-    )
+    assert (theirs.output, theirs.status) == (ORDER_STATUS, RunStatus.OK)
 
 
 def test_runs_stopped_by_a_limit_or_their_caller_import_with_that_status(
