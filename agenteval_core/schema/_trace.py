@@ -678,10 +678,11 @@ class Trace(_Model):
 
     def tool_calls(self, *, every_run: bool = False) -> list[ToolCall]:
         """Every executed tool call, in the order the calls started, each once: a call its
-        framework ran again (see :func:`ran_again`: a retry middleware or policy after the
-        tool raised) is the record of its last run, what the agent was given, in the place
-        of its first. ``every_run=True``: each run of each call, the failed runs a retry
-        hid included."""
+        framework ran again (a retry middleware or policy after the tool raised: a later
+        tool span with the same call id, tool and arguments, and no model call started in
+        between) is the record of its last run, what the agent was given, in the place of
+        its first. ``every_run=True``: each run of each call, the failed runs a retry hid
+        included."""
         calls = [span.tool_call for span in self.spans if span.tool_call is not None]
         if every_run or len(calls) < 2:
             return calls
