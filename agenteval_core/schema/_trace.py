@@ -528,27 +528,31 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
     if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
         return None
-    first: dict[str, Span] = {}  # a call id → its first run since the last model call
-    latest: dict[str, Span] = {}  # ... and its latest
+    # a call id → the first run since the last model call of the call under it (every later
+    # run of that call has the same tool and arguments, so it stands for them all)
+    first: dict[str, Span] = {}
     again: dict[str, ToolCall | None] | None = None
     for span in spans:
         call = span.tool_call
         if call is None:
-            if latest and span.kind is SpanKind.LLM:
-                first, latest = {}, {}
+            if first and span.kind is SpanKind.LLM:
+                first = {}
             continue
         if not call.id:
             continue
-        earlier = latest.get(call.id)
+        earlier = first.get(call.id)
         before = earlier.tool_call if earlier is not None else None
-        if before is not None and (before.name, before.arguments) == (call.name, call.arguments):
+        if (
+            earlier is not None
+            and before is not None
+            and (before.name, before.arguments) == (call.name, call.arguments)
+        ):
             if again is None:
                 again = {}
-            again[first[call.id].id] = call  # the call in its first run's place, as it ended
+            again[earlier.id] = call  # the call in its first run's place, as it ended
             again[span.id] = None
-            latest[call.id] = span
             continue
-        first[call.id] = latest[call.id] = span
+        first[call.id] = span
     return again
 
 
