@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -1214,6 +1215,39 @@ def test_a_local_models_streamed_call_is_one_call(
         ("lookup_order", {"order_id": "A-1"}, "shipped")
     ]
     assert (len(trace.steps()), trace.alerts, len(model.prompts)) == (2, [], 2)
+
+
+def test_a_react_reply_is_recorded_as_the_model_gave_it_whenever_it_is_read(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a ReAct agent cuts "Thought: ... Answer:" out of the model's reply in place, after the
+    # reply's end event: read later on the recorder's thread (a busy recorder), the model's
+    # reply was the cut answer. The recorder is held here until the run has ended.
+    model = CompletionModel(
+        model="local-7b",
+        replies=[
+            'Thought: I need the status.\nAction: lookup_order\nAction Input: {"order_id": "A-1"}',
+            "Thought: I can answer.\nAnswer: A-1 has shipped.",
+        ],
+    )
+    agent = ReActAgent(tools=[FunctionTool.from_defaults(lookup_order)], llm=model)
+    released = threading.Event()
+    evaluator.recorder.put((lambda _: released.wait(10),))
+
+    async def run() -> str:
+        return str(await agent.run("Where is A-1?"))
+
+    instrumentation = instrument(evaluator)
+    try:
+        answered = asyncio.run(run())
+        released.set()
+        [trace] = evaluator.captured()
+    finally:
+        released.set()
+        instrumentation.uninstrument()
+    assert answered == "A-1 has shipped."
+    assert [s.output for s in trace.spans_of(SpanKind.LLM)] == model.replies
+    assert trace.output == "A-1 has shipped."
 
 
 def read_stream(engine: Any, how: str) -> str:

@@ -39,6 +39,7 @@ from ._translate import (
     SpanStarted,
     Streaming,
     Translator,
+    reply_text,
     requested_call,
 )
 
@@ -195,7 +196,11 @@ class _EventHandler(BaseEventHandler):
         return "AgentEvalEventHandler"
 
     def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.pump.put(Instrumented(self.translate, event, time.time()))
+        try:
+            said = reply_text(event)
+        except Exception:  # an odd reply: read on the recorder's thread, under its guard
+            said = None
+        self.pump.put(Instrumented(self.translate, event, time.time(), said))
 
 
 class LlamaIndexInstrumentation:

@@ -62,6 +62,7 @@ __all__ = [
     "SpanStarted",
     "Streaming",
     "Translator",
+    "reply_text",
 ]
 
 WAITING_IN_TOOL = "waiting in tool call"
@@ -472,6 +473,19 @@ class Instrumented(NamedTuple):
     handle: Callable[[Instrumented], None]
     event: Any
     at: float
+    said: str | None = None
+    """A chat reply's text as the model gave it, read when the event came (see
+    :func:`reply_text`)."""
+
+
+def reply_text(event: Any) -> str | None:
+    """The text of a chat end event's reply, read on the agent's thread as the event comes:
+    a ReAct agent then cuts "Answer:" and what came before it out of that same message, in
+    place, and read later on the recorder's thread the reply could be the cut answer.
+    ``None`` for any other event."""
+    if not isinstance(event, LLMChatEndEvent) or event.response is None:
+        return None
+    return _message_text(event.response.message)
 
 
 class Translator:
@@ -588,7 +602,7 @@ class Translator:
                 self._exit(key, result, at)
 
     def on_event(self, e: Instrumented) -> None:
-        self._event(e.event, e.at)
+        self._event(e.event, e.at, e.said)
 
     def _start(
         self,
@@ -912,7 +926,7 @@ class Translator:
         else:  # a run whose task its caller cancelled is cancelled, event or no event
             self.assembler.fail_span(span_id, error, end_time=at)
 
-    def _event(self, event: Any, at: float) -> None:
+    def _event(self, event: Any, at: float, said: str | None) -> None:
         if type(event).__name__ == "SpanCancelledEvent":  # the run's caller cancelled it
             key = self._parent(event.span_id)
             if key is None:
@@ -928,7 +942,7 @@ class Translator:
         elif isinstance(event, LLMChatEndEvent | LLMCompletionEndEvent) and self._ends_call(
             event.span_id
         ):
-            self._model_end(event, at)
+            self._model_end(event, at, said)
 
     def _starts_call(self, method: str | None) -> bool:
         """Whether LLM method ``method``'s start event records a call to the model: its nest
@@ -1018,7 +1032,9 @@ class Translator:
             },
         )
 
-    def _model_end(self, event: LLMChatEndEvent | LLMCompletionEndEvent, at: float) -> None:
+    def _model_end(
+        self, event: LLMChatEndEvent | LLMCompletionEndEvent, at: float, said: str | None
+    ) -> None:
         # the span ends whatever the response holds: each part under its own guard
         field = self.assembler.field
         requested: list[ToolCall] = []
@@ -1028,7 +1044,9 @@ class Translator:
         else:
             message = event.response.message if event.response is not None else None
             requested = field("the requested tool calls", lambda: _native_calls(message), [])
-            text = field("the reply's text", lambda: _message_text(message), "")
+            if said is None:  # not read as the event came (a response it could not read)
+                said = field("the reply's text", lambda: _message_text(message), "")
+            text = said
             reasoning = field("the reasoning", lambda: _reasoning(message), None)
             thought = text if requested else None
             if not requested:  # a ReAct agent asks for its tools in text
