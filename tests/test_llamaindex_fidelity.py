@@ -1184,6 +1184,17 @@ def test_a_chat_engines_request_is_the_runs_input(evaluator: OnlineEvaluator) ->
     assert "When did A-1 ship?" in model_call.input
 
 
+def react_model() -> CompletionModel:
+    """A local model answering a ReAct agent: it looks A-1 up, then answers."""
+    return CompletionModel(
+        model="local-7b",
+        replies=[
+            'Thought: I need the status.\nAction: lookup_order\nAction Input: {"order_id": "A-1"}',
+            "Thought: I can answer.\nAnswer: A-1 has shipped.",
+        ],
+    )
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 def test_a_local_models_streamed_call_is_one_call(
     evaluator: OnlineEvaluator, streaming: bool
@@ -1192,13 +1203,7 @@ def test_a_local_models_streamed_call_is_one_call(
     # as the agent reads the stream: that method starts after the chat method returned,
     # under the agent's step, and its events recorded the call a second time (tokens,
     # steps and requested calls twice, so the loop guard saw each call twice)
-    model = CompletionModel(
-        model="local-7b",
-        replies=[
-            'Thought: I need the status.\nAction: lookup_order\nAction Input: {"order_id": "A-1"}',
-            "Thought: I can answer.\nAnswer: A-1 has shipped.",
-        ],
-    )
+    model = react_model()
     agent = ReActAgent(
         tools=[FunctionTool.from_defaults(lookup_order)], llm=model, streaming=streaming
     )
@@ -1223,13 +1228,7 @@ def test_a_react_reply_is_recorded_as_the_model_gave_it_whenever_it_is_read(
     # a ReAct agent cuts "Thought: ... Answer:" out of the model's reply in place, after the
     # reply's end event: read later on the recorder's thread (a busy recorder), the model's
     # reply was the cut answer. The recorder is held here until the run has ended.
-    model = CompletionModel(
-        model="local-7b",
-        replies=[
-            'Thought: I need the status.\nAction: lookup_order\nAction Input: {"order_id": "A-1"}',
-            "Thought: I can answer.\nAnswer: A-1 has shipped.",
-        ],
-    )
+    model = react_model()
     agent = ReActAgent(tools=[FunctionTool.from_defaults(lookup_order)], llm=model)
     released = threading.Event()
     evaluator.recorder.put((lambda _: released.wait(10),))
