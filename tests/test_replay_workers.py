@@ -844,6 +844,10 @@ def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
     out = tmp_path / "results.jsonl"
     fifo = tmp_path / "release"
     os.mkfifo(fifo)
+    # held open here until the end: a pipe drops what it holds when its last reader closes,
+    # and a worker that took its byte and stopped could otherwise close it before another
+    # process opens it to wait for its own
+    release = os.open(fifo, os.O_RDWR)
     process = subprocess.Popen(
         [sys.executable, str(script), str(capture), str(out), str(workers), str(fifo)],
         stdout=subprocess.PIPE,
@@ -856,12 +860,12 @@ def test_ctrl_c_stops_a_replay_at_once_and_keeps_what_was_scored(
         for _ in range(workers):  # every process is held mid-replay
             assert process.stdout.readline() == "reading\n"
         os.killpg(process.pid, signal.SIGINT)
-        with open(fifo, "wb") as release:  # then each goes on with its batch
-            release.write(b"x" * workers)
+        os.write(release, b"x" * workers)  # then each goes on with its batch
         stdout, stderr = process.communicate(timeout=15)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+        os.close(release)
     assert process.returncode == 130, stderr[-2000:]
     assert stdout == "interrupted; processes left: 0\n"
     scored = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
