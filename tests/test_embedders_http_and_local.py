@@ -284,6 +284,9 @@ def test_any_embedder_s_unusable_vectors_fail_only_the_cases_that_use_them() -> 
         "it means nothing, so this case is not scored (check the embedding model or server)"
     )
     assert (results[1].error, results[1].score) == (None, 1.0)  # no earlier output: 1.0
+    # a request with such a vector is named for it, not as a text with no vector at all
+    first = Coherence(embedder=_BrokenEmbedder()).measure(Trace(input="again", output="bc"))
+    assert first.error == results[0].error
     short = Coherence(embedder=_BrokenEmbedder(short=True)).measure(Trace(input="a", output="bc"))
     assert short.error == (
         "embedder error: mine returned an array of shape (1, 2) for 2 texts; an embedder "

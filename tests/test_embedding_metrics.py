@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agenteval_core import EvalCase, HashingEmbedder, Span, SpanKind, Trace, create_metric
-from agenteval_core._text import content_tokens, jaccard, loop_tokens, words
+from agenteval_core._text import content_tokens, first_words, jaccard, loop_tokens, words
 from agenteval_core.metrics import Coherence, LoopDetection
 
 
@@ -157,8 +157,72 @@ def test_scores_in_unit_interval(current: str, previous: list[str], source: str)
     case = EvalCase(trace=trace(current, input=source))
     loop = LoopDetection().measure(case, history=[trace(p) for p in previous])
     coherence = Coherence().measure(case)
+    embedder = Coherence().embedder
     for result in (loop, coherence):
-        assert result.score is not None and 0.0 <= result.score <= 1.0
+        if result.score is None:  # only for a text the embedder has no vector for
+            unread = re.fullmatch(r"embedder error: \S+ gave (.*) a zero vector: .*", result.error)
+            assert unread is not None, result.error
+            texts = [t.strip() for t in (current, source, *previous) if t.strip()]
+            named = [t for t in texts if repr(first_words(t)) == unread[1]]
+            assert named and not embedder.embed(named).any()
+        else:
+            assert 0.0 <= result.score <= 1.0
+
+
+THAI_REQUEST, THAI_ANSWER = "ฉันสั่งของที่ไหน", "สินค้าของคุณจัดส่งแล้ว"  # "where is my order"
+UNREAD = (
+    "a zero vector: it knows none of the text's tokens (a language or script its model does "
+    "not read?), so this case is not scored (use an embedder that reads this language: see "
+    "the embeddings docs)"
+)
+
+
+def test_a_text_the_embedder_cannot_read_is_not_scored_as_off_topic() -> None:
+    # the default embedder knows no Thai token: both texts were zero vectors, whose cosine 0
+    # made coherence 0.0, a confident failure of an answer nothing had read
+    embedder = Coherence().embedder
+    assert not embedder.embed([THAI_REQUEST, THAI_ANSWER]).any()
+    result = Coherence().measure(trace(THAI_ANSWER, input=THAI_REQUEST))
+    assert (result.score, result.success, result.metadata) == (
+        None,
+        None,
+        {"error_kind": "error"},
+    )
+    assert result.error == f"embedder error: minilm-l6-static-256 gave {THAI_REQUEST!r} {UNREAD}"
+    # an English request answered with an emoji alone: the answer is the text named
+    emoji = Coherence().measure(trace("👍", input="Can you confirm the refund?"))
+    assert emoji.error == f"embedder error: minilm-l6-static-256 gave '👍' {UNREAD}"
+    # a text of a few words it knows still has a vector, and a score
+    assert Coherence().measure(trace("A-1 สินค้า", input=THAI_REQUEST)).error is not None
+    assert Coherence().measure(trace("A-1 สินค้า", input="Where is A-1?")).score is not None
+
+
+def test_loop_detection_decides_what_an_unreadable_output_cannot_change() -> None:
+    loop = LoopDetection()
+    # an earlier output with a word in common (Jaccard 1/2) and no vector: its cosine, the
+    # weight of that overlap, is unknown
+    shared = loop.measure(trace("สินค้า shipped"), history=[trace("สินค้า")])
+    assert (shared.score, shared.error) == (
+        None,
+        f"embedder error: minilm-l6-static-256 gave 'สินค้า' {UNREAD}",
+    )
+    # the agent's own unreadable answer again: no cosine of it either
+    again = loop.measure(trace(THAI_ANSWER), history=[trace(THAI_ANSWER)])
+    assert again.error == f"embedder error: minilm-l6-static-256 gave {THAI_ANSWER!r} {UNREAD}"
+    # an earlier thumbs-up shares no word with the answer: cosine × Jaccard is 0 whatever
+    # the cosine, so the answer repeats nothing
+    earlier = trace("👍")
+    after = loop.measure(trace("Order A-1 shipped on Monday."), history=[earlier])
+    assert after.score == 1.0
+    assert after.metadata["comparisons"] == [
+        {
+            "trace_index": 0,
+            "trace_id": earlier.id,
+            "cosine_similarity": None,
+            "jaccard_similarity": 0.0,
+            "hybrid_score": 0.0,
+        }
+    ]
 
 
 @settings(max_examples=300)

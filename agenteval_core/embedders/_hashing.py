@@ -18,9 +18,10 @@ __all__ = ["Embedder", "HashingEmbedder"]
 class Embedder(Protocol):
     """Maps texts to vectors.
 
-    ``embed`` returns a float array of shape ``(len(texts), dim)``; an empty text may map to a
-    zero row (metrics treat it as distance 1). Rows need not be L2-normalised: the embedding
-    metrics normalise them before taking a cosine.
+    ``embed`` returns a float array of shape ``(len(texts), dim)``; a zero row says the
+    embedder has no vector for the text (the metrics then take no cosine of it: the cases
+    that need one are not scored). Rows need not be L2-normalised: the embedding metrics
+    normalise them before taking a cosine.
     """
 
     @property

@@ -54,9 +54,11 @@ class _EmbeddingMetric(Metric):
         raise NotImplementedError
 
     def score_similarities(
-        self, case: EvalCase, comparison: Comparison, cosines: list[float]
+        self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
-        """The score from the cosine similarity of the first text with each of the others."""
+        """The score from the cosine similarity of the first text with each of the others
+        (``None`` where the other text got no vector from the embedder: see
+        :func:`no_vector`)."""
         raise NotImplementedError
 
     @staticmethod
@@ -98,7 +100,9 @@ class _EmbeddingMetric(Metric):
         (cosines,) = self._similarities([plan.texts], texts, await self.embedder.aembed(texts))
         return self._scored(case, plan, cosines)
 
-    def _scored(self, case: EvalCase, plan: Comparison, cosines: list[float] | Score) -> Score:
+    def _scored(
+        self, case: EvalCase, plan: Comparison, cosines: list[float | None] | Score
+    ) -> Score:
         """The score from a case's cosines, or the failure that stands in for them."""
         if isinstance(cosines, Score):
             return cosines
@@ -176,12 +180,16 @@ class _EmbeddingMetric(Metric):
         plans: Sequence[Sequence[str]],
         texts: Sequence[str],
         vectors: npt.NDArray[np.floating],
-    ) -> list[list[float] | Score]:
+    ) -> list[list[float | None] | Score]:
         """For each plan, the cosine of its first text with each of the others (one product
         for the whole batch), or the failure of a plan with a text the embedder gave no
         usable vector. ``vectors`` should embed ``texts``, one row each; each row is
         L2-normalised here (an embedder of the user's may not normalise), so a cosine is a
-        dot product, and a zero row (empty text) gives 0 (distance 1)."""
+        dot product. The texts compared are never empty (the metrics decide those first),
+        so a zero row is a text the embedder had nothing for (the default one knows none of
+        its tokens: a script its vocabulary lacks); its cosine 0 would read as a confident
+        score, so none is made up: a plan whose first text has one fails, and another text
+        with one gets ``None`` for its metric to decide on."""
         name = self.embedder.name
         try:
             matrix = np.asarray(vectors, dtype=np.float64)
@@ -200,15 +208,27 @@ class _EmbeddingMetric(Metric):
         anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
         others = [row[text] for plan in plans for text in plan[1:]]
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        blank = (
+            set(np.flatnonzero(norms[:, 0] == 0).tolist()) - broken
+        )  # a NaN row (zeroed) says so
         matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
         dots = np.einsum("ij,ij->i", matrix[anchors], matrix[others])
         # rounding can take a normalised pair a hair past ±1
-        flat: list[float] = np.minimum(np.maximum(dots, -1.0, out=dots), 1.0, out=dots).tolist()
-        cosines: list[list[float] | Score] = []
+        flat: list[float | None] = np.minimum(
+            np.maximum(dots, -1.0, out=dots), 1.0, out=dots
+        ).tolist()
+        if blank:
+            flat = [
+                None if other in blank else cosine
+                for other, cosine in zip(others, flat, strict=True)
+            ]
+        cosines: list[list[float | None] | Score] = []
         start = 0
         for plan in plans:
             bad = [text for text in plan if row[text] in broken] if broken else None
-            if bad:
+            if blank and row[plan[0]] in blank:
+                cosines.append(no_vector(name, plan[0]))
+            elif bad:
                 cosines.append(
                     _unusable(
                         f"{name} gave {first_words(bad[0])!r} a vector with NaN or infinite "
@@ -225,6 +245,16 @@ class _EmbeddingMetric(Metric):
 def _unusable(problem: str) -> Score:
     """The failure of a case whose texts the embedder gave no usable vectors."""
     return Score.failure(f"embedder error: {problem}", error_kind=ErrorKind.JUDGE_ERROR)
+
+
+def no_vector(embedder: str, text: str) -> Score:
+    """The failure of a case with a text the embedder gave a zero vector: it knows none of
+    the text's tokens, so no cosine with it means anything."""
+    return _unusable(
+        f"{embedder} gave {first_words(text)!r} a zero vector: it knows none of the text's "
+        "tokens (a language or script its model does not read?), so this case is not scored "
+        "(use an embedder that reads this language: see the embeddings docs)"
+    )
 
 
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
@@ -268,9 +298,12 @@ class Coherence(_EmbeddingMetric):
         return Comparison([source, answer])
 
     def score_similarities(
-        self, case: EvalCase, comparison: Comparison, cosines: list[float]
+        self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
-        distance = 1.0 - cosines[0]
+        (cosine,) = cosines
+        if cosine is None:
+            return no_vector(self.embedder.name, comparison.texts[1])
+        distance = 1.0 - cosine
         return Score(
             1.0 - distance,
             f"cosine distance between input and output {distance:.4f}",
@@ -326,7 +359,7 @@ class LoopDetection(_EmbeddingMetric):
         return Comparison([current] + [text for _, _, text in previous], previous)
 
     def score_similarities(
-        self, case: EvalCase, comparison: Comparison, cosines: list[float]
+        self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
         previous: list[tuple[int, Trace, str]] = comparison.context
         # the stripped text, as when this output is an earlier one: one cache entry each
@@ -335,12 +368,16 @@ class LoopDetection(_EmbeddingMetric):
         comparisons = []
         for (index, trace, text), cosine in zip(previous, cosines, strict=True):
             overlap = jaccard(current_tokens, loop_tokens(text))
-            hybrids.append(cosine * overlap)
+            if cosine is None and overlap:  # an earlier output the embedder could not read
+                return no_vector(self.embedder.name, text)
+            # with no word in common the product is 0 whatever the cosine: an output the
+            # embedder could not read (an emoji's thumbs-up) is then no repeat
+            hybrids.append(cosine * overlap if cosine is not None else 0.0)
             comparisons.append(
                 {
                     "trace_index": index,
                     "trace_id": trace.id,
-                    "cosine_similarity": round(cosine, 4),
+                    "cosine_similarity": round(cosine, 4) if cosine is not None else None,
                     "jaccard_similarity": round(overlap, 4),
                     "hybrid_score": round(hybrids[-1], 4),
                 }
