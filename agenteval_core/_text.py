@@ -6,6 +6,7 @@ import functools
 import re
 
 __all__ = [
+    "FIRST_WORDS_CHARS",
     "LOOP_STOP_WORDS",
     "STOP_WORDS",
     "content_text",
@@ -17,6 +18,7 @@ __all__ = [
 ]
 
 _WORD = re.compile(r"\w+")
+_NOT_SPACE = re.compile(r"\S")
 
 STOP_WORDS: frozenset[str] = frozenset(
     """
@@ -89,7 +91,20 @@ def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float
     return shared / union if union else 0.0
 
 
+FIRST_WORDS_CHARS = 80
+"""The most characters :func:`first_words` keeps: a text in a script written without spaces
+(Chinese, Japanese, Thai) is one long word."""
+
+
 def first_words(text: str, count: int = 8) -> str:
-    """The first ``count`` words of ``text`` on one line, with "…" when there were more."""
-    words = text.split()
-    return " ".join(words[:count]) + (" …" if len(words) > count else "")
+    """The first ``count`` words of ``text`` on one line, at most :data:`FIRST_WORDS_CHARS`
+    characters, with "…" when there was more."""
+    found = _NOT_SPACE.search(text)
+    start = found.start() if found is not None else len(text)
+    end = start + FIRST_WORDS_CHARS * 4  # never all of a text of megabytes
+    words = text[start:end].split()
+    short = " ".join(words[:count])
+    if len(short) > FIRST_WORDS_CHARS:
+        return short[:FIRST_WORDS_CHARS].rstrip() + "…"
+    more = len(words) > count or _NOT_SPACE.search(text, end) is not None
+    return short + (" …" if more else "")

@@ -853,11 +853,14 @@ def test_the_summary_names_a_few_flagged_traces_per_session(tmp_path: Path) -> N
     from ray_helpers import a_trace, write_capture
 
     capture = tmp_path / "c.jsonl"
-    # every run of "busy" failed (risk 1: all six flagged); "calm" flags one of two
+    # every run of "busy" failed (risk 1: all six flagged); "calm" flags one of two; a
+    # request in a script written without spaces is one word: it is cut at 80 characters
+    # (it was printed whole, and held whole until its session closed)
+    chinese = a_trace("zh", 0, failed=True).model_copy(update={"input": "我的订单在哪里？" * 200})
     write_capture(
         capture,
         [a_trace("busy", turn, failed=True) for turn in range(6)]
-        + [a_trace("calm", 0, failed=True), a_trace("calm", 1)],
+        + [a_trace("calm", 0, failed=True), a_trace("calm", 1), chinese],
     )
     result = CliRunner().invoke(
         cli, ["replay", str(capture), "--metrics", "agent_reliability"], env={"COLUMNS": "400"}
@@ -869,6 +872,7 @@ def test_the_summary_names_a_few_flagged_traces_per_session(tmp_path: Path) -> N
         "busy?”, busy-2 “where is order 2 of busy?” and 3 more (agenteval report lists every "
         "one)",
         "calm flagged: calm-0 “where is order 0 of calm?”",
+        f"zh flagged: zh-0 “{'我的订单在哪里？' * 10}…”",
     ]
 
 

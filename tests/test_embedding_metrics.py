@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agenteval_core import EvalCase, HashingEmbedder, Span, SpanKind, Trace, create_metric
-from agenteval_core._text import content_tokens, first_words, jaccard, loop_tokens, words
+from agenteval_core._text import (
+    FIRST_WORDS_CHARS,
+    content_tokens,
+    first_words,
+    jaccard,
+    loop_tokens,
+    words,
+)
 from agenteval_core.metrics import Coherence, LoopDetection
 
 
@@ -235,6 +242,18 @@ def test_loop_detection_decides_what_an_unreadable_output_cannot_change() -> Non
 def test_words_are_the_regular_expressions_word_runs(text: str) -> None:
     # the ASCII path cuts with bytes.translate and str.split; \w+ is what it must equal
     assert words(text) == re.findall(r"\w+", text.lower())
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.sampled_from("ab 我\n\t"), max_size=1500))
+def test_first_words_is_the_start_of_the_text_in_at_most_80_characters(text: str) -> None:
+    short, split = first_words(text), text.split()
+    assert len(short) <= FIRST_WORDS_CHARS + 2  # and " …"
+    whole = " ".join(split)
+    if len(split) <= 8 and len(whole) <= FIRST_WORDS_CHARS:
+        assert short == whole
+    else:
+        assert short.endswith("…") and whole.startswith(short.removesuffix("…").rstrip())
 
 
 @given(a=st.text(max_size=60), b=st.text(max_size=60))
