@@ -33,6 +33,7 @@ def run_of(calls: list[ToolCall], answer: str | None = "done", **fields: object)
 
 OK = ToolCall(name="book", arguments={"city": "Rome"}, result="booked")
 DOWN = ToolCall(name="book", arguments={"city": "Rome"}, error="503 Service Unavailable")
+MISSING = ToolCall(name="lookup", arguments={"order_id": "B-2"}, error="KeyError: 'B-2'")
 
 
 @pytest.mark.parametrize(
@@ -52,6 +53,13 @@ DOWN = ToolCall(name="book", arguments={"city": "Rome"}, error="503 Service Unav
         ([DOWN, ToolCall(name="book", arguments={"city": "Roma"}, result="ok")], "ok", 0.75, 0),
         # a result that reads as an error is a failure (as the judges' heuristic has it)
         ([ToolCall(name="book", result={"error": "no rooms"})], "Booked.", 0.0, 1),
+        # a lookup of something that does not exist raised, and the answer says so: owned
+        # up to (these read as a failure nobody reported)
+        ([OK, MISSING], "A-1 shipped; B-2 not found.", 0.75, 0),
+        ([MISSING], "Order B-2 does not exist.", 0.5, 0),
+        ([MISSING], "There is no such order as B-2.", 0.5, 0),
+        ([MISSING], "We have no record of order B-2.", 0.5, 0),
+        ([MISSING], "Order B-2 shipped yesterday.", 0.0, 1),
     ],
 )
 def test_scores_by_hand(calls: list[ToolCall], answer: str, score: float, unrecovered: int) -> None:

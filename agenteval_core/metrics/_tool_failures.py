@@ -15,14 +15,17 @@ __all__ = ["ToolFailures", "states_failure"]
 
 _FAILURE_WORDS = re.compile(
     r"\b(sorry|unable|could ?n[o']t|can ?n[o']t|can not|not able|failed|failure|"
-    r"unavailable|went wrong|apologi[sz]e)\b",
+    r"unavailable|not available|went wrong|apologi[sz]e|"
+    # what an agent tells a user whose lookup raised because there is nothing to find
+    r"not found|no such|does ?n[o']t exist|do ?n[o']t exist|no record)\b",
     re.IGNORECASE,
 )
 
 
 def states_failure(answer: Any) -> bool:
     """Whether a final answer reads as a statement that the task failed (a heuristic: words
-    such as "sorry", "unable", "could not", "failed", "unavailable")."""
+    such as "sorry", "unable", "could not", "failed", "unavailable", "not found", "does not
+    exist")."""
     return bool(_FAILURE_WORDS.search(text_of(answer)))
 
 
