@@ -146,6 +146,8 @@ def _content(message: Any) -> Any:
             return _content(message.get("kwargs") or {})
         if "content" in message:
             return _blocks_text(message["content"])
+        if isinstance(message.get("parts"), list):  # the GenAI conventions' message
+            return _parts_text(message["parts"])
     if isinstance(message, list | tuple) and len(message) == 2 and isinstance(message[0], str):
         return message[1]  # ("human", "text")
     return message
@@ -169,6 +171,17 @@ def _blocks_text(content: Any) -> Any:
             if isinstance(block, str) or block.get("type") == "text"
         )
     return content
+
+
+def _parts_text(parts: list[Any]) -> str | None:
+    """The text of a GenAI-conventions message's parts (``{"type": "text", "content":
+    ...}``), joined; None when it has none (a message of tool calls alone)."""
+    texts = [
+        str(part.get("content") or "")
+        for part in parts
+        if isinstance(part, dict) and part.get("type") == "text"
+    ]
+    return "\n".join(texts) if texts else None
 
 
 def _messages(value: Any) -> list[Any] | None:
@@ -243,6 +256,19 @@ def _tool_arguments(value: Any) -> tuple[dict[str, Any], str | None, bool]:
         value = parsed
     if isinstance(value, dict) and isinstance(value.get("args"), dict):
         return dict(value["args"]), value.get("id"), True
+    if isinstance(value, dict) and "input_str" in value:
+        # LangChain's tool-start callback written whole (OpenLLMetry's
+        # gen_ai.tool.call.arguments): the arguments are its inputs, the call id is among its
+        # keyword arguments (the others, a colour and tags, are the callback's own)
+        extra = value.get("kwargs")
+        extra = extra if isinstance(extra, dict) else {}
+        given = value.get("inputs")
+        arguments, call_id, exact = (
+            (dict(given), None, True)
+            if isinstance(given, dict)
+            else _tool_arguments(value["input_str"])
+        )
+        return arguments, extra.get("tool_call_id") or call_id, exact
     if isinstance(value, dict) and isinstance(value.get("kwargs"), dict):
         # an object the framework passed in (LlamaIndex's Context for a tool that takes
         # one), written as its repr: no argument of the call the model asked for
@@ -267,6 +293,8 @@ def _tool_result(value: Any) -> tuple[Any, str | None]:
     if isinstance(value, dict):
         if "raw_output" in value and "tool_name" in value:
             return value["raw_output"], None
+        if set(value) == {"output", "kwargs"}:  # LangChain's tool-end callback, whole
+            return _tool_result(value["output"])
         message = _message_of(value)
         if "tool_call_id" in message and "content" in message:
             return message["content"], message.get("tool_call_id")
@@ -347,14 +375,20 @@ def _llm_io(a: dict[str, Any], inputs: Any, output: Any) -> tuple[Any, Any]:
     if answered:
         output = "\n".join(str(m["content"]) for m in answered if m.get("content"))
     elif "gen_ai.output.messages" in a:
-        texts = [
-            p.get("content")
-            for m in _json(a["gen_ai.output.messages"]) or []
-            for p in m.get("parts", [])
-            if isinstance(p, dict) and p.get("type") == "text"
-        ]
-        output = "\n".join(str(t) for t in texts) or None
+        output = _genai_answer(a)
     return inputs, output
+
+
+def _genai_answer(a: dict[str, Any]) -> str | None:
+    """The text of the messages a span's ``gen_ai.output.messages`` holds, joined."""
+    texts = [
+        text
+        for message in _json(a["gen_ai.output.messages"]) or []
+        if isinstance(message, dict) and isinstance(message.get("parts"), list)
+        for text in [_parts_text(message["parts"])]
+        if text
+    ]
+    return "\n".join(texts) or None
 
 
 def _documents(a: dict[str, Any]) -> list[dict[str, Any]]:
@@ -808,6 +842,13 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
     inputs, output = _conversation(root, spans)
+    if output is None and "output.value" not in a and "openinference.span.kind" not in a:
+        # a GenAI-conventions run (OpenLLMetry's) whose root records no answer: the answer
+        # is its root's output messages, else what its last model call said
+        output = _genai_answer(a) if "gen_ai.output.messages" in a else None
+        llms = [span for span in spans if span.kind is SpanKind.LLM]
+        if output is None and llms:
+            output = _text(llms[-1].output)
     schemas: set[str] = set()
     structured = root.output.get("structured_response") if isinstance(root.output, dict) else None
     if structured is not None:  # create_agent(response_format=...): the answer in its schema
@@ -985,9 +1026,19 @@ def _grouped(batches: Iterator[list[RawSpan]], last: dict[str, int]) -> Iterator
             group.append(raw)
         while order and last.get(order[0], document) <= document:
             trace_id = order.popleft()
-            yield _trace(trace_id, held.pop(trace_id))
+            raws = held.pop(trace_id)
+            if not _creation_only(raws):
+                yield _trace(trace_id, raws)
     for trace_id in order:  # only if the file changed between the passes: nothing is lost
-        yield _trace(trace_id, held[trace_id])
+        if not _creation_only(held[trace_id]):
+            yield _trace(trace_id, held[trace_id])
+
+
+def _creation_only(raws: list[RawSpan]) -> bool:
+    """Whether a trace only records an agent being made (the GenAI conventions'
+    ``create_agent``, which OpenLLMetry writes as a trace of its own when LangChain's
+    ``create_agent`` is called): no run, so no trace to score."""
+    return all(raw.attributes.get(OPERATION_NAME) == "create_agent" for raw in raws)
 
 
 def import_otlp(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> list[Trace]:
