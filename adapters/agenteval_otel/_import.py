@@ -846,9 +846,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         # a GenAI-conventions run (OpenLLMetry's) whose root records no answer: the answer
         # is its root's output messages, else what its last model call said
         output = _genai_answer(a) if "gen_ai.output.messages" in a else None
-        llms = [span for span in spans if span.kind is SpanKind.LLM]
-        if output is None and llms:
-            output = _text(llms[-1].output)
+        last = next((span for span in reversed(spans) if span.kind is SpanKind.LLM), None)
+        if output is None and last is not None:
+            output = _text(last.output)
     schemas: set[str] = set()
     structured = root.output.get("structured_response") if isinstance(root.output, dict) else None
     if structured is not None:  # create_agent(response_format=...): the answer in its schema

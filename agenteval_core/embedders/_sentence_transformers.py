@@ -65,10 +65,10 @@ class SentenceTransformerEmbedder:
         if tokenizer is not None and unknown is not None:
             # the tokens the model reads: a longer text is cut, as encode cuts it
             cut = getattr(model, "max_seq_length", None)
-            ids = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=cut)[
-                "input_ids"
+            read = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=cut)
+            unread = [
+                row for row, tokens in enumerate(read["input_ids"]) if set(tokens) <= {unknown}
             ]
-            unread = [row for row, tokens in enumerate(ids) if set(tokens) <= {unknown}]
             vectors[unread] = 0.0
         return vectors
 

@@ -208,9 +208,8 @@ class _EmbeddingMetric(Metric):
         anchors = [row[plan[0]] for plan in plans for _ in plan[1:]]
         others = [row[text] for plan in plans for text in plan[1:]]
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        blank = (
-            set(np.flatnonzero(norms[:, 0] == 0).tolist()) - broken
-        )  # a NaN row (zeroed) says so
+        # zero rows; a NaN row, zeroed above, is reported as one
+        blank = set(np.flatnonzero(norms[:, 0] == 0).tolist()) - broken
         matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
         dots = np.einsum("ij,ij->i", matrix[anchors], matrix[others])
         # rounding can take a normalised pair a hair past ±1
