@@ -1,7 +1,7 @@
-"""Spans written by OpenLLMetry's LangChain instrumentor (Traceloop's
-opentelemetry-instrumentation-langchain, which writes the GenAI conventions) around a real
-agent loop import to the trace agenteval's own handler captures of the same run, and score
-the same."""
+"""Spans written by OpenLLMetry's instrumentors (Traceloop's
+opentelemetry-instrumentation-langchain, which writes the GenAI conventions, and
+opentelemetry-instrumentation-crewai) around real agent loops import to the trace
+agenteval's own handler captures of the same run, and score the same."""
 
 from __future__ import annotations
 
@@ -23,32 +23,62 @@ from test_openinference_import import view
 from agenteval_core import RunStatus, SpanKind, Trace, read_capture
 from agenteval_core.metrics import Coherence, ToolFailures
 
-_RUN = """
+_INSTRUMENTED = """
 import json, sys
-from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from agenteval_core import OnlineEvaluator
+
+orders, spans, capture = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+out = open(spans, "w", encoding="utf-8")
+provider = TracerProvider()
+exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\\n")
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+"""
+
+LANGCHAIN = (
+    _INSTRUMENTED
+    + """
+from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 from agenteval_langchain import AgentEvalCallbackHandler
 from test_openllmetry_import import lookup_agent
 
-orders, spans, capture = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-with open(spans, "w", encoding="utf-8") as out:
-    provider = TracerProvider()
-    exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\\n")
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    LangchainInstrumentor().instrument(tracer_provider=provider)
-    agent = lookup_agent(orders)  # made under the instrumentor, as an application makes it
-    with OnlineEvaluator(capture=capture, log=False) as evaluator:
-        try:
-            agent.invoke(
-                {"messages": [("user", "Where is A-1?")]},
-                config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-            )
-        except ValueError:
-            pass
-    provider.shutdown()
+LangchainInstrumentor().instrument(tracer_provider=provider)
+agent = lookup_agent(orders)  # made under the instrumentor, as an application makes it
+with OnlineEvaluator(capture=capture, log=False) as evaluator:
+    try:
+        agent.invoke(
+            {"messages": [("user", "Where is A-1?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+    except ValueError:
+        pass
+provider.shutdown()
 """
+)
+
+CREWAI = (
+    _INSTRUMENTED
+    + """
+from opentelemetry.instrumentation.crewai import CrewAIInstrumentor
+from agenteval_crewai import AgentEvalListener
+from test_crewai_fidelity import one_call_crew
+from crewai.tools import tool
+
+CrewAIInstrumentor().instrument(tracer_provider=provider)
+
+@tool("lookup_order")
+def lookup_order(order_id: str) -> str:
+    \"\"\"Status of an order.\"\"\"
+    return f"{order_id} shipped"
+
+with OnlineEvaluator(capture=capture, log=False) as evaluator:
+    listener = AgentEvalListener(evaluator)
+    one_call_crew(lookup_order, "A-1 has shipped").kickoff()
+    assert listener.flush(20)
+provider.shutdown()
+"""
+)
 
 
 def lookup_agent(orders: list[str]) -> Any:
@@ -70,16 +100,17 @@ def lookup_agent(orders: list[str]) -> Any:
     return create_agent(ScriptedChatModel(replies=[*asks, AIMessage("A-1 has shipped.")]), [lookup])
 
 
-def both_ways(orders: list[str], tmp_path: Path) -> tuple[Trace, list[Trace]]:
-    """One run of the agent under agenteval's handler and OpenLLMetry's at once, in a
-    process of its own (OpenLLMetry's handler outlives its uninstrument(), and would write
-    every later test's runs): (agenteval's capture, the import of OpenLLMetry's spans)."""
+def both_ways(script: str, orders: list[str], tmp_path: Path) -> tuple[Trace, list[Trace]]:
+    """One run of an agent under agenteval's handler and OpenLLMetry's instrumentor at once
+    (``script``), in a process of its own (OpenLLMetry's LangChain handler outlives its
+    uninstrument(), and would write every later test's runs): (agenteval's capture, the
+    import of OpenLLMetry's spans)."""
     spans, capture = tmp_path / "openllmetry.jsonl", tmp_path / "ours.jsonl"
     environment = {**os.environ, "TRACELOOP_TRACE_CONTENT": "true"}  # its default, said
     environment.pop("OTEL_SDK_DISABLED", None)  # conftest turns the SDK off
     environment["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
     subprocess.run(
-        [sys.executable, "-c", _RUN, json.dumps(orders), str(spans), str(capture)],
+        [sys.executable, "-c", script, json.dumps(orders), str(spans), str(capture)],
         env=environment,
         check=True,
         timeout=120,
@@ -113,7 +144,7 @@ def test_an_openllmetry_run_imports_as_the_handler_captures_it(
     # GenAI message object, its answer missing (coherence assumed 1.0), and each tool
     # call's arguments LangChain's callback keywords ({"color": "green", ...}) with the
     # callback's payload as the result
-    ours, imported = both_ways(orders, tmp_path)
+    ours, imported = both_ways(LANGCHAIN, orders, tmp_path)
     [theirs] = imported
     want, got = view(ours), view(theirs)
     # OpenLLMetry has an agent span for the graph under its invoke_agent root, and a model
@@ -139,3 +170,25 @@ def test_an_openllmetry_run_imports_as_the_handler_captures_it(
         assert metric.measure(theirs).model_dump(exclude=IDS) == metric.measure(ours).model_dump(
             exclude=IDS
         )
+
+
+def test_an_openllmetry_crew_imports_with_its_request_and_answer(tmp_path: Path) -> None:
+    # OpenLLMetry's CrewAI spans hold no messages and no tool calls, only the crew's own
+    # attributes: the import had no request and no answer, so coherence assumed 1.0. The
+    # request is the first task's description, the answer the crew's result and the
+    # session the crew's id, as the listener records a kickoff without inputs
+    ours, imported = both_ways(CREWAI, [], tmp_path)
+    [theirs] = imported
+    assert (ours.input, ours.output) == ("Where is A-1?", "A-1 has shipped")
+    assert (theirs.input, theirs.output, theirs.status, theirs.session_id) == (
+        ours.input,
+        ours.output,
+        ours.status,
+        ours.session_id,  # the crew's id: the kickoff names no session
+    )
+    assert [c.name for c in ours.tool_calls()] == ["lookup_order"]
+    assert theirs.tool_calls() == [] and not theirs.spans_of(SpanKind.LLM)  # none written
+    coherence = Coherence()
+    assert coherence.measure(theirs).model_dump(exclude=IDS) == coherence.measure(ours).model_dump(
+        exclude=IDS
+    )

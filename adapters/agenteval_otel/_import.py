@@ -849,6 +849,11 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         last = next((span for span in reversed(spans) if span.kind is SpanKind.LLM), None)
         if output is None and last is not None:
             output = _text(last.output)
+    if "crewai.crew.id" in a:  # OpenLLMetry's CrewAI run: the crew's attributes, no messages
+        if inputs is None:
+            inputs = _crew_request(raws)
+        if output is None:
+            output = a.get("crewai.crew.result")
     schemas: set[str] = set()
     structured = root.output.get("structured_response") if isinstance(root.output, dict) else None
     if structured is not None:  # create_agent(response_format=...): the answer in its schema
@@ -871,7 +876,11 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         metadata["user_id"] = a["user.id"]
     trace = Trace(
         id=trace_id,
-        session_id=a.get("gen_ai.conversation.id") or a.get("session.id"),
+        # OpenLLMetry's CrewAI run: the crew's id, as agenteval's listener keys a kickoff's
+        # session when the application names none
+        session_id=a.get("gen_ai.conversation.id")
+        or a.get("session.id")
+        or a.get("crewai.crew.id"),
         input=inputs,
         output=output,
         error=root.error,
@@ -898,6 +907,20 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         # last message is the model's call waiting for approval); the resumed run answers
         trace.status, trace.status_reason, trace.output = RunStatus.INTERRUPTED, paused, None
     return trace
+
+
+def _crew_request(raws: list[RawSpan]) -> str | None:
+    """What a crew OpenLLMetry recorded was asked: its first task's description (as
+    agenteval's CrewAI adapter takes it for a kickoff without inputs; OpenLLMetry records no
+    inputs, only the descriptions they filled in)."""
+    return next(
+        (
+            str(raw.attributes["crewai.task.description"])
+            for raw in raws
+            if "crewai.task.description" in raw.attributes
+        ),
+        None,
+    )
 
 
 _WAITING_CLASS = re.compile(r"<class '(?:[\w]+\.)*(\w+)'>")
