@@ -120,13 +120,6 @@ def both_ways(script: str, orders: list[str], tmp_path: Path) -> tuple[Trace, li
 
 
 IDS = {"latency_ms", "trace_id", "case_id"}  # a result's own: the traces' ids differ
-A1 = {
-    "id": "c1",
-    "name": "lookup",
-    "arguments": {"order_id": "A-1"},
-    "result": "A-1 shipped",
-    "error": None,
-}
 
 
 @pytest.mark.parametrize(
@@ -158,6 +151,13 @@ def test_an_openllmetry_run_imports_as_the_handler_captures_it(
     assert [call[0] for call in want.pop("model_calls")] == [""] * len(orders) + answered
     assert got == want
     assert (theirs.input, theirs.output, theirs.status) == ("Where is A-1?", answer, status)
+    found = {
+        "id": "c1",
+        "name": "lookup",
+        "arguments": {"order_id": "A-1"},
+        "result": "A-1 shipped",
+        "error": None,
+    }
     failed = {
         "id": "c2",
         "name": "lookup",
@@ -165,7 +165,7 @@ def test_an_openllmetry_run_imports_as_the_handler_captures_it(
         "result": None,
         "error": "ValueError: no order B-2",
     }
-    assert [c.model_dump() for c in theirs.tool_calls()] == [A1, failed][: len(orders)]
+    assert [c.model_dump() for c in theirs.tool_calls()] == [found, failed][: len(orders)]
     for metric in (ToolFailures(), Coherence()):
         assert metric.measure(theirs).model_dump(exclude=IDS) == metric.measure(ours).model_dump(
             exclude=IDS

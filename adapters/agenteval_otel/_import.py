@@ -749,12 +749,16 @@ def _text(value: Any) -> str | None:
     return None
 
 
-def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
+def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[Any, Any]:
     """The run's input and output as agenteval's adapters record them: the user's message
     and the final answer, from the root's graph state or messages when it holds them, else
     from the first and last model calls when the root holds framework objects or no input
     (a run from a checkpoint, ``invoke(None, config)``); a run that returned nothing keeps
-    ``None`` as its output."""
+    ``None`` as its output. A root that records no answer at all (the GenAI conventions,
+    as OpenLLMetry writes them) answers with its output messages, else its last model
+    call's text; OpenLLMetry's CrewAI run, which holds no messages, with the crew's
+    attributes (its first task's description and its result)."""
+    a = raws[0].attributes
     llms = [span for span in spans if span.kind is SpanKind.LLM]
     # OpenInference writes a run given no input (one from a checkpoint) as the text "null"
     given = None if root.input == "null" else root.input
@@ -765,10 +769,18 @@ def _conversation(root: Span, spans: list[Span]) -> tuple[Any, Any]:
     inputs = _unwrap_text(_last(given, _HUMAN))
     if _text(inputs) is None and llms:  # no input, or no text in it
         inputs = _last(llms[0].input, _HUMAN)
+    if inputs is None and "crewai.crew.id" in a:
+        inputs = _crew_request(raws)
     asked = {call.id for call in llms[-1].requested_tool_calls if call.id} if llms else set()
     output = _stop_result(_unwrap_text(_answer(root.output, asked)))
     if output is not None and _text(output) is None and llms:
         output = llms[-1].output
+    elif output is None and "output.value" not in a and "openinference.span.kind" not in a:
+        output = _genai_answer(a) if "gen_ai.output.messages" in a else None
+        if output is None and llms:
+            output = _text(llms[-1].output)
+        if output is None:
+            output = a.get("crewai.crew.result")
     return inputs, output
 
 
@@ -841,19 +853,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     _link_calls(spans, guessed)
     if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
-    inputs, output = _conversation(root, spans)
-    if output is None and "output.value" not in a and "openinference.span.kind" not in a:
-        # a GenAI-conventions run (OpenLLMetry's) whose root records no answer: the answer
-        # is its root's output messages, else what its last model call said
-        output = _genai_answer(a) if "gen_ai.output.messages" in a else None
-        last = next((span for span in reversed(spans) if span.kind is SpanKind.LLM), None)
-        if output is None and last is not None:
-            output = _text(last.output)
-    if "crewai.crew.id" in a:  # OpenLLMetry's CrewAI run: the crew's attributes, no messages
-        if inputs is None:
-            inputs = _crew_request(raws)
-        if output is None:
-            output = a.get("crewai.crew.result")
+    inputs, output = _conversation(root, spans, raws)
     schemas: set[str] = set()
     structured = root.output.get("structured_response") if isinstance(root.output, dict) else None
     if structured is not None:  # create_agent(response_format=...): the answer in its schema
