@@ -21,7 +21,7 @@ from langchain_core.tools import tool
 from test_openinference_import import view
 
 from agenteval_core import RunStatus, SpanKind, Trace, read_capture
-from agenteval_core.metrics import Coherence, ToolFailures
+from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
 
 _INSTRUMENTED = """
 import json, sys
@@ -188,6 +188,16 @@ def test_an_openllmetry_crew_imports_with_its_request_and_answer(tmp_path: Path)
     )
     assert [c.name for c in ours.tool_calls()] == ["lookup_order"]
     assert theirs.tool_calls() == [] and not theirs.spans_of(SpanKind.LLM)  # none written
+    # the crew called lookup_order, which the spans do not show: not "no tool calls", 1.0
+    assert (ours.steps_recorded, theirs.steps_recorded) == (True, False)
+    for metric in (ToolFailures(), ToolCallLoops()):
+        result = metric.measure(theirs)
+        assert (result.score, result.skipped, result.metadata) == (
+            None,
+            True,
+            {"steps_recorded": False},
+        )
+        assert metric.measure(ours).score == 1.0
     coherence = Coherence()
     assert coherence.measure(theirs).model_dump(exclude=IDS) == coherence.measure(ours).model_dump(
         exclude=IDS

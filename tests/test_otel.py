@@ -669,9 +669,29 @@ def test_import_says_when_traces_hold_no_llm_or_tool_span(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     assert (
         f"agenteval: warning: {spans}: 2 of 2 trace(s) hold no LLM or tool span, so only their "
-        "input and output can be scored; 2 of them have no input either"
+        "input and output can be scored (the metrics of tool calls and trajectories skip "
+        "them); 2 of them have no input either"
     ) in result.output
-    assert [trace.output for trace in read_capture(capture)] == ["Done.", "Done."]
+    traces = list(read_capture(capture))
+    assert [trace.output for trace in traces] == ["Done.", "Done."]
+    assert [trace.steps_recorded for trace in traces] == [False, False]
+    # the crew ran tools the spans do not show: "no tool calls" would be a made-up pass
+    scored: dict[str, list[MetricResult]] = {}
+    replay(capture, on_trace=lambda trace, results: scored.update({trace.id: results}))
+    unknown = (
+        "not scored: the trace was imported from spans that record no model or tool call, "
+        "only the run's input and output, so its steps are unknown"
+    )
+    for trace in traces:
+        steps = {
+            r.name: (r.score, r.skipped, r.reason, r.metadata)
+            for r in scored[trace.id]
+            if r.name in ("tool_failures", "tool_call_loops", "parameter_correctness")
+        }
+        assert steps == {
+            name: (None, True, unknown, {"steps_recorded": False})
+            for name in ("tool_failures", "tool_call_loops", "parameter_correctness")
+        }
 
 
 def attr(key: str, value: object) -> dict[str, Any]:

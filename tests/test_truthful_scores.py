@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from judge_server import JudgeServer
+from test_judge_metrics import judge
 
 from agenteval_core import (
+    STEPS_UNRECORDED,
     Engine,
     EvalCase,
     RunStatus,
@@ -175,6 +178,81 @@ def test_a_case_with_no_run_is_an_error_for_the_tool_metrics(name: str) -> None:
         EvalCase(input="q", expected_tool_calls=["search"], trace=Trace())
     )
     assert ran.score == 0.0 and ran.error is None
+
+
+# --- a trace whose steps were not recorded ---------------------------------------------------
+
+STEP_METRICS = [
+    "tool_failures",
+    "tool_call_loops",
+    "parameter_correctness",
+    "tool_call_accuracy",
+    "tool_selection_f1",
+    "tool_routing_accuracy",
+    "plan_order",
+    "reference_tool_correctness",
+    "trajectory_match",
+    "step_ratio",
+    "tool_constraints",
+]
+STEP_JUDGES = [
+    "tool_correctness",
+    "argument_correctness",
+    "step_efficiency",
+    "plan_adherence",
+    "plan_quality",
+    "tool_argument_accuracy",
+    "step_faithfulness",
+    "tool_call_necessity",
+    "trajectory_efficiency",
+    "trajectory_judge",
+]
+
+
+def crew_case(*, recorded: bool) -> EvalCase:
+    """A crew's run as OpenInference's CrewAI spans import it: the crew's span alone (the
+    importer marks such a trace), with every expectation the step metrics read."""
+    trace = Trace(
+        input="Where is order A-1?",
+        output="A-1 has shipped.",
+        spans=[Span(kind=SpanKind.CHAIN, name="Crew.kickoff", start_time=0.0, end_time=3.0)],
+        status=RunStatus.OK,
+        metadata={} if recorded else {STEPS_UNRECORDED: True},
+    )
+    return EvalCase(
+        trace=trace,
+        expected_tool_calls=["lookup_order"],
+        minimum_steps=1,
+        tools_must_succeed=["lookup_order"],
+    )
+
+
+@pytest.mark.parametrize("name", STEP_METRICS + STEP_JUDGES)
+def test_a_trace_whose_steps_were_not_recorded_is_not_scored_on_them(
+    name: str, judge_server: JudgeServer
+) -> None:
+    # the crew called lookup_order; its spans do not say so. "no tool calls" would pass
+    # tool_failures and tool_call_loops, and fail trajectory_match, on calls nobody saw
+    options = {"judge": judge(judge_server)} if name in STEP_JUDGES else {}
+    result = create_metric(name, **options).measure(crew_case(recorded=False))
+    assert (result.score, result.success, result.skipped, result.error) == (None, None, True, None)
+    assert result.reason == (
+        "not scored: the trace was imported from spans that record no model or tool call, "
+        "only the run's input and output, so its steps are unknown"
+    )
+    assert result.metadata == {"steps_recorded": False}
+    assert judge_server.requests == []  # no judge asked about steps it cannot see
+
+
+def test_a_recorded_run_with_no_tool_call_is_still_scored() -> None:
+    case = crew_case(recorded=True)
+    assert case.trace is not None and case.trace.steps_recorded
+    scores = {
+        name: create_metric(name).measure(case).score
+        for name in ("tool_failures", "tool_call_loops", "trajectory_match")
+    }
+    # no call made: nothing failed or looped, and the expected call is missing
+    assert scores == {"tool_failures": 1.0, "tool_call_loops": 1.0, "trajectory_match": 0.0}
 
 
 # --- assert_eval never passes a check that did not run ------------------------------------

@@ -26,6 +26,7 @@ from agenteval_core import (
     INTERNAL_CALL,
     OTEL_OPERATION_NAMES,
     REASONING,
+    STEPS_UNRECORDED,
     TOOL_NOT_RUN,
     CaptureError,
     LoopAlert,
@@ -874,6 +875,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     metadata = {k: v for k, v in metadata.items() if not str(k).startswith(_BOOKKEEPING)}
     if a.get("user.id"):
         metadata["user_id"] = a["user.id"]
+    if not any(span.kind in (SpanKind.LLM, SpanKind.TOOL) for span in spans):
+        # OpenInference's and OpenLLMetry's CrewAI spans: the crew's input and output only
+        metadata[STEPS_UNRECORDED] = True
     trace = Trace(
         id=trace_id,
         # OpenLLMetry's CrewAI run: the crew's id, as agenteval's listener keys a kickoff's

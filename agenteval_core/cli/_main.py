@@ -812,12 +812,10 @@ def import_command(spans: str, output: str) -> None:
     except ImportError as exc:
         raise UserError(f"{exc}") from None
     from ..schema._capture import CaptureWriter
-    from ..schema._trace import SpanKind
 
     err = Console(stderr=True)
     size = os.path.getsize(spans) if os.path.isfile(spans) else 0
     progress = _bytes_progress("importing", err, show=err.is_terminal and size > 0)
-    steps = {SpanKind.LLM, SpanKind.TOOL}
     traces = span_count = stepless = stepless_without_input = 0
     with progress:
         task = progress.add_task("import", total=2 * size)  # checked, then converted
@@ -828,7 +826,7 @@ def import_command(spans: str, output: str) -> None:
                     writer.write(trace)
                     traces += 1
                     span_count += len(trace.spans)
-                    if not any(span.kind in steps for span in trace.spans):
+                    if not trace.steps_recorded:
                         stepless += 1
                         stepless_without_input += trace.input is None
         except AgentEvalError as exc:
@@ -837,7 +835,8 @@ def import_command(spans: str, output: str) -> None:
     if stepless:  # e.g. OpenInference's CrewAI instrumentor writes no LLM or tool spans
         click.echo(
             f"agenteval: warning: {spans}: {stepless} of {traces} trace(s) hold no "
-            "LLM or tool span, so only their input and output can be scored"
+            "LLM or tool span, so only their input and output can be scored (the metrics of "
+            "tool calls and trajectories skip them)"
             + (
                 f"; {stepless_without_input} of them have no input either"
                 if stepless_without_input

@@ -71,6 +71,7 @@ class _ExpectationMetric(Metric):
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     default_threshold: ClassVar[float] = 0.7
     needs_expectations: ClassVar[bool] = True
+    reads_steps: ClassVar[bool] = True
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if case.expected_tool_calls is None:
@@ -337,6 +338,7 @@ class StepRatio(Metric):
     """Minimum steps the task needs / steps taken (tool calls by default), at most 1."""
 
     name = "step_ratio"
+    reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     needs_expectations: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 0.5

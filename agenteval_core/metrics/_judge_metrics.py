@@ -162,6 +162,7 @@ class ToolCorrectness(JudgeMetric):
     """Whether the agent chose the right tools: correct, over-, under- and mis-selection."""
 
     name = "tool_correctness"
+    reads_steps: ClassVar[bool] = True
     prompts = (
         Prompt(
             "score",
@@ -190,6 +191,7 @@ class ArgumentCorrectness(JudgeMetric):
     """Whether each tool call's arguments were right for the task: correct calls / all calls."""
 
     name = "argument_correctness"
+    reads_steps: ClassVar[bool] = True
     prompts = (
         Prompt(
             "verdicts",
@@ -250,6 +252,7 @@ class StepEfficiency(JudgeMetric):
     """How directly the agent executed the task, penalising redundant or speculative steps."""
 
     name = "step_efficiency"
+    reads_steps: ClassVar[bool] = True
     prompts = (
         EXTRACT_TASK,
         Prompt(
@@ -292,6 +295,8 @@ class Confidence(JudgeMetric):
 
 class _PlanMetric(JudgeMetric):
     """Task → plan → score; a run without a plan scores 1.0 (nothing to deviate from)."""
+
+    reads_steps: ClassVar[bool] = True
 
     async def evaluate(self, case: EvalCase, accounting: _Accounting) -> Score:
         run = describe_trace(case)
@@ -347,6 +352,8 @@ class PlanQuality(_PlanMetric):
 
 class _PerItemMetric(JudgeMetric):
     """One yes/no judgement per item (at most 8, concurrently); score = share of 'yes'."""
+
+    reads_steps: ClassVar[bool] = True
 
     default_threshold: ClassVar[float] = 0.7
     empty_reason: ClassVar[str] = ""
@@ -456,6 +463,7 @@ class TrajectoryEfficiency(JudgeMetric):
     """Mean of three yes/no efficiency questions, minus 0.2 when tool failures went unhandled."""
 
     name = "trajectory_efficiency"
+    reads_steps: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 0.7
     prompts = (
         Prompt(
@@ -595,6 +603,7 @@ class TrajectoryJudge(JudgeMetric):
     by other calls or other wording of the arguments."""
 
     name = "trajectory_judge"
+    reads_steps: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 0.7
     needs_expectations: ClassVar[bool] = True
     prompts = (

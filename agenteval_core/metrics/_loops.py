@@ -174,6 +174,7 @@ class ToolCallLoops(Metric):
     """
 
     name = "tool_call_loops"
+    reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
     def __init__(

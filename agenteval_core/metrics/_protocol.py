@@ -214,6 +214,9 @@ class Metric(MetricBase):
     time."""
     needs_expectations: ClassVar[bool] = False
     """True when the metric only scores cases that carry expectations (it skips captures)."""
+    reads_steps: ClassVar[bool] = False
+    """True when the metric checks the run's steps (its tool calls, its trajectory): a trace
+    whose steps were not recorded (:attr:`Trace.steps_recorded`) is then not scored."""
     blocking: ClassVar[bool] = False
     """True when ``compute`` does heavy CPU work or blocking I/O: the engine then runs it on a
     worker thread so the event loop (and the judges waiting on it) never stalls."""
@@ -254,7 +257,7 @@ class Metric(MetricBase):
         started = time.perf_counter()
         case = EvalCase.of(case)
         try:
-            score = self.compute(case, history)
+            score = self._steps_unknown(case) or self.compute(case, history)
         except Exception as exc:
             score = Score.from_exception(exc)
         return self._ids_result(score, started, case)
@@ -266,7 +269,7 @@ class Metric(MetricBase):
         started = time.perf_counter()
         case = EvalCase.of(case)
         try:
-            score = await self.acompute(case, history)
+            score = self._steps_unknown(case) or await self.acompute(case, history)
         except Exception as exc:
             score = Score.from_exception(exc)
         return self._ids_result(score, started, case)
@@ -295,6 +298,18 @@ class Metric(MetricBase):
             await self.ameasure(case, history=history)
             for case, history in zip(cases, histories, strict=True)
         ]
+
+    def _steps_unknown(self, case: EvalCase) -> Score | None:
+        """The skip of a metric that reads steps, for a trace that records none: no tool
+        call there is no evidence of none made (a pass, or a trajectory's failure, made up)."""
+        trace = case.trace
+        if not self.reads_steps or trace is None or trace.steps_recorded:
+            return None
+        return Score.skip(
+            "not scored: the trace was imported from spans that record no model or tool "
+            "call, only the run's input and output, so its steps are unknown",
+            steps_recorded=False,
+        )
 
     def _ids_result(self, score: Score, started: float, case: EvalCase) -> MetricResult:
         return self._case_result(score, (time.perf_counter() - started) * 1000.0, case)

@@ -59,6 +59,7 @@ class ToolFailures(Metric):
     """
 
     name = "tool_failures"
+    reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     default_threshold: ClassVar[float] = 0.7
 

@@ -239,6 +239,7 @@ class ToolConstraints(Metric):
     constraints kept; threshold 1.0. Skipped when the case sets none."""
 
     name = "tool_constraints"
+    reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     default_threshold: ClassVar[float] = 1.0
     needs_expectations: ClassVar[bool] = True

@@ -39,6 +39,7 @@ __all__ = [
     "REFUSAL",
     "REQUEST_MODEL",
     "SCHEMA_VERSION",
+    "STEPS_UNRECORDED",
     "TOKEN_LIMIT_REASONS",
     "AgentStep",
     "EvalCase",
@@ -98,6 +99,12 @@ tool: a call of a tool the agent does not have (LangChain's ``Error: <name> is n
 tool``), or one a middleware answered in the tool's place (``AutoModeMiddleware`` blocking
 a risky call, ``ToolCallLimitMiddleware`` refusing calls over its limit). Its result, or
 its error, is what the model was shown."""
+
+STEPS_UNRECORDED = "agenteval.steps_unrecorded"
+"""Trace metadata key set to ``True`` on a trace imported from spans that record no model
+call and no tool call, only the run's input and output (OpenInference's and OpenLLMetry's
+CrewAI instrumentors write no others): the run's steps are unknown, not absent, so the
+metrics that check them do not score it (:attr:`Trace.steps_recorded`)."""
 
 PROVIDER_TOOL = "agenteval.tool.provider_run"
 """Span attribute set to ``True`` on a tool call the model's provider ran inside the model
@@ -601,6 +608,13 @@ class Trace(_Model):
         if self.status is None:
             return self.error is not None
         return self.status in INCOMPLETE_STATUSES
+
+    @property
+    def steps_recorded(self) -> bool:
+        """Whether the trace holds the run's steps: ``False`` for a trace imported from spans
+        that record only the run's input and output (metadata :data:`STEPS_UNRECORDED`),
+        whose model and tool calls are unknown, not absent."""
+        return self.metadata.get(STEPS_UNRECORDED) is not True
 
     @field_validator("schema_version")
     @classmethod
