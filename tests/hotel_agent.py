@@ -163,6 +163,11 @@ def broken_agent(question: str) -> Trace:
     return traced(question, booking_fails=True)
 
 
+def lying_agent(question: str) -> Trace:
+    """An agent that claims the booking without calling the booking tool."""
+    return traced(question, behaviour="lie")
+
+
 def refusing_agent(question: str) -> Trace:
     """An agent whose model refuses every request."""
     return traced(question, behaviour="refuse")

@@ -329,6 +329,39 @@ def test_a_suite_given_no_bound_fails_on_any_failed_attempt(
     assert failure is not None and failure.get("message") == problem
 
 
+def test_an_agent_that_stops_calling_the_failed_tool_fails_its_case(tmp_path: Path) -> None:
+    # a booking that failed in production, with no later run that passed: the case checks
+    # tool_failures and that book_hotel succeeds. An agent that now claims the booking
+    # without calling the tool made no call to fail, and both checks had passed it
+    capture = tmp_path / "capture.jsonl"
+    evaluator = OnlineEvaluator(capture=capture, log=False)
+    hotel_agent.run(
+        "Book a hotel in Rome",
+        AgentEvalCallbackHandler(evaluator, session_id="s1"),
+        booking_fails=True,
+    )
+    evaluator.close()
+    [case] = cases_from_capture(capture, metrics=METRICS.split(","))
+    assert (case.metrics, case.tools_must_succeed, case.expected_tool_calls) == (
+        ["tool_failures", "tool_constraints"],
+        ["book_hotel"],
+        None,
+    )
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(case.model_dump_json() + "\n")
+    agent = str(HERE / "hotel_agent.py")
+    lying = CliRunner().invoke(
+        cli, ["suite", str(cases), "--agent", f"{agent}:lying_agent"], env={"COLUMNS": "200"}
+    )
+    assert lying.exit_code == 1, lying.output
+    assert (
+        "tool_constraints 0.000 < 1: 1 of 1 constraints broken: book_hotel was never called "
+        "(it must be called and succeed)"
+    ) in lying.output
+    fixed = CliRunner().invoke(cli, ["suite", str(cases), "--agent", f"{agent}:fixed_agent"])
+    assert fixed.exit_code == 0, fixed.output
+
+
 def test_a_refusal_becomes_a_case_that_fails_while_the_model_refuses(tmp_path: Path) -> None:
     # a run the model refused completed, and no default metric fails it (coherence scores the
     # refusal's text, tool_failures has no calls to check): it became no case, and a suite

@@ -183,3 +183,24 @@ def test_tool_constraints_count_failures_and_limits() -> None:
         "search called 2 time(s), at most 1 allowed"
     )
     assert ToolConstraints().measure(EvalCase(trace=trace)).skipped
+
+
+def test_a_tool_that_must_succeed_and_was_never_called_breaks_its_constraint() -> None:
+    # the regression case of a failed booking; the agent now answers without booking
+    trace = Trace.from_steps(
+        "Book a hotel in Rome",
+        [AgentStep(tool_calls=[ToolCall(name="search", arguments={"q": "Rome"}, result="3")])],
+        output="Your hotel in Rome is booked.",
+    )
+    case = EvalCase(trace=trace, tools_must_succeed=["book_hotel", "search"])
+    result = ToolConstraints().measure(case)
+    assert (result.score, result.success) == (0.5, False)
+    assert result.reason == (
+        "1 of 2 constraints broken: book_hotel was never called (it must be called and succeed)"
+    )
+    assert result.metadata == {
+        "checks": [
+            {"tool_must_succeed": "book_hotel", "calls": 0, "failed_calls": 0, "kept": False},
+            {"tool_must_succeed": "search", "calls": 1, "failed_calls": 0, "kept": True},
+        ]
+    }

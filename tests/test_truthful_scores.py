@@ -249,10 +249,16 @@ def test_a_recorded_run_with_no_tool_call_is_still_scored() -> None:
     assert case.trace is not None and case.trace.steps_recorded
     scores = {
         name: create_metric(name).measure(case).score
-        for name in ("tool_failures", "tool_call_loops", "trajectory_match")
+        for name in ("tool_failures", "tool_call_loops", "trajectory_match", "tool_constraints")
     }
-    # no call made: nothing failed or looped, and the expected call is missing
-    assert scores == {"tool_failures": 1.0, "tool_call_loops": 1.0, "trajectory_match": 0.0}
+    # no call made: nothing failed or looped, the expected call is missing, and the tool
+    # that had to succeed was never called
+    assert scores == {
+        "tool_failures": 1.0,
+        "tool_call_loops": 1.0,
+        "trajectory_match": 0.0,
+        "tool_constraints": 0.0,
+    }
 
 
 # --- assert_eval never passes a check that did not run ------------------------------------

@@ -233,8 +233,8 @@ class TrajectoryMatch(_ExpectationMetric):
 
 @register_metric
 class ToolConstraints(Metric):
-    """The limits a case sets on a run's tool calls: tools that must not fail
-    (``tools_must_succeed``) and calls that may be made at most so many times
+    """The limits a case sets on a run's tool calls: tools that must be called and whose
+    calls must not fail (``tools_must_succeed``) and calls that may be made at most so many times
     (``tool_call_limits``, e.g. a call the loop guard refused). Score: the share of
     constraints kept; threshold 1.0. Skipped when the case sets none."""
 
@@ -256,9 +256,21 @@ class ToolConstraints(Metric):
         broken: list[str] = []
         checks: list[dict[str, Any]] = []
         for tool in tools:
-            failed = sum(1 for call in calls if call.name == tool and call.failed)
-            checks.append({"tool_must_succeed": tool, "failed_calls": failed, "kept": not failed})
-            if failed:
+            called = [call for call in calls if call.name == tool]
+            failed = sum(1 for call in called if call.failed)
+            checks.append(
+                {
+                    "tool_must_succeed": tool,
+                    "calls": len(called),
+                    "failed_calls": failed,
+                    "kept": bool(called) and not failed,
+                }
+            )
+            # a tool the run never called did not succeed: an agent that skips the booking
+            # its regression case is about has not booked anything
+            if not called:
+                broken.append(f"{tool} was never called (it must be called and succeed)")
+            elif failed:
                 broken.append(f"{tool} failed {failed} time(s)")
         for limit in limits:
             made = sum(1 for call in calls if limit.matches(call))

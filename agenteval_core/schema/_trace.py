@@ -934,7 +934,7 @@ class EvalCase(_Model):
     """Calls the run may make at most so many times (for ``tool_constraints``): a call the
     loop guard refused, or one that must never happen (``max_calls=0``)."""
     tools_must_succeed: list[str] | None = None
-    """Tools none of whose calls may fail in the run (for ``tool_constraints``)."""
+    """Tools the run must call, none of whose calls may fail (for ``tool_constraints``)."""
     metrics: list[str] | None = None
     """Registry names of metrics this case asks for, scored in a suite beside the suite's own
     (a regression case names the checks its failure calls for)."""
