@@ -4,14 +4,17 @@ as it should (healthy sessions pass reliability, the looping one fails)."""
 
 from __future__ import annotations
 
+import re
 import string
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from coherence_labels import ECHOES, LABELLED
+from coherence_languages import LANGUAGES
 from coherence_triples import TRIPLES
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -24,8 +27,12 @@ from agenteval_core import (
     calibrate,
     create_metric,
     default_embedder,
+    read_capture,
     replay,
+    text_of,
 )
+from agenteval_core._text import first_words
+from agenteval_core.metrics import Coherence
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "captures" / "support_agent.jsonl"
 
@@ -66,6 +73,75 @@ def test_coherence_agrees_with_the_labelled_set_as_the_docs_say() -> None:
     coherence = create_metric("coherence")
     echoes = [coherence.measure(Trace(input=q, output=a)).score for q, a, _ in ECHOES]
     assert min(echoes) >= 0.75, echoes  # type: ignore[type-var]
+
+
+def test_coherence_with_the_default_embedder_scores_no_other_language() -> None:
+    # MiniLM reads English. Its cosines in eight other languages (english_only=False) pass
+    # nearly every correct answer and, in most of them, every off-topic one: made-up scores
+    anything = Coherence(embedder=StaticEmbedder(english_only=False))
+    off_topic_passed = {
+        language: sum(
+            bool(anything.measure(EvalCase(input=q, actual_output=o)).success)
+            for q, _, o in triples
+        )
+        for language, triples in LANGUAGES.items()
+    }
+    assert off_topic_passed == {
+        "Spanish": 3,
+        "French": 3,
+        "German": 4,
+        "Russian": 6,
+        "Chinese": 2,
+        "Japanese": 6,
+        "Korean": 6,
+        "Hindi": 6,
+    }
+    # the default gives such a text no vector: no pair of them is scored, and the error
+    # names a text of the pair
+    coherence = create_metric("coherence")
+    for triples in LANGUAGES.values():
+        for request, correct, other in triples:
+            for answer in (correct, other):
+                result = coherence.measure(EvalCase(input=request, actual_output=answer))
+                assert (result.score, result.success) == (None, None)
+                unread = re.fullmatch(
+                    r"embedder error: \S+ gave (.*) a zero vector: .*", result.error or ""
+                )
+                assert unread is not None and unread[1] in (
+                    repr(first_words(request)),
+                    repr(first_words(answer)),
+                )
+
+
+def test_every_english_text_of_the_tests_keeps_its_vector() -> None:
+    # the language check must cost no English text its score: the labelled set, the
+    # triples, the example capture, and English that quotes other languages
+    texts = {text for request, answer, _ in LABELLED for text in (request, answer)}
+    texts |= {text for triple in TRIPLES for text in triple}
+    texts |= {
+        text_of(value) for t in read_capture(EXAMPLE) for value in (t.input, t.output) if value
+    }
+    texts |= {
+        "'Good morning' in Spanish is 'buenos días'.",
+        "We met at Le Café.",
+        "I ordered a crème brûlée at the café.",
+        "Charles de Gaulle Airport is north of Paris.",
+        "Gracias.",  # too little to tell: read
+    }
+    vectors = default_embedder().embed(sorted(texts))
+    assert len(texts) > 150 and np.all(np.linalg.norm(vectors, axis=1) > 0.99)
+    # sentences of other languages written apart from the word lists: most lose their vector
+    held_out = [
+        "Necesito cambiar la dirección de entrega.",
+        "Je voudrais changer mon adresse de livraison.",
+        "Sie können mit Karte oder per Überweisung bezahlen.",
+        "Il pacco arriverà domani pomeriggio.",
+        "A sua reserva para duas pessoas está confirmada.",
+        "No tenemos ese modelo en stock ahora mismo.",  # one function word: read
+    ]
+    norms = np.linalg.norm(default_embedder().embed(held_out), axis=1)
+    assert norms.round(2).tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert StaticEmbedder(english_only=False).name == "minilm-l6-static-256-any-language"
 
 
 def test_the_quickstart_answer_is_coherent() -> None:
@@ -136,7 +212,7 @@ _ASCII_TEXT = st.lists(
 _ANY_TEXT = st.one_of(_ASCII_TEXT, st.text(max_size=40))
 
 
-_SHARED = StaticEmbedder()  # one model load; its cache of pieces grows across examples
+_SHARED = StaticEmbedder(english_only=False)  # one model load; its word cache grows
 
 
 @settings(max_examples=300, deadline=None)
@@ -152,7 +228,7 @@ def test_token_ids_are_the_tokenizers_own(texts: list[str], max_tokens: int) -> 
 
 
 def test_token_ids_of_a_long_word_and_a_long_text() -> None:
-    embedder = StaticEmbedder()
+    embedder = StaticEmbedder(english_only=False)
     texts = ["x" * 150 + " refund", "Order A-42 shipped; " * 200, "Café déjà vu, naïve ☕"]
     ids = embedder._token_ids(texts)
     assert ids == _tokenizer_ids(embedder, texts)

@@ -344,5 +344,5 @@ def test_sentence_transformer_embedder_offline() -> None:
     result = Coherence(embedder=embedder).measure(Trace(input=request, output=answer))
     assert result.score is None
     assert result.error.startswith(
-        f"embedder error: {embedder.name} gave {request!r} a zero vector: it knows none of"
+        f"embedder error: {embedder.name} gave {request!r} a zero vector: it does not read"
     )

@@ -13,6 +13,7 @@ from typing import Any, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
+from ._english import reads_english
 from ._local import LocalEmbedder
 
 __all__ = ["StaticEmbedder", "default_embedder"]
@@ -43,16 +44,28 @@ class StaticEmbedder(LocalEmbedder):
     threshold and every off-topic one below it (MiniLM itself: see the embeddings docs).
     The model (7 MB) loads on first use, once per process.
 
+    It reads English, as MiniLM does: a text in another language (mostly another script, or
+    more function words of another European language than of English) gets a zero vector,
+    which the metrics do not score. In eight other languages its cosines put off-topic
+    answers above coherence's threshold as often as correct ones (see the embeddings docs);
+    use a multilingual embedder for such texts.
+
     Args:
         max_tokens: tokens per text that count (a longer text is cut; MiniLM's own limit).
         cache_size: recent texts whose vectors are kept.
+        english_only: ``False`` embeds every text, whatever its language (its cosines in
+            other languages may still rank answers, but do not meet coherence's threshold
+            the way English ones do).
     """
 
     dim = 256
 
-    def __init__(self, *, max_tokens: int = 512, cache_size: int = 4096) -> None:
+    def __init__(
+        self, *, max_tokens: int = 512, cache_size: int = 4096, english_only: bool = True
+    ) -> None:
         super().__init__(cache_size)
         self.max_tokens = max_tokens
+        self.english_only = english_only
         self._model: tuple[Any, npt.NDArray[np.float32], int | None] | None = None
         self._lock = threading.Lock()
         self._word_ids: dict[str, list[int]] = {}
@@ -61,7 +74,7 @@ class StaticEmbedder(LocalEmbedder):
 
     @property
     def name(self) -> str:
-        return "minilm-l6-static-256"
+        return "minilm-l6-static-256" if self.english_only else "minilm-l6-static-256-any-language"
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         # the default embedder, sent to another process (a replay's workers), is that
@@ -102,14 +115,19 @@ class StaticEmbedder(LocalEmbedder):
             return self._model
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's first ``max_tokens`` MiniLM token ids, unknown tokens then left out."""
+        """Each text's first ``max_tokens`` MiniLM token ids, unknown tokens then left out;
+        none for a text that is not English (:func:`reads_english`), when ``english_only``."""
         tokenizer, _, unknown = self._load()
         # a token is at least one character: cutting the text first bounds the tokenizer's
         # work on a 2 MB tool result without changing which tokens count
         cut = [text[: self.max_tokens * 32] for text in texts]
         added = self._added
+        # a text in another language has no ids: its row is zero, which the metrics do not
+        # score (MiniLM's vectors of its word pieces are no measure of its meaning)
         split = [
-            text.lower().split()
+            []
+            if self.english_only and not reads_english(text)
+            else text.lower().split()
             if _PRINTABLE_ASCII.fullmatch(text)
             and ("[" not in text or not any(token in text for token in added))
             else None

@@ -186,8 +186,8 @@ class _EmbeddingMetric(Metric):
         usable vector. ``vectors`` should embed ``texts``, one row each; each row is
         L2-normalised here (an embedder of the user's may not normalise), so a cosine is a
         dot product. The texts compared are never empty (the metrics decide those first),
-        so a zero row is a text the embedder had nothing for (the default one knows none of
-        its tokens: a script its vocabulary lacks); its cosine 0 would read as a confident
+        so a zero row is a text the embedder had nothing for (the default one does not read
+        it: another language, or no token it knows); its cosine 0 would read as a confident
         score, so none is made up: a plan whose first text has one fails, and another text
         with one gets ``None`` for its metric to decide on."""
         name = self.embedder.name
@@ -247,12 +247,12 @@ def _unusable(problem: str) -> Score:
 
 
 def no_vector(embedder: str, text: str) -> Score:
-    """The failure of a case with a text the embedder gave a zero vector: it knows none of
-    the text's tokens, so no cosine with it means anything."""
+    """The failure of a case with a text the embedder gave a zero vector: it does not read
+    the text (another language, or no token it knows), so no cosine with it means anything."""
     return _unusable(
-        f"{embedder} gave {first_words(text)!r} a zero vector: it knows none of the text's "
-        "tokens (a language or script its model does not read?), so this case is not scored "
-        "(use an embedder that reads this language: see the embeddings docs)"
+        f"{embedder} gave {first_words(text)!r} a zero vector: it does not read the text (a "
+        "language its model was not trained on, or no token it knows), so this case is not "
+        "scored (use an embedder that reads this language: see the embeddings docs)"
     )
 
 
