@@ -18,7 +18,10 @@ from typing import Any
 import hotel_agent
 import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from click.testing import CliRunner
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage
 
 from agenteval_core import (
     CaptureError,
@@ -360,6 +363,45 @@ def test_an_agent_that_stops_calling_the_failed_tool_fails_its_case(tmp_path: Pa
     ) in lying.output
     fixed = CliRunner().invoke(cli, ["suite", str(cases), "--agent", f"{agent}:fixed_agent"])
     assert fixed.exit_code == 0, fixed.output
+
+
+def test_a_tool_the_agent_does_not_have_is_no_tool_a_case_requires(tmp_path: Path) -> None:
+    # the model first asked for reserve_room, which the agent lacks (LangChain answers "not
+    # a valid tool" and runs nothing), then book_hotel, whose service was down. The case
+    # requires book_hotel to succeed; requiring reserve_room would fail every fixed agent
+    replies = iter(
+        [
+            AIMessage("", tool_calls=[tool_call("reserve_room", "r1", city="Rome")]),
+            AIMessage("", tool_calls=[tool_call("book_hotel", "b1", city="Rome")]),
+            AIMessage("Sorry, I could not book a hotel in Rome: the service is down."),
+        ]
+    )
+    capture = tmp_path / "capture.jsonl"
+    evaluator = OnlineEvaluator(capture=capture, log=False)
+    agent = create_agent(
+        ScriptedChatModel(reply=lambda messages: next(replies)),
+        tools=[hotel_agent.book_hotel, hotel_agent.search_hotels],
+    )
+    token = hotel_agent._booking_fails.set(True)
+    try:
+        agent.invoke(
+            {"messages": [("user", "Book a hotel in Rome")]},
+            {"callbacks": [AgentEvalCallbackHandler(evaluator, session_id="s1")]},
+        )
+    finally:
+        hotel_agent._booking_fails.reset(token)
+    evaluator.close()
+    [trace] = read_capture(capture)
+    assert [(c.name, c.failed) for c in trace.tool_calls()] == [
+        ("reserve_room", True),
+        ("book_hotel", True),
+    ]
+    [case] = cases_from_capture(capture, metrics=METRICS.split(","))
+    assert (case.metrics, case.tools_must_succeed) == (
+        ["tool_failures", "tool_constraints"],
+        ["book_hotel"],
+    )
+    assert case.provenance.failed_tools == ["book_hotel"]
 
 
 def test_a_refusal_becomes_a_case_that_fails_while_the_model_refuses(tmp_path: Path) -> None:

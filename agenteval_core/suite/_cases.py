@@ -32,6 +32,7 @@ from ..schema._capture import read_in_run_order
 from ..schema._results import MetricResult, TraceResults, failing, flagged_traces, repeats
 from ..schema._trace import (
     GUARD_REFUSED,
+    TOOL_NOT_RUN,
     EvalCase,
     ExpectedToolCall,
     RecentRuns,
@@ -261,7 +262,10 @@ def _from_results(path: str | os.PathLike[str]) -> _Scored:
 
 
 def _failed_tools(trace: Trace) -> list[str]:
-    """Tools whose calls failed (a call the loop guard refused did not fail: it never ran)."""
+    """Tools whose calls failed: the tools a case requires to be called and to succeed. A
+    call the loop guard refused did not fail, nor did one the framework answered without
+    running a tool (a tool the agent does not have, a middleware's refusal): no tool ran,
+    and a fix may well never call it again."""
     return sorted(
         {
             span.tool_call.name
@@ -269,6 +273,7 @@ def _failed_tools(trace: Trace) -> list[str]:
             if span.tool_call is not None
             and span.tool_call.failed
             and not span.attributes.get(GUARD_REFUSED)
+            and not span.attributes.get(TOOL_NOT_RUN)
         }
     )
 
@@ -352,7 +357,8 @@ def cases_from_capture(
     Each case keeps the input, the earlier turns of its session, where it came from, and
     the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
     that does not complete); ``tool_call_loops`` after a loop; ``tool_constraints`` for the
-    tools that failed (``tools_must_succeed``) and the calls the guard refused
+    tools that failed (``tools_must_succeed``: each to be called, and to succeed; a call of
+    a tool the agent does not have ran no tool) and the calls the guard refused
     (``tool_call_limits``: at most one fewer than the count that was refused); the trace
     metrics it failed; and, when a later trace with the same input passed,
     ``trajectory_match`` against that trace's tool calls.
