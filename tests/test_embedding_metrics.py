@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenteval_core import EvalCase, HashingEmbedder, Span, SpanKind, Trace, create_metric
+from agenteval_core import (
+    Engine,
+    EvalCase,
+    HashingEmbedder,
+    Span,
+    SpanKind,
+    Trace,
+    create_metric,
+)
 from agenteval_core._text import (
     FIRST_WORDS_CHARS,
     content_tokens,
@@ -130,6 +138,53 @@ def test_loop_detection_hybrid_of_cosine_and_jaccard() -> None:
             "hybrid_score": 0.4,
         }
     ]
+
+
+SHIPPED = "Your order {} has shipped via UPS today."
+
+
+def test_a_template_answering_a_new_order_is_no_repeat() -> None:
+    # {your, order, 48213, shipped, via, ups, today} vs the same with 51877: Jaccard 6/8;
+    # cosine 1 (one vector for both): hybrid 0.75, a loop (0.25) for a support agent that
+    # answered three customers' orders. Each answer carries the number its request asked
+    # about, which the earlier turns did not hold: no repeat, hybrid 0
+    first, second, third = (SHIPPED.format(n) for n in ("48213", "51877", "60221"))
+    embedder = TableEmbedder({text: [1.0, 0.0] for text in (first, second, third)})
+    turns = [
+        Trace(id="t1", session_id="s", input="Where is my order 48213?", output=first),
+        Trace(id="t2", session_id="s", input="And order 51877?", output=second),
+        Trace(id="t3", session_id="s", input="What about 60221?", output=third),
+        Trace(id="t4", session_id="s", input="Are you sure?", output=third),
+    ]
+    outcomes = Engine([LoopDetection(embedder=embedder)]).score_sync(turns)
+    results = [outcome.results[0] for outcome in outcomes]
+    assert [r.score for r in results] == [1.0, 1.0, 1.0, 0.0]
+    assert results[1].metadata["comparisons"] == [
+        {
+            "trace_index": 0,
+            "trace_id": "t1",
+            "cosine_similarity": 1.0,
+            "jaccard_similarity": 0.75,
+            "hybrid_score": 0.0,
+            "new_from_request": ["51877"],
+        }
+    ]
+    assert results[2].reason == (
+        "highest cosine × Jaccard overlap with a recent output: 0.0000 (2 of 2 no repeat: "
+        "this answer carries 60221 from its request, which they did not)"
+    )
+    # the same answer again to a request with no number in it: a repeat, as the seed
+    # scores it (hybrids 0.75, 0.75 and 1.0 with the third turn's identical answer)
+    assert [
+        (c["hybrid_score"], c.get("new_from_request")) for c in results[3].metadata["comparisons"]
+    ] == [(0.75, None), (0.75, None), (1.0, None)]
+    # a number the earlier turn's request already held is nothing new: asked about 48213
+    # twice, the same answer twice is a repeat
+    again = LoopDetection(embedder=embedder).measure(
+        Trace(input="Order 48213, please check again", output=first),
+        history=[Trace(input="Where is my order 48213?", output=first)],
+    )
+    assert again.score == 0.0 and "new_from_request" not in again.metadata["comparisons"][0]
 
 
 def test_loop_detection_window_uses_last_three_outputs_with_their_indices() -> None:

@@ -371,7 +371,7 @@ def test_history_keeps_only_the_fields_its_readers_name() -> None:
     assert [t.model_dump() for t in peek.seen["t2"]] == [
         Trace(id=t.id, session_id="s", output=t.output).model_dump() for t in traces[:2]
     ]
-    assert Engine(["loop_detection"]).history_fields == frozenset({"output"})
+    assert Engine(["loop_detection"]).history_fields == frozenset({"input", "output"})
 
 
 def test_history_keeps_whole_traces_when_a_reader_names_no_fields() -> None:

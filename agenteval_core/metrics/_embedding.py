@@ -310,13 +310,23 @@ class Coherence(_EmbeddingMetric):
         )
 
 
+def _numbers(tokens: frozenset[str]) -> frozenset[str]:
+    """The tokens with a digit: order numbers, ids, dates, amounts."""
+    return frozenset(token for token in tokens if any(char.isdigit() for char in token))
+
+
 @register_metric
 class LoopDetection(_EmbeddingMetric):
-    """Whether the agent repeats itself across a session: 1 − max(cosine × Jaccard) over a window."""
+    """Whether the agent repeats itself across a session: 1 − max(cosine × Jaccard) over a window.
+
+    An earlier output is no repeat when the current one carries a number or id of its own
+    request that neither the earlier output nor its request held: the same template
+    answering about another order, invoice or flight (``new_from_request`` in that
+    comparison's metadata, its hybrid 0)."""
 
     name = "loop_detection"
     uses_history: ClassVar[bool] = True
-    history_fields: ClassVar[frozenset[str] | None] = frozenset({"output"})
+    history_fields: ClassVar[frozenset[str] | None] = frozenset({"input", "output"})
 
     def __init__(
         self,
@@ -363,24 +373,33 @@ class LoopDetection(_EmbeddingMetric):
         previous: list[tuple[int, Trace, str]] = comparison.context
         # the stripped text, as when this output is an earlier one: one cache entry each
         current_tokens = loop_tokens(comparison.texts[0])
+        # numbers the answer takes from its request (most answers hold none: no work then)
+        asked = _numbers(current_tokens)
+        if asked:
+            asked &= loop_tokens(text_of(case.input).strip())
         hybrids: list[float] = []
         comparisons = []
         for (index, trace, text), cosine in zip(previous, cosines, strict=True):
-            overlap = jaccard(current_tokens, loop_tokens(text))
-            if cosine is None and overlap:  # an earlier output the embedder could not read
+            earlier = loop_tokens(text)
+            overlap = jaccard(current_tokens, earlier)
+            # "Your order 51877 has shipped" after "Your order 48213 has shipped", asked
+            # about 51877: a template answering a new request, whatever else it shares
+            new = asked - earlier - loop_tokens(text_of(trace.input).strip()) if asked else None
+            if cosine is None and overlap and not new:  # an earlier output it could not read
                 return no_vector(self.embedder.name, text)
             # with no word in common the product is 0 whatever the cosine: an output the
             # embedder could not read (an emoji's thumbs-up) is then no repeat
-            hybrids.append(cosine * overlap if cosine is not None else 0.0)
-            comparisons.append(
-                {
-                    "trace_index": index,
-                    "trace_id": trace.id,
-                    "cosine_similarity": round(cosine, 4) if cosine is not None else None,
-                    "jaccard_similarity": round(overlap, 4),
-                    "hybrid_score": round(hybrids[-1], 4),
-                }
-            )
+            hybrids.append(cosine * overlap if cosine is not None and not new else 0.0)
+            compared: dict[str, Any] = {
+                "trace_index": index,
+                "trace_id": trace.id,
+                "cosine_similarity": round(cosine, 4) if cosine is not None else None,
+                "jaccard_similarity": round(overlap, 4),
+                "hybrid_score": round(hybrids[-1], 4),
+            }
+            if new:
+                compared["new_from_request"] = sorted(new)
+            comparisons.append(compared)
         max_hybrid = max(hybrids)
         metadata = {
             "window_size": self.window,
@@ -388,8 +407,12 @@ class LoopDetection(_EmbeddingMetric):
             "comparisons": comparisons,
             "embedder": self.embedder.name,
         }
-        return Score(
-            1.0 - max_hybrid,
-            f"highest cosine × Jaccard overlap with a recent output: {max_hybrid:.4f}",
-            metadata,
-        )
+        reason = f"highest cosine × Jaccard overlap with a recent output: {max_hybrid:.4f}"
+        answered = [c for c in comparisons if "new_from_request" in c]
+        if answered:
+            numbers = sorted({n for c in answered for n in c["new_from_request"]})
+            reason += (
+                f" ({len(answered)} of {len(comparisons)} no repeat: this answer carries "
+                f"{', '.join(numbers)} from its request, which they did not)"
+            )
+        return Score(1.0 - max_hybrid, reason, metadata)
