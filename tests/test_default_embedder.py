@@ -13,15 +13,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from coherence_labels import ECHOES, LABELLED
 from coherence_languages import LANGUAGES
 from coherence_triples import TRIPLES
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 
 from agenteval_core import (
     CalibrationLabel,
     EvalCase,
+    MetricResult,
+    OnlineEvaluator,
     StaticEmbedder,
     Trace,
     calibrate,
@@ -142,6 +150,47 @@ def test_every_english_text_of_the_tests_keeps_its_vector() -> None:
     norms = np.linalg.norm(default_embedder().embed(held_out), axis=1)
     assert norms.round(2).tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert StaticEmbedder(english_only=False).name == "minilm-l6-static-256-any-language"
+
+
+def test_a_conversation_turn_that_accepts_an_offer_is_coherent(tmp_path: Path) -> None:
+    # a real LangGraph thread: the agent offers a room, the user says "Yes, please.", the
+    # agent books it. Alone, "Yes, please." and the booking have cosine 0.23, a failure of
+    # a correct turn; after the offer it accepts, the turn is coherent
+    offer = "Hotel Roma Central has a room on Friday for 120 euros. Shall I book it?"
+    booked = "I booked Hotel Roma Central for Friday; your confirmation is H-4."
+
+    @tool
+    def book_hotel(hotel: str) -> str:
+        """Book a hotel room."""
+        return "confirmation H-4"
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage(offer),
+            AIMessage("", tool_calls=[tool_call("book_hotel", "b1", hotel="Hotel Roma Central")]),
+            AIMessage(booked),
+        ]
+    )
+    agent = create_agent(model, tools=[book_hotel], checkpointer=InMemorySaver())
+    capture = tmp_path / "capture.jsonl"
+    with OnlineEvaluator(capture=capture, log=False) as evaluator:
+        config = {
+            "configurable": {"thread_id": "t1"},
+            "callbacks": [AgentEvalCallbackHandler(evaluator)],
+        }
+        for request in ("Find me a hotel in Rome for Friday.", "Yes, please."):
+            agent.invoke({"messages": [("user", request)]}, config)
+    scored: dict[str, MetricResult] = {}
+    replay(
+        capture,
+        ["coherence"],
+        on_trace=lambda trace, results: scored.update({str(trace.input): results[0]}),
+    )
+    turn = scored["Yes, please."]
+    assert turn.success and turn.metadata["input_read_after_previous_answer"] is True
+    assert turn.metadata["previous_answer"] == first_words(offer)
+    vectors = default_embedder().embed(["Yes, please.", booked])
+    assert round(float(vectors[0] @ vectors[1]), 2) == 0.23 < 0.5  # what the seed compares
 
 
 def test_the_quickstart_answer_is_coherent() -> None:

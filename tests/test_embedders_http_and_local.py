@@ -254,17 +254,18 @@ def test_a_vector_with_nan_fails_its_cases_and_is_never_cached(
 
 
 class _BrokenEmbedder:
-    """An embedder of the user's: NaN for one text, or one row too few."""
+    """An embedder of the user's: infinity for one text, or one row too few."""
 
-    def __init__(self, *, short: bool = False) -> None:
+    def __init__(self, *, short: bool = False, broken: str = "again") -> None:
         self.short = short
+        self.broken = broken
 
     @property
     def name(self) -> str:
         return "mine"
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        rows = [[math.inf if t == "again" else len(t), 1.0] for t in texts]
+        rows = [[math.inf if t == self.broken else len(t), 1.0] for t in texts]
         return np.array(rows[:-1] if self.short else rows, dtype=np.float32)
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -285,9 +286,10 @@ def test_any_embedder_s_unusable_vectors_fail_only_the_cases_that_use_them() -> 
     )
     assert (results[1].error, results[1].score) == (None, 1.0)  # no earlier output: 1.0
     # a request with such a vector is named for it, not as a text with no vector at all
-    first = Coherence(embedder=_BrokenEmbedder()).measure(Trace(input="again", output="bc"))
-    assert first.error == results[0].error
-    short = Coherence(embedder=_BrokenEmbedder(short=True)).measure(Trace(input="a", output="bc"))
+    broken = _BrokenEmbedder(broken="refund")
+    first = Coherence(embedder=broken).measure(Trace(input="refund", output="bc"))
+    assert first.error == results[0].error.replace("'again'", "'refund'")
+    short = Coherence(embedder=_BrokenEmbedder(short=True)).measure(Trace(input="ab", output="bc"))
     assert short.error == (
         "embedder error: mine returned an array of shape (1, 2) for 2 texts; an embedder "
         "returns one row per text"

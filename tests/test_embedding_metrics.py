@@ -18,6 +18,7 @@ from agenteval_core import (
     Engine,
     EvalCase,
     HashingEmbedder,
+    RunStatus,
     Span,
     SpanKind,
     Trace,
@@ -25,6 +26,7 @@ from agenteval_core import (
 )
 from agenteval_core._text import (
     FIRST_WORDS_CHARS,
+    STOP_WORDS,
     content_tokens,
     first_words,
     jaccard,
@@ -32,6 +34,7 @@ from agenteval_core._text import (
     words,
 )
 from agenteval_core.metrics import Coherence, LoopDetection
+from agenteval_core.metrics._embedding import FOLLOW_UP_WORDS
 
 
 class TableEmbedder:
@@ -140,6 +143,72 @@ def test_loop_detection_hybrid_of_cosine_and_jaccard() -> None:
     ]
 
 
+OFFER = "Hotel Roma Central has a room on Friday. Shall I book it?"
+BOOKED = "I booked Hotel Roma Central for Friday."
+
+
+def test_coherence_reads_a_follow_up_after_the_answer_it_accepts() -> None:
+    # "Yes, please." has nothing in common with a booking: cosine 0 alone. After the offer
+    # it accepts: cosine 0.6, score 0.6. "thanks!" → "You are welcome!" is coherent alone
+    # (0.9 against 0.1 after the booking): the better reading counts
+    embedder = TableEmbedder(
+        {
+            "Find me a hotel in Rome for Friday.": [1.0, 0.0, 0.0],
+            OFFER: [1.0, 0.0, 0.0],
+            "Yes, please.": [0.0, 0.0, 1.0],
+            f"{OFFER}\nYes, please.": [0.8, 0.6, 0.0],
+            BOOKED: [0.0, 1.0, 0.0],
+            "thanks!": [0.0, 0.43588989, 0.9],
+            f"{BOOKED}\nthanks!": [0.0, 0.99498744, 0.1],
+            "You are welcome!": [0.0, 0.0, 1.0],
+        }
+    )
+    turns = [
+        ("Find me a hotel in Rome for Friday.", OFFER),
+        ("Yes, please.", BOOKED),
+        ("thanks!", "You are welcome!"),
+    ]
+    traces = [Trace(input=q, output=a, session_id="s", status=RunStatus.OK) for q, a in turns]
+    results = [o.results[0] for o in Engine([Coherence(embedder=embedder)]).score_sync(traces)]
+    assert [round(r.score, 4) for r in results] == [1.0, 0.6, 0.9]
+    assert results[1].reason == (
+        "cosine distance between input and output 0.4000, the input read after the previous "
+        "answer (it says nothing on its own)"
+    )
+    assert results[1].metadata == {
+        "coherence_gap": 0.4,
+        "embedder": "table",
+        "previous_answer": "Hotel Roma Central has a room on Friday. …",
+        "input_read_after_previous_answer": True,
+    }
+    assert results[2].metadata["input_read_after_previous_answer"] is False
+    # a request that says something is compared alone, as the seed does
+    assert results[0].metadata == {"coherence_gap": 0.0, "embedder": "table"}
+
+
+def test_a_follow_up_with_no_earlier_turn_is_not_scored() -> None:
+    embedder = TableEmbedder({})  # nothing is embedded
+    alone = Coherence(embedder=embedder).measure(
+        EvalCase(input="Yes, please.", actual_output=BOOKED)
+    )
+    assert (alone.score, alone.skipped, alone.reason) == (
+        None,
+        True,
+        "not scored: the request 'Yes, please.' says nothing on its own (it answers an "
+        "earlier turn), and no earlier turn of its session is known",
+    )
+    # a regression case carries its earlier turns: the last answer is the context
+    embedder = TableEmbedder(
+        {BOOKED: [0.0, 1.0], "Yes, please.": [1.0, 0.0], f"{OFFER}\nYes, please.": [0.6, 0.8]}
+    )
+    case = EvalCase(
+        input="Yes, please.",
+        actual_output=BOOKED,
+        conversation=[{"input": "Find me a hotel in Rome for Friday.", "output": OFFER}],
+    )
+    assert Coherence(embedder=embedder).measure(case).score == pytest.approx(0.8)
+
+
 SHIPPED = "Your order {} has shipped via UPS today."
 
 
@@ -220,7 +289,12 @@ def test_scores_in_unit_interval(current: str, previous: list[str], source: str)
     loop = LoopDetection().measure(case, history=[trace(p) for p in previous])
     coherence = Coherence().measure(case)
     embedder = Coherence().embedder
+    if coherence.skipped:  # only a request of follow-up words, with no earlier turn
+        assert coherence.reason.startswith("not scored: the request ")
+        assert all(w in STOP_WORDS or w in FOLLOW_UP_WORDS for w in words(source.strip()))
     for result in (loop, coherence):
+        if result.skipped:
+            continue
         if result.score is None:  # only for a text the embedder has no vector for
             unread = re.fullmatch(r"embedder error: \S+ gave (.*) a zero vector: .*", result.error)
             assert unread is not None, result.error

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from .._errors import ErrorKind, MetricInputError
 from .._sync import run_sync
-from .._text import first_words, jaccard, loop_tokens
+from .._text import STOP_WORDS, first_words, jaccard, loop_tokens, words
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
@@ -256,6 +256,56 @@ def no_vector(embedder: str, text: str) -> Score:
     )
 
 
+def earlier_outputs(history: Sequence[Trace], count: int) -> list[tuple[int, Trace, str]]:
+    """The last ``count`` earlier traces of the session with a non-empty output, oldest
+    first, with their positions and stripped outputs."""
+    last_with_output = getattr(history, "last_with_output", None)
+    if last_with_output is not None:  # the engine's history: it keeps only such traces
+        return [
+            (index, trace, text_of(trace.output).strip())
+            for index, trace in last_with_output(count)
+        ]
+    found: list[tuple[int, Trace, str]] = []
+    for index in range(len(history) - 1, -1, -1):
+        trace = history[index]
+        text = text_of(trace.output).strip()
+        if text:
+            found.append((index, trace, text))
+            if len(found) == count:
+                break
+    return found[::-1]
+
+
+FOLLOW_UP_WORDS = frozenset(
+    """
+    yes yeah yep yup no nope ok okay sure please thanks thank thx great good fine perfect
+    cool right correct exactly go ahead proceed continue one ones first second third last
+    option sounds works agreed confirm confirmed done
+    """.split()
+)
+"""Words of a request that says nothing on its own but answers the agent's last turn
+("Yes, please.", "The second one", "ok do it"), beside the stop words."""
+
+
+def _says_nothing_alone(request: str) -> bool:
+    """Whether every word of ``request`` is a stop word or one of :data:`FOLLOW_UP_WORDS`
+    (a number or an id, "Where is A-1?", says something)."""
+    return all(word in STOP_WORDS or word in FOLLOW_UP_WORDS for word in words(request))
+
+
+def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
+    """The agent's answer in the turn before this case: the session's last earlier output,
+    else the last output of the case's ``conversation``."""
+    found = earlier_outputs(history, 1)
+    if found:
+        return found[0][2]
+    for turn in reversed(case.conversation or []):
+        text = text_of(turn.get("output") if isinstance(turn, dict) else None).strip()
+        if text:
+            return text
+    return ""
+
+
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
     """PandaProbe's perfect score for an empty input or output, for a run that completed; a
     run that did not complete, or whose answer is empty because its model refused one, is
@@ -273,9 +323,18 @@ def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
 
 @register_metric
 class Coherence(_EmbeddingMetric):
-    """Whether the output follows from the input: 1 − cosine distance of their embeddings."""
+    """Whether the output follows from the input: 1 − cosine distance of their embeddings.
+
+    A request that says nothing on its own ("Yes, please.", "The second one": only stop
+    words and :data:`FOLLOW_UP_WORDS`) answers the agent's previous turn, so the text
+    compared is that turn's answer followed by the request; with no earlier turn known
+    (no session history, no ``conversation``) the case is not scored."""
 
     name = "coherence"
+    uses_history: ClassVar[bool] = True
+    history_fields: ClassVar[frozenset[str] | None] = frozenset({"output"})
+    window: ClassVar[int] = 1
+    """Earlier traces read: the previous turn's answer."""
 
     def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> Comparison | Score:
         media = case.trace.request_media() if case.trace is not None else []
@@ -294,19 +353,50 @@ class Coherence(_EmbeddingMetric):
                 f"empty {side}: coherence assumed",
                 {"coherence_gap": 0.0, "embedder": self.embedder.name},
             )
+        if _says_nothing_alone(source):
+            # a correct booking after "Yes, please." has nothing in common with those two
+            # words: the answer follows from the offer they accept
+            previous = _previous_answer(case, history)
+            if not previous:
+                return Score.skip(
+                    f"not scored: the request {first_words(source)!r} says nothing on its "
+                    "own (it answers an earlier turn), and no earlier turn of its session is "
+                    "known"
+                )
+            # the answer first: its cosine with the request alone ("thanks!" → "You are
+            # welcome!") and with the request after the turn it answers; the better counts
+            return Comparison([answer, source, f"{previous}\n{source}"], previous)
         return Comparison([source, answer])
 
     def score_similarities(
         self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
-        (cosine,) = cosines
-        if cosine is None:
-            return no_vector(self.embedder.name, comparison.texts[1])
-        distance = 1.0 - cosine
+        if comparison.context is None:
+            (cosine,) = cosines
+            if cosine is None:
+                return no_vector(self.embedder.name, comparison.texts[1])
+            distance = 1.0 - cosine
+            return Score(
+                1.0 - distance,
+                f"cosine distance between input and output {distance:.4f}",
+                {"coherence_gap": round(distance, 4), "embedder": self.embedder.name},
+            )
+        alone, in_context = cosines
+        if in_context is None:  # the request and the previous answer: neither read
+            return no_vector(self.embedder.name, comparison.texts[2])
+        with_previous = alone is None or in_context > alone
+        distance = 1.0 - (in_context if with_previous or alone is None else alone)
+        read = "after the previous answer" if with_previous else "alone"
         return Score(
             1.0 - distance,
-            f"cosine distance between input and output {distance:.4f}",
-            {"coherence_gap": round(distance, 4), "embedder": self.embedder.name},
+            f"cosine distance between input and output {distance:.4f}, the input read {read} "
+            "(it says nothing on its own)",
+            {
+                "coherence_gap": round(distance, 4),
+                "embedder": self.embedder.name,
+                "previous_answer": first_words(comparison.context),
+                "input_read_after_previous_answer": with_previous,
+            },
         )
 
 
@@ -340,26 +430,9 @@ class LoopDetection(_EmbeddingMetric):
             raise MetricInputError(f"loop_detection: window must be >= 1, got {window}")
         self.window = window
 
-    def _previous(self, history: Sequence[Trace]) -> list[tuple[int, Trace, str]]:
-        last_with_output = getattr(history, "last_with_output", None)
-        if last_with_output is not None:  # the engine's history: it keeps only such traces
-            return [
-                (index, trace, text_of(trace.output).strip())
-                for index, trace in last_with_output(self.window)
-            ]
-        found: list[tuple[int, Trace, str]] = []
-        for index in range(len(history) - 1, -1, -1):
-            trace = history[index]
-            text = text_of(trace.output).strip()
-            if text:
-                found.append((index, trace, text))
-                if len(found) == self.window:
-                    break
-        return found[::-1]
-
     def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> Comparison | Score:
         current = text_of(case.actual_output).strip()
-        previous = self._previous(history) if current else []
+        previous = earlier_outputs(history, self.window) if current else []
         if not previous:
             metadata = {"window_size": self.window, "max_hybrid": 0.0, "comparisons": []}
             if not current:
