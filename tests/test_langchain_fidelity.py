@@ -530,6 +530,93 @@ def test_a_supervisors_react_agents_get_agent_spans_and_names(
     assert (trace.status, trace.output) == (RunStatus.OK, "Your order A-1 has shipped.")
 
 
+def _delegating_team(orders: list[str | None]) -> Any:
+    """A supervisor (create_agent) that hands the conversation to orders_agent once per
+    entry of ``orders``, the worker looking that order up each time (``None``: answering
+    without a call), then answers."""
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Status of an order."""
+        return "shipped"
+
+    asked = iter(orders)
+
+    def worker(messages: list[Any]) -> AIMessage:
+        looked = isinstance(messages[-1], ToolMessage) and messages[-1].name == "lookup"
+        order = None if looked else next(asked)
+        if order is None:
+            return AIMessage("Looked it up.")
+        return AIMessage("", tool_calls=[tool_call("lookup", f"o{len(messages)}", order_id=order)])
+
+    handoffs = [
+        AIMessage("", tool_calls=[tool_call("transfer_to_orders_agent", f"h{i}")])
+        for i in range(len(orders))
+    ]
+    supervisor = create_agent(
+        ScriptedChatModel(replies=[*handoffs, AIMessage("All three have shipped.")]),
+        tools=[_handoff("orders_agent")],
+        name="supervisor",
+    )
+    team = StateGraph(MessagesState)
+    team.add_node(supervisor, destinations=("orders_agent", END))
+    team.add_node(
+        create_agent(ScriptedChatModel(reply=worker), tools=[lookup], name="orders_agent")
+    )
+    team.add_edge(START, "supervisor")
+    team.add_edge("orders_agent", "supervisor")
+    return team.compile()
+
+
+def test_a_supervisor_that_delegates_each_part_to_one_worker_does_not_loop(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # langgraph-supervisor's handoff tools take no arguments: three handoffs to one worker
+    # were one call three times, a loop alert, and with stop_on_loop the guard stopped a
+    # healthy run at the third. The worker looked up a new order each time: delegation
+    team = _delegating_team(["A-1", "B-2", "C-3"])
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+    result = team.invoke(
+        {"messages": [("user", "Where are A-1, B-2 and C-3?")]}, {"callbacks": [handler]}
+    )
+    assert result["messages"][-1].content == "All three have shipped."
+    [trace] = evaluator.captured()
+    assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+    assert [(c.name, c.arguments) for c in trace.tool_calls()] == [
+        ("transfer_to_orders_agent", {}),
+        ("lookup", {"order_id": "A-1"}),
+        ("transfer_to_orders_agent", {}),
+        ("lookup", {"order_id": "B-2"}),
+        ("transfer_to_orders_agent", {}),
+        ("lookup", {"order_id": "C-3"}),
+    ]
+    loops = ToolCallLoops().measure(trace)
+    assert (loops.score, loops.reason) == (1.0, "no repeated calls or cycles among 6 tool calls")
+
+
+def test_a_supervisor_that_hands_off_with_nothing_new_between_loops(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # the worker answers without a call each time: nothing new between the handoffs, so
+    # the third is a loop, stopped before it runs (a worker that looks the same order up
+    # each time closes the cycle handoff → lookup at its second lookup)
+    from agenteval_langchain import AgentLoopError
+
+    team = _delegating_team([None, None, None])
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+    with pytest.raises(AgentLoopError):
+        team.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
+    [trace] = evaluator.captured()
+    [alert] = trace.alerts
+    assert (trace.status, alert.pattern, alert.count, alert.message) == (
+        RunStatus.STOPPED,
+        "repeated_call",
+        3,
+        "transfer_to_orders_agent called 3 times with the same arguments {}",
+    )
+    assert [c.id for c in alert.calls] == ["h0", "h1", "h2"]
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_an_agent_inside_a_named_team_is_named_after_the_nearest_one(
     evaluator: OnlineEvaluator,

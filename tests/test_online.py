@@ -285,6 +285,31 @@ def test_repeated_identical_call_alerts_at_the_threshold_once() -> None:
     assert len(guard) == 0
 
 
+def test_a_handoff_repeats_only_while_nothing_new_happens() -> None:
+    guard = LoopGuard(repeat_threshold=3)
+    handoff = call("transfer_to_orders_agent")
+    # each handoff followed by a lookup new to the run: delegation, however many
+    for order in ("A-1", "B-2", "C-3", "D-4"):
+        assert guard.observe("t", handoff) is None
+        assert guard.observe("t", call("lookup", order_id=order)) is None
+    # then three with nothing new between them: a loop, of those three
+    assert guard.observe("t", handoff) is None
+    assert guard.observe("t", call("lookup", order_id="A-1")) is None  # seen: nothing new
+    assert guard.observe("t", handoff) is None
+    alert = guard.observe("t", handoff)
+    assert alert is not None and (alert.pattern, alert.count, len(alert.calls)) == (
+        "repeated_call",
+        3,
+        3,
+    )
+    # another tool's third identical call is a loop however much is new between them
+    other = LoopGuard(repeat_threshold=3)
+    for order in ("A-1", "B-2", "C-3"):
+        found = other.observe("u", call("search", q="x"))
+        assert other.observe("u", call("lookup", order_id=order)) is None
+    assert found is not None and found.pattern == "repeated_call"
+
+
 def test_a_call_run_again_under_its_id_counts_once_until_the_model_asks_again() -> None:
     guard = LoopGuard(repeat_threshold=3)
     lookup = ToolCall(id="c1", name="lookup", arguments={"order_id": "A-1"})

@@ -24,6 +24,12 @@ from ._registry import register_metric
 __all__ = ["LoopGuard", "ToolCallLoops", "canonical_call"]
 
 
+HANDOFF_PREFIXES = ("transfer_to_", "transfer_back_to_")
+"""How handoff tools are named in langgraph-supervisor and langgraph-swarm (and the OpenAI
+Agents SDK): ``transfer_to_<agent>``, with no arguments, so every handoff to one agent is the
+same call."""
+
+
 def canonical_call(call: ToolCall) -> tuple[str, str]:
     """A tool call's identity for loop detection: its name and sorted-key JSON arguments."""
     return call.name, json.dumps(call.arguments, sort_keys=True, default=str)
@@ -34,6 +40,8 @@ class _RunCalls:
     signatures: list[tuple[str, str]] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    handoffs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Each handoff's occurrences since the run last made a call new to it."""
     alerted: set[Any] = field(default_factory=set)
     stopped_by: LoopAlert | None = None
     since_model_call: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -44,7 +52,9 @@ class LoopGuard:
     """Watches each run's tool calls and reports a loop the moment a call closes one.
 
     ``repeated_call``: a call (same tool, same canonical arguments) reaches
-    ``repeat_threshold`` occurrences in one run. ``cycle``: the last ``cycle_repeats`` × L
+    ``repeat_threshold`` occurrences in one run; a handoff (:data:`HANDOFF_PREFIXES`) with
+    no call new to the run between them (a supervisor that hands each part of a task to the
+    same worker, which makes new calls each time, delegates; it does not loop). ``cycle``: the last ``cycle_repeats`` × L
     calls are one sequence of L ≥ 2 distinct calls repeated (L ≤ ``max_cycle_length``). Each
     loop is reported once per run. A call run again under its id with no model call in
     between (:meth:`model_called`) is the same call, its framework's retry (as in
@@ -88,7 +98,11 @@ class LoopGuard:
                 calls.since_model_call[call.id] = signature
             calls.signatures.append(signature)
             calls.calls.append(call)
+            if not calls.counts[signature]:  # new work since the handoffs before it
+                calls.handoffs.clear()
             calls.counts[signature] += 1
+            if call.name.startswith(HANDOFF_PREFIXES):
+                calls.handoffs[signature] += 1
             found = self._repeat(calls, signature) or self._cycle(calls)
         if found is None:
             return None
@@ -107,11 +121,13 @@ class LoopGuard:
     def _repeat(
         self, run: _RunCalls, signature: tuple[str, str]
     ) -> tuple[Any, int, list[ToolCall], str] | None:
-        count = run.counts[signature]
+        handoff = signature[0].startswith(HANDOFF_PREFIXES)
+        count = run.handoffs[signature] if handoff else run.counts[signature]
         if count < self.repeat_threshold or signature in run.alerted:
             return None
         run.alerted.add(signature)
         calls = [c for c, s in zip(run.calls, run.signatures, strict=True) if s == signature]
+        calls = calls[-count:]  # a handoff's: those since the run's last new call
         message = f"{signature[0]} called {count} times with the same arguments {signature[1]}"
         return "repeated_call", count, calls, message
 
