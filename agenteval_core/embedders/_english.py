@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .._text import words
 
-__all__ = ["reads_english"]
+__all__ = ["english_words", "reads_english"]
 
 _SAMPLE = 1000
 """The characters of a text read: its language shows in its first sentences."""
@@ -68,6 +68,12 @@ def reads_english(text: str) -> bool:
         if not _mostly_latin(sample):
             return False
         accented = not _ACCENTED.isdisjoint(sample.lower())
-    found = words(sample)
+    return english_words(words(sample), accented)
+
+
+def english_words(found: list[str], accented: bool = False) -> bool:
+    """The function-word check of :func:`reads_english` on a text's lower-cased words (a
+    word with a mark still attached, "lunes.", is no function word: a cheaper split of an
+    ASCII text misses a few); ``accented``: the text has a letter with an accent."""
     other = len(_OTHER.intersection(found)) + accented  # distinct words: set work in C
     return other < 2 or other <= len(_ENGLISH.intersection(found))

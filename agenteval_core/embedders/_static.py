@@ -13,7 +13,7 @@ from typing import Any, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
-from ._english import reads_english
+from ._english import english_words, reads_english
 from ._local import LocalEmbedder
 
 __all__ = ["StaticEmbedder", "default_embedder"]
@@ -122,17 +122,18 @@ class StaticEmbedder(LocalEmbedder):
         # work on a 2 MB tool result without changing which tokens count
         cut = [text[: self.max_tokens * 32] for text in texts]
         added = self._added
-        # a text in another language has no ids: its row is zero, which the metrics do not
-        # score (MiniLM's vectors of its word pieces are no measure of its meaning)
-        split = [
-            []
-            if self.english_only and not reads_english(text)
-            else text.lower().split()
-            if _PRINTABLE_ASCII.fullmatch(text)
-            and ("[" not in text or not any(token in text for token in added))
-            else None
-            for text in cut
-        ]
+        # each text's words (None: the whole text goes through the tokenizer); a text in
+        # another language has none, so its row is zero, which the metrics do not score
+        # (MiniLM's vectors of its word pieces are no measure of its meaning)
+        split: list[list[str] | None] = []
+        for text in cut:
+            if _PRINTABLE_ASCII.fullmatch(text) and (
+                "[" not in text or not any(token in text for token in added)
+            ):
+                found = text.lower().split()
+                split.append(found if not self.english_only or english_words(found) else [])
+            else:
+                split.append(None if not self.english_only or reads_english(text) else [])
         known = self._word_ids
         seen = set().union(*(words for words in split if words))  # one pass in C
         new = list(seen.difference(known))

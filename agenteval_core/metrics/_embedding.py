@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -287,10 +288,16 @@ FOLLOW_UP_WORDS = frozenset(
 ("Yes, please.", "The second one", "ok do it"), beside the stop words."""
 
 
+_FOLLOW_UP_CHARS = 80
+"""The longest request read as a follow-up: one that says nothing on its own is short."""
+
+
 def _says_nothing_alone(request: str) -> bool:
     """Whether every word of ``request`` is a stop word or one of :data:`FOLLOW_UP_WORDS`
     (a number or an id, "Where is A-1?", says something)."""
-    return all(word in STOP_WORDS or word in FOLLOW_UP_WORDS for word in words(request))
+    return len(request) <= _FOLLOW_UP_CHARS and all(
+        word in STOP_WORDS or word in FOLLOW_UP_WORDS for word in words(request)
+    )
 
 
 def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
@@ -400,9 +407,12 @@ class Coherence(_EmbeddingMetric):
         )
 
 
+_DIGIT = re.compile(r"\d")
+
+
 def _numbers(tokens: frozenset[str]) -> frozenset[str]:
     """The tokens with a digit: order numbers, ids, dates, amounts."""
-    return frozenset(token for token in tokens if any(char.isdigit() for char in token))
+    return frozenset(token for token in tokens if _DIGIT.search(token))
 
 
 @register_metric
@@ -447,7 +457,7 @@ class LoopDetection(_EmbeddingMetric):
         # the stripped text, as when this output is an earlier one: one cache entry each
         current_tokens = loop_tokens(comparison.texts[0])
         # numbers the answer takes from its request (most answers hold none: no work then)
-        asked = _numbers(current_tokens)
+        asked = _numbers(current_tokens) if _DIGIT.search(comparison.texts[0]) else frozenset()
         if asked:
             asked &= loop_tokens(text_of(case.input).strip())
         hybrids: list[float] = []
