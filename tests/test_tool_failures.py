@@ -8,8 +8,12 @@ from pathlib import Path
 import hotel_agent
 import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
 
 from agenteval_core import (
     AgentStep,
@@ -22,7 +26,6 @@ from agenteval_core import (
     agent_reliability,
     default_metric_names,
     replay,
-    text_of,
 )
 from agenteval_core.metrics import ToolFailures
 
@@ -157,22 +160,69 @@ _json = st.recursive(
 )
 
 
-def _said(value: object) -> object:
-    """The result without the keys that hold nothing (None, False, 0, "", [], {})."""
+def _reports(value: object) -> bool:
+    """The definition on these short texts: a text that says "error" (each is a status, none
+    over 500 characters nor in a content field), or an error report's key ("Error",
+    "errors") that holds something (not None, False, 0, "", [] or {})."""
     if isinstance(value, dict):
-        return {k: _said(v) for k, v in value.items() if v not in (None, False, 0, "", [], {})}
+        return any(
+            (k in ("Error", "errors") and v not in (None, False, 0, "", [], {})) or _reports(v)
+            for k, v in value.items()
+        )
     if isinstance(value, list):
-        return [_said(v) for v in value]
-    return value
+        return any(_reports(v) for v in value)
+    return isinstance(value, str) and "error" in value.lower()
 
 
 @settings(max_examples=300, deadline=None)
 @given(result=_json)
-def test_a_result_fails_when_its_text_says_error_however_it_is_nested(result: object) -> None:
-    # the definition: the result written as text mentions "error" in any case, a key that
-    # holds nothing ({"error": null}: no error) left out
+def test_a_result_fails_when_it_reports_an_error_however_it_is_nested(result: object) -> None:
     call = ToolCall(name="lookup", arguments={}, result=result)
-    assert call.failed == ("error" in text_of(_said(result)).lower())
+    assert call.failed == _reports(result)
+
+
+DOCS = (
+    "Errors and Exceptions. Until now error messages haven't been more than mentioned, but "
+    "if you have tried out the examples you have probably seen some. There are two kinds of "
+    "errors: syntax errors and exceptions. Syntax errors, also known as parsing errors, are "
+    "perhaps the most common kind of complaint you get while you are still learning Python. "
+    "Even if a statement is syntactically correct, it may cause an error when an attempt is "
+    "made to execute it. Errors detected during execution are called exceptions and are not "
+    "unconditionally fatal: you will soon learn how to handle them in Python programs."
+)
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        # what a tool found, mentioning errors: data, not a failure of the call
+        (DOCS, False),  # a documentation search's page (over 500 characters)
+        ([{"title": "KeyError", "content": "Raised when a mapping key is not found."}], False),
+        ({"service": "api", "error_rate": 0.02, "p99_ms": 120}, False),  # a figure
+        ({"error_count": 3}, False),
+        ({"hits": [{"snippet": "ERROR disk full on db-1"}]}, False),  # a log search's hit
+        # how the call went: still failures
+        ("Error: ToolException('503 Service Unavailable')", True),
+        ("ValueError: no order B-2", True),
+        ("Sorry, an error occurred while fetching the weather.", True),
+        (
+            'Traceback (most recent call last):\n  File "tool.py"\n' + "x" * 600 + "\nKeyError: 7",
+            True,
+        ),
+        ({"status": "error", "message": "rate limited"}, True),
+        ({"errorMessage": "Not authorised"}, True),
+        ({"lastError": "disk full"}, True),
+        ({"snippet": "Error: index unavailable"}, True),  # a content field that opens as one
+    ],
+)
+def test_a_result_that_mentions_errors_is_not_one_that_reports_one(
+    result: object, failed: bool
+) -> None:
+    # every call of a documentation or log search whose hits mention "error" failed, and a
+    # coding assistant's one-call answer to "how do I handle errors?" scored tool_failures 0.0
+    assert ToolCall(name="search", arguments={}, result=result).failed is failed
+    run = run_of([ToolCall(name="search", arguments={"q": "errors"}, result=result)])
+    assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
 
 
 @pytest.mark.parametrize(
@@ -199,6 +249,34 @@ def test_an_error_key_that_holds_nothing_is_no_error(result: object, failed: boo
     assert ToolCall(name="lookup", arguments={}, result=result).failed is failed
     run = run_of([ToolCall(name="lookup", arguments={"id": "A-1"}, result=result)])
     assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
+
+
+def test_a_coding_assistant_that_looked_up_error_handling_did_not_fail(tmp_path: Path) -> None:
+    # a real agent loop: the user asks how to handle errors, the docs search returns the
+    # page on errors, the agent answers. Its one call "failed" (the page says "error"):
+    # tool_failures 0.0 and a regression case for a run that went right
+    @tool
+    def search_docs(query: str) -> str:
+        """Search the Python documentation."""
+        return DOCS
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("search_docs", "d1", query="handle errors")]),
+            AIMessage("Wrap the call in try/except and catch the exception you expect."),
+        ]
+    )
+    with OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False) as evaluator:
+        agent = create_agent(model, tools=[search_docs])
+        agent.invoke(
+            {"messages": [("user", "How do I handle errors in Python?")]},
+            {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [trace] = evaluator.captured()
+    [searched] = trace.tool_calls()
+    assert (searched.result, searched.error, searched.failed) == (DOCS, None, False)
+    result = ToolFailures().measure(trace)
+    assert (result.score, result.reason) == (1.0, "none of 1 tool calls failed")
 
 
 def test_a_shared_or_self_containing_result_is_looked_at_once() -> None:

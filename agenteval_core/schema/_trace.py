@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -253,46 +254,91 @@ def text_of(value: Any) -> str:
 _SCALARS = (bool, int, float, type(None))
 
 
+# a key that holds an error report: "error", "errors", "errorMessage", "error_code",
+# "exception_type"; not a figure about errors ("error_rate", "error_count": data)
+_ERROR_KEY = re.compile(
+    r"(last[_\-.]?)?(error|errors|err|exception|fault)"
+    r"([_\-.]?(message|msg|code|type|detail|details|description|info|reason|text|name|"
+    r"class|string|str|trace|stack|stacktrace))?",
+    re.IGNORECASE,
+)
+# fields that hold what a tool found (a search hit, a document), not how the call went
+_CONTENT_KEYS = frozenset(
+    """
+    title content contents page_content snippet snippets text body summary description
+    document documents passage passages chunk chunks excerpt abstract html markdown
+    """.split()
+)
+# a text that opens as an error report: "Error: ...", "ERROR 503", "ValueError: ...",
+# "ToolException('...')", "Traceback (most recent call last)", "HTTP 500", "502 Bad Gateway"
+_OPENS_AS_ERROR = re.compile(
+    r"\W*(error\s*([:\-–(\[#]|\d|$)|\w*(error|exception)\s*[:(]|exception\b|traceback\b|"
+    r"fatal\b|http\s*(error|[45]\d\d)|[45]\d\d\s+(internal|bad|not|service|gateway|"
+    r"forbidden|unauthori[sz]ed|too))",
+    re.IGNORECASE,
+)
+_SHORT = 500
+"""The longest text read as a status message: a longer one mentioning an error is content
+(a documentation page about error handling, a log search's hits) unless it opens as one."""
+
+
+def _reads_as_error(text: str, content: bool) -> bool:
+    """Whether a text that says "error" is a report of one: it opens as one, or it is short
+    and no content field's (a status, "Sorry, an error occurred")."""
+    return _OPENS_AS_ERROR.match(text) is not None or (not content and len(text) <= _SHORT)
+
+
 def _mentions_error(value: Any) -> bool:
-    """Whether ``value``'s text (:func:`text_of`) says "error" in any case, found without
-    writing the text: a key or string that says it, or the ``str()`` of a value JSON has no
-    type for. A key that says it over an empty value (``{"error": null}``, ``"errors": []``,
-    ``"error_count": 0``: how many APIs say all went well) says no error, in a JSON object
-    written as text too. Each distinct string is looked at once and each container visited
-    once (a shared or self-containing one too). Writing 2.6 MB of records out as JSON took
-    ~31 ms here in one C call that holds the interpreter, so a scoring thread doing it
-    stalled the capture's writer for as long; this takes ~22 ms and lets other threads run."""
+    """Whether ``value`` reports an error, found without writing it out as text: a key of an
+    error report that holds something (``{"error": "timeout"}``, not ``{"error": null}``,
+    ``"errors": []`` nor ``{"error_rate": 0.02}``, a figure), a text that opens as an error
+    (``"Error: ..."``, ``"ValueError: ..."``, a traceback), a short text that says "error"
+    (a status: ``"Sorry, an error occurred"``), or the ``str()`` of a value JSON has no type
+    for that says it. What a tool found is not how it fared: a text over 500 characters, or
+    in a content field (``title``, ``content``, ``snippet``, ...), that mentions errors
+    without opening as one is data (documentation on error handling, a search hit titled
+    "KeyError"). A JSON object or array written as text is read as one. Each distinct text
+    is looked at once and each container visited once (a shared or self-containing one
+    too). Writing 2.6 MB of records out as JSON took ~31 ms here in one C call that holds
+    the interpreter, so a scoring thread doing it stalled the capture's writer for as long;
+    this takes ~22 ms and lets other threads run."""
     clean: set[str] = set()
     visited: set[int] = set()
-    stack = [value]
+    stack: list[tuple[Any, bool]] = [(value, False)]  # (value, held by a content field)
     while stack:
-        item = stack.pop()
+        item, content = stack.pop()
         kind = type(item)
         if kind is dict or kind is list or kind is tuple:
             if id(item) in visited:
                 continue
             visited.add(id(item))
             if kind is not dict:
-                stack.extend(item)
+                stack.extend((inner, content) for inner in item)
                 continue
             for key, inner in item.items():
-                if not _empty(inner):
-                    stack.append(key)
+                if type(key) is str:
+                    if _ERROR_KEY.fullmatch(key) and not _empty(inner):
+                        return True
+                    found = content or key.lower() in _CONTENT_KEYS
+                else:
+                    found = content
                 if type(inner) is str:
                     if inner not in clean:
                         if "error" in inner.lower():
-                            stack.append(inner)  # looked at whole below
+                            stack.append((inner, found))  # looked at whole below
                         else:
                             clean.add(inner)
                 elif not isinstance(inner, _SCALARS):
-                    stack.append(inner)
+                    stack.append((inner, found))
         elif isinstance(item, str):
             if item not in clean:
                 if "error" in item.lower():
                     written = _json_container(item)
                     if written is None:
-                        return True
-                    stack.append(written)  # its keys and values, as for a dict or list
+                        if _reads_as_error(item, content):
+                            return True
+                    else:
+                        stack.append((written, content))  # its keys and values
                 clean.add(item)
         elif not isinstance(item, _SCALARS) and "error" in str(item).lower():
             return True
