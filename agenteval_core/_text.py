@@ -7,6 +7,7 @@ import re
 
 __all__ = [
     "FIRST_WORDS_CHARS",
+    "FOLLOW_UP_WORDS",
     "LOOP_STOP_WORDS",
     "STOP_WORDS",
     "content_text",
@@ -14,6 +15,7 @@ __all__ = [
     "first_words",
     "jaccard",
     "loop_tokens",
+    "says_nothing_alone",
     "words",
 ]
 
@@ -89,6 +91,29 @@ def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float
     shared = len(a & b)
     union = len(a) + len(b) - shared  # without building the union set
     return shared / union if union else 0.0
+
+
+FOLLOW_UP_WORDS = frozenset(
+    """
+    yes yeah yep yup no nope ok okay sure please thanks thank thx great good fine perfect
+    cool right correct exactly go ahead proceed continue one ones first second third last
+    option sounds works agreed confirm confirmed done
+    """.split()
+)
+"""Words of a request that says nothing on its own but answers the agent's last turn
+("Yes, please.", "The second one", "ok do it"), beside the stop words."""
+
+
+_FOLLOW_UP_CHARS = 80
+"""The longest request read as a follow-up: one that says nothing on its own is short."""
+
+
+def says_nothing_alone(request: str) -> bool:
+    """Whether every word of ``request`` is a stop word or one of :data:`FOLLOW_UP_WORDS`
+    (a number or an id, "Where is A-1?", says something)."""
+    return len(request) <= _FOLLOW_UP_CHARS and all(
+        word in STOP_WORDS or word in FOLLOW_UP_WORDS for word in words(request)
+    )
 
 
 FIRST_WORDS_CHARS = 80

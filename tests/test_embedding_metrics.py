@@ -26,6 +26,7 @@ from agenteval_core import (
 )
 from agenteval_core._text import (
     FIRST_WORDS_CHARS,
+    FOLLOW_UP_WORDS,
     STOP_WORDS,
     content_tokens,
     first_words,
@@ -34,7 +35,6 @@ from agenteval_core._text import (
     words,
 )
 from agenteval_core.metrics import Coherence, LoopDetection
-from agenteval_core.metrics._embedding import FOLLOW_UP_WORDS
 
 
 class TableEmbedder:

@@ -24,6 +24,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 
 from agenteval_core import (
+    AgentStep,
     CaptureError,
     CaptureWriter,
     EvalCase,
@@ -402,6 +403,55 @@ def test_a_tool_the_agent_does_not_have_is_no_tool_a_case_requires(tmp_path: Pat
         ["book_hotel"],
     )
     assert case.provenance.failed_tools == ["book_hotel"]
+
+
+def _turn(session: str, request: str, answer: str, *calls: ToolCall) -> Trace:
+    step = [AgentStep(tool_calls=list(calls))] if calls else []
+    return Trace.from_steps(request, step, output=answer, session_id=session, status=RunStatus.OK)
+
+
+def test_the_same_follow_up_after_two_offers_is_two_requests(tmp_path: Path) -> None:
+    # "Yes, please." accepting a room in Rome, then in another session accepting an order's
+    # cancellation (which went well), then accepting a room in Paris: the two failed
+    # bookings were one case of "Yes, please.", and the cancellation its reference
+    # trajectory, so the case asked the fixed agent to cancel an order
+    rome, paris = (
+        "Hotel Roma has a room on Friday. Shall I book it?",
+        "Hotel Lutece has a room. Book it?",
+    )
+    failed = "Sorry, I could not book it: the service is down."
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        for trace in (
+            _turn("s1", "Find me a hotel in Rome", rome),
+            _turn(
+                "s1",
+                "Yes, please.",
+                failed,
+                ToolCall(name="book_hotel", arguments={"hotel": "Roma"}, error="503"),
+            ),
+            _turn("s2", "Cancel order 48213", "Shall I cancel order 48213?"),
+            _turn(
+                "s2",
+                "Yes, please.",
+                "Cancelled.",
+                ToolCall(name="cancel_order", arguments={"id": "48213"}, result="ok"),
+            ),
+            _turn("s3", "Find me a hotel in Paris", paris),
+            _turn(
+                "s3",
+                "Yes, please.",
+                failed,
+                ToolCall(name="book_hotel", arguments={"hotel": "Lutece"}, error="503"),
+            ),
+        ):
+            writer.write(trace)
+    cases = cases_from_capture(capture, metrics=["tool_failures"])
+    assert [(c.input, c.count, c.conversation, c.expected_tool_calls) for c in cases] == [
+        ("Yes, please.", 1, [{"input": "Find me a hotel in Rome", "output": rome}], None),
+        ("Yes, please.", 1, [{"input": "Find me a hotel in Paris", "output": paris}], None),
+    ]
+    assert cases[0].id != cases[1].id and cases[0].id.startswith("yes-please-")
 
 
 def test_a_refusal_becomes_a_case_that_fails_while_the_model_refuses(tmp_path: Path) -> None:

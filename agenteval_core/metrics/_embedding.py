@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from .._errors import ErrorKind, MetricInputError
 from .._sync import run_sync
-from .._text import STOP_WORDS, first_words, jaccard, loop_tokens, words
+from .._text import first_words, jaccard, loop_tokens, says_nothing_alone
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
@@ -277,29 +277,6 @@ def earlier_outputs(history: Sequence[Trace], count: int) -> list[tuple[int, Tra
     return found[::-1]
 
 
-FOLLOW_UP_WORDS = frozenset(
-    """
-    yes yeah yep yup no nope ok okay sure please thanks thank thx great good fine perfect
-    cool right correct exactly go ahead proceed continue one ones first second third last
-    option sounds works agreed confirm confirmed done
-    """.split()
-)
-"""Words of a request that says nothing on its own but answers the agent's last turn
-("Yes, please.", "The second one", "ok do it"), beside the stop words."""
-
-
-_FOLLOW_UP_CHARS = 80
-"""The longest request read as a follow-up: one that says nothing on its own is short."""
-
-
-def _says_nothing_alone(request: str) -> bool:
-    """Whether every word of ``request`` is a stop word or one of :data:`FOLLOW_UP_WORDS`
-    (a number or an id, "Where is A-1?", says something)."""
-    return len(request) <= _FOLLOW_UP_CHARS and all(
-        word in STOP_WORDS or word in FOLLOW_UP_WORDS for word in words(request)
-    )
-
-
 def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
     """The agent's answer in the turn before this case: the session's last earlier output,
     else the last output of the case's ``conversation``."""
@@ -333,9 +310,10 @@ class Coherence(_EmbeddingMetric):
     """Whether the output follows from the input: 1 − cosine distance of their embeddings.
 
     A request that says nothing on its own ("Yes, please.", "The second one": only stop
-    words and :data:`FOLLOW_UP_WORDS`) answers the agent's previous turn, so the text
-    compared is that turn's answer followed by the request; with no earlier turn known
-    (no session history, no ``conversation``) the case is not scored."""
+    words and words of assent, thanks or choice) answers the agent's previous turn: the
+    answer is compared with the request alone and after that turn's answer, the closer
+    counting; with no earlier turn known (no session history, no ``conversation``) the
+    case is not scored."""
 
     name = "coherence"
     uses_history: ClassVar[bool] = True
@@ -360,7 +338,7 @@ class Coherence(_EmbeddingMetric):
                 f"empty {side}: coherence assumed",
                 {"coherence_gap": 0.0, "embedder": self.embedder.name},
             )
-        if _says_nothing_alone(source):
+        if says_nothing_alone(source):
             # a correct booking after "Yes, please." has nothing in common with those two
             # words: the answer follows from the offer they accept
             previous = _previous_answer(case, history)

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._errors import CaptureError, MetricInputError, UnknownMetricError, describe_validation
+from .._text import says_nothing_alone
 from ..engine._sinks import CallbackSink
 from ..metrics._loops import canonical_call
 from ..metrics._protocol import Metric, SessionMetric
@@ -320,8 +321,16 @@ def _why(
     return (results if "metrics" in selection else []) if selected else None
 
 
-def _key(value: Any) -> str:
-    return " ".join(text_of(value).split())
+def _key(value: Any, turns: Sequence[dict[str, Any]]) -> str:
+    """What makes two runs' requests the same: the text, and for a request that says
+    nothing on its own ("Yes, please.") the answer it accepts, the session's last one. The
+    same words after two different offers are two requests: one case each, and a later run
+    that passed after one offer is no reference for the other."""
+    text = " ".join(text_of(value).split())
+    if not says_nothing_alone(text):
+        return text
+    previous = next((t["output"] for t in reversed(turns) if text_of(t["output"]).strip()), None)
+    return text if previous is None else f"{text}\n" + " ".join(text_of(previous).split())
 
 
 def _case_id(input_key: str, signature: tuple[Any, ...]) -> str:
@@ -404,7 +413,7 @@ def cases_from_capture(
                 or trace.id in scored.flagged
                 or trace.refusal() is not None
             ):
-                for case in awaiting.pop(_key(trace.input), []):
+                for case in awaiting.pop(_key(trace.input, turns), []):
                     _check_against(case, trace)
             turns.append(turn)
             continue
@@ -420,7 +429,7 @@ def cases_from_capture(
             tuple(sorted({alert.pattern for alert in trace.alerts})),
             tuple(tools),
         )
-        input_key = _key(trace.input)
+        input_key = _key(trace.input, turns)
         existing = groups.get((input_key, signature))
         if existing is not None:
             existing.count += 1
