@@ -419,31 +419,21 @@ def test_the_same_follow_up_after_two_offers_is_two_requests(tmp_path: Path) -> 
         "Hotel Roma has a room on Friday. Shall I book it?",
         "Hotel Lutece has a room. Book it?",
     )
-    failed = "Sorry, I could not book it: the service is down."
+
+    def booking_failed(session: str, hotel: str) -> Trace:
+        call = ToolCall(name="book_hotel", arguments={"hotel": hotel}, error="503")
+        return _turn(session, "Yes, please.", "Sorry, the service is down.", call)
+
+    cancelled = ToolCall(name="cancel_order", arguments={"id": "48213"}, result="ok")
     capture = tmp_path / "capture.jsonl"
     with CaptureWriter(capture) as writer:
         for trace in (
             _turn("s1", "Find me a hotel in Rome", rome),
-            _turn(
-                "s1",
-                "Yes, please.",
-                failed,
-                ToolCall(name="book_hotel", arguments={"hotel": "Roma"}, error="503"),
-            ),
+            booking_failed("s1", "Roma"),
             _turn("s2", "Cancel order 48213", "Shall I cancel order 48213?"),
-            _turn(
-                "s2",
-                "Yes, please.",
-                "Cancelled.",
-                ToolCall(name="cancel_order", arguments={"id": "48213"}, result="ok"),
-            ),
+            _turn("s2", "Yes, please.", "Cancelled.", cancelled),
             _turn("s3", "Find me a hotel in Paris", paris),
-            _turn(
-                "s3",
-                "Yes, please.",
-                failed,
-                ToolCall(name="book_hotel", arguments={"hotel": "Lutece"}, error="503"),
-            ),
+            booking_failed("s3", "Lutece"),
         ):
             writer.write(trace)
     cases = cases_from_capture(capture, metrics=["tool_failures"])
