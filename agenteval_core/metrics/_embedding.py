@@ -18,7 +18,7 @@ from .._text import first_words, jaccard, loop_tokens, says_nothing_alone
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
-from ..schema._trace import EvalCase, RunStatus, Trace, text_of
+from ..schema._trace import EvalCase, RunStatus, Trace, last_answer, text_of
 from ._protocol import Metric, MetricKind, Score
 from ._registry import register_metric
 
@@ -281,13 +281,7 @@ def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
     """The agent's answer in the turn before this case: the session's last earlier output,
     else the last output of the case's ``conversation``."""
     found = earlier_outputs(history, 1)
-    if found:
-        return found[0][2]
-    for turn in reversed(case.conversation or []):
-        text = text_of(turn.get("output") if isinstance(turn, dict) else None).strip()
-        if text:
-            return text
-    return ""
+    return found[0][2] if found else last_answer(case.conversation or [])
 
 
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
@@ -370,8 +364,10 @@ class Coherence(_EmbeddingMetric):
         if in_context is None:  # the request and the previous answer: neither read
             return no_vector(self.embedder.name, comparison.texts[2])
         with_previous = alone is None or in_context > alone
-        distance = 1.0 - (in_context if with_previous or alone is None else alone)
-        read = "after the previous answer" if with_previous else "alone"
+        if alone is not None and not with_previous:
+            distance, read = 1.0 - alone, "alone"
+        else:
+            distance, read = 1.0 - in_context, "after the previous answer"
         return Score(
             1.0 - distance,
             f"cosine distance between input and output {distance:.4f}, the input read {read} "

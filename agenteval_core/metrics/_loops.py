@@ -54,8 +54,9 @@ class LoopGuard:
     ``repeated_call``: a call (same tool, same canonical arguments) reaches
     ``repeat_threshold`` occurrences in one run; a handoff (:data:`HANDOFF_PREFIXES`) with
     no call new to the run between them (a supervisor that hands each part of a task to the
-    same worker, which makes new calls each time, delegates; it does not loop). ``cycle``: the last ``cycle_repeats`` × L
-    calls are one sequence of L ≥ 2 distinct calls repeated (L ≤ ``max_cycle_length``). Each
+    same worker, which makes new calls each time, delegates; it does not loop). ``cycle``:
+    the last ``cycle_repeats`` × L calls are one sequence of L ≥ 2 distinct calls repeated
+    (L ≤ ``max_cycle_length``). Each
     loop is reported once per run. A call run again under its id with no model call in
     between (:meth:`model_called`) is the same call, its framework's retry (as in
     :meth:`Trace.tool_calls`), and counts once. State is per run and dropped

@@ -234,9 +234,9 @@ class TrajectoryMatch(_ExpectationMetric):
 @register_metric
 class ToolConstraints(Metric):
     """The limits a case sets on a run's tool calls: tools that must be called and whose
-    calls must not fail (``tools_must_succeed``) and calls that may be made at most so many times
-    (``tool_call_limits``, e.g. a call the loop guard refused). Score: the share of
-    constraints kept; threshold 1.0. Skipped when the case sets none."""
+    calls must not fail (``tools_must_succeed``) and calls that may be made at most so
+    many times (``tool_call_limits``, e.g. a call the loop guard refused). Score: the share
+    of constraints kept; threshold 1.0. Skipped when the case sets none."""
 
     name = "tool_constraints"
     reads_steps: ClassVar[bool] = True

@@ -12,7 +12,7 @@ import random
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -56,6 +56,7 @@ __all__ = [
     "ToolSpec",
     "Trace",
     "known_version",
+    "last_answer",
     "new_id",
     "read_again",
     "run_fingerprint",
@@ -249,6 +250,16 @@ def text_of(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
     except (TypeError, ValueError):
         return str(value)
+
+
+def last_answer(turns: Sequence[Mapping[str, Any]]) -> str:
+    """The last non-empty ``output`` of a conversation's turns (``{"input": ...,
+    "output": ...}``, oldest first), as text, stripped; ``""`` when none has one."""
+    for turn in reversed(turns):
+        text = text_of(turn.get("output")).strip()
+        if text:
+            return text
+    return ""
 
 
 _SCALARS = (bool, int, float, type(None))

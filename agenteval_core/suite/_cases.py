@@ -41,6 +41,7 @@ from ..schema._trace import (
     ToolCallLimit,
     Trace,
     known_version,
+    last_answer,
     read_again,
     text_of,
 )
@@ -327,10 +328,8 @@ def _key(value: Any, turns: Sequence[dict[str, Any]]) -> str:
     same words after two different offers are two requests: one case each, and a later run
     that passed after one offer is no reference for the other."""
     text = " ".join(text_of(value).split())
-    if not says_nothing_alone(text):
-        return text
-    previous = next((t["output"] for t in reversed(turns) if text_of(t["output"]).strip()), None)
-    return text if previous is None else f"{text}\n" + " ".join(text_of(previous).split())
+    previous = last_answer(turns) if says_nothing_alone(text) else ""
+    return f"{text}\n" + " ".join(previous.split()) if previous else text
 
 
 def _case_id(input_key: str, signature: tuple[Any, ...]) -> str:
