@@ -193,6 +193,31 @@ def test_a_conversation_turn_that_accepts_an_offer_is_coherent(tmp_path: Path) -
     assert round(float(vectors[0] @ vectors[1]), 2) == 0.23 < 0.5  # what the seed compares
 
 
+def test_a_follow_up_of_an_app_that_sends_the_history_itself_is_read_after_it(
+    tmp_path: Path,
+) -> None:
+    # no thread and no session: the app keeps the conversation and sends all of it. The
+    # run's own model call holds the offer "Yes, please." accepts
+    offer = "Hotel Roma Central has a room on Friday for 120 euros. Shall I book it?"
+    booked = "I booked Hotel Roma Central for Friday; your confirmation is H-4."
+    agent = create_agent(ScriptedChatModel(replies=[AIMessage(booked)]), tools=[])
+    capture = tmp_path / "capture.jsonl"
+    with OnlineEvaluator(capture=capture, log=False) as evaluator:
+        history = [("user", "Find me a hotel in Rome for Friday."), ("ai", offer)]
+        agent.invoke(
+            {"messages": [*history, ("user", "Yes, please.")]},
+            {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+    [trace] = read_capture(capture)
+    assert (trace.session_id, trace.input, trace.previous_answer()) == (
+        None,
+        "Yes, please.",
+        offer,
+    )
+    result = create_metric("coherence").measure(trace)
+    assert result.success and result.metadata["input_read_after_previous_answer"] is True
+
+
 def test_the_quickstart_answer_is_coherent() -> None:
     result = create_metric("coherence").measure(
         EvalCase(

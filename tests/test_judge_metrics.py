@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain.testing import ScriptedChatModel
 from judge_server import JudgeServer, Reply
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 from agenteval_core import (
     AgentStep,
@@ -19,6 +24,7 @@ from agenteval_core import (
     Engine,
     EvalCase,
     EvalSuite,
+    OnlineEvaluator,
     ToolCall,
     ToolSpec,
     Trace,
@@ -86,6 +92,37 @@ def test_task_completion_two_stages_with_accounting(judge_server: JudgeServer) -
     )
     assert (result.input_tokens, result.output_tokens) == (200, 40)  # 2 calls × (100, 20)
     assert schema_names(judge_server) == ["TaskAndOutcome", "VerdictScore"]
+
+
+def test_the_judge_reads_a_follow_up_after_the_answer_it_accepts(
+    judge_server: JudgeServer,
+) -> None:
+    # a LangGraph thread's second turn: the judge was shown "user input: Yes, please." and
+    # nothing of the offer it accepts, so the task it extracted was "yes, please"
+    offer = "Hotel Roma has a room on Friday. Shall I book it?"
+    model = ScriptedChatModel(replies=[AIMessage(offer), AIMessage("Booked Hotel Roma.")])
+    agent = create_agent(model, tools=[], checkpointer=InMemorySaver())
+    with OnlineEvaluator(log=False) as evaluator:
+        config = {
+            "configurable": {"thread_id": "t1"},
+            "callbacks": [AgentEvalCallbackHandler(evaluator)],
+        }
+        for request in ("Find me a hotel in Rome for Friday.", "Yes, please."):
+            agent.invoke({"messages": [("user", request)]}, config)
+        assert evaluator.flush(20)
+        follow_up = evaluator.captured()[-1]
+    assert (follow_up.input, follow_up.previous_answer()) == ("Yes, please.", offer)
+    judge_server.reply(
+        {"task": "book Hotel Roma for Friday", "outcome": "booked"},
+        {"verdict": 1.0, "reason": "booked as asked"},
+    )
+    result = run_metric("task_completion", judge_server, follow_up)
+    assert result.score == 1.0
+    sent = json.dumps(judge_server.requests[0]["messages"])
+    assert (
+        f"the agent's previous answer in this conversation: {offer}\\nuser input: Yes, please."
+        in sent
+    )
 
 
 def test_argument_correctness_counts_verdicts(judge_server: JudgeServer) -> None:

@@ -278,8 +278,12 @@ def earlier_outputs(history: Sequence[Trace], count: int) -> list[tuple[int, Tra
 
 
 def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
-    """The agent's answer in the turn before this case: the session's last earlier output,
-    else the last output of the case's ``conversation``."""
+    """The agent's answer in the turn before this case: as the run's model was sent it,
+    else the session's last earlier output, else the last output of the case's
+    ``conversation``."""
+    sent = case.trace.previous_answer() if case.trace is not None else ""
+    if sent:
+        return sent
     found = earlier_outputs(history, 1)
     return found[0][2] if found else last_answer(case.conversation or [])
 
@@ -306,8 +310,8 @@ class Coherence(_EmbeddingMetric):
     A request that says nothing on its own ("Yes, please.", "The second one": only stop
     words and words of assent, thanks or choice) answers the agent's previous turn: the
     answer is compared with the request alone and after that turn's answer, the closer
-    counting; with no earlier turn known (no session history, no ``conversation``) the
-    case is not scored."""
+    counting; with no earlier turn known (none in the messages the run's model was sent,
+    the session's history or the case's ``conversation``) the case is not scored."""
 
     name = "coherence"
     uses_history: ClassVar[bool] = True

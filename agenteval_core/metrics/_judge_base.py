@@ -20,7 +20,7 @@ from .._errors import (
 from .._redact import redact_text
 from ..judges._pricing import cost_usd
 from ..judges._protocol import Judge, JudgeRequest
-from ..schema._trace import EvalCase, ToolCall, Trace, text_of
+from ..schema._trace import EvalCase, ToolCall, Trace, last_answer, text_of
 from ._protocol import Metric, MetricKind, Score
 
 __all__ = ["JudgeMetric", "Prompt", "data_block", "describe_trace", "field_limit"]
@@ -68,8 +68,14 @@ def _call_line(call: ToolCall) -> str:
 
 
 def describe_trace(case: EvalCase) -> str:
-    """A compact account of the run: the request, each step's thought and tool calls, the answer."""
-    lines = [f"user input: {text_of(case.input)}"]
+    """A compact account of the run: the agent's previous answer in the conversation (up to
+    500 characters, when known), the request, each step's thought and tool calls, the answer."""
+    lines = []
+    previous = case.trace.previous_answer() if case.trace is not None else ""
+    previous = previous or last_answer(case.conversation or [])
+    if previous:  # "Yes, please." says what it accepts only after the offer
+        lines.append(f"the agent's previous answer in this conversation: {previous[:500]}")
+    lines.append(f"user input: {text_of(case.input)}")
     media = case.trace.request_media() if case.trace is not None else []
     if media:  # what the agent saw that the judge does not
         lines.append(f"the user's request also held {_media_words(media)}, not shown here")

@@ -252,6 +252,21 @@ def text_of(value: Any) -> str:
         return str(value)
 
 
+_USER_ROLES = ("human", "user")
+_ASSISTANT_ROLES = ("ai", "assistant")
+
+
+def _message_text(content: Any) -> str:
+    """A message's text: its content, or the text of its text blocks."""
+    if isinstance(content, list):
+        return "\n".join(
+            block["text"]
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "text" and "text" in block
+        )
+    return text_of(content)
+
+
 def last_answer(turns: Sequence[Mapping[str, Any]]) -> str:
     """The last non-empty ``output`` of a conversation's turns (``{"input": ...,
     "output": ...}``, oldest first), as text, stripped; ``""`` when none has one."""
@@ -815,18 +830,34 @@ class Trace(_Model):
         refused = final.attributes.get(REFUSAL) if final is not None else None
         return refused if isinstance(refused, str) else None
 
+    def _first_call_messages(self) -> list[dict[str, Any]]:
+        """The messages the run's first own model call was sent (the conversation so far,
+        the request last), or ``[]``."""
+        first = next((s for s in self._agents_own_spans() if s.kind is SpanKind.LLM), None)
+        sent = first.input if first is not None else None
+        if isinstance(sent, list) and sent and all(isinstance(m, list) for m in sent):
+            sent = sent[0]  # LangChain's batch: the first list is the one sent
+        return [m for m in sent if isinstance(m, dict)] if isinstance(sent, list) else []
+
+    def previous_answer(self) -> str:
+        """The agent's answer in the turn before this run, as its first own model call was
+        sent it: the text of the last assistant message before the last user message, or
+        ``""`` (a first turn, or a framework that sends the model no history)."""
+        sent = self._first_call_messages()
+        users = [i for i, m in enumerate(sent) if m.get("role") in _USER_ROLES]
+        for message in reversed(sent[: users[-1]] if users else []):
+            if message.get("role") in _ASSISTANT_ROLES:
+                text = _message_text(message.get("content")).strip()
+                if text:
+                    return text
+        return ""
+
     def request_media(self) -> list[str]:
         """The media (``image``, ``audio``, ``video``, ``file``, ``document``) the run's
         request sent the model beside its text, one entry per item: content blocks of the
         last user message its first own model call was sent. ``trace.input`` is the
         request's text alone, so a metric that reads only it cannot see them."""
-        first = next((s for s in self._agents_own_spans() if s.kind is SpanKind.LLM), None)
-        sent = first.input if first is not None else None
-        if isinstance(sent, list) and sent and all(isinstance(m, list) for m in sent):
-            sent = sent[0]  # LangChain's batch: the first list is the one sent
-        if not isinstance(sent, list):
-            return []
-        users = [m for m in sent if isinstance(m, dict) and m.get("role") in ("human", "user")]
+        users = [m for m in self._first_call_messages() if m.get("role") in _USER_ROLES]
         content = users[-1].get("content") if users else None
         return [
             media_kind(block["type"])
