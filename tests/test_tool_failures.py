@@ -63,6 +63,13 @@ MISSING = ToolCall(name="lookup", arguments={"order_id": "B-2"}, error="KeyError
         ([MISSING], "There is no such order as B-2.", 0.5, 0),
         ([MISSING], "We have no record of order B-2.", 0.5, 0),
         ([MISSING], "Order B-2 shipped yesterday.", 0.0, 1),
+        # an agent that owns up in its user's language (it was "not recovered": 0.0)
+        ([DOWN], "Lo siento, no pude reservar el hotel: el servicio no está disponible.", 0.5, 0),
+        ([DOWN], "Désolé, je n'ai pas pu réserver l'hôtel.", 0.5, 0),
+        ([DOWN], "Leider konnte ich das Hotel nicht buchen.", 0.5, 0),
+        ([DOWN], "Mi dispiace, non è stato possibile prenotare l'hotel.", 0.5, 0),
+        ([DOWN], "Desculpe, não foi possível reservar o hotel.", 0.5, 0),
+        ([DOWN], "Su hotel está reservado.", 0.0, 1),  # claims success: still unrecovered
     ],
 )
 def test_scores_by_hand(calls: list[ToolCall], answer: str, score: float, unrecovered: int) -> None:

@@ -17,7 +17,14 @@ _FAILURE_WORDS = re.compile(
     r"\b(sorry|unable|could ?n[o']t|can ?n[o']t|can not|not able|failed|failure|"
     r"unavailable|not available|went wrong|apologi[sz]e|"
     # what an agent tells a user whose lookup raised because there is nothing to find
-    r"not found|no such|does ?n[o']t exist|do ?n[o']t exist|no record)\b",
+    r"not found|no such|does ?n[o']t exist|do ?n[o']t exist|no record|"
+    # the same in the languages the default embedder's language check names most often:
+    # Spanish, French, German, Italian, Portuguese
+    r"lo siento|no (he )?pod(ido|ía)|no pude|no se pudo|no está disponible|"
+    r"désolée?|je n'ai pas pu|n'a pas pu|impossible de|n'est pas disponible|"
+    r"leider|konnte nicht|nicht möglich|fehlgeschlagen|nicht verfügbar|"
+    r"mi dispiace|non è stato possibile|non sono riuscit[oa]|non è disponibile|"
+    r"desculpe|não foi possível|não consegui|não está disponível)\b",
     re.IGNORECASE,
 )
 
@@ -25,7 +32,8 @@ _FAILURE_WORDS = re.compile(
 def states_failure(answer: Any) -> bool:
     """Whether a final answer reads as a statement that the task failed (a heuristic: words
     such as "sorry", "unable", "could not", "failed", "unavailable", "not found", "does not
-    exist")."""
+    exist", and the like in Spanish, French, German, Italian and Portuguese: "lo siento",
+    "désolé", "leider", "mi dispiace", "não foi possível")."""
     return bool(_FAILURE_WORDS.search(text_of(answer)))
 
 
