@@ -388,3 +388,75 @@ def test_a_timeout_that_is_no_number_of_seconds_is_refused(timeout: float) -> No
     suite = EvalSuite("s").add_cases(EvalCase(input="q")).add_evaluators("tool_call_accuracy")
     with pytest.raises(MetricInputError, match="timeout must be a number of seconds > 0"):
         suite.run(looked_up, k=1, timeout=timeout)
+
+
+OFFER = "Hotel Roma Central has a room on Friday for 120 euros. Shall I book it?"
+TURNS = [{"input": "Find me a hotel in Rome for Friday", "output": OFFER}]
+
+
+def _answer(request: str, history: list[dict[str, Any]]) -> Trace:
+    """A booking agent: with the offer in its history it books; asked "Yes, please." alone,
+    it asks what to do, calling nothing."""
+    if history and history[-1]["output"] == OFFER:
+        booked = ToolCall(name="book_hotel", arguments={"hotel": "Roma Central"}, result="ok")
+        return Trace.from_steps(request, [AgentStep(tool_calls=[booked])], output="Booked.")
+    return Trace.from_steps(request, [], output="What would you like me to do?")
+
+
+def test_a_follow_up_is_not_run_by_an_agent_that_cannot_be_given_its_conversation() -> None:
+    # a loop captured after "Yes, please.": asked alone, the agent calls nothing, so no loop
+    # and no failed tool, and the case passed every attempt with nothing it was about checked
+    case = EvalCase(
+        id="yes-please", input="Yes, please.", conversation=TURNS,
+        metrics=["tool_failures", "tool_call_loops"],
+    )  # fmt: skip
+    asked: list[str] = []
+
+    def stateless(request: str) -> Trace:
+        asked.append(request)
+        return _answer(request, [])
+
+    report = EvalSuite("s").add_cases(case).run(stateless, k=1, attempts=3)
+    assert asked == []
+    assert [(r.outcome, r.passed, r.error) for r in report.cases[0].runs] == [
+        ("out_of_context", False, None)
+    ] * 3
+    assert (
+        report.cases[0]
+        .runs[0]
+        .reason.startswith(
+            "not run: the request only answers the case's earlier turns, and the agent function "
+            "takes no `conversation` parameter"
+        )
+    )
+    assert "3 out of context" in report.summary()
+
+    given: list[list[dict[str, Any]]] = []
+
+    def with_history(request: str, conversation: list[dict[str, Any]]) -> Trace:
+        given.append(conversation)
+        return _answer(request, conversation)
+
+    report = EvalSuite("s").add_cases(case).run(with_history, k=1, attempts=3)
+    assert given == [TURNS] * 3
+    assert [(r.outcome, r.reason) for r in report.cases[0].runs] == [
+        ("passed", "scored by tool_failures, tool_call_loops; none failed")
+    ] * 3
+
+
+def test_a_request_that_stands_alone_runs_without_its_earlier_turns() -> None:
+    # a stateless agent is asked a self-contained request the same way in or out of a session
+    case = EvalCase(
+        id="rome", input="Book Hotel Roma Central in Rome for Friday", conversation=TURNS,
+        metrics=["tool_failures"],
+    )  # fmt: skip
+    asked: list[str] = []
+
+    def stateless(request: str) -> Trace:
+        asked.append(request)
+        booked = ToolCall(name="book_hotel", arguments={"hotel": "Roma Central"}, result="ok")
+        return Trace.from_steps(request, [AgentStep(tool_calls=[booked])], output="Booked.")
+
+    report = EvalSuite("s").add_cases(case).run(stateless, k=1, attempts=2)
+    assert asked == [case.input] * 2
+    assert [r.outcome for r in report.cases[0].runs] == ["passed", "passed"]

@@ -24,6 +24,7 @@ from rich.progress import Progress
 from .._errors import CaptureError, MetricInputError, describe_validation
 from .._options import check_options
 from .._tables import TextTable, show, unscored_note
+from .._text import says_nothing_alone
 from ..engine._engine import Engine, resolve_metrics
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric
@@ -57,14 +58,23 @@ SUITE_REPORT_VERSION = 1
 """Version of a saved suite report's JSON form."""
 
 AttemptOutcome = Literal[
-    "passed", "failed", "not_scored", "incomplete", "refused", "agent_error", "agent_timeout"
+    "passed",
+    "failed",
+    "not_scored",
+    "incomplete",
+    "refused",
+    "agent_error",
+    "agent_timeout",
+    "out_of_context",
 ]
 """How one attempt ended: ``passed`` (something scored it and nothing failed), ``failed`` (a
 metric failed its threshold or errored), ``not_scored`` (every metric skipped it: there was
 nothing to check), ``incomplete`` (the run ended in error, was stopped, cancelled, timed out
 or hit a limit), ``refused`` (its answer was the model provider's refusal, and the case does
 not allow one: ``EvalCase.allow_refusal``), ``agent_error`` (the agent function raised),
-``agent_timeout`` (the agent function did not return within the suite's ``timeout``). Only
+``agent_timeout`` (the agent function did not return within the suite's ``timeout``),
+``out_of_context`` (the case's request only answers its earlier turns, "Yes, please.", and
+the agent function takes no ``conversation`` to be given them: it was not run). Only
 ``passed`` is a pass."""
 
 
@@ -341,7 +351,7 @@ def _call(agent_fn: AgentFn, value: Any, arguments: dict[str, Any]) -> Any:
 
 
 def _not_run(
-    case: EvalCase, index: int, outcome: AttemptOutcome, reason: str, error: str
+    case: EvalCase, index: int, outcome: AttemptOutcome, reason: str, error: str | None = None
 ) -> RunResult:
     """An attempt the agent never finished: nothing to score."""
     return RunResult(
@@ -374,6 +384,24 @@ async def _on_daemon_thread(agent_fn: AgentFn, value: Any, arguments: dict[str, 
         target=context.run, args=(attempt,), name="agenteval-attempt", daemon=True
     ).start()
     return await done
+
+
+def _follows_up(case: EvalCase) -> bool:
+    """Whether the case's request only answers its earlier turns ("Yes, please." accepting an
+    offer): asked alone, it is another request, which may pass with nothing checked (no tool
+    called, no loop possible). A request that stands on its own is the same request alone, as
+    a stateless agent is asked it."""
+    return (
+        bool(case.conversation) and isinstance(case.input, str) and says_nothing_alone(case.input)
+    )
+
+
+_OUT_OF_CONTEXT = (
+    "not run: the request only answers the case's earlier turns, and the agent function "
+    "takes no `conversation` parameter to be given them (asked alone, it is another request); "
+    "add one (the earlier turns, oldest first, each {'input': ..., 'output': ...}) and pass "
+    "them to the agent as its history"
+)
 
 
 def _takes_conversation(agent_fn: AgentFn) -> bool:
@@ -547,6 +575,8 @@ class EvalSuite:
         timeout: float | None,
     ) -> RunResult:
         scored = case
+        if agent_fn is not None and not conversation and _follows_up(case):
+            return _not_run(case, index, "out_of_context", _OUT_OF_CONTEXT)
         if agent_fn is not None:
             arguments: dict[str, Any] = (
                 {"conversation": list(case.conversation or [])} if conversation else {}
