@@ -16,6 +16,7 @@ __all__ = [
     "jaccard",
     "loop_tokens",
     "says_nothing_alone",
+    "shared_ending",
     "words",
 ]
 
@@ -114,6 +115,38 @@ def says_nothing_alone(request: str) -> bool:
     return len(request) <= _FOLLOW_UP_CHARS and all(
         word in STOP_WORDS or word in FOLLOW_UP_WORDS for word in words(request)
     )
+
+
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?。！？])\s+|\n\s*|(?<=[。！？])")
+
+
+def shared_ending(answer: str, other: str, request: str) -> str:
+    """The sentences ``answer`` and ``other`` both end with, when they read as a sign-off or
+    a disclaimer the agent adds to its answers ("" otherwise): each says something before
+    them, ``answer``'s part before them shares a word with its ``request`` (it answers it),
+    and the ending shares none (it is about no request). An ending that is about the
+    request ("I could not find your order."), or follows filler ("Let me try again."), is
+    what the agent said."""
+    if not answer or not other or answer[-1] != other[-1]:
+        return ""  # most pairs of answers end differently: no more work
+    shared = 0
+    limit = min(len(answer), len(other))
+    while shared < limit and answer[-1 - shared] == other[-1 - shared]:
+        shared += 1
+    if shared == limit:
+        return ""  # one ends with all of the other: it says it again
+    tail = answer[len(answer) - shared :]
+    found = _SENTENCE_BREAK.search(tail)
+    if found is None:
+        return ""
+    ending = tail[found.end() :]
+    before = answer[: len(answer) - len(ending)]
+    if not ending or not _NOT_SPACE.search(other, 0, len(other) - len(ending)):
+        return ""
+    asked = content_tokens(request)
+    if content_tokens(ending) & asked or not content_tokens(before) & asked:
+        return ""
+    return ending
 
 
 FIRST_WORDS_CHARS = 80

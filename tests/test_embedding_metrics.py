@@ -32,6 +32,7 @@ from agenteval_core._text import (
     first_words,
     jaccard,
     loop_tokens,
+    shared_ending,
     words,
 )
 from agenteval_core.metrics import Coherence, LoopDetection
@@ -254,6 +255,105 @@ def test_a_template_answering_a_new_order_is_no_repeat() -> None:
         history=[Trace(input="Where is my order 48213?", output=first)],
     )
     assert again.score == 0.0 and "new_from_request" not in again.metadata["comparisons"][0]
+
+
+DISCLAIMER = (
+    "This information is provided for general educational purposes only and does not "
+    "constitute financial, investment, tax or legal advice. Past performance is not "
+    "indicative of future results. Please consult a licensed financial advisor before making "
+    "any investment decisions."
+)
+ADVISOR = [
+    ("What did Apple stock close at today?", "Apple (AAPL) closed at $189.20 today, up 1.2%."),
+    ("How about Microsoft?", "Microsoft (MSFT) closed at $402.10, down 0.4% on the day."),
+    ("Should I buy Tesla?", "Tesla has been volatile; analysts are split between buy and hold."),
+    ("What is an index fund?", "An index fund tracks a market index such as the S&P 500."),
+]
+
+
+def _session(turns: Sequence[tuple[str, str]], ending: str = "") -> list[Trace]:
+    return [
+        Trace(id=f"t{i}", session_id="s", input=request, output=f"{answer} {ending}".strip())
+        for i, (request, answer) in enumerate(turns)
+    ]
+
+
+def test_a_disclaimer_on_every_answer_is_neither_a_loop_nor_off_topic() -> None:
+    # a financial assistant adds the same 40-word disclaimer to each answer: with the
+    # default embedder, loop_detection scored 0.359, 0.453 and 0.436 after the first turn
+    # (hybrids of the disclaimer's words) and coherence failed 3 of 4 correct answers.
+    # Each now scores what the answers say: as the same session without the disclaimer
+    # (the texts compared are those), except coherence on the first turn, which has no
+    # earlier answer to tell its ending is one
+    metrics = [LoopDetection(), Coherence()]
+    with_it = Engine(metrics).score_sync(_session(ADVISOR, DISCLAIMER))
+    without = Engine(metrics).score_sync(_session(ADVISOR))
+    scores = [[r.score for r in outcome.results] for outcome in with_it]
+    plain = [[r.score for r in outcome.results] for outcome in without]
+    assert scores[1:] == plain[1:]
+    assert scores[0][0] == plain[0][0] == 1.0  # loop_detection: no earlier output
+    assert [s > 0.9 for s, _ in scores] == [True] * 4
+    assert [c >= 0.5 for _, c in plain] == [True, False, True, True]  # "How about Microsoft?"
+    loop, coherence = with_it[1].results
+    ending = "'This information is provided for general educational purposes …'"
+    note = f"(left out: the ending {ending} it shares with an earlier answer, about no request"
+    assert note in loop.reason and note in coherence.reason
+    assert loop.metadata["ending_left_out"] == coherence.metadata["ending_left_out"]
+    assert "ending_left_out" not in with_it[0].results[1].metadata
+
+
+def test_a_repeat_is_still_a_repeat_whatever_ending_it_shares() -> None:
+    embedder = HashingEmbedder()
+    loop = LoopDetection(embedder=embedder)
+
+    def score(request: str, answer: str, earlier: str) -> float | None:
+        return loop.measure(
+            Trace(input=request, output=answer), history=[Trace(input=request, output=earlier)]
+        ).score
+
+    # the same answer and disclaimer again: one text, hybrid 1
+    answer = f"Apple (AAPL) closed at $189.20 today. {DISCLAIMER}"
+    assert score("What did Apple close at?", answer, answer) == 0.0
+    # the earlier answer again after an apology: it ends with all of it, compared whole
+    sorry = f"Sorry for the confusion. {answer}"
+    again = score("What did Apple close at?", sorry, answer)
+    assert again == pytest.approx(1.0 - _hybrid(embedder, sorry, answer), abs=1e-6)
+    assert again < 0.5
+    # the same failure after new filler: the filler does not answer the request, so the
+    # ending is what the agent said, compared whole as before
+    failed = "Sorry, I could not book Hotel Roma Central, the booking service is down."
+    kept = score("Book Hotel Roma Central", f"Let me try again. {failed}", f"Checking. {failed}")
+    hybrid = _hybrid(embedder, f"Let me try again. {failed}", f"Checking. {failed}")
+    assert kept == pytest.approx(1.0 - hybrid, abs=1e-6)
+    assert kept is not None and kept < 0.5
+    # an ending about the request is part of the answer
+    refund = "I could not find a refund for order 48213 either."
+    assert (
+        shared_ending(f"Order 48213 shipped. {refund}", f"It rains. {refund}", "Refund for 48213?")
+        == ""
+    )
+
+
+def _hybrid(embedder: HashingEmbedder, first: str, second: str) -> float:
+    vectors = embedder.embed([first, second])
+    cosine = float(
+        vectors[0] @ vectors[1] / np.linalg.norm(vectors[0]) / np.linalg.norm(vectors[1])
+    )
+    return cosine * jaccard(loop_tokens(first), loop_tokens(second))
+
+
+@given(st.text(max_size=60), st.text(max_size=60), st.text(max_size=60), st.text(max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_a_shared_ending_ends_both_texts_after_something_of_each(
+    first: str, second: str, ending: str, request: str
+) -> None:
+    answer, other = f"{first}. {ending}", f"{second}. {ending}"
+    found = shared_ending(answer, other, request)
+    if found:
+        assert answer.endswith(found) and other.endswith(found)
+        assert answer[: -len(found)].strip() and other[: -len(found)].strip()
+        assert not content_tokens(found) & content_tokens(request)
+        assert content_tokens(answer[: -len(found)]) & content_tokens(request)
 
 
 def test_loop_detection_window_uses_last_three_outputs_with_their_indices() -> None:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from .._errors import ErrorKind, MetricInputError
 from .._sync import run_sync
-from .._text import first_words, jaccard, loop_tokens, says_nothing_alone
+from .._text import first_words, jaccard, loop_tokens, says_nothing_alone, shared_ending
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
@@ -277,15 +277,32 @@ def earlier_outputs(history: Sequence[Trace], count: int) -> list[tuple[int, Tra
     return found[::-1]
 
 
-def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
-    """The agent's answer in the turn before this case: as the run's model was sent it,
-    else the session's last earlier output, else the last output of the case's
+def _session_answer(case: EvalCase, history: Sequence[Trace]) -> str:
+    """The session's last earlier output, else the last output of the case's
     ``conversation``."""
-    sent = case.trace.previous_answer() if case.trace is not None else ""
-    if sent:
-        return sent
     found = earlier_outputs(history, 1)
     return found[0][2] if found else last_answer(case.conversation or [])
+
+
+def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
+    """The agent's answer in the turn before this case: as the run's model was sent it,
+    else the session's (:func:`_session_answer`)."""
+    sent = case.trace.previous_answer() if case.trace is not None else ""
+    return sent or _session_answer(case, history)
+
+
+def _without(text: str, ending: str) -> str:
+    """``text`` without ``ending`` when it ends with it after something of its own."""
+    if ending and text.endswith(ending) and text[: -len(ending)].strip():
+        return text[: -len(ending)].rstrip()
+    return text
+
+
+def _ending_note(ending: str) -> str:
+    return (
+        f" (left out: the ending {first_words(ending)!r} it shares with an earlier answer, "
+        "about no request: a sign-off or disclaimer)"
+    )
 
 
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
@@ -311,7 +328,9 @@ class Coherence(_EmbeddingMetric):
     words and words of assent, thanks or choice) answers the agent's previous turn: the
     answer is compared with the request alone and after that turn's answer, the closer
     counting; with no earlier turn known (none in the messages the run's model was sent,
-    the session's history or the case's ``conversation``) the case is not scored."""
+    the session's history or the case's ``conversation``) the case is not scored. The ending
+    an answer shares with the session's previous answer is left out of it when it is about no
+    request (a disclaimer, a sign-off: :func:`shared_ending`)."""
 
     name = "coherence"
     uses_history: ClassVar[bool] = True
@@ -336,6 +355,10 @@ class Coherence(_EmbeddingMetric):
                 f"empty {side}: coherence assumed",
                 {"coherence_gap": 0.0, "embedder": self.embedder.name},
             )
+        # a disclaimer or sign-off on every answer is about no request: what the answer
+        # says is before it
+        ending = shared_ending(answer, _session_answer(case, history), source)
+        answer = _without(answer, ending)
         if says_nothing_alone(source):
             # a correct booking after "Yes, please." has nothing in common with those two
             # words: the answer follows from the offer they accept
@@ -348,21 +371,24 @@ class Coherence(_EmbeddingMetric):
                 )
             # the answer first: its cosine with the request alone ("thanks!" → "You are
             # welcome!") and with the request after the turn it answers; the better counts
-            return Comparison([answer, source, f"{previous}\n{source}"], previous)
-        return Comparison([source, answer])
+            return Comparison([answer, source, f"{previous}\n{source}"], (previous, ending))
+        return Comparison([source, answer], (None, ending))
 
     def score_similarities(
         self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
-        if comparison.context is None:
+        previous, ending = comparison.context
+        left_out = {"ending_left_out": first_words(ending)} if ending else {}
+        note = _ending_note(ending) if ending else ""
+        if previous is None:
             (cosine,) = cosines
             if cosine is None:
                 return no_vector(self.embedder.name, comparison.texts[1])
             distance = 1.0 - cosine
             return Score(
                 1.0 - distance,
-                f"cosine distance between input and output {distance:.4f}",
-                {"coherence_gap": round(distance, 4), "embedder": self.embedder.name},
+                f"cosine distance between input and output {distance:.4f}{note}",
+                {"coherence_gap": round(distance, 4), "embedder": self.embedder.name, **left_out},
             )
         alone, in_context = cosines
         if in_context is None:  # the request and the previous answer: neither read
@@ -375,12 +401,13 @@ class Coherence(_EmbeddingMetric):
         return Score(
             1.0 - distance,
             f"cosine distance between input and output {distance:.4f}, the input read {read} "
-            "(it says nothing on its own)",
+            f"(it says nothing on its own){note}",
             {
                 "coherence_gap": round(distance, 4),
                 "embedder": self.embedder.name,
-                "previous_answer": first_words(comparison.context),
+                "previous_answer": first_words(previous),
                 "input_read_after_previous_answer": with_previous,
+                **left_out,
             },
         )
 
@@ -400,7 +427,8 @@ class LoopDetection(_EmbeddingMetric):
     An earlier output is no repeat when the current one carries a number or id of its own
     request that neither the earlier output nor its request held: the same template
     answering about another order, invoice or flight (``new_from_request`` in that
-    comparison's metadata, its hybrid 0)."""
+    comparison's metadata, its hybrid 0). An ending the answers share that is about no
+    request (a disclaimer, a sign-off: :func:`shared_ending`) is left out of each."""
 
     name = "loop_detection"
     uses_history: ClassVar[bool] = True
@@ -426,12 +454,18 @@ class LoopDetection(_EmbeddingMetric):
             if not current:
                 return vacuous(case, "empty output: nothing to compare", metadata)
             return vacuous(case, "no previous output in the session to compare with", metadata)
-        return Comparison([current] + [text for _, _, text in previous], previous)
+        request = text_of(case.input).strip()
+        # a disclaimer or sign-off on every answer is about no request: a repeat is of what
+        # the answers say before it
+        ending = max((shared_ending(current, text, request) for _, _, text in previous), key=len)
+        texts = [_without(text, ending) for text in [current] + [text for _, _, text in previous]]
+        return Comparison(texts, (previous, ending))
 
     def score_similarities(
         self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
-        previous: list[tuple[int, Trace, str]] = comparison.context
+        previous: list[tuple[int, Trace, str]]
+        previous, ending = comparison.context
         # the stripped text, as when this output is an earlier one: one cache entry each
         current_tokens = loop_tokens(comparison.texts[0])
         # numbers the answer takes from its request (most answers hold none: no work then)
@@ -440,7 +474,8 @@ class LoopDetection(_EmbeddingMetric):
             asked &= loop_tokens(text_of(case.input).strip())
         hybrids: list[float] = []
         comparisons = []
-        for (index, trace, text), cosine in zip(previous, cosines, strict=True):
+        compared_with = comparison.texts[1:]
+        for (index, trace, _), text, cosine in zip(previous, compared_with, cosines, strict=True):
             earlier = loop_tokens(text)
             overlap = jaccard(current_tokens, earlier)
             # "Your order 51877 has shipped" after "Your order 48213 has shipped", asked
@@ -469,6 +504,9 @@ class LoopDetection(_EmbeddingMetric):
             "embedder": self.embedder.name,
         }
         reason = f"highest cosine × Jaccard overlap with a recent output: {max_hybrid:.4f}"
+        if ending:
+            metadata["ending_left_out"] = first_words(ending)
+            reason += _ending_note(ending)
         answered = [c for c in comparisons if "new_from_request" in c]
         if answered:
             numbers = sorted({n for c in answered for n in c["new_from_request"]})
