@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from .metrics._statistics import (
         MeanPassK,
         PassKEstimate,
+        best_pass_k,
         estimate_pass_k,
         mean_pass_k,
         pass_at_k,
@@ -258,6 +259,7 @@ _EXPORTS: dict[str, str] = {
     "PassKEstimate": ".metrics._statistics",
     "mean_pass_k": ".metrics._statistics",
     "estimate_pass_k": ".metrics._statistics",
+    "best_pass_k": ".metrics._statistics",
     "pass_at_k": ".metrics._statistics",
     "pass_pow_k": ".metrics._statistics",
     "AttemptOutcome": ".suite._suite",

@@ -113,19 +113,27 @@ def assert_pass_k(
     metric scored, is a failure; so is one whose agent call took longer than ``timeout``
     seconds (default: no limit). Each case is scored by ``metrics`` and by the checks it
     names itself (a regression case's ``metrics``)."""
-    from .suite._suite import EvalSuite, without_bounds
+    from ._errors import MetricInputError
+    from .suite._suite import EvalSuite, missed_bounds, unreachable_bounds, without_bounds
 
+    unreachable = unreachable_bounds(
+        k,
+        attempts or k,
+        min_pass_at_k,
+        min_pass_pow_k,
+        names=("min_pass_at_k", "min_pass_pow_k", "attempts"),
+    )
+    if unreachable:  # before the agent runs: every attempt would be spent for nothing
+        raise MetricInputError("agenteval: " + "; ".join(unreachable))
     suite = EvalSuite("pytest", judge=judge).add_cases(cases).add_evaluators(*metrics)
     report = suite.run(
         agent, k=k, attempts=attempts, estimator=estimator, progress=False, timeout=timeout
     )
     for case in report.cases:
         _RECORDED.extend(r.model_dump(mode="json") for run in case.runs for r in run.results)
-    problems = []
-    if min_pass_at_k is not None and report.pass_at_k < min_pass_at_k:
-        problems.append(f"pass@{k} {report.pass_at_k:.3f} < {min_pass_at_k}")
-    if min_pass_pow_k is not None and report.pass_pow_k < min_pass_pow_k:
-        problems.append(f"pass^{k} {report.pass_pow_k:.3f} < {min_pass_pow_k}")
+    problems = missed_bounds(
+        report, min_pass_at_k, min_pass_pow_k, names=("min_pass_at_k", "min_pass_pow_k")
+    )
     if min_pass_at_k is None and min_pass_pow_k is None:
         problems += without_bounds(report, "min_pass_at_k or min_pass_pow_k")
     if problems:

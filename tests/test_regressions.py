@@ -29,6 +29,7 @@ from agenteval_core import (
     CaptureWriter,
     EvalCase,
     EvalSuite,
+    MetricInputError,
     OnlineEvaluator,
     RegressionCase,
     RunStatus,
@@ -45,6 +46,7 @@ from agenteval_core import (
     replay,
 )
 from agenteval_core.cli import cli
+from agenteval_core.pytest_plugin import assert_pass_k
 
 HERE = Path(__file__).resolve().parent
 METRICS = "tool_failures,tool_call_loops,agent_reliability"
@@ -610,6 +612,47 @@ def test_suite_refuses_bad_input_in_one_line(cases_file: Path, tmp_path: Path) -
     newer.write_text('{"agenteval_case": 9, "id": "x"}\n')
     with pytest.raises(CaptureError, match="cases format 9 is newer than this agenteval"):
         read_cases(newer)
+
+
+def test_a_bound_no_agent_can_meet_is_refused_before_the_agent_runs(
+    cases_file: Path, tmp_path: Path
+) -> None:
+    # with 5 attempts that all pass, pass^1 is the mean of Beta(6, 1), 6/7 = 0.857: the gate
+    # --min-pass-pow-k 0.9 failed every agent, however good, after running all of them
+    agent = tmp_path / "marking.py"
+    agent.write_text(
+        "from pathlib import Path\n\ndef run(question):\n"
+        "    Path(__file__).with_suffix('.ran').touch()\n    return 'x'\n"
+    )
+    runner = CliRunner()
+    suite = ["suite", str(cases_file), "--agent", f"{agent}:run"]
+    refused = runner.invoke(cli, [*suite, "--attempts", "5", "--min-pass-pow-k", "0.9"])
+    # (1 + n) / (2 + n) >= 0.9 from n = 8: 9/10
+    assert (refused.exit_code, refused.output) == (
+        2,
+        "agenteval: error: --min-pass-pow-k 0.9 cannot be met with 5 attempts per case: "
+        "pass^1 is a posterior mean, at most 0.857 when every attempt passes; give "
+        "--attempts 8 or more (pass^1 up to 0.900) or a lower bound\n",
+    )
+    # k = 3 and the default attempts (3): pass@3 = 1 − E[(1 − p)^3], 1 − p ~ Beta(1, 4):
+    # 1 − (1·2·3)/(5·6·7) = 0.971; 0.99 needs (n+2)(n+3)(n+4) >= 600, n = 6 (720, 0.992);
+    # a bound of 1 on pass^3 no posterior mean reaches
+    both = runner.invoke(
+        cli, [*suite, "-k", "3", "--min-pass-at-k", "0.99", "--min-pass-pow-k", "1"]
+    )
+    assert (both.exit_code, both.output) == (
+        2,
+        "agenteval: error: --min-pass-at-k 0.99 cannot be met with 3 attempts per case: "
+        "pass@3 is a posterior mean, at most 0.971 when every attempt passes; give "
+        "--attempts 6 or more (pass@3 up to 0.992) or a lower bound; --min-pass-pow-k 1 "
+        "cannot be met with 3 attempts per case: pass^3 is a posterior mean, at most 0.571 "
+        "when every attempt passes; no number of attempts reaches it: give a lower bound\n",
+    )
+    assert not agent.with_suffix(".ran").exists()
+    with pytest.raises(MetricInputError, match=r"min_pass_pow_k 0\.9 cannot be met with 5 "):
+        assert_pass_k(
+            lambda question: "x", read_cases(cases_file), k=1, attempts=5, min_pass_pow_k=0.9
+        )
 
 
 def _beta_pdf(a: int, b: int) -> dict[int, Fraction]:

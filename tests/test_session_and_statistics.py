@@ -13,6 +13,7 @@ from agenteval_core import (
     MetricInputError,
     agent_consistency,
     agent_reliability,
+    best_pass_k,
     estimate_pass_k,
     pass_at_k,
     pass_pow_k,
@@ -448,3 +449,13 @@ def test_million_trace_matrix_is_vectorised() -> None:
     top = np.sort(risk)[::-1][: math.ceil(len(risk) * 0.15)]
     assert result.score == pytest.approx(1 - (0.9 * top.mean() + 0.1 * risk.max()))
     assert len(result.metadata["per_trace_signals"]) == 1000
+
+
+def test_best_pass_k_is_the_posterior_mean_of_all_attempts_passed() -> None:
+    # Beta(6, 1) after 5 of 5: E[p] = 6/7; k = 3: E[p^3] = 6/7 · 7/8 · 8/9 = 2/3, and
+    # pass@3 = 1 − E[(1 − p)^3] with 1 − p ~ Beta(1, 6): 1 − (1·2·3)/(7·8·9) = 1 − 1/84
+    assert best_pass_k(5, 1) == pytest.approx((6 / 7, 6 / 7), abs=1e-12)
+    assert best_pass_k(5, 3) == pytest.approx((83 / 84, 2 / 3), abs=1e-12)
+    for n, k in ((1, 1), (4, 2), (10, 3), (30, 10)):
+        estimate = estimate_pass_k(n, n, k)
+        assert best_pass_k(n, k) == (estimate.pass_at_k_mean, estimate.pass_pow_k_mean)

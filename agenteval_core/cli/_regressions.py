@@ -27,7 +27,13 @@ from ..suite._cases import (
     read_cases,
     write_cases,
 )
-from ..suite._suite import EvalSuite, SuiteReport, without_bounds
+from ..suite._suite import (
+    EvalSuite,
+    SuiteReport,
+    missed_bounds,
+    unreachable_bounds,
+    without_bounds,
+)
 from ._main import OutputFile, RunProblem, UserError, _split_names, capture_files, cli
 
 __all__ = ["load_agent"]
@@ -300,6 +306,15 @@ def suite_command(
     intervals, which regressions recur, and exit 1 when a bound is missed or a case
     credibly regressed against --baseline. With neither, every attempt of every case must
     pass."""
+    unreachable = unreachable_bounds(
+        k,
+        attempts or k,
+        min_pass_at_k,
+        min_pass_pow_k,
+        names=("--min-pass-at-k", "--min-pass-pow-k", "--attempts"),
+    )
+    if unreachable:  # refused before the agent runs: every attempt would be spent for nothing
+        raise UserError("; ".join(unreachable))
     cases = read_cases(cases_file)
     previous = SuiteReport.load(baseline) if baseline else None
     agent = load_agent(agent_spec)
@@ -318,11 +333,9 @@ def suite_command(
     console = Console()
     report.show(console)
     _recurring(console, report)
-    problems = []
-    if min_pass_at_k is not None and report.pass_at_k < min_pass_at_k:
-        problems.append(f"pass@{k} {report.pass_at_k:.3f} < --min-pass-at-k {min_pass_at_k}")
-    if min_pass_pow_k is not None and report.pass_pow_k < min_pass_pow_k:
-        problems.append(f"pass^{k} {report.pass_pow_k:.3f} < --min-pass-pow-k {min_pass_pow_k}")
+    problems = missed_bounds(
+        report, min_pass_at_k, min_pass_pow_k, names=("--min-pass-at-k", "--min-pass-pow-k")
+    )
     if previous is not None:
         comparison = compare_to_baseline(report, previous, max_regression_prob=max_regression_prob)
         show(console, _baseline_table(comparison))

@@ -14,6 +14,7 @@ __all__ = [
     "Estimator",
     "MeanPassK",
     "PassKEstimate",
+    "best_pass_k",
     "estimate_pass_k",
     "mean_pass_k",
     "pass_at_k",
@@ -111,6 +112,16 @@ class PassKEstimate(BaseModel):
 def _beta_power_moment(alpha: float, beta: float, power: int) -> float:
     """E[p^power] for p ~ Beta(alpha, beta): ∏_{i<power} (α+i)/(α+β+i)."""
     return math.prod((alpha + i) / (alpha + beta + i) for i in range(power))
+
+
+def best_pass_k(
+    attempts: int, k: int, prior: tuple[float, float] = (1.0, 1.0)
+) -> tuple[float, float]:
+    """The posterior means of pass@k and pass^k after ``attempts`` attempts that all passed:
+    the most a suite's headline (:class:`MeanPassK`) can show with that many attempts per
+    case, and so the most a bound on it can ask."""
+    alpha, beta = prior[0] + attempts, prior[1]
+    return 1.0 - _beta_power_moment(beta, alpha, k), _beta_power_moment(alpha, beta, k)
 
 
 def estimate_pass_k(

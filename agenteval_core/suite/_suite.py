@@ -32,10 +32,11 @@ from ..metrics._statistics import (
     Estimator,
     MeanPassK,
     PassKEstimate,
+    best_pass_k,
     estimate_pass_k,
     mean_pass_k,
 )
-from ..schema._results import MetricResult, failing
+from ..schema._results import MetricResult, failing, passes
 from ..schema._trace import EvalCase, Trace, known_version, text_of
 
 __all__ = [
@@ -48,6 +49,8 @@ __all__ = [
     "SuiteReport",
     "attempt_outcome",
     "case_label",
+    "missed_bounds",
+    "unreachable_bounds",
 ]
 
 AgentFn = Callable[..., "str | Trace | EvalCase | Awaitable[str | Trace | EvalCase]"]
@@ -255,6 +258,72 @@ def without_bounds(report: SuiteReport, bounds: str) -> list[str]:
         f"{len(failed)} of {len(report.cases)} case(s) failed an attempt ({shown}); with no "
         f"{bounds}, every attempt must pass"
     ]
+
+
+def missed_bounds(
+    report: SuiteReport,
+    min_pass_at_k: float | None,
+    min_pass_pow_k: float | None,
+    *,
+    names: tuple[str, str],
+) -> list[str]:
+    """The bounds ``report``'s headline misses (``names``: what the caller calls them), as a
+    metric's threshold is missed: below it by more than 1e-9."""
+    k = report.k
+    headline = (
+        (f"pass@{k}", report.pass_at_k, min_pass_at_k),
+        (f"pass^{k}", report.pass_pow_k, min_pass_pow_k),
+    )
+    return [
+        f"{label} {value:.3f} < {name} {bound:g}"
+        for (label, value, bound), name in zip(headline, names, strict=True)
+        if bound is not None and not passes(value, bound)
+    ]
+
+
+MOST_ATTEMPTS_SUGGESTED = 100_000
+"""The most attempts per case :func:`unreachable_bounds` looks through for a bound's need."""
+
+
+def unreachable_bounds(
+    k: int,
+    attempts: int,
+    min_pass_at_k: float | None,
+    min_pass_pow_k: float | None,
+    *,
+    names: tuple[str, str, str],
+    prior: tuple[float, float] = (1.0, 1.0),
+) -> list[str]:
+    """Why a bound can never be met with ``attempts`` attempts per case (``names``: what the
+    caller calls the two bounds and the attempts): the headline is a posterior mean, below
+    1 after any number of attempts, so a gate that asks more than ``attempts`` all passing
+    can show fails every agent, however good. Empty when both bounds can be met."""
+    problems = []
+    bounds = ((f"pass@{k}", min_pass_at_k), (f"pass^{k}", min_pass_pow_k))
+    for index, (label, bound) in enumerate(bounds):
+        best = best_pass_k(attempts, k, prior)[index]
+        if bound is None or passes(best, bound):
+            continue
+        needed = next(
+            (
+                n
+                for n in range(attempts + 1, MOST_ATTEMPTS_SUGGESTED + 1)
+                if passes(best_pass_k(n, k, prior)[index], bound)
+            ),
+            None,
+        ) if bound < 1.0 else None  # fmt: skip
+        remedy = (
+            f"give {names[2]} {needed} or more ({label} up to "
+            f"{best_pass_k(needed, k, prior)[index]:.3f}) or a lower bound"
+            if needed is not None
+            else "no number of attempts reaches it: give a lower bound"
+        )
+        problems.append(
+            f"{names[index]} {bound:g} cannot be met with {attempts} attempts per case: "
+            f"{label} is a posterior mean, at most {best:.3f} when every attempt passes; "
+            f"{remedy}"
+        )
+    return problems
 
 
 def _flatten(items: Iterable[Any]) -> list[Any]:
