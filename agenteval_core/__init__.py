@@ -131,6 +131,7 @@ if TYPE_CHECKING:
         CaseComparison,
         compare_to_baseline,
         drop_probability,
+        unflaggable_baseline,
     )
     from .suite._cases import (
         CaseProvenance,
@@ -268,6 +269,7 @@ _EXPORTS: dict[str, str] = {
     "CaseComparison": ".suite._baseline",
     "compare_to_baseline": ".suite._baseline",
     "drop_probability": ".suite._baseline",
+    "unflaggable_baseline": ".suite._baseline",
     "CaseProvenance": ".suite._cases",
     "FailedMetric": ".suite._cases",
     "RegressionCase": ".suite._cases",

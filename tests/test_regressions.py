@@ -35,6 +35,7 @@ from agenteval_core import (
     RunStatus,
     Span,
     SpanKind,
+    SuiteReport,
     ToolCall,
     ToolCallLimit,
     Trace,
@@ -44,6 +45,7 @@ from agenteval_core import (
     read_capture,
     read_cases,
     replay,
+    unflaggable_baseline,
 )
 from agenteval_core.cli import cli
 from agenteval_core.pytest_plugin import assert_pass_k
@@ -653,6 +655,52 @@ def test_a_bound_no_agent_can_meet_is_refused_before_the_agent_runs(
         assert_pass_k(
             lambda question: "x", read_cases(cases_file), k=1, attempts=5, min_pass_pow_k=0.9
         )
+
+
+def test_a_baseline_too_thin_to_flag_a_drop_is_refused_before_the_agent_runs(
+    tmp_path: Path,
+) -> None:
+    # a baseline saved with 1 attempt, run again with 1: 1/1 then 0/1 is P(drop) 5/6, never
+    # over 0.95, so an agent that failed every case passed the gate (exit 0)
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        '{"agenteval_case": 1, "id": "c1", "input": "find it", "metrics": ["tool_failures"]}\n'
+    )
+    agents = tmp_path / "agents.py"
+    agents.write_text(
+        "from pathlib import Path\n"
+        "from agenteval_core import AgentStep, ToolCall, Trace\n\n"
+        "def run(question, error=None):\n"
+        "    call = ToolCall(name='lookup', arguments={'q': question}, result='ok', error=error)\n"
+        "    return Trace.from_steps(question, [AgentStep(tool_calls=[call])], output='done')\n\n"
+        "def broken(question):\n"
+        "    Path(__file__).with_suffix('.ran').touch()\n"
+        "    return run(question, error='503 Service Unavailable')\n"
+    )
+    runner = CliRunner()
+    base = tmp_path / "base.json"
+    saved = runner.invoke(
+        cli,
+        ["suite", str(cases), "--agent", f"{agents}:run", "--attempts", "1", "--save", str(base)],
+    )
+    assert saved.exit_code == 0, saved.output
+    broken = ["suite", str(cases), "--agent", f"{agents}:broken", "--baseline", str(base)]
+    refused = runner.invoke(cli, [*broken, "--attempts", "1"])
+    # 1/1 then 0/n: P(drop) = 1 − 2 B(2, n + 2) = 1 − 2/((n+2)(n+3)): 0.833, 0.900, 0.933,
+    # 0.952 for n = 1..4
+    assert (refused.exit_code, refused.output) == (
+        2,
+        "agenteval: error: --baseline can flag no regression with 1 attempt(s) per case: a case "
+        "that passed 1 of its 1 baseline attempt(s) and fails every attempt now has P(drop) "
+        "0.833, not over --max-regression-prob 0.95, so an agent that fails every case would "
+        "pass; give --attempts 4 or more (or save a baseline with more attempts)\n",
+    )
+    assert not agents.with_suffix(".ran").exists()
+    flagged = runner.invoke(cli, [*broken, "--attempts", "4"])
+    assert flagged.exit_code == 1 and "1 case(s) regressed: c1" in flagged.output
+    # a baseline that passed none of the cases has no rate to drop from: nothing to refuse
+    failing = SuiteReport.load(base).model_copy(update={"cases": []})
+    assert unflaggable_baseline(failing, ["c1"], 1) is None
 
 
 def _beta_pdf(a: int, b: int) -> dict[int, Fraction]:

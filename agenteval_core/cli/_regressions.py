@@ -19,7 +19,12 @@ from rich.console import Console
 from .._errors import CaptureFormatError
 from .._tables import TextTable, show
 from .._text import first_words
-from ..suite._baseline import DEFAULT_MAX_REGRESSION_PROB, BaselineComparison, compare_to_baseline
+from ..suite._baseline import (
+    DEFAULT_MAX_REGRESSION_PROB,
+    BaselineComparison,
+    compare_to_baseline,
+    unflaggable_baseline,
+)
 from ..suite._cases import (
     ALL_SELECTIONS,
     RegressionCase,
@@ -317,6 +322,14 @@ def suite_command(
         raise UserError("; ".join(unreachable))
     cases = read_cases(cases_file)
     previous = SuiteReport.load(baseline) if baseline else None
+    vacuous = previous and unflaggable_baseline(
+        previous,
+        (case.id for case in cases),
+        attempts or k,
+        max_regression_prob=max_regression_prob,
+    )
+    if vacuous:  # a gate that cannot fail is no gate
+        raise UserError(vacuous)
     agent = load_agent(agent_spec)
     suite = EvalSuite(Path(cases_file).stem).add_cases(cases)
     names = _split_names(metric_names)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
 from .._errors import MetricInputError
 from ._suite import SuiteReport
 
-__all__ = ["BaselineComparison", "CaseComparison", "compare_to_baseline", "drop_probability"]
+__all__ = [
+    "BaselineComparison",
+    "CaseComparison",
+    "compare_to_baseline",
+    "drop_probability",
+    "unflaggable_baseline",
+]
 
 DEFAULT_MAX_REGRESSION_PROB = 0.95
 """A case fails the comparison when the probability that its success rate dropped exceeds
@@ -133,4 +140,59 @@ def compare_to_baseline(
         cases=compared,
         new=[case.label for case in report.cases if case.case_id not in before],
         dropped=[case.label for case in baseline.cases if case.case_id not in now],
+    )
+
+
+MOST_ATTEMPTS_TRIED = 1000
+"""The most attempts per case :func:`unflaggable_baseline` looks through for what it needs."""
+
+
+def unflaggable_baseline(
+    baseline: SuiteReport,
+    case_ids: Iterable[str],
+    attempts: int,
+    *,
+    max_regression_prob: float = DEFAULT_MAX_REGRESSION_PROB,
+    prior: tuple[float, float] = (1.0, 1.0),
+) -> str | None:
+    """Why comparing a run of ``attempts`` attempts per case with ``baseline`` can flag no
+    regression, whatever the agent does now: every case of ``case_ids`` that the baseline
+    passed at least once has too few attempts, there and now, for even a drop to failing
+    every attempt to be credible (1 of 1 then, 0 of 1 now: P(drop) = 5/6). ``None`` when a
+    case can be flagged, or when the baseline passed none of them (no rate to drop from)."""
+    wanted = set(case_ids)
+    passed = [
+        (case.passes, len(case.runs))
+        for case in baseline.cases
+        if case.case_id in wanted and case.passes > 0
+    ]
+    if not passed:
+        return None
+
+    def worst(now: int) -> tuple[float, tuple[int, int]]:
+        """The highest drop probability a run of ``now`` failed attempts can reach."""
+        return max((drop_probability(old, (0, now), prior=prior), old) for old in passed)
+
+    reach, (passes, runs) = worst(attempts)
+    if reach > max_regression_prob:
+        return None
+    needed = next(
+        (
+            n
+            for n in range(attempts + 1, MOST_ATTEMPTS_TRIED + 1)
+            if worst(n)[0] > max_regression_prob
+        ),
+        None,
+    )
+    remedy = (
+        f"give --attempts {needed} or more"
+        if needed is not None
+        else f"more than {MOST_ATTEMPTS_TRIED} attempts would be needed"
+    )
+    return (
+        f"--baseline can flag no regression with {attempts} attempt(s) per case: a case "
+        f"that passed {passes} of its {runs} baseline attempt(s) and fails every attempt now "
+        f"has P(drop) {reach:.3f}, not over --max-regression-prob {max_regression_prob:g}, "
+        f"so an agent that fails every case would pass; {remedy} (or save a baseline with "
+        "more attempts)"
     )
