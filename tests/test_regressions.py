@@ -703,6 +703,39 @@ def test_a_baseline_too_thin_to_flag_a_drop_is_refused_before_the_agent_runs(
     assert unflaggable_baseline(failing, ["c1"], 1) is None
 
 
+def test_a_case_new_since_the_baseline_must_pass_when_no_bound_is_given(tmp_path: Path) -> None:
+    # a failure captured after the baseline was saved becomes a new case: the baseline has
+    # no rate of it to compare with, and the suite passed while the agent failed it
+    agents = tmp_path / "agents.py"
+    agents.write_text(
+        "from agenteval_core import AgentStep, ToolCall, Trace\n\n"
+        "def run(question):\n"
+        "    error = '503 Service Unavailable' if 'other' in question else None\n"
+        "    call = ToolCall(name='lookup', arguments={'q': question}, result='ok', error=error)\n"
+        "    return Trace.from_steps(question, [AgentStep(tool_calls=[call])], output='done')\n"
+    )
+    line = '{{"agenteval_case": 1, "id": "{}", "input": "{}", "metrics": ["tool_failures"]}}\n'
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text(line.format("c1", "find it"))
+    new.write_text(line.format("c1", "find it") + line.format("c2", "find the other"))
+    runner = CliRunner()
+    base = tmp_path / "base.json"
+    agent = ["--agent", f"{agents}:run", "--attempts", "5"]
+    saved = runner.invoke(cli, ["suite", str(old), *agent, "--save", str(base)])
+    assert saved.exit_code == 0, saved.output
+    gated = runner.invoke(cli, ["suite", str(new), *agent, "--baseline", str(base)])
+    assert gated.exit_code == 1
+    assert gated.output.endswith(
+        "agenteval: error: 1 of 1 case(s) new since the baseline failed an attempt (c2); with "
+        "no --min-pass-at-k or --min-pass-pow-k, every attempt must pass\n"
+    )
+    # a bound says how many passes are enough, for new cases as for the others
+    bounded = runner.invoke(
+        cli, ["suite", str(new), *agent, "--baseline", str(base), "--min-pass-pow-k", "0.4"]
+    )
+    assert bounded.exit_code == 0, bounded.output
+
+
 def _beta_pdf(a: int, b: int) -> dict[int, Fraction]:
     """x^(a−1)(1−x)^(b−1) / B(a, b) as polynomial coefficients."""
     scale = Fraction(factorial(a + b - 1), factorial(a - 1) * factorial(b - 1))

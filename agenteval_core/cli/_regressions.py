@@ -355,8 +355,14 @@ def suite_command(
         if comparison.regressions:
             labels = ", ".join(case.label for case in comparison.regressions)
             problems.append(f"{len(comparison.regressions)} case(s) regressed: {labels}")
-    if min_pass_at_k is None and min_pass_pow_k is None and previous is None:
-        problems += without_bounds(report, "--min-pass-at-k, --min-pass-pow-k or --baseline")
+    if min_pass_at_k is None and min_pass_pow_k is None:
+        if previous is None:
+            problems += without_bounds(report, "--min-pass-at-k, --min-pass-pow-k or --baseline")
+        else:  # a case captured since the baseline: nothing to compare with, so it must pass
+            new = {case.case_id for case in report.cases} - {c.case_id for c in previous.cases}
+            problems += without_bounds(
+                report, "--min-pass-at-k or --min-pass-pow-k", new_since_baseline=new
+            )
     if save:
         report.save(save)
         click.echo(f"report saved to {save}")

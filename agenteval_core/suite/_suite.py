@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -246,16 +246,24 @@ class SuiteReport(BaseModel):
         return report
 
 
-def without_bounds(report: SuiteReport, bounds: str) -> list[str]:
+def without_bounds(
+    report: SuiteReport, bounds: str, *, new_since_baseline: Collection[str] | None = None
+) -> list[str]:
     """Why ``report`` fails a gate that was given no bound (``bounds`` names those it could
     have been given): for any failed attempt, as a test runner fails for any failed test. A
-    gate that names no bound must never pass an agent that fails its cases."""
-    failed = [case.label for case in report.failed_cases()]
+    gate that names no bound must never pass an agent that fails its cases. Given the ids
+    of the cases a baseline did not run (``new_since_baseline``), only those: the baseline
+    judges the others, and has nothing to judge these by."""
+    cases, among, which = report.failed_cases(), len(report.cases), ""
+    if new_since_baseline is not None:
+        cases = [case for case in cases if case.case_id in new_since_baseline]
+        among, which = len(new_since_baseline), " new since the baseline"
+    failed = [case.label for case in cases]
     if not failed:
         return []
     shown = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
     return [
-        f"{len(failed)} of {len(report.cases)} case(s) failed an attempt ({shown}); with no "
+        f"{len(failed)} of {among} case(s){which} failed an attempt ({shown}); with no "
         f"{bounds}, every attempt must pass"
     ]
 
