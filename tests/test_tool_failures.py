@@ -167,17 +167,19 @@ _json = st.recursive(
 )
 
 
-def _reports(value: object) -> bool:
+def _reports(value: object, response: bool = True) -> bool:
     """The definition on these short texts: a text that says "error" (each is a status, none
-    over 500 characters nor in a content field), or an error report's key ("Error",
-    "errors") that holds something (not None, False, 0, "", [] or {})."""
+    over 500 characters nor in a content field), an error report's key ("Error", "errors")
+    that holds something (not None, False, 0, "", [] or {}), or the response's own "ok"
+    that is false."""
     if isinstance(value, dict):
-        return any(
-            (k in ("Error", "errors") and v not in (None, False, 0, "", [], {})) or _reports(v)
+        return (response and value.get("ok") is False) or any(
+            (k in ("Error", "errors") and v not in (None, False, 0, "", [], {}))
+            or _reports(v, False)
             for k, v in value.items()
         )
     if isinstance(value, list):
-        return any(_reports(v) for v in value)
+        return any(_reports(v, False) for v in value)
     return isinstance(value, str) and "error" in value.lower()
 
 
@@ -255,6 +257,41 @@ def test_an_error_key_that_holds_nothing_is_no_error(result: object, failed: boo
     # counted as failed, and tool_failures failed runs whose tools all worked
     assert ToolCall(name="lookup", arguments={}, result=result).failed is failed
     run = run_of([ToolCall(name="lookup", arguments={"id": "A-1"}, result=result)])
+    assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        # the response says the call failed, in a field made for it
+        ({"isError": True, "content": [{"type": "text", "text": "Order 991 not found"}]}, True),
+        ('{"isError": true, "content": [{"type": "text", "text": "no such order"}]}', True),
+        ({"success": False, "message": "Order 991 not found"}, True),
+        ({"ok": False, "description": "Bad Request: chat not found"}, True),  # Slack, Telegram
+        ({"status_code": 404, "body": "Not Found"}, True),
+        ({"statusCode": 500, "message": "Internal"}, True),
+        ({"status": 429, "detail": "slow down"}, True),
+        ({"exit_code": 2, "stdout": "", "stderr": "ls: cannot access 'x': No such file"}, True),
+        ({"returncode": 128, "stderr": "fatal: not a git repository"}, True),
+        # it worked, or what it returned is data
+        ({"isError": False, "content": [{"type": "text", "text": "Order 991 shipped"}]}, False),
+        ({"success": True, "status_code": 200, "data": []}, False),
+        ({"exit_code": 1, "stdout": "", "stderr": ""}, False),  # grep that found nothing
+        ({"returncode": 0, "stderr": "warning: LF will be replaced by CRLF"}, False),
+        ([{"build": 7, "success": False}, {"build": 8, "success": True}], False),
+        ('{"builds": [{"id": 7, "ok": false}]}', False),
+        ({"job": "nightly", "status": "failed"}, False),  # a job's state, reported
+        ({"status": 200, "items": 3}, False),
+    ],
+)
+def test_a_response_that_says_the_call_failed_is_a_failed_call(
+    result: object, failed: bool
+) -> None:
+    # MCP's isError, ok/success false, an HTTP status of 404 and a shell command that exited
+    # 2 with its reason on stderr: every one of these passed tool_failures as a call that
+    # worked (none says "error")
+    assert ToolCall(name="lookup", arguments={}, result=result).failed is failed
+    run = run_of([ToolCall(name="lookup", arguments={"id": "991"}, result=result)])
     assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
 
 

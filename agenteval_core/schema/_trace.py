@@ -371,6 +371,46 @@ def _mentions_error(value: Any) -> bool:
     return False
 
 
+# the fields in which a response says how the call went (checked before a text is parsed)
+_OUTCOME_FIELD = re.compile(
+    r'"(isError|success|ok|status|statusCode|status_code|httpStatus|http_status|exitCode|'
+    r'exit_code|returncode|return_code)"\s*:'
+)
+_OUTCOME_TEXT_CHARS = 65_536
+"""The longest JSON text read for a response's outcome fields: a response that reports a
+failure is short, and a longer one (megabytes of records, often with a "status" of their
+own) would be parsed whole each time a metric asks."""
+_HTTP_STATUS_KEYS = ("status_code", "statusCode", "http_status", "httpStatus", "status")
+_EXIT_CODE_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
+
+
+def _reports_failure(result: Any) -> bool:
+    """Whether a tool's response says in a field made for it that the call failed: MCP's
+    ``isError: true``, ``success`` or ``ok`` false, an HTTP status of 400 or more, or an exit
+    code other than 0 with something on stderr (``grep`` that finds nothing exits 1 and
+    says nothing). Only the response's own fields, as an object or as a JSON object's text
+    (of at most :data:`_OUTCOME_TEXT_CHARS`): records it returned
+    (``[{"build": 7, "success": false}]``) are data."""
+    if type(result) is str:
+        if len(result) > _OUTCOME_TEXT_CHARS or not result.lstrip().startswith("{"):
+            return False
+        if not _OUTCOME_FIELD.search(result):
+            return False
+        result = _json_container(result)
+    if type(result) is not dict:
+        return False
+    if result.get("isError") is True or result.get("success") is False or result.get("ok") is False:
+        return True
+    for key in _HTTP_STATUS_KEYS:
+        status = result.get(key)
+        if type(status) is int and 400 <= status < 600:
+            return True
+    return any(
+        type(code := result.get(key)) is int and code != 0 and not _empty(result.get("stderr"))
+        for key in _EXIT_CODE_KEYS
+    )
+
+
 def _empty(value: Any) -> bool:
     """Whether a value says nothing: ``None``, ``False``, zero, or an empty string or
     container (a numpy array or another object is never empty here)."""
@@ -475,7 +515,9 @@ class ToolCall(_Model):
     @property
     def failed(self) -> bool:
         """True when the call raised, returned an error object (a dict whose ``error`` is
-        set), or its result text mentions an error (see :func:`_mentions_error`: an
+        set), a response that says it failed (:func:`_reports_failure`: MCP's ``isError``,
+        ``success``/``ok`` false, an HTTP status of 400 or more, a non-zero exit code with
+        stderr), or its result text mentions an error (see :func:`_mentions_error`: an
         ``"error": null`` beside the data is no mention)."""
         if self.error:
             return True
@@ -484,7 +526,7 @@ class ToolCall(_Model):
             _empty(result.get("error")) and _empty(result.get("Error"))
         ):
             return True
-        return _mentions_error(self.result)
+        return _reports_failure(result) or _mentions_error(result)
 
 
 class ToolSpec(_Model):
