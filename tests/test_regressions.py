@@ -448,6 +448,44 @@ def test_the_same_follow_up_after_two_offers_is_two_requests(tmp_path: Path) -> 
     assert cases[0].id != cases[1].id and cases[0].id.startswith("yes-please-")
 
 
+def test_a_loop_across_turns_fails_its_case_while_the_agent_still_repeats_itself(
+    tmp_path: Path,
+) -> None:
+    # loop_detection failed on the second turn of a conversation; its case was run alone, with
+    # no earlier output to compare with (1.0, "no previous output"), so the same answer again
+    # passed every attempt. The case's earlier turns are now the history its metrics read
+    same = "I am sorry, I cannot find any hotel rooms available in Paris for those dates."
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        writer.write(_turn("s1", "Find a hotel room in Paris for Friday", same))
+        writer.write(_turn("s1", "Please look again for a hotel in Paris", same))
+    [case] = cases_from_capture(capture, metrics=["loop_detection"])
+    assert (case.input, case.metrics, case.conversation) == (
+        "Please look again for a hotel in Paris",
+        ["tool_failures", "loop_detection"],
+        [{"input": "Find a hotel room in Paris for Friday", "output": same}],
+    )
+
+    def agent(answer: str) -> Any:
+        def run(question: str, conversation: list[dict[str, Any]]) -> Trace:
+            return _turn("", question, answer)
+
+        return run
+
+    suite = EvalSuite("loops").add_cases(case.to_eval_case())
+    looping = suite.run(agent(same), k=1, attempts=2).cases[0].runs
+    assert [(r.outcome, r.reason) for r in looping] == [
+        (
+            "failed",
+            "loop_detection 0.000 < 0.5: highest cosine × Jaccard overlap with a recent "
+            "output: 1.0000",
+        )
+    ] * 2
+    assert looping[0].results[1].metadata["comparisons"][0]["trace_id"] == "turn-0"
+    fixed = suite.run(agent("Hotel Lutece has a room on Friday for 140 euros."), k=1, attempts=2)
+    assert [r.outcome for r in fixed.cases[0].runs] == ["passed", "passed"]
+
+
 def test_a_refusal_becomes_a_case_that_fails_while_the_model_refuses(tmp_path: Path) -> None:
     # a run the model refused completed, and no default metric fails it (coherence scores the
     # refusal's text, tool_failures has no calls to check): it became no case, and a suite

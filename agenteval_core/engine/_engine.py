@@ -29,7 +29,7 @@ from ..metrics._protocol import Metric, MetricKind, Score, SessionAccumulator, S
 from ..metrics._registry import create_metric, list_metrics, metric_class
 from ..schema._results import REPEAT_OF, MetricResult, TraceResults
 from ..schema._trace import EvalCase, RecentRuns, RunStatus, Trace, read_again
-from ._history import SessionHistory
+from ._history import SessionHistory, turns_as_history
 from ._sinks import Sink
 
 __all__ = [
@@ -426,6 +426,8 @@ class Engine:
                 self._reading[id(case)] = state
             elif trace is not None and self.skip_repeats:
                 repeat = read_again(self._sessionless, trace)
+            if not history and case.conversation and self.history_window:
+                history = turns_as_history(case.conversation)
             self.repeated_traces += repeat
             sampled = not repeat and (not draw or self._sampler.random() < self.judge_sample_rate)
             if not sampled and not repeat:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
-from typing import overload
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
 
 from ..schema._trace import Trace, text_of
 from ..schema._unvalidated import unvalidated_with_defaults
 
-__all__ = ["SessionHistory"]
+__all__ = ["SessionHistory", "turns_as_history"]
 
 
 class SessionHistory(Sequence[Trace]):
@@ -76,3 +76,13 @@ class SessionHistory(Sequence[Trace]):
                 )
             self._kept.append((self._count, trace))
         self._count += 1
+
+
+def turns_as_history(turns: Sequence[Mapping[str, Any]]) -> list[Trace]:
+    """A case's earlier turns (``{"input", "output"}``, oldest first) as the history its
+    metrics read: a regression case replays the conversation it failed in, not a first turn
+    (``loop_detection`` of the same answer again had nothing to compare it with)."""
+    return [
+        Trace(id=f"turn-{index}", input=turn.get("input"), output=turn.get("output"))
+        for index, turn in enumerate(turns)
+    ]

@@ -1059,7 +1059,8 @@ class EvalCase(_Model):
     conversation: list[dict[str, Any]] | None = None
     """The earlier turns of the conversation this input came in, oldest first (each
     ``{"input": ..., "output": ...}``); an agent that takes a ``conversation`` argument gets
-    them in a suite."""
+    them in a suite, and metrics that read a session's earlier traces (``loop_detection``,
+    ``coherence``) read them when the case's trace has no session of its own."""
     tool_call_limits: list[ToolCallLimit] | None = None
     """Calls the run may make at most so many times (for ``tool_constraints``): a call the
     loop guard refused, or one that must never happen (``max_calls=0``)."""
