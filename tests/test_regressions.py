@@ -20,6 +20,7 @@ import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from click.testing import CliRunner
+from judge_server import JudgeServer, Reply
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 
@@ -772,6 +773,46 @@ def test_a_case_new_since_the_baseline_must_pass_when_no_bound_is_given(tmp_path
         cli, ["suite", str(new), *agent, "--baseline", str(base), "--min-pass-pow-k", "0.4"]
     )
     assert bounded.exit_code == 0, bounded.output
+
+
+def test_a_case_a_judge_metric_failed_runs_with_the_suites_judge(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    # a failure task_completion found becomes a case that names it; agenteval suite took no
+    # judge, so the case could not run at all ("task_completion needs a judge ... pass
+    # --judge-model", an option the command did not have)
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        '{"agenteval_case": 1, "id": "rome", "input": "Book a hotel in Rome", '
+        '"metrics": ["task_completion"]}\n'
+    )
+    agents = tmp_path / "agents.py"
+    agents.write_text(
+        "import os\n\ndef run(question):\n"
+        "    return os.environ.get('ANSWER', 'Booked Hotel Roma Central for Friday.')\n"
+    )
+
+    def respond(request: dict[str, Any]) -> Reply:
+        prompt = json.dumps(request["messages"])
+        if request["response_format"]["json_schema"]["name"] == "TaskAndOutcome":
+            return Reply(json.dumps({"task": "book a hotel in Rome", "outcome": prompt[-80:]}))
+        booked = "Booked Hotel Roma" in prompt
+        return Reply(json.dumps({"verdict": 0.9 if booked else 0.1, "reason": "r"}))
+
+    judge_server.responder = respond
+    suite = [
+        "suite", str(cases), "--agent", f"{agents}:run", "--attempts", "2",
+        "--judge-model", "judge-model", "--judge-base-url", judge_server.base_url, "--no-cache",
+    ]  # fmt: skip
+    runner = CliRunner()
+    passed = runner.invoke(cli, suite)
+    assert passed.exit_code == 0, passed.output
+    assert "│ rome │ 2/2" in passed.output
+    failed = runner.invoke(cli, suite, env={"ANSWER": "Sorry, I could not do that."})
+    assert failed.exit_code == 1
+    assert "task_completion 0.100 < 0.5" in failed.output
+    verdicts = [r for r in judge_server.requests if "VerdictScore" in json.dumps(r)]
+    assert len(verdicts) == 4  # two attempts in each run, one verdict each
 
 
 def _beta_pdf(a: int, b: int) -> dict[int, Fraction]:

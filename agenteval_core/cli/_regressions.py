@@ -11,7 +11,7 @@ import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -39,7 +39,19 @@ from ..suite._suite import (
     unreachable_bounds,
     without_bounds,
 )
-from ._main import OutputFile, RunProblem, UserError, _split_names, capture_files, cli
+from ._main import (
+    OutputFile,
+    RunProblem,
+    UserError,
+    _judge_options,
+    _preflight,
+    _split_names,
+    capture_files,
+    cli,
+)
+
+if TYPE_CHECKING:
+    from ..judges import OpenAIJudge
 
 __all__ = ["load_agent"]
 
@@ -291,6 +303,10 @@ def _junit(report: SuiteReport, problems: list[str], path: str) -> None:
     help="Seconds an agent call may take; an attempt still running then fails "
     "(agent_timeout) and the suite goes on. Default: no limit.",
 )
+@_judge_options(
+    model_help="Judge model name, for the judge metrics a case names (a regression of "
+    "task_completion) or --metrics adds."
+)
 def suite_command(
     cases_file: str,
     agent_spec: str,
@@ -305,6 +321,7 @@ def suite_command(
     max_regression_prob: float,
     concurrency: int,
     timeout: float | None,
+    judge: OpenAIJudge | None,
 ) -> None:
     """Run the agent on every case of CASES (an `agenteval cases` file) --attempts times and
     score each run with its case's checks: per case pass@k / pass^k with credible
@@ -331,10 +348,11 @@ def suite_command(
     if vacuous:  # a gate that cannot fail is no gate
         raise UserError(vacuous)
     agent = load_agent(agent_spec)
-    suite = EvalSuite(Path(cases_file).stem).add_cases(cases)
+    suite = EvalSuite(Path(cases_file).stem, judge=judge).add_cases(cases)
     names = _split_names(metric_names)
     if names:
         suite.add_evaluators(names)
+    _preflight(judge)  # a dead or misconfigured judge is said before the agent runs
     report = suite.run(
         agent,
         k=k,
