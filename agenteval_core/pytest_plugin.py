@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .online._evaluator import OnlineEvaluator
     from .schema._results import MetricResult
     from .schema._trace import EvalCase, Trace
+    from .suite._cases import RegressionCase
     from .suite._suite import AgentFn, SuiteReport
 
 __all__ = ["assert_eval", "assert_pass_k", "regression_cases"]
@@ -94,7 +95,7 @@ def assert_eval(
 
 def assert_pass_k(
     agent: AgentFn,
-    cases: EvalCase | Sequence[EvalCase],
+    cases: EvalCase | RegressionCase | Sequence[EvalCase | RegressionCase],
     metrics: Sequence[str | Metric] = (),
     *,
     k: int,

@@ -473,7 +473,7 @@ def test_a_loop_across_turns_fails_its_case_while_the_agent_still_repeats_itself
 
         return run
 
-    suite = EvalSuite("loops").add_cases(case.to_eval_case())
+    suite = EvalSuite("loops").add_cases([case])  # as cases_from_capture made it
     looping = suite.run(agent(same), k=1, attempts=2).cases[0].runs
     assert [(r.outcome, r.reason) for r in looping] == [
         (

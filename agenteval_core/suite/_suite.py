@@ -38,6 +38,7 @@ from ..metrics._statistics import (
 )
 from ..schema._results import MetricResult, failing, passes
 from ..schema._trace import EvalCase, Trace, known_version, text_of
+from ._cases import RegressionCase
 
 __all__ = [
     "AgentFn",
@@ -522,12 +523,18 @@ class EvalSuite:
         self.cases: list[EvalCase] = []
         self.evaluators: list[Metric] = []
 
-    def add_cases(self, *cases: EvalCase | Iterable[EvalCase]) -> EvalSuite:
-        """Add cases (or lists of cases); returns the suite for chaining."""
+    def add_cases(
+        self, *cases: EvalCase | RegressionCase | Iterable[EvalCase | RegressionCase]
+    ) -> EvalSuite:
+        """Add cases (or lists of cases): ``EvalCase`` objects, or regression cases as
+        :func:`cases_from_capture` makes them (run as :meth:`RegressionCase.to_eval_case`
+        gives them); returns the suite for chaining."""
         for case in _flatten(cases):
+            if isinstance(case, RegressionCase):
+                case = case.to_eval_case()
             if not isinstance(case, EvalCase):
                 raise MetricInputError(
-                    f"add_cases takes EvalCase objects, got {type(case).__name__}"
+                    f"add_cases takes EvalCase or RegressionCase objects, got {type(case).__name__}"
                 )
             self.cases.append(case)
         return self
