@@ -99,10 +99,29 @@ FOLLOW_UP_WORDS = frozenset(
     yes yeah yep yup no nope ok okay sure please thanks thank thx great good fine perfect
     cool right correct exactly go ahead proceed continue one ones first second third last
     option sounds works agreed confirm confirmed done
+
+    sí si vale claro gracias por favor perfecto de acuerdo bueno adelante hazlo sigue
+    primero primera segundo segunda tercero tercera último última opción ese esa eso el la
+    lo los las un uno una me
+
+    oui ouais merci accord parfait vas allez il vous plaît plait premier première deuxième s d l
+    seconde troisième dernier dernière celui celle ça bien est bon le les une
+
+    ja jawohl klar danke bitte gerne genau gut los mach weiter erste ersten zweite zweiten
+    dritte dritten letzte letzten die der das den dem ein eine einen nein
+
+    sì certo grazie prego perfetto va bene accordo procedi vai primo prima secondo terzo
+    ultimo ultima quello quella il
+
+    sim obrigado obrigada perfeito pode certo vai em frente primeiro terceiro essa esse isso
+    o os um uma não
     """.split()
 )
 """Words of a request that says nothing on its own but answers the agent's last turn
-("Yes, please.", "The second one", "ok do it"), beside the stop words."""
+("Yes, please.", "The second one", "ok do it"), beside the stop words; and their like in
+Spanish, French, German, Italian and Portuguese ("Sí, por favor.", "Oui, s'il vous
+plaît.", "Ja, bitte.", "Sì, grazie.", "Sim, o primeiro."), with the articles and pronouns
+such a request holds. Any other word says something: "Reserva el hotel Roma" does."""
 
 
 _FOLLOW_UP_CHARS = 80

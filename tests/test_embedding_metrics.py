@@ -32,6 +32,7 @@ from agenteval_core._text import (
     first_words,
     jaccard,
     loop_tokens,
+    says_nothing_alone,
     shared_ending,
     words,
 )
@@ -185,6 +186,30 @@ def test_coherence_reads_a_follow_up_after_the_answer_it_accepts() -> None:
     assert results[2].metadata["input_read_after_previous_answer"] is False
     # a request that says something is compared alone, as the seed does
     assert results[0].metadata == {"coherence_gap": 0.0, "embedder": "table"}
+
+
+@pytest.mark.parametrize(
+    ("request_text", "alone"),
+    [
+        ("Sí, por favor.", True),
+        ("La segunda opción", True),
+        ("Oui, s'il vous plaît.", True),
+        ("D'accord, le premier", True),
+        ("Ja, bitte.", True),
+        ("Die erste, bitte", True),
+        ("Sì, grazie!", True),
+        ("Sim, o primeiro.", True),
+        ("Reserva el hotel Roma", False),
+        ("¿Dónde está mi pedido A-1?", False),
+        ("Je veux le deuxième hôtel", False),
+        ("Bitte buche das Hotel", False),
+    ],
+)
+def test_a_follow_up_in_another_language_says_nothing_alone(request_text: str, alone: bool) -> None:
+    # "Sí, por favor." accepting an offer was read as a request of its own: a multilingual
+    # embedder's coherence compared the booking with those three words, and regression
+    # cases merged the same follow-up after different offers
+    assert says_nothing_alone(request_text) is alone
 
 
 def test_a_follow_up_with_no_earlier_turn_is_not_scored() -> None:

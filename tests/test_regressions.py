@@ -487,6 +487,26 @@ def test_a_loop_across_turns_fails_its_case_while_the_agent_still_repeats_itself
     assert [r.outcome for r in fixed.cases[0].runs] == ["passed", "passed"]
 
 
+def test_the_same_follow_up_in_spanish_after_two_offers_is_two_requests(tmp_path: Path) -> None:
+    # "Sí, por favor." accepting a room, then a flight: one case of count 2 before, whose
+    # earlier turn was the room's offer only
+    room, flight = (
+        "Hotel Roma tiene una habitación. ¿La reservo?",
+        "Hay un vuelo a Roma. ¿Lo reservo?",
+    )
+    failed = ToolCall(name="book", arguments={"what": "room"}, error="503")
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        for session, offer in (("s1", room), ("s2", flight)):
+            writer.write(_turn(session, "Busco un hotel en Roma", offer))
+            writer.write(_turn(session, "Sí, por favor.", "Lo siento, no pude.", failed))
+    cases = cases_from_capture(capture, metrics=["tool_failures"])
+    assert [(c.input, c.count, c.conversation) for c in cases] == [
+        ("Sí, por favor.", 1, [{"input": "Busco un hotel en Roma", "output": room}]),
+        ("Sí, por favor.", 1, [{"input": "Busco un hotel en Roma", "output": flight}]),
+    ]
+
+
 def test_a_refusal_becomes_a_case_that_fails_while_the_model_refuses(tmp_path: Path) -> None:
     # a run the model refused completed, and no default metric fails it (coherence scores the
     # refusal's text, tool_failures has no calls to check): it became no case, and a suite
