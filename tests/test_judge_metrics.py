@@ -25,6 +25,7 @@ from agenteval_core import (
     EvalCase,
     EvalSuite,
     OnlineEvaluator,
+    RunStatus,
     ToolCall,
     ToolSpec,
     Trace,
@@ -36,6 +37,7 @@ from agenteval_core.metrics import (
     Agentic,
     AnswerCorrectness,
     Confidence,
+    EndState,
     JudgeMetric,
     Prompt,
     ReferenceToolCorrectness,
@@ -92,6 +94,43 @@ def test_task_completion_two_stages_with_accounting(judge_server: JudgeServer) -
     )
     assert (result.input_tokens, result.output_tokens) == (200, 40)  # 2 calls × (100, 20)
     assert schema_names(judge_server) == ["TaskAndOutcome", "VerdictScore"]
+
+
+def test_a_run_paused_for_a_human_is_not_judged_on_its_end(judge_server: JudgeServer) -> None:
+    # an agent that asks for approval before it books has done right so far; the judge, asked
+    # whether the booking was done, said no: task_completion and answer_correctness 0.1 on
+    # every such pause, failures that fed the session's reliability and became cases
+    judge_server.reply(
+        {"task": "book a hotel", "outcome": "asked for approval"},
+        {"verdict": 0.1, "reason": "nothing booked"},
+    )
+    paused = Trace(
+        input="Book Hotel Roma Central for Friday",
+        output="I will book Hotel Roma Central for 120 euros. Do you approve?",
+        status=RunStatus.INTERRUPTED,
+    )
+    case = EvalCase(
+        trace=paused,
+        expected_output="Booked Hotel Roma Central",
+        expected_state={"booked": True},
+        actual_state={"booked": False},
+    )
+    why = (
+        "not scored: the run paused for a human (interrupted) before it ended; whether the "
+        "task was done is the run that resumes it to say"
+    )
+    for metric in (
+        TaskCompletion(judge=judge(judge_server)),
+        AnswerCorrectness(judge=judge(judge_server)),
+        EndState(),
+    ):
+        result = metric.measure(case)
+        assert (result.score, result.skipped, result.reason) == (None, True, why)
+        assert result.metadata == {"status": "interrupted"}
+    assert judge_server.requests == []
+    # the same run once it ended is judged whole
+    ended = case.model_copy(update={"trace": paused.model_copy(update={"status": RunStatus.OK})})
+    assert run_metric("task_completion", judge_server, ended).score == 0.1
 
 
 def test_the_judge_reads_a_follow_up_after_the_answer_it_accepts(

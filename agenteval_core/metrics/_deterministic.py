@@ -308,6 +308,7 @@ class EndState(Metric):
     """Fraction of expected end-state fields that the actual end state matches."""
 
     name = "end_state"
+    reads_end: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     needs_expectations: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 1.0

@@ -132,6 +132,7 @@ class TaskCompletion(JudgeMetric):
     """Whether the agent accomplished the user's task (extract task and outcome, then score)."""
 
     name = "task_completion"
+    reads_end: ClassVar[bool] = True
     prompts = (
         EXTRACT_TASK,
         Prompt(
@@ -569,6 +570,7 @@ class AnswerCorrectness(JudgeMetric):
     """How correct the final answer is against the expected answer (feeds ``agentic``)."""
 
     name = "answer_correctness"
+    reads_end: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 0.7
     needs_expectations: ClassVar[bool] = True
     prompts = (

@@ -217,6 +217,10 @@ class Metric(MetricBase):
     reads_steps: ClassVar[bool] = False
     """True when the metric checks the run's steps (its tool calls, its trajectory): a trace
     whose steps were not recorded (:attr:`Trace.steps_recorded`) is then not scored."""
+    reads_end: ClassVar[bool] = False
+    """True when the metric judges how the run ended (its task done, its final answer, its
+    end state): a run that paused for a human (``interrupted``) has not ended, and is then
+    not scored."""
     blocking: ClassVar[bool] = False
     """True when ``compute`` does heavy CPU work or blocking I/O: the engine then runs it on a
     worker thread so the event loop (and the judges waiting on it) never stalls."""
@@ -257,7 +261,7 @@ class Metric(MetricBase):
         started = time.perf_counter()
         case = EvalCase.of(case)
         try:
-            score = self._steps_unknown(case) or self.compute(case, history)
+            score = self._unscorable(case) or self.compute(case, history)
         except Exception as exc:
             score = Score.from_exception(exc)
         return self._ids_result(score, started, case)
@@ -269,7 +273,7 @@ class Metric(MetricBase):
         started = time.perf_counter()
         case = EvalCase.of(case)
         try:
-            score = self._steps_unknown(case) or await self.acompute(case, history)
+            score = self._unscorable(case) or await self.acompute(case, history)
         except Exception as exc:
             score = Score.from_exception(exc)
         return self._ids_result(score, started, case)
@@ -299,17 +303,27 @@ class Metric(MetricBase):
             for case, history in zip(cases, histories, strict=True)
         ]
 
-    def _steps_unknown(self, case: EvalCase) -> Score | None:
-        """The skip of a metric that reads steps, for a trace that records none: no tool
-        call there is no evidence of none made (a pass, or a trajectory's failure, made up)."""
+    def _unscorable(self, case: EvalCase) -> Score | None:
+        """The skip of a metric for a trace that does not hold what it reads: the steps of a
+        trace that records none (no tool call there is no evidence of none made: a pass, or
+        a trajectory's failure, made up), or the end of a run that paused for a human (its
+        task is not done yet, nor failed: the run that resumes it ends it)."""
         trace = case.trace
-        if not self.reads_steps or trace is None or trace.steps_recorded:
+        if trace is None:
             return None
-        return Score.skip(
-            "not scored: the trace was imported from spans that record no model or tool "
-            "call, only the run's input and output, so its steps are unknown",
-            steps_recorded=False,
-        )
+        if self.reads_steps and not trace.steps_recorded:
+            return Score.skip(
+                "not scored: the trace was imported from spans that record no model or tool "
+                "call, only the run's input and output, so its steps are unknown",
+                steps_recorded=False,
+            )
+        if self.reads_end and trace.status == RunStatus.INTERRUPTED:
+            return Score.skip(
+                "not scored: the run paused for a human (interrupted) before it ended; "
+                "whether the task was done is the run that resumes it to say",
+                status=str(RunStatus.INTERRUPTED),
+            )
+        return None
 
     def _ids_result(self, score: Score, started: float, case: EvalCase) -> MetricResult:
         return self._case_result(score, (time.perf_counter() - started) * 1000.0, case)
