@@ -296,9 +296,10 @@ def test_suite_passes_the_fixed_agent_and_fails_the_broken_one(
     )
     assert broken.exit_code == 1, broken.output
     assert "recurring:" in broken.output
-    assert "tool_constraints 0.000 < 1: 1 of 1 constraints broken: book_hotel failed 1 time(s)" in (
-        broken.output
-    )
+    assert (
+        "tool_constraints 0.000 < 1: 1 of 1 constraints broken: book_hotel's last call failed "
+        "(1 of 1 failed)"
+    ) in broken.output
     # 3/3 → 0/3: P(drop) = 1 − P(Beta(1, 4) > Beta(4, 1)) = 1 − 1/70 = 0.986 > 0.95
     assert broken.output.count("│ 3/3      │ 0/3 │   0.986 │ REGRESSED │") == 3
     assert "agenteval: error: 3 case(s) regressed" in broken.output

@@ -233,10 +233,11 @@ class TrajectoryMatch(_ExpectationMetric):
 
 @register_metric
 class ToolConstraints(Metric):
-    """The limits a case sets on a run's tool calls: tools that must be called and whose
-    calls must not fail (``tools_must_succeed``) and calls that may be made at most so
-    many times (``tool_call_limits``, e.g. a call the loop guard refused). Score: the share
-    of constraints kept; threshold 1.0. Skipped when the case sets none."""
+    """The limits a case sets on a run's tool calls: tools that must be called and succeed
+    (``tools_must_succeed``: the tool's last call did not fail, so a retry that worked is a
+    success) and calls that may be made at most so many times (``tool_call_limits``, e.g. a
+    call the loop guard refused). Score: the share of constraints kept; threshold 1.0.
+    Skipped when the case sets none."""
 
     name = "tool_constraints"
     reads_steps: ClassVar[bool] = True
@@ -258,20 +259,24 @@ class ToolConstraints(Metric):
         for tool in tools:
             called = [call for call in calls if call.name == tool]
             failed = sum(1 for call in called if call.failed)
+            # a failure the run's next call of the tool made good (a retry of a 503 that
+            # worked) is no failure of the tool's: CI against a real service saw it flake
+            ended_failed = bool(called) and called[-1].failed
             checks.append(
                 {
                     "tool_must_succeed": tool,
                     "calls": len(called),
                     "failed_calls": failed,
-                    "kept": bool(called) and not failed,
+                    "last_call_failed": ended_failed,
+                    "kept": bool(called) and not ended_failed,
                 }
             )
             # a tool the run never called did not succeed: an agent that skips the booking
             # its regression case is about has not booked anything
             if not called:
                 broken.append(f"{tool} was never called (it must be called and succeed)")
-            elif failed:
-                broken.append(f"{tool} failed {failed} time(s)")
+            elif ended_failed:
+                broken.append(f"{tool}'s last call failed ({failed} of {len(called)} failed)")
         for limit in limits:
             made = sum(1 for call in calls if limit.matches(call))
             kept = made <= limit.max_calls
