@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import NamedTuple
 
 __all__ = [
     "FIRST_WORDS_CHARS",
     "FOLLOW_UP_WORDS",
     "LOOP_STOP_WORDS",
     "STOP_WORDS",
+    "Frame",
     "content_text",
     "content_tokens",
     "first_words",
     "jaccard",
     "loop_tokens",
     "says_nothing_alone",
-    "shared_ending",
+    "shared_frame",
     "words",
 ]
 
@@ -139,33 +141,73 @@ def says_nothing_alone(request: str) -> bool:
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?。！？])\s+|\n\s*|(?<=[。！？])")
 
 
-def shared_ending(answer: str, other: str, request: str) -> str:
-    """The sentences ``answer`` and ``other`` both end with, when they read as a sign-off or
-    a disclaimer the agent adds to its answers ("" otherwise): each says something before
-    them, ``answer``'s part before them shares a word with its ``request`` (it answers it),
-    and the ending shares none (it is about no request). An ending that is about the
-    request ("I could not find your order."), or follows filler ("Let me try again."), is
-    what the agent said."""
-    if not answer or not other or answer[-1] != other[-1]:
-        return ""  # most pairs of answers end differently: no more work
-    shared = 0
+class Frame(NamedTuple):
+    """The sentences an answer opens and ends with that another answer of the agent's also
+    opens or ends with, when they are about no request: a greeting, a sign-off, a
+    disclaimer (see :func:`shared_frame`)."""
+
+    opening: str = ""
+    ending: str = ""
+
+    def strip(self, text: str) -> str:
+        """``text`` without the frame's opening and ending, each where ``text`` has it and
+        something of its own besides."""
+        if self.opening and text.startswith(self.opening) and text[len(self.opening) :].strip():
+            text = text[len(self.opening) :].lstrip()
+        if self.ending and text.endswith(self.ending) and text[: -len(self.ending)].strip():
+            text = text[: -len(self.ending)].rstrip()
+        return text
+
+    @property
+    def size(self) -> int:
+        """How much of an answer the frame is, in characters (0: no frame)."""
+        return len(self.opening) + len(self.ending)
+
+
+_NO_FRAME = Frame()
+
+
+def shared_frame(answer: str, other: str, request: str) -> Frame:
+    """The sentences ``answer`` and ``other`` both open and end with, when they read as a
+    greeting, a sign-off or a disclaimer the agent adds to its answers: each says something
+    between them, ``answer``'s part between them shares a word with its ``request`` (it
+    answers it), and what is left out shares none (it is about no request). An opening or
+    ending that is about the request ("I could not find your order."), or a frame around
+    filler ("Let me try again."), is what the agent said; so is all of an answer that the
+    other holds whole."""
+    if not answer or not other:
+        return _NO_FRAME
+    opening = ending = ""
     limit = min(len(answer), len(other))
-    while shared < limit and answer[-1 - shared] == other[-1 - shared]:
-        shared += 1
-    if shared == limit:
-        return ""  # one ends with all of the other: it says it again
-    tail = answer[len(answer) - shared :]
-    found = _SENTENCE_BREAK.search(tail)
-    if found is None:
-        return ""
-    ending = tail[found.end() :]
-    before = answer[: len(answer) - len(ending)]
-    if not ending or not _NOT_SPACE.search(other, 0, len(other) - len(ending)):
-        return ""
+    if answer[0] == other[0]:
+        shared = 0
+        while shared < limit and answer[shared] == other[shared]:
+            shared += 1
+        if shared == limit:
+            return _NO_FRAME  # one opens with all of the other: it says it again
+        breaks = list(_SENTENCE_BREAK.finditer(answer, 0, shared))
+        opening = answer[: breaks[-1].end()] if breaks else ""
+    if answer[-1] == other[-1]:  # most pairs of answers end differently: no more work
+        shared = 0
+        while shared < limit and answer[-1 - shared] == other[-1 - shared]:
+            shared += 1
+        if shared == limit:
+            return _NO_FRAME  # one ends with all of the other
+        # the break's sentence end among the shared characters: one the other text has too
+        found = _SENTENCE_BREAK.search(answer, len(answer) - shared + 1)
+        ending = answer[found.end() :] if found is not None else ""
+    if not opening and not ending:
+        return _NO_FRAME
+    middle = answer[len(opening) : len(answer) - len(ending)]
+    if not _NOT_SPACE.search(other, len(opening), len(other) - len(ending)):
+        return _NO_FRAME
     asked = content_tokens(request)
-    if content_tokens(ending) & asked or not content_tokens(before) & asked:
-        return ""
-    return ending
+    if not content_tokens(middle) & asked:
+        return _NO_FRAME
+    return Frame(
+        "" if content_tokens(opening) & asked else opening,
+        "" if content_tokens(ending) & asked else ending,
+    )
 
 
 FIRST_WORDS_CHARS = 80

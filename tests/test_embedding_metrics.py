@@ -33,7 +33,7 @@ from agenteval_core._text import (
     jaccard,
     loop_tokens,
     says_nothing_alone,
-    shared_ending,
+    shared_frame,
     words,
 )
 from agenteval_core.metrics import Coherence, LoopDetection
@@ -296,22 +296,51 @@ ADVISOR = [
 ]
 
 
-def _session(turns: Sequence[tuple[str, str]], ending: str = "") -> list[Trace]:
+GREETING = (
+    "Thanks for contacting Acme Support! I'm Ava, your virtual assistant, and I'm happy to "
+    "help you today."
+)
+
+
+def _session(turns: Sequence[tuple[str, str]], opening: str = "", ending: str = "") -> list[Trace]:
     return [
-        Trace(id=f"t{i}", session_id="s", input=request, output=f"{answer} {ending}".strip())
+        Trace(
+            id=f"t{i}", session_id="s", input=request, output=f"{opening} {answer} {ending}".strip()
+        )
         for i, (request, answer) in enumerate(turns)
     ]
 
 
-def test_a_disclaimer_on_every_answer_is_neither_a_loop_nor_off_topic() -> None:
+@pytest.mark.parametrize(
+    ("opening", "ending", "said"),
+    [
+        (
+            "",
+            DISCLAIMER,
+            "the ending 'This information is provided for general educational purposes …'",
+        ),
+        (GREETING, "", 'the opening "Thanks for contacting Acme Support! I\'m Ava, your …"'),
+        (
+            GREETING,
+            DISCLAIMER,
+            'the opening "Thanks for contacting Acme Support! I\'m Ava, your …" and the ending '
+            "'This information is provided for general educational purposes …'",
+        ),
+    ],
+)
+def test_a_greeting_or_disclaimer_on_every_answer_is_neither_a_loop_nor_off_topic(
+    opening: str, ending: str, said: str
+) -> None:
     # a financial assistant adds the same 40-word disclaimer to each answer: with the
     # default embedder, loop_detection scored 0.359, 0.453 and 0.436 after the first turn
-    # (hybrids of the disclaimer's words) and coherence failed 3 of 4 correct answers.
-    # Each now scores what the answers say: as the same session without the disclaimer
-    # (the texts compared are those), except coherence on the first turn, which has no
-    # earlier answer to tell its ending is one
+    # (hybrids of the disclaimer's words) and coherence failed 3 of 4 correct answers; a
+    # support assistant that opened each short answer with the same greeting scored 0.553,
+    # 0.506 and 0.392 (these answers: 0.524, 0.630, 0.605, coherence down to 0.508). Each
+    # now scores what the answers say: as the same session
+    # without them (the texts compared are those), except coherence on the first turn, which
+    # has no earlier answer to tell its frame is one
     metrics = [LoopDetection(), Coherence()]
-    with_it = Engine(metrics).score_sync(_session(ADVISOR, DISCLAIMER))
+    with_it = Engine(metrics).score_sync(_session(ADVISOR, opening, ending))
     without = Engine(metrics).score_sync(_session(ADVISOR))
     scores = [[r.score for r in outcome.results] for outcome in with_it]
     plain = [[r.score for r in outcome.results] for outcome in without]
@@ -320,11 +349,14 @@ def test_a_disclaimer_on_every_answer_is_neither_a_loop_nor_off_topic() -> None:
     assert [s > 0.9 for s, _ in scores] == [True] * 4
     assert [c >= 0.5 for _, c in plain] == [True, False, True, True]  # "How about Microsoft?"
     loop, coherence = with_it[1].results
-    ending = "'This information is provided for general educational purposes …'"
-    note = f"(left out: the ending {ending} it shares with an earlier answer, about no request"
+    note = f"(left out: {said} it shares with an earlier answer, about no request"
     assert note in loop.reason and note in coherence.reason
-    assert loop.metadata["ending_left_out"] == coherence.metadata["ending_left_out"]
-    assert "ending_left_out" not in with_it[0].results[1].metadata
+    parts = {
+        f"{part}_left_out" for part, text in (("opening", opening), ("ending", ending)) if text
+    }
+    assert {key for key in loop.metadata if key.endswith("_left_out")} == parts
+    assert {key for key in coherence.metadata if key.endswith("_left_out")} == parts
+    assert not any(key.endswith("_left_out") for key in with_it[0].results[1].metadata)
 
 
 def test_a_repeat_is_still_a_repeat_whatever_ending_it_shares() -> None:
@@ -353,10 +385,9 @@ def test_a_repeat_is_still_a_repeat_whatever_ending_it_shares() -> None:
     assert kept is not None and kept < 0.5
     # an ending about the request is part of the answer
     refund = "I could not find a refund for order 48213 either."
-    assert (
-        shared_ending(f"Order 48213 shipped. {refund}", f"It rains. {refund}", "Refund for 48213?")
-        == ""
-    )
+    assert shared_frame(
+        f"Order 48213 shipped. {refund}", f"It rains. {refund}", "Refund for 48213?"
+    ) == ("", "")
 
 
 def _hybrid(embedder: HashingEmbedder, first: str, second: str) -> float:
@@ -367,18 +398,30 @@ def _hybrid(embedder: HashingEmbedder, first: str, second: str) -> float:
     return cosine * jaccard(loop_tokens(first), loop_tokens(second))
 
 
-@given(st.text(max_size=60), st.text(max_size=60), st.text(max_size=60), st.text(max_size=30))
+@given(
+    st.text(max_size=40),
+    st.text(max_size=60),
+    st.text(max_size=60),
+    st.text(max_size=40),
+    st.text(max_size=30),
+)
 @settings(max_examples=300, deadline=None)
-def test_a_shared_ending_ends_both_texts_after_something_of_each(
-    first: str, second: str, ending: str, request: str
+def test_a_shared_frame_is_around_something_of_each_text_and_about_no_request(
+    opening: str, first: str, second: str, ending: str, request: str
 ) -> None:
-    answer, other = f"{first}. {ending}", f"{second}. {ending}"
-    found = shared_ending(answer, other, request)
-    if found:
-        assert answer.endswith(found) and other.endswith(found)
-        assert answer[: -len(found)].strip() and other[: -len(found)].strip()
-        assert not content_tokens(found) & content_tokens(request)
-        assert content_tokens(answer[: -len(found)]) & content_tokens(request)
+    answer, other = f"{opening}. {first}. {ending}", f"{opening}. {second}. {ending}"
+    frame = shared_frame(answer, other, request)
+    asked = content_tokens(request)
+    for text in (answer, other):
+        assert text.startswith(frame.opening) and text.endswith(frame.ending)
+        middle = text[len(frame.opening) : len(text) - len(frame.ending)]
+        assert middle.strip() or not frame.size
+    for part in frame:
+        assert not content_tokens(part) & asked
+    if frame.size:
+        kept = answer[len(frame.opening) : len(answer) - len(frame.ending)]
+        assert content_tokens(kept) & asked
+        assert frame.strip(answer).strip() == kept.strip()
 
 
 def test_loop_detection_window_uses_last_three_outputs_with_their_indices() -> None:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from .._errors import ErrorKind, MetricInputError
 from .._sync import run_sync
-from .._text import first_words, jaccard, loop_tokens, says_nothing_alone, shared_ending
+from .._text import Frame, first_words, jaccard, loop_tokens, says_nothing_alone, shared_frame
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
@@ -291,18 +291,23 @@ def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
     return sent or _session_answer(case, history)
 
 
-def _without(text: str, ending: str) -> str:
-    """``text`` without ``ending`` when it ends with it after something of its own."""
-    if ending and text.endswith(ending) and text[: -len(ending)].strip():
-        return text[: -len(ending)].rstrip()
-    return text
-
-
-def _ending_note(ending: str) -> str:
-    return (
-        f" (left out: the ending {first_words(ending)!r} it shares with an earlier answer, "
-        "about no request: a sign-off or disclaimer)"
+def _frame_left_out(frame: Frame) -> tuple[dict[str, str], str]:
+    """The metadata and the reason's note of a frame left out of the answers compared."""
+    left_out = {
+        f"{part}_left_out": first_words(text)
+        for part, text in (("opening", frame.opening), ("ending", frame.ending))
+        if text
+    }
+    said = " and ".join(
+        f"the {part} {first_words(text)!r}"
+        for part, text in (("opening", frame.opening), ("ending", frame.ending))
+        if text
     )
+    note = (
+        f" (left out: {said} it shares with an earlier answer, about no request: a greeting, "
+        "sign-off or disclaimer)"
+    )
+    return left_out, note if said else ""
 
 
 def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
@@ -328,9 +333,9 @@ class Coherence(_EmbeddingMetric):
     words and words of assent, thanks or choice) answers the agent's previous turn: the
     answer is compared with the request alone and after that turn's answer, the closer
     counting; with no earlier turn known (none in the messages the run's model was sent,
-    the session's history or the case's ``conversation``) the case is not scored. The ending
-    an answer shares with the session's previous answer is left out of it when it is about no
-    request (a disclaimer, a sign-off: :func:`shared_ending`)."""
+    the session's history or the case's ``conversation``) the case is not scored. The opening
+    and ending an answer shares with the session's previous answer are left out of it when
+    they are about no request (a greeting, a sign-off, a disclaimer: :func:`shared_frame`)."""
 
     name = "coherence"
     uses_history: ClassVar[bool] = True
@@ -355,10 +360,10 @@ class Coherence(_EmbeddingMetric):
                 f"empty {side}: coherence assumed",
                 {"coherence_gap": 0.0, "embedder": self.embedder.name},
             )
-        # a disclaimer or sign-off on every answer is about no request: what the answer
-        # says is before it
-        ending = shared_ending(answer, _session_answer(case, history), source)
-        answer = _without(answer, ending)
+        # a greeting, sign-off or disclaimer on every answer is about no request: what the
+        # answer says is between them
+        frame = shared_frame(answer, _session_answer(case, history), source)
+        answer = frame.strip(answer)
         if says_nothing_alone(source):
             # a correct booking after "Yes, please." has nothing in common with those two
             # words: the answer follows from the offer they accept
@@ -371,15 +376,14 @@ class Coherence(_EmbeddingMetric):
                 )
             # the answer first: its cosine with the request alone ("thanks!" → "You are
             # welcome!") and with the request after the turn it answers; the better counts
-            return Comparison([answer, source, f"{previous}\n{source}"], (previous, ending))
-        return Comparison([source, answer], (None, ending))
+            return Comparison([answer, source, f"{previous}\n{source}"], (previous, frame))
+        return Comparison([source, answer], (None, frame))
 
     def score_similarities(
         self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
-        previous, ending = comparison.context
-        left_out = {"ending_left_out": first_words(ending)} if ending else {}
-        note = _ending_note(ending) if ending else ""
+        previous, frame = comparison.context
+        left_out, note = _frame_left_out(frame)
         if previous is None:
             (cosine,) = cosines
             if cosine is None:
@@ -427,8 +431,9 @@ class LoopDetection(_EmbeddingMetric):
     An earlier output is no repeat when the current one carries a number or id of its own
     request that neither the earlier output nor its request held: the same template
     answering about another order, invoice or flight (``new_from_request`` in that
-    comparison's metadata, its hybrid 0). An ending the answers share that is about no
-    request (a disclaimer, a sign-off: :func:`shared_ending`) is left out of each."""
+    comparison's metadata, its hybrid 0). An opening or ending the answers share that is about
+    no request (a greeting, a sign-off, a disclaimer: :func:`shared_frame`) is left out of
+    each."""
 
     name = "loop_detection"
     uses_history: ClassVar[bool] = True
@@ -457,15 +462,18 @@ class LoopDetection(_EmbeddingMetric):
         request = text_of(case.input).strip()
         # a disclaimer or sign-off on every answer is about no request: a repeat is of what
         # the answers say before it
-        ending = max((shared_ending(current, text, request) for _, _, text in previous), key=len)
-        texts = [_without(text, ending) for text in [current] + [text for _, _, text in previous]]
-        return Comparison(texts, (previous, ending))
+        frame = max(
+            (shared_frame(current, text, request) for _, _, text in previous),
+            key=lambda found: found.size,
+        )
+        texts = [frame.strip(text) for text in [current] + [text for _, _, text in previous]]
+        return Comparison(texts, (previous, frame))
 
     def score_similarities(
         self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
         previous: list[tuple[int, Trace, str]]
-        previous, ending = comparison.context
+        previous, frame = comparison.context
         # the stripped text, as when this output is an earlier one: one cache entry each
         current_tokens = loop_tokens(comparison.texts[0])
         # numbers the answer takes from its request (most answers hold none: no work then)
@@ -504,9 +512,9 @@ class LoopDetection(_EmbeddingMetric):
             "embedder": self.embedder.name,
         }
         reason = f"highest cosine × Jaccard overlap with a recent output: {max_hybrid:.4f}"
-        if ending:
-            metadata["ending_left_out"] = first_words(ending)
-            reason += _ending_note(ending)
+        left_out, note = _frame_left_out(frame)
+        metadata.update(left_out)
+        reason += note
         answered = [c for c in comparisons if "new_from_request" in c]
         if answered:
             numbers = sorted({n for c in answered for n in c["new_from_request"]})
