@@ -621,6 +621,11 @@ def test_a_hanging_agent_fails_by_the_timeout_and_the_process_ends(
         f"({', '.join(ids)}); with no --min-pass-at-k, --min-pass-pow-k or --baseline, every "
         "attempt must pass\n"
     )
+    # no check of a case ran: the regression was neither seen again nor seen gone (it was
+    # listed as "recurring")
+    assert "recurring:" not in done.stdout
+    assert "not checked (attempts that ran none of the case's checks):\n" in done.stdout
+    assert done.stdout.count("2/2 attempts — the agent did not return within 1 s") == len(ids)
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
     failures = {

@@ -179,22 +179,42 @@ def load_agent(spec: str) -> Callable[..., Any]:
     return agent
 
 
+RECURRED = frozenset({"failed", "incomplete", "refused"})
+"""Attempt outcomes that saw the agent fail a case's checks again. The other failures ran no
+check of the case (the agent raised or hung, was not asked, or nothing scored its run): the
+regression was not seen again, nor seen gone."""
+
+
 def _recurring(console: Console, report: SuiteReport) -> None:
-    shown = report.failed_cases()
-    if not shown:
+    failed_cases = report.failed_cases()
+    if not failed_cases:
         console.print("no regression recurs: every attempt of every case passed")
         return
-    console.print("recurring:")
-    for case in shown:
-        failed = [run for run in case.runs if not run.passed]
-        origin = case.metadata.get("provenance", {})
-        was = f" (captured: {origin['status']})" if origin.get("status") else ""
-        console.print(
-            f"  {case.label}{was}: {len(failed)}/{len(case.runs)} attempts — {failed[0].reason}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+    for title, recurred in (
+        ("recurring:", True),
+        ("not checked (attempts that ran none of the case's checks):", False),
+    ):
+        shown = [
+            (case, failed)
+            for case in failed_cases
+            if (
+                failed := [
+                    r for r in case.runs if not r.passed and (r.outcome in RECURRED) == recurred
+                ]
+            )
+        ]
+        if shown:
+            console.print(title)
+        for case, failed in shown:
+            origin = case.metadata.get("provenance", {})
+            was = f" (captured: {origin['status']})" if origin.get("status") else ""
+            console.print(
+                f"  {case.label}{was}: {len(failed)}/{len(case.runs)} attempts — "
+                f"{failed[0].reason}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _baseline_table(comparison: BaselineComparison) -> TextTable:
