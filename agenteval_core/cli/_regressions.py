@@ -359,11 +359,15 @@ def suite_command(
         raise UserError("; ".join(unreachable))
     cases = read_cases(cases_file)
     previous = SuiteReport.load(baseline) if baseline else None
-    vacuous = previous and unflaggable_baseline(
-        previous,
-        (case.id for case in cases),
-        attempts or k,
-        max_regression_prob=max_regression_prob,
+    vacuous = (
+        unflaggable_baseline(
+            previous,
+            (case.id for case in cases),
+            attempts or k,
+            max_regression_prob=max_regression_prob,
+        )
+        if previous is not None
+        else None
     )
     if vacuous:  # a gate that cannot fail is no gate
         raise UserError(vacuous)

@@ -293,16 +293,9 @@ def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
 
 def _frame_left_out(frame: Frame) -> tuple[dict[str, str], str]:
     """The metadata and the reason's note of a frame left out of the answers compared."""
-    left_out = {
-        f"{part}_left_out": first_words(text)
-        for part, text in (("opening", frame.opening), ("ending", frame.ending))
-        if text
-    }
-    said = " and ".join(
-        f"the {part} {first_words(text)!r}"
-        for part, text in (("opening", frame.opening), ("ending", frame.ending))
-        if text
-    )
+    parts = [(part, text) for part, text in zip(frame._fields, frame, strict=True) if text]
+    left_out = {f"{part}_left_out": first_words(text) for part, text in parts}
+    said = " and ".join(f"the {part} {first_words(text)!r}" for part, text in parts)
     note = (
         f" (left out: {said} it shares with an earlier answer, about no request: a greeting, "
         "sign-off or disclaimer)"
@@ -460,8 +453,8 @@ class LoopDetection(_EmbeddingMetric):
                 return vacuous(case, "empty output: nothing to compare", metadata)
             return vacuous(case, "no previous output in the session to compare with", metadata)
         request = text_of(case.input).strip()
-        # a disclaimer or sign-off on every answer is about no request: a repeat is of what
-        # the answers say before it
+        # a greeting, disclaimer or sign-off on every answer is about no request: a repeat is
+        # of what the answers say between them
         frame = max(
             (shared_frame(current, text, request) for _, _, text in previous),
             key=lambda found: found.size,
