@@ -508,6 +508,51 @@ def test_the_same_follow_up_in_spanish_after_two_offers_is_two_requests(tmp_path
     ]
 
 
+def test_a_case_late_in_a_long_session_keeps_its_last_turns(tmp_path: Path) -> None:
+    # every case kept every turn before it: one session of 2,000 turns (3.7 MB captured),
+    # a failed lookup in each fifth, gave a 132 MB cases file, each case's conversation
+    # handed whole to the agent
+    failed = ToolCall(name="lookup", arguments={"id": "A-25"}, error="503")
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        for index in range(25):
+            writer.write(_turn("s1", f"Where is order A-{index}?", f"A-{index} has shipped."))
+        writer.write(_turn("s1", "Where is order A-25?", "Sorry, try later.", failed))
+    turns = [
+        {"input": f"Where is order A-{index}?", "output": f"A-{index} has shipped."}
+        for index in range(25)
+    ]
+    [case] = cases_from_capture(capture, metrics=["tool_failures"])
+    assert (case.conversation, case.provenance.turns_left_out) == (turns[5:], 5)
+    [whole] = cases_from_capture(capture, metrics=["tool_failures"], max_turns=None)
+    assert (whole.conversation, whole.provenance.turns_left_out) == (turns, 0)
+    out = tmp_path / "cases.jsonl"
+    done = CliRunner().invoke(
+        cli,
+        ["cases", str(capture), "-o", str(out), "--max-turns", "0", "--metrics", "tool_failures"],
+    )
+    assert done.exit_code == 0, done.output
+    [none] = read_cases(out)
+    assert none.conversation is None
+    assert json.loads(out.read_text())["provenance"]["turns_left_out"] == 25
+
+
+def test_without_turns_kept_a_follow_up_is_still_keyed_by_the_answer_it_accepts(
+    tmp_path: Path,
+) -> None:
+    failed = ToolCall(name="book", arguments={}, error="503")
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        for session, offer in (("s1", "A room at Roma. Book it?"), ("s2", "A flight. Book it?")):
+            writer.write(_turn(session, "Find me something in Rome", offer))
+            writer.write(_turn(session, "Yes, please.", "Sorry.", failed))
+    cases = cases_from_capture(capture, metrics=["tool_failures"], max_turns=0)
+    assert [(c.input, c.count, c.conversation, c.provenance.turns_left_out) for c in cases] == [
+        ("Yes, please.", 1, None, 1),
+        ("Yes, please.", 1, None, 1),
+    ]
+
+
 def test_a_refusal_becomes_a_case_that_fails_while_the_model_refuses(tmp_path: Path) -> None:
     # a run the model refused completed, and no default metric fails it (coherence scores the
     # refusal's text, tool_failures has no calls to check): it became no case, and a suite

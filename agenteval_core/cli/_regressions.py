@@ -27,6 +27,7 @@ from ..suite._baseline import (
 )
 from ..suite._cases import (
     ALL_SELECTIONS,
+    DEFAULT_MAX_TURNS,
     RegressionCase,
     cases_from_capture,
     read_cases,
@@ -100,8 +101,21 @@ def _why(case: RegressionCase) -> str:
     type=OutputFile(),
     help="Where to write the cases (JSON Lines; replaced).",
 )
+@click.option(
+    "--max-turns",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_TURNS,
+    show_default=True,
+    help="Earlier turns of its session a case keeps, the most recent (the agent is given "
+    "them); the provenance counts those left out.",
+)
 def cases_command(
-    capture: str, results: str | None, selection: str, metric_names: str | None, output: str
+    capture: str,
+    results: str | None,
+    selection: str,
+    metric_names: str | None,
+    output: str,
+    max_turns: int,
 ) -> None:
     """Turn the failures captured in CAPTURE into regression cases (JSON Lines) that
     `agenteval suite` runs: one case per input and way of failing, with a count, where it
@@ -121,6 +135,7 @@ def cases_command(
         select=chosen,  # type: ignore[arg-type]
         metrics=_split_names(metric_names),
         on_bad_line=bad.append,
+        max_turns=max_turns,
     )
     written = write_cases(cases, output)
     console = Console()

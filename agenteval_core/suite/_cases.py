@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ from ..schema._trace import (
 
 __all__ = [
     "CASES_VERSION",
+    "DEFAULT_MAX_TURNS",
     "CaseProvenance",
     "FailedMetric",
     "RegressionCase",
@@ -110,6 +112,9 @@ class CaseProvenance(BaseModel):
     """The provider's refusal the run answered with (``""`` when it gave no text)."""
     reference_trace_id: str | None = None
     """A later trace with the same input that passed, whose trajectory is the reference."""
+    turns_left_out: int = 0
+    """Earlier turns of the session not kept in the case's ``conversation``, which keeps
+    the most recent (``max_turns`` of :func:`cases_from_capture`)."""
 
 
 class RegressionCase(BaseModel):
@@ -340,6 +345,12 @@ def _case_id(input_key: str, signature: tuple[Any, ...]) -> str:
     return "-".join([*words, digest[:6]]) if words else f"case-{digest[:10]}"
 
 
+DEFAULT_MAX_TURNS = 20
+"""The earlier turns of its session a case keeps by default, the most recent: a case late in
+a long session kept every turn before it, and a 3.7 MB capture of one 2,000-turn session
+gave a 132 MB cases file, each case's conversation passed whole to the agent."""
+
+
 def cases_from_capture(
     capture: str | os.PathLike[str],
     *,
@@ -348,6 +359,7 @@ def cases_from_capture(
     metrics: Sequence[str | Metric | SessionMetric] | None = None,
     judge: Any = None,
     on_bad_line: Callable[[Any], None] | None = None,
+    max_turns: int | None = DEFAULT_MAX_TURNS,
 ) -> list[RegressionCase]:
     """Turn a capture's failures into regression cases. ``capture`` is a capture file or a
     capture directory of shards (read in the order the runs happened).
@@ -362,7 +374,8 @@ def cases_from_capture(
     refusal fails in a suite when the agent refuses again (``refused``), unless its
     ``allow_refusal`` is set (an input the agent should refuse).
 
-    Each case keeps the input, the earlier turns of its session, where it came from, and
+    Each case keeps the input, the earlier turns of its session (the last ``max_turns``;
+    ``None`` keeps all, and the provenance counts those left out), where it came from, and
     the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
     that does not complete); ``tool_call_loops`` after a loop; ``tool_constraints`` for the
     tools that failed (``tools_must_succeed``: each to be called, and to succeed; a call of
@@ -371,6 +384,8 @@ def cases_from_capture(
     metrics it failed; and, when a later trace with the same input passed,
     ``trajectory_match`` against that trace's tool calls.
     """
+    if max_turns is not None and max_turns < 0:
+        raise MetricInputError(f"max_turns must be >= 0 (or None: all), got {max_turns}")
     unknown = sorted(set(select) - set(ALL_SELECTIONS))
     if unknown or not select:
         raise MetricInputError(
@@ -391,7 +406,8 @@ def cases_from_capture(
     # The capture streams past once, in run order: a trace is dropped once read, and what
     # is kept of the others is the input and output of each session's turns (a case's
     # earlier conversation) and the cases still waiting for a later run that passed.
-    earlier: dict[str, list[dict[str, Any]]] = {}
+    earlier: dict[str, deque[dict[str, Any]]] = {}
+    told: dict[str, int] = {}  # each session's turns so far, kept or not
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
     awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
     read: dict[str, dict[str, int]] = {}  # each session's runs (see read_again)
@@ -400,8 +416,14 @@ def cases_from_capture(
         runs_read = read.setdefault(trace.session_id, {}) if trace.session_id else sessionless
         if read_again(runs_read, trace):  # a capture line read twice: one run
             continue
-        turns = earlier.setdefault(trace.session_id, []) if trace.session_id else []
+        session = trace.session_id
+        # at least the last turn, which a follow-up's key reads ("Yes, please." after what)
+        kept = None if max_turns is None else max(max_turns, 1)
+        turns = earlier.setdefault(session, deque(maxlen=kept)) if session else deque()
         turn = {"input": trace.input, "output": trace.output}
+        before = told.get(session, 0) if session else 0
+        if session:  # counted now: this run is a turn before the next, whatever it is
+            told[session] = before + 1
         why = _why(trace, select, scored)
         if why is None:
             if not (
@@ -442,6 +464,7 @@ def cases_from_capture(
         if tools or limits:
             checks.append("tool_constraints")
         checks += [name for name in failed if trace_metric(name) and name not in checks]
+        shown = list(turns)[max(0, len(turns) - max_turns) :] if max_turns is not None else turns
         started = (
             datetime.datetime.fromtimestamp(trace.start_time, datetime.UTC).isoformat()
             if trace.start_time is not None
@@ -450,7 +473,7 @@ def cases_from_capture(
         case = groups[(input_key, signature)] = RegressionCase(
             id=_case_id(input_key, signature),
             input=trace.input,
-            conversation=list(turns) or None,
+            conversation=list(shown) or None,
             metrics=checks,
             tools_must_succeed=tools or None,
             tool_call_limits=limits or None,
@@ -465,6 +488,7 @@ def cases_from_capture(
                 alerts=alerts,
                 failed_tools=tools,
                 refusal=refused,
+                turns_left_out=before - len(shown),
             ),
         )
         awaiting.setdefault(input_key, []).append(case)
