@@ -282,6 +282,27 @@ def test_a_template_answering_a_new_order_is_no_repeat() -> None:
     assert again.score == 0.0 and "new_from_request" not in again.metadata["comparisons"][0]
 
 
+def test_a_template_answering_a_one_digit_id_is_no_repeat() -> None:
+    # "Order A-7 has shipped." after "Order A-6 has shipped.", asked about A-7: the Jaccard's
+    # tokens leave out one-letter words, so "7" was not seen as the request's and the
+    # answers were a loop (hybrid 1.0: {order, shipped} both, one vector); as for 51877
+    answers = [f"Order A-{n} has shipped." for n in (6, 7)]
+    embedder = TableEmbedder({text: [1.0, 0.0] for text in answers})
+    turns = [
+        Trace(id=f"t{n}", session_id="s", input=f"Where is order A-{n}?", output=answer)
+        for n, answer in zip((6, 7), answers, strict=True)
+    ]
+    second = Engine([LoopDetection(embedder=embedder)]).score_sync(turns)[1].results[0]
+    assert second.score == 1.0
+    assert second.metadata["comparisons"][0]["new_from_request"] == ["7"]
+    assert second.metadata["comparisons"][0]["jaccard_similarity"] == 1.0
+    # the same answer to the same id again is a repeat
+    again = LoopDetection(embedder=embedder).measure(
+        Trace(input="A-7, are you sure?", output=answers[1]), history=[turns[1]]
+    )
+    assert again.score == 0.0
+
+
 DISCLAIMER = (
     "This information is provided for general educational purposes only and does not "
     "constitute financial, investment, tax or legal advice. Past performance is not "

@@ -14,7 +14,15 @@ import numpy.typing as npt
 
 from .._errors import ErrorKind, MetricInputError
 from .._sync import run_sync
-from .._text import Frame, first_words, jaccard, loop_tokens, says_nothing_alone, shared_frame
+from .._text import (
+    Frame,
+    first_words,
+    jaccard,
+    loop_tokens,
+    says_nothing_alone,
+    shared_frame,
+    words,
+)
 from ..embedders._hashing import Embedder
 from ..embedders._static import default_embedder
 from ..schema._results import MetricResult
@@ -412,9 +420,12 @@ class Coherence(_EmbeddingMetric):
 _DIGIT = re.compile(r"\d")
 
 
-def _numbers(tokens: frozenset[str]) -> frozenset[str]:
-    """The tokens with a digit: order numbers, ids, dates, amounts."""
-    return frozenset(token for token in tokens if _DIGIT.search(token))
+def _numbers(text: str) -> frozenset[str]:
+    """The words of ``text`` with a digit: order numbers, ids, dates, amounts, one digit
+    too ("A-7", "table 3"), which the Jaccard's tokens leave out."""
+    if not _DIGIT.search(text):
+        return frozenset()
+    return frozenset(word for word in words(text) if _DIGIT.search(word))
 
 
 @register_metric
@@ -470,9 +481,9 @@ class LoopDetection(_EmbeddingMetric):
         # the stripped text, as when this output is an earlier one: one cache entry each
         current_tokens = loop_tokens(comparison.texts[0])
         # numbers the answer takes from its request (most answers hold none: no work then)
-        asked = _numbers(current_tokens) if _DIGIT.search(comparison.texts[0]) else frozenset()
+        asked = _numbers(comparison.texts[0])
         if asked:
-            asked &= loop_tokens(text_of(case.input).strip())
+            asked &= _numbers(text_of(case.input))
         hybrids: list[float] = []
         comparisons = []
         compared_with = comparison.texts[1:]
@@ -481,7 +492,7 @@ class LoopDetection(_EmbeddingMetric):
             overlap = jaccard(current_tokens, earlier)
             # "Your order 51877 has shipped" after "Your order 48213 has shipped", asked
             # about 51877: a template answering a new request, whatever else it shares
-            new = asked - earlier - loop_tokens(text_of(trace.input).strip()) if asked else None
+            new = asked - _numbers(text) - _numbers(text_of(trace.input)) if asked else None
             if cosine is None and overlap and not new:  # an earlier output it could not read
                 return no_vector(self.embedder.name, text)
             # with no word in common the product is 0 whatever the cosine: an output the
