@@ -60,6 +60,52 @@ def test_pass_fail_labels_agreement_kappa_and_best_threshold(
     assert (result.best_threshold, result.best_agreement) == (0.45, 0.9)
 
 
+def test_a_label_is_scored_after_the_earlier_turns_of_its_session(tmp_path: Path) -> None:
+    offer = {"input": "Where is my order A-1?", "output": "Your order A-1 has shipped."}
+    check = {"input": "Where is order B-7?", "output": "Order B-7 is in the warehouse."}
+    capture = tmp_path / "capture.jsonl"
+    runs = [
+        Trace(id="t1", session_id="s1", **offer),
+        Trace(id="t3", session_id="s2", **check),
+        # the same answer again, to another question: a loop
+        Trace(id="t2", session_id="s1", input="And order A-2?", output=offer["output"]),
+        Trace(id="t4", session_id="s2", input="And now?", output="Order B-7 left this morning."),
+    ]
+    capture.write_text("".join(run.model_dump_json() + "\n" for run in runs))
+    verdicts = {"t1": "pass", "t2": "fail", "t3": "pass", "t4": "pass"}
+    path = tmp_path / "labels.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"trace_id": tid, "metric": "loop_detection", "label": label}) + "\n"
+            for tid, label in verdicts.items()
+        )
+    )
+    labels = read_labels(path, capture=capture)
+    assert [label.conversation for label in labels] == [(), (offer,), (), (check,)]
+    [result] = calibrate(labels).metrics.values()
+    # t2 repeats t1's answer word for word: 1 − cosine × Jaccard = 0, a failure, as labelled
+    # (scored alone it had nothing to repeat and passed); t4 says something new. 4 of 4
+    # agree, and kappa is 1: p_o = 1, p_e = 0.75² + 0.25² = 0.625, (1 − 0.625) / (1 − 0.625)
+    assert (result.agreement, result.kappa) == (1.0, 1.0)
+    assert result.confusion == {"pass": {"pass": 3, "fail": 0}, "fail": {"pass": 0, "fail": 1}}
+
+    # a label that holds its trace gives the turns before it itself
+    inline = tmp_path / "inline.jsonl"
+    line = {"trace": runs[2].model_dump(mode="json"), "metric": "loop_detection", "label": "fail"}
+    inline.write_text(json.dumps({**line, "conversation": [offer]}) + "\n")
+    [label] = read_labels(inline)
+    assert label.conversation == (offer,)
+    [result] = calibrate([label]).metrics.values()
+    assert (result.agreement, result.confusion["fail"]) == (1.0, {"pass": 0, "fail": 1})
+    inline.write_text(json.dumps({**line, "conversation": offer}) + "\n")
+    with pytest.raises(CaptureError) as refused:
+        read_labels(inline)
+    assert str(refused.value) == (
+        f"{inline}:1: 'conversation' must be a list of turns, each an object with 'input' "
+        "and 'output', oldest first"
+    )
+
+
 def test_graded_labels_weighted_kappa(judge_server: JudgeServer, tmp_path: Path) -> None:
     judge_server.responder = _scripted
     # judge: q0 0.9 → grade 1.0, q1 0.8 → 0.75, q2 0.7 → 0.75, q3 0.6 → 0.5

@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from .._errors import CaptureError, MetricInputError
 from ..engine._engine import Engine, resolve_metrics
-from ..schema._capture import read_capture, skipping_bad_lines
+from ..schema._capture import runs_with_turns, skipping_bad_lines
 from ..schema._results import passes
-from ..schema._trace import Trace
+from ..schema._trace import EvalCase, Trace
 
 __all__ = [
     "GRADES",
@@ -39,6 +39,10 @@ class CalibrationLabel:
     trace: Trace
     metric: str
     label: bool | float
+    conversation: tuple[dict[str, Any], ...] = ()
+    """The earlier turns of the trace's session, oldest first (``{"input", "output"}``
+    each): what a metric that reads a session's history compares the trace with, as a
+    replay does (``loop_detection``, a follow-up's ``coherence``)."""
 
 
 @dataclass
@@ -116,22 +120,25 @@ class CalibrationReport:
             ) from None
 
 
+CONVERSATION_KEPT = 20
+"""The earlier turns of its session a label keeps, the most recent: more than any metric
+reads (``loop_detection`` compares the last 3 answers)."""
+
+
 def read_labels(
     path: str | os.PathLike[str], *, capture: str | os.PathLike[str] | None = None
 ) -> list[CalibrationLabel]:
     """Read a labels file: JSON Lines, one label per line, each with ``metric``, ``label``
     (``"pass"``, ``"fail"``, ``true``/``false`` or a score in [0, 1]) and either the whole
-    ``trace`` or a ``trace_id`` found in ``capture``.
+    ``trace`` (with, optionally, the ``conversation`` before it: ``{"input", "output"}``
+    turns, oldest first) or a ``trace_id`` found in ``capture``, whose session's earlier
+    turns there are the label's conversation.
 
     Raises:
         CaptureError: naming the file, line and what is wrong.
     """
     name = os.fspath(path)
-    traces: dict[str, Trace] = {}
-    with skipping_bad_lines() as unread:
-        if capture is not None:
-            traces = {trace.id: trace for trace in read_capture(capture, on_error=unread.append)}
-    labels = []
+    records = []
     try:
         handle = open(path, encoding="utf-8")  # noqa: SIM115  (closed below)
     except FileNotFoundError:
@@ -150,41 +157,68 @@ def read_labels(
             metric = record.get("metric")
             if not isinstance(metric, str) or not metric:
                 raise CaptureError(f"{where}: 'metric' must name a metric")
-            labels.append(
-                CalibrationLabel(
-                    _trace_of(record, traces, where, capture, len(unread)),
-                    metric,
-                    _label(record, where),
-                )
-            )
-    if not labels:
+            records.append((where, record, metric, _label(record, where)))
+    if not records:
         raise CaptureError(f"{name}: no labels in the file")
+    wanted = {r.get("trace_id") for _, r, _, _ in records if "trace" not in r}
+    found: dict[str, tuple[Trace, tuple[dict[str, Any], ...]]] = {}
+    with skipping_bad_lines() as unread:
+        if capture is not None:
+            # only the labelled traces are kept, each with the turns before it
+            for trace, turns, _ in runs_with_turns(
+                capture, keep=CONVERSATION_KEPT, on_error=unread.append
+            ):
+                if trace.id in wanted:
+                    found[trace.id] = (trace, tuple(turns))
+    labels = []
+    for where, record, metric, label in records:
+        trace, conversation = _trace_of(record, found, where, capture, len(unread))
+        labels.append(CalibrationLabel(trace, metric, label, conversation))
     return labels
 
 
 def _trace_of(
-    record: dict[str, Any], traces: dict[str, Trace], where: str, capture: Any, unread: int
-) -> Trace:
+    record: dict[str, Any],
+    found: dict[str, tuple[Trace, tuple[dict[str, Any], ...]]],
+    where: str,
+    capture: Any,
+    unread: int,
+) -> tuple[Trace, tuple[dict[str, Any], ...]]:
+    """The label's trace and the turns before it."""
     if "trace" in record:
         try:
-            return Trace.model_validate(record["trace"])
+            trace = Trace.model_validate(record["trace"])
         except ValidationError as exc:
             problem = exc.errors(include_url=False)[0]
             field_name = ".".join(str(p) for p in problem["loc"])[:120]
             raise CaptureError(f"{where}: trace field '{field_name}': {problem['msg']}") from None
+        return trace, _conversation(record.get("conversation"), where)
     trace_id = record.get("trace_id")
     if not isinstance(trace_id, str):
         raise CaptureError(f"{where}: give the 'trace' itself or a 'trace_id' (and --capture)")
     if capture is None:
         raise CaptureError(f"{where}: trace_id {trace_id!r} needs the capture it is in (--capture)")
-    if trace_id not in traces:
+    if trace_id not in found:
         skipped = (
             f" (or on one of the {unread} line(s) of it that could not be read)" if unread else ""
         )
         raise CaptureError(
             f"{where}: trace_id {trace_id!r} is not in {os.fspath(capture)}{skipped}"
         )
-    return traces[trace_id]
+    return found[trace_id]
+
+
+def _conversation(value: Any, where: str) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(turn, dict) and set(turn) <= {"input", "output"} for turn in value
+    ):
+        raise CaptureError(
+            f"{where}: 'conversation' must be a list of turns, each an object with 'input' "
+            "and 'output', oldest first"
+        )
+    return tuple(value)
 
 
 def _label(record: dict[str, Any], where: str) -> bool | float:
@@ -216,8 +250,16 @@ def calibrate(
         graded = {isinstance(label.label, float) for label in group}
         if len(graded) > 1:
             raise MetricInputError(f"{name}: labels mix pass/fail with scores; use one kind")
-        # each trace scored on its own (no session history: a label judges one trace)
-        cases = [label.trace.model_copy(update={"session_id": None}) for label in group]
+        # each trace scored on its own, after the turns before it (as a replay scores it)
+        cases = [
+            EvalCase(
+                trace=label.trace.model_copy(update={"session_id": None}),
+                input=label.trace.input,
+                actual_output=label.trace.output,
+                conversation=list(label.conversation) or None,
+            )
+            for label in group
+        ]
         engine = Engine(trace_metrics, judge=judge, embedder=embedder)
         results = [outcome.results[0] for outcome in engine.score_sync(cases)]
         report.metrics[name] = _measure(

@@ -13,10 +13,11 @@ import sys
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -24,7 +25,7 @@ from pydantic_core import PydanticSerializationError
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from .._fork import renew_after_fork
 from .._sync import time_left
-from ._trace import NewerVersionError, Trace
+from ._trace import NewerVersionError, RecentRuns, Trace, read_again
 from ._values import TRUNCATED, plain, truncated
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "read_in_run_order",
     "refuse_compressed",
     "rest_of_line_being_written",
+    "runs_with_turns",
     "shard_capture",
     "skipping_bad_lines",
     "split_lines",
@@ -633,6 +635,36 @@ def read_in_run_order(
     that came first."""
     shards = [read_capture(part, on_error=on_error) for part in capture_parts(path)]
     return heapq.merge(*shards, key=_started) if len(shards) > 1 else shards[0]
+
+
+def runs_with_turns(
+    path: str | os.PathLike[str],
+    *,
+    keep: int | None,
+    on_error: Callable[[CaptureFormatError], None] | None = None,
+) -> Iterator[tuple[Trace, deque[dict[str, Any]], int]]:
+    """Each run of a capture once, in run order (:func:`read_in_run_order`; a line read
+    twice is one run), with the earlier turns of its session as they stand when it is read
+    and how many turns came before it, kept or not. The turns are ``{"input", "output"}``,
+    oldest first, the last ``keep`` of them (``None``: all); a run with no session has none.
+    A run joins its session's turns when the next run is asked for: what reads the turns
+    reads them before that."""
+    earlier: dict[str, deque[dict[str, Any]]] = {}
+    told: dict[str, int] = {}
+    read: dict[str, dict[str, int]] = {}
+    sessionless = RecentRuns()
+    for trace in read_in_run_order(path, on_error=on_error):
+        session = trace.session_id
+        if read_again(read.setdefault(session, {}) if session else sessionless, trace):
+            continue
+        if not session:
+            yield trace, deque(), 0
+            continue
+        turns = earlier.setdefault(session, deque(maxlen=keep))
+        before = told.get(session, 0)
+        told[session] = before + 1
+        yield trace, turns, before
+        turns.append({"input": trace.input, "output": trace.output})
 
 
 @contextlib.contextmanager

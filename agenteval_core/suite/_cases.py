@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import re
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,20 +29,18 @@ from ..engine._sinks import CallbackSink
 from ..metrics._loops import canonical_call
 from ..metrics._protocol import Metric, SessionMetric
 from ..metrics._registry import metric_class
-from ..schema._capture import read_in_run_order
+from ..schema._capture import runs_with_turns
 from ..schema._results import MetricResult, TraceResults, failing, flagged_traces, repeats
 from ..schema._trace import (
     GUARD_REFUSED,
     TOOL_NOT_RUN,
     EvalCase,
     ExpectedToolCall,
-    RecentRuns,
     RunStatus,
     ToolCallLimit,
     Trace,
     known_version,
     last_answer,
-    read_again,
     text_of,
 )
 
@@ -391,7 +388,9 @@ def cases_from_capture(
         raise MetricInputError(
             f"select takes {', '.join(ALL_SELECTIONS)}; got {', '.join(select) or 'nothing'}"
         )
-    runs = read_in_run_order(capture, on_error=on_bad_line)
+    # at least the last turn, which a follow-up's key reads ("Yes, please." after what)
+    kept = None if max_turns is None else max(max_turns, 1)
+    runs = runs_with_turns(capture, keep=kept, on_error=on_bad_line)
     first = next(runs, None)
     if first is None:
         raise CaptureError(f"{capture}: no traces in the file")
@@ -406,24 +405,9 @@ def cases_from_capture(
     # The capture streams past once, in run order: a trace is dropped once read, and what
     # is kept of the others is the input and output of each session's turns (a case's
     # earlier conversation) and the cases still waiting for a later run that passed.
-    earlier: dict[str, deque[dict[str, Any]]] = {}
-    told: dict[str, int] = {}  # each session's turns so far, kept or not
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
     awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
-    read: dict[str, dict[str, int]] = {}  # each session's runs (see read_again)
-    sessionless = RecentRuns()
-    for trace in itertools.chain([first], runs):
-        runs_read = read.setdefault(trace.session_id, {}) if trace.session_id else sessionless
-        if read_again(runs_read, trace):  # a capture line read twice: one run
-            continue
-        session = trace.session_id
-        # at least the last turn, which a follow-up's key reads ("Yes, please." after what)
-        kept = None if max_turns is None else max(max_turns, 1)
-        turns = earlier.setdefault(session, deque(maxlen=kept)) if session else deque()
-        turn = {"input": trace.input, "output": trace.output}
-        before = told.get(session, 0) if session else 0
-        if session:  # counted now: this run is a turn before the next, whatever it is
-            told[session] = before + 1
+    for trace, turns, before in itertools.chain([first], runs):
         why = _why(trace, select, scored)
         if why is None:
             if not (
@@ -436,7 +420,6 @@ def cases_from_capture(
             ):
                 for case in awaiting.pop(_key(trace.input, turns), []):
                     _check_against(case, trace)
-            turns.append(turn)
             continue
         failed = sorted({r.name for r in why})
         alerts = [f"{alert.pattern}: {alert.message}" for alert in trace.alerts]
@@ -455,7 +438,6 @@ def cases_from_capture(
         if existing is not None:
             existing.count += 1
             existing.provenance.trace_ids.append(trace.id)
-            turns.append(turn)
             continue
         checks = list(BASE_CHECKS)
         if trace.alerts or "tool_call_loops" in failed:
@@ -492,7 +474,6 @@ def cases_from_capture(
             ),
         )
         awaiting.setdefault(input_key, []).append(case)
-        turns.append(turn)
     return list(groups.values())
 
 
