@@ -60,6 +60,20 @@ def test_pass_fail_labels_agreement_kappa_and_best_threshold(
     assert (result.best_threshold, result.best_agreement) == (0.45, 0.9)
 
 
+def test_labels_that_fail_every_trace_find_a_threshold_above_every_score(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    judge_server.responder = _scripted
+    # q0-q3 score 0.9, 0.8, 0.7, 0.6 and are all labelled fail: at 0.5 all pass, none agree
+    labels = read_labels(_labels_file(tmp_path / "l.jsonl", ["fail"] * 4))
+    judge = OpenAIJudge("judge-model", base_url=judge_server.base_url, cache=None)
+    [result] = calibrate(labels, judge=judge).metrics.values()
+    assert (result.agreement, result.confusion["fail"]) == (0.0, {"pass": 4, "fail": 0})
+    # a score as the threshold passes at least that trace (the best of those, 0.9, agrees on
+    # 3 of 4); only a threshold above 0.9 fails all four: halfway to 1
+    assert (result.best_threshold, result.best_agreement) == (0.95, 1.0)
+
+
 def test_a_label_is_scored_after_the_earlier_turns_of_its_session(tmp_path: Path) -> None:
     offer = {"input": "Where is my order A-1?", "output": "Your order A-1 has shipped."}
     check = {"input": "Where is order B-7?", "output": "Order B-7 is in the warehouse."}

@@ -63,8 +63,9 @@ class MetricCalibration:
     confusion: dict[str, dict[str, int]]
     """Rows: the label; columns: the metric. ``pass``/``fail``, or grades for graded labels."""
     best_threshold: float | None
-    """The threshold on the metric's score that agrees with the most labels (ties: the one
-    nearest the current threshold)."""
+    """The threshold on the metric's score that agrees with the most labels: one of the
+    scores, or halfway from the highest score to 1 (every trace fails); ties: the one
+    nearest the current threshold."""
     best_agreement: float | None
     mean_absolute_error: float | None = None
     """Graded labels only: mean |score − label|."""
@@ -328,8 +329,13 @@ def _measure(
         }
         for t, v in zip(truth, verdicts, strict=True):
             calibration.confusion["pass" if t else "fail"]["pass" if v else "fail"] += 1
+    # each score as the threshold is every way to pass some and fail the rest but one: to
+    # fail them all (labels that fail every trace), a threshold above the highest score
+    candidates = set(scores) | {threshold}
+    if max(scores) < 1.0:
+        candidates.add((max(scores) + 1.0) / 2)
     best = max(
-        sorted(set(scores) | {threshold}),
+        sorted(candidates),
         key=lambda t: (
             _agreement(truth, [passes(s, t) for s in scores]) or 0.0,
             -abs(t - threshold),
