@@ -140,6 +140,66 @@ def test_compare_command_runs_the_tournament_over_captures(
     assert "winner: agent_a" in done.stdout
 
 
+def test_compare_matches_a_follow_up_by_the_request_before_it(
+    judge_server: JudgeServer, tmp_path: Any
+) -> None:
+    import subprocess
+    import sys
+
+    judged: list[tuple[str, str, str]] = []
+
+    def respond(request: dict[str, Any]) -> Reply:
+        text = request["messages"][1]["content"]
+        shown = [
+            text.split(f"<<<DATA {part}\n")[1].split("\nDATA>>>")[0]
+            for part in ("input", "answer_A", "answer_B")
+        ]
+        judged.append((shown[0], shown[1], shown[2]))
+        return Reply(json.dumps({"winner": "tie", "reason": "r"}))
+
+    judge_server.responder = respond
+    flight, hotel = "Find me a flight to Paris on Friday.", "Find me a hotel in Rome."
+    # both agents ran the same two scripted conversations, concurrently: agent_b's sessions
+    # went in the other order, so its first "Yes, please." accepts the hotel
+    for agent, topics in (("agent_a", ["flight", "hotel"]), ("agent_b", ["hotel", "flight"])):
+        with CaptureWriter(tmp_path / f"{agent}.jsonl") as writer:
+            for topic in topics:
+                request = flight if topic == "flight" else hotel
+                offer = f"{agent}: I found a {topic}. Shall I book it?"
+                writer.write(Trace(input=request, output=offer, session_id=f"{agent}-{topic}"))
+            for topic in topics:
+                done = f"{agent}: booked the {topic}."
+                writer.write(
+                    Trace(input="Yes, please.", output=done, session_id=f"{agent}-{topic}")
+                )
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "agenteval_core.cli", "compare",
+            str(tmp_path / "agent_a.jsonl"), str(tmp_path / "agent_b.jsonl"),
+            "--judge-model", "judge-model", "--judge-base-url", judge_server.base_url,
+            "--judge-api-key", "test-key", "--no-cache",
+        ],
+        capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "COLUMNS": "80"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # each "Yes, please." is its own request, named by the one before it, and each agent's
+    # booking of the same thing is judged against the other's (both orders)
+    follow_ups = sorted(
+        (shown, sorted([a, b])) for shown, a, b in judged if shown.endswith("Yes, please.")
+    )
+    assert follow_ups == [
+        (f"Earlier in the conversation the user asked: {request}\nThen: Yes, please.", pair)
+        for request, pair in sorted(
+            [
+                (flight, ["agent_a: booked the flight.", "agent_b: booked the flight."]),
+                (hotel, ["agent_a: booked the hotel.", "agent_b: booked the hotel."]),
+            ]
+            * 2
+        )
+    ]
+    assert "4 shared requests" in done.stdout and "asked a request again" not in done.stdout
+
+
 def test_compare_needs_a_judge_and_shared_requests(tmp_path: Any) -> None:
     import subprocess
     import sys

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -33,6 +33,7 @@ from .._errors import (
     describe_os_error,
 )
 from .._tables import TextTable, line_width, show, unscored_note
+from .._text import says_nothing_alone
 from ..engine._engine import MAX_OPEN_SESSIONS
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind
@@ -41,6 +42,7 @@ from ..offline._processes import replay
 from ..offline._replay import ReplayReport
 from ..schema._capture import capture_parts
 from ..schema._results import MetricResult, flagged_traces
+from ..schema._trace import text_of
 
 if TYPE_CHECKING:
     from ..judges import OpenAIJudge
@@ -873,6 +875,19 @@ def shard_command(capture: str, directory: str, shards: int) -> None:
     )
 
 
+def _compared_request(value: Any, turns: Sequence[Mapping[str, Any]]) -> str:
+    """A request as compare matches it across agents and shows it to the judge: its text,
+    and for one that says nothing alone ("Yes, please.") the request before it in its
+    session, which every agent's run of a scripted conversation shares (the answer before
+    it is each agent's own). Matched by its words alone, a "Yes, please." to a flight was
+    judged against another agent's "Yes, please." to a hotel."""
+    text = text_of(value).strip()
+    if not (turns and says_nothing_alone(text)):
+        return text
+    earlier = text_of(turns[-1]["input"]).strip()
+    return f"Earlier in the conversation the user asked: {earlier}\nThen: {text}"
+
+
 @cli.command("compare")
 @click.argument("captures", nargs=-1, required=True)
 @_judge_options(model_help="Judge model name (required): it decides each pair.")
@@ -882,7 +897,9 @@ def compare_command(
 ) -> None:
     """Compare agents that answered the same requests: each CAPTURE is one agent's runs.
 
-    Runs are matched by their request text; on every request answered in all captures, each
+    Runs are matched by their request text (a follow-up that says nothing alone, such as
+    "Yes, please.", with the request before it in its session); on every request answered
+    in all captures, each
     pair of agents is judged twice with the answers' order swapped (a judge that favours a
     position decides nothing), and each agent's win rate is printed. A request asked again
     counts once, with its first answer (the others are counted and said); a run with no
@@ -892,8 +909,8 @@ def compare_command(
     import asyncio
 
     from ..metrics._best_of import abest_of
-    from ..schema._capture import read_in_run_order, skipping_bad_lines
-    from ..schema._trace import RunStatus, text_of
+    from ..schema._capture import runs_with_turns, skipping_bad_lines
+    from ..schema._trace import RunStatus
 
     if len(captures) < 2:
         raise UserError("compare needs the captures of at least two agents")
@@ -909,11 +926,11 @@ def compare_command(
         runs: dict[str, str] = {}
         read = waiting = 0
         with skipping_bad_lines() as skipped:  # each request's first answer counts
-            for trace in read_in_run_order(path, on_error=skipped.append):
+            for trace, turns, _ in runs_with_turns(path, keep=1, on_error=skipped.append):
                 if trace.status in (RunStatus.INTERRUPTED, RunStatus.UNFINISHED):
                     waiting += 1  # its answer, if any, is a later run's (the resumed one)
                     continue
-                runs.setdefault(text_of(trace.input).strip(), text_of(trace.output))
+                runs.setdefault(_compared_request(trace.input, turns), text_of(trace.output))
                 read += 1
         answers[name], repeated[name], unanswered[name] = runs, read - len(runs), waiting
     agents = list(answers)
