@@ -209,6 +209,16 @@ def test_max_tokens_bounds_every_reply(judge_server: JudgeServer, tmp_path: Path
     assert (judge.timeout, judge.max_tokens) == (90, 7)
 
 
+def test_judge_rps_that_is_not_whole_is_kept_not_rounded_up() -> None:
+    # --judge-rps 1.5 (90 requests a minute) was 2 a second: a third over the limit given
+    for rate, per_period, period in [(10, 10, 1.0), (1.5, 2, 4 / 3), (2.4, 3, 1.25), (0.5, 1, 2.0)]:
+        traffic = judge_from_options(
+            model="m", base_url="http://127.0.0.1:9/v1", use_cache=False, requests_per_second=rate
+        ).traffic
+        assert (traffic.requests_per_period, traffic.period) == (per_period, pytest.approx(period))
+        assert traffic.requests_per_period / traffic.period == pytest.approx(rate)
+
+
 def _labels(path: Path) -> Path:
     lines = [
         json.dumps(

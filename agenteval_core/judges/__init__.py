@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,10 +80,10 @@ def judge_from_options(
     from ._openai import OUTPUT_MODES, OpenAIJudge, OutputMode, default_max_tokens
 
     cache = JudgeCache(cache_path) if use_cache else None
-    if requests_per_second >= 1:
-        per_period, period = round(requests_per_second), 1.0
-    else:
-        per_period, period = 1, 1.0 / requests_per_second
+    # as many requests as the rate rounded up, over the period that makes the rate exact:
+    # 1.5 a second is 2 every 4/3 s (rounded to 2 a second, it was a third over the limit)
+    per_period = max(1, math.ceil(requests_per_second))
+    period = per_period / requests_per_second
     return OpenAIJudge(
         model,
         base_url=base_url,
