@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -545,22 +546,70 @@ def test_long_unbroken_strings_do_not_widen_the_report(tmp_path: Path) -> None:
     capture.write_text(trace.model_dump_json() + "\n")
     results = tmp_path / "r.jsonl"
     replay(capture, output=results)
-    page = write_report(results, tmp_path / "report.html", capture=capture).read_text()
-    # measure the laid-out width: the same page with a script that writes it into the DOM
-    # (the report itself runs none: its policy forbids scripts)
-    page = re.sub(r"<meta http-equiv=.Content-Security-Policy[^>]*>", "", page)
+    page = write_report(results, tmp_path / "report.html", capture=capture)
+    width = _laid_out(tmp_path, page, "document.documentElement.scrollWidth")
+    assert int(width) <= 1024  # no sideways scrolling
+
+
+def _laid_out(tmp_path: Path, page: Path, measure: str) -> str:
+    """What the JavaScript expression ``measure`` gives on ``page`` laid out 1024 pixels
+    wide, every trace opened: the same page with a script that writes it into the DOM (the
+    report itself runs none: its policy forbids scripts)."""
+    text = re.sub(r"<meta http-equiv=.Content-Security-Policy[^>]*>", "", page.read_text())
     probe = tmp_path / "probe.html"
     probe.write_text(
-        page.replace(
+        text.replace(
             "</body>",
             "<script>for (const d of document.querySelectorAll('details')) d.open = true;"
-            "document.body.dataset.width = document.documentElement.scrollWidth;</script></body>",
+            f"document.body.dataset.measured = JSON.stringify({measure});</script></body>",
         )
     )
     dom = chromium(tmp_path, "--window-size=1024,800", "--dump-dom", probe.as_uri())
-    width = re.search(r'data-width="(\d+)"', dom.stdout)
-    assert width is not None, dom.stderr[-2000:]
-    assert int(width.group(1)) <= 1024  # no sideways scrolling
+    found = re.search(r'data-measured="([^"]*)"', dom.stdout)
+    assert found is not None, dom.stderr[-2000:]
+    return html.unescape(found.group(1))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (nox -s tests installs it)")
+def test_a_timeline_keeps_its_short_words_whole_beside_a_long_output(tmp_path: Path) -> None:
+    t0 = 1_767_225_600.0
+    result = " ".join(f"order A-{n} shipped with DHL on 3 January" for n in range(40))
+    trace = Trace(
+        id="t1",
+        input="Where are my orders?",
+        output="All shipped.",
+        start_time=t0,
+        end_time=t0 + 2,
+        spans=[
+            Span(id="a", kind=SpanKind.AGENT, name="agent", start_time=t0, end_time=t0 + 2),
+            Span(
+                id="t", parent_id="a", kind=SpanKind.TOOL, name="lookup_order", output=result,
+                error="timeout", start_time=t0 + 0.5, end_time=t0 + 1.5,
+            ),
+        ],
+    )  # fmt: skip
+    capture = tmp_path / "c.jsonl"
+    capture.write_text(trace.model_dump_json() + "\n")
+    results = tmp_path / "r.jsonl"
+    replay(capture, output=results)
+    page = write_report(results, tmp_path / "report.html", capture=capture)
+    # the lines each cell of the timeline but the long one is laid out on (a text's line
+    # boxes: one per line it takes)
+    lines = json.loads(
+        _laid_out(
+            tmp_path,
+            page,
+            "[...document.querySelectorAll('table.spans th, table.spans td:not(.detail)')]"
+            ".filter(c => c.textContent.trim()).map(c => {const r = document.createRange();"
+            " r.selectNodeContents(c); return [c.textContent.trim(), new Set("
+            "[...r.getClientRects()].map(b => Math.round(b.top))).size];})",
+        )
+    )
+    assert lines == [
+        ["kind", 1], ["name", 1], ["when", 1], ["took", 1], ["in / out", 1], ["error", 1],
+        ["agent", 1], ["agent", 1], ["2.00 s", 1],
+        ["tool", 1], ["lookup_order", 1], ["1.00 s", 1], ["timeout", 1],
+    ]  # fmt: skip
 
 
 def test_every_text_a_run_controls_is_escaped(tmp_path: Path) -> None:
