@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "FIRST_WORDS_CHARS",
@@ -17,8 +18,10 @@ __all__ = [
     "first_words",
     "jaccard",
     "loop_tokens",
+    "prose_of",
     "says_nothing_alone",
     "shared_frame",
+    "without_urls",
     "words",
 ]
 
@@ -227,3 +230,76 @@ def first_words(text: str, count: int = 8) -> str:
         return short[:FIRST_WORDS_CHARS].rstrip() + "…"
     more = len(words) > count or _NOT_SPACE.search(text, end) is not None
     return short + (" …" if more else "")
+
+
+_JSON_OPENS = re.compile(r"\s*[\[{]")
+# an address ends before the punctuation that closes its sentence
+_URL = re.compile(
+    r"(?:\b(?:https?|ftp)://|\bwww\.)[^\s<>\"'`)\]]*[^\s<>\"'`)\].,;:!?]", re.IGNORECASE
+)
+_MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\((?:https?://|www\.)[^)\s]*\)", re.IGNORECASE)
+# one token that holds a digit: an id, a model name, a version ("a1b2-c3", "gpt-4o", "v2")
+_ID = re.compile(r"[\w.:/#@+\-]*\d[\w.:/#@+\-]*")
+_LETTER = re.compile(r"[^\W\d_]")
+PROSE_LEAVES = 200
+"""The most texts :func:`prose_of` takes from one structured value (in order)."""
+
+
+def prose_of(value: Any) -> str:
+    """A request or answer as a person reads it, for comparing meanings: a text as it is;
+    of a structured value (an agent's JSON answer, ``{"answer": ..., "sources": [...],
+    "confidence": 0.93, "request_id": ...}``, or a JSON object or array written as text)
+    its texts in order, without the keys, numbers, ids and web addresses around them, which
+    made a right answer read as off-topic and any two answers of one shape alike. A value
+    that holds no such text is read as its JSON."""
+    if isinstance(value, str):
+        if not _JSON_OPENS.match(value):
+            return value
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+        if not isinstance(value, dict | list):
+            return json.dumps(value, ensure_ascii=False)
+    if value is None or isinstance(value, str):
+        return value or ""
+    texts = _texts_in(value)
+    if texts:
+        return "\n".join(texts)
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _texts_in(value: Any) -> list[str]:
+    """The texts a structured value holds that read as words (see :func:`prose_of`), in
+    order, at most :data:`PROSE_LEAVES`; each container visited once."""
+    found: list[str] = []
+    pending = [value]
+    seen: set[int] = set()
+    while pending and len(found) < PROSE_LEAVES:
+        item = pending.pop()
+        if isinstance(item, str):
+            text = item.strip()
+            if _LETTER.search(text) and not (_ID.fullmatch(text) or _URL.fullmatch(text)):
+                found.append(text)
+        elif isinstance(item, dict | list | tuple) and id(item) not in seen:
+            seen.add(id(item))
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend(reversed(list(children)))
+    return found
+
+
+def without_urls(text: str) -> tuple[str, int]:
+    """``text`` without its web addresses (a markdown link keeps its words), and how many
+    were left out: a list of sources under an answer is about no request. ``text`` itself
+    when nothing but addresses is left (the answer to "the link to the docs?")."""
+    if "://" not in text and "www." not in text and "WWW." not in text:
+        return text, 0
+    linked = _MARKDOWN_LINK.subn(r"\1", text)
+    bare = _URL.subn("", linked[0])
+    rest = bare[0]
+    if not _LETTER.search(rest):
+        return text, 0
+    return rest, linked[1] + bare[1]

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from agenteval_core import (
     SpanKind,
     Trace,
     create_metric,
+    default_embedder,
 )
 from agenteval_core._text import (
     FIRST_WORDS_CHARS,
@@ -32,8 +34,10 @@ from agenteval_core._text import (
     first_words,
     jaccard,
     loop_tokens,
+    prose_of,
     says_nothing_alone,
     shared_frame,
+    without_urls,
     words,
 )
 from agenteval_core.metrics import Coherence, LoopDetection
@@ -106,7 +110,7 @@ def test_batch_equals_one_by_one() -> None:
         assert np.allclose(row, embedder.embed([text])[0])
 
 
-def trace(output: str, input: str = "q") -> Trace:
+def trace(output: Any, input: str = "q") -> Trace:
     return Trace(input=input, output=output, session_id="s")
 
 
@@ -658,3 +662,86 @@ def test_coherence_does_not_score_a_request_that_came_with_media() -> None:
     ]
     assert trace.request_media() == []
     assert Coherence().measure(trace).score is not None
+
+
+class RecordingEmbedder:
+    """The default embedder, keeping the texts it was given."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.inner = default_embedder()
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+    async def aembed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+ANSWER = "Paris is the capital of France."
+STRUCTURED = {
+    "answer": ANSWER,
+    "sources": ["https://en.wikipedia.org/wiki/Paris"],
+    "confidence": 0.93,
+    "request_id": "a1b2c3d4-e5f6-7890-abcd-ef1234567890",
+    "model": "gpt-4o-mini",
+}
+
+
+def test_a_structured_or_cited_answer_is_scored_by_what_it_says() -> None:
+    question = "What is the capital of France?"
+    plain = Coherence().measure(trace(ANSWER, input=question)).score
+    # as JSON, the keys, the id, the model's name and the address drowned the answer: 0.276
+    # with the default embedder, a failure, where the same words alone score 0.857
+    assert plain is not None and plain > 0.8
+    for output in (STRUCTURED, json.dumps(STRUCTURED)):
+        embedder = RecordingEmbedder()
+        result = Coherence(embedder=embedder).measure(trace(output, input=question))
+        assert embedder.texts == [question, ANSWER]
+        assert result.score == pytest.approx(plain)
+    # a list of sources under an answer is about no request: 0.487, a failure, with it
+    cited = f"{ANSWER}\n\nSources:\n[1] https://en.wikipedia.org/wiki/Paris\n[2] [Britannica](https://www.britannica.com/place/Paris)"
+    embedder = RecordingEmbedder()
+    result = Coherence(embedder=embedder).measure(trace(cited, input=question))
+    assert embedder.texts == [question, f"{ANSWER}\n\nSources:\n[1] \n[2] Britannica"]
+    assert result.success and result.metadata["urls_left_out"] == 2
+    assert result.reason.endswith("(2 web address(es) of the answer left out)")
+
+
+def test_answers_of_one_shape_are_compared_by_what_they_say() -> None:
+    answered = {**STRUCTURED, "request_id": "a1", "status": "success"}
+    first = trace(answered, input="What is the capital of France?")
+    other = {
+        **answered,
+        "answer": "Mount Everest is 8,849 metres tall.",
+        "sources": ["https://en.wikipedia.org/wiki/Mount_Everest"],
+        "confidence": 0.88,
+        "request_id": "b2",
+    }
+    # the keys and the model's name every answer holds made two answers about a capital
+    # and a mountain 0.393 alike (cosine 0.734 x Jaccard 0.536), a score of 0.607
+    result = LoopDetection().measure(trace(other, input="How tall is Everest?"), history=[first])
+    assert result.score == 1.0
+    assert result.metadata["comparisons"][0]["jaccard_similarity"] == 0.0
+    again = {**answered, "request_id": "c3"}  # the same answer: still a repeat
+    result = LoopDetection().measure(trace(again, input="And the capital?"), history=[first])
+    assert result.score == pytest.approx(0.0, abs=1e-6)
+
+
+def test_prose_of_and_without_urls_keep_what_a_person_reads() -> None:
+    assert prose_of("plain text") == "plain text"
+    assert prose_of({"messages": [{"role": "assistant", "content": "It is sunny."}]}) == (
+        "assistant\nIt is sunny."
+    )
+    assert prose_of('["Paris", "v2", "https://x.org"]') == "Paris"
+    # nothing that reads as words: the value as JSON, as before
+    assert prose_of({"temperature": 21, "unit": "C1"}) == '{"temperature": 21, "unit": "C1"}'
+    assert prose_of("{not json") == "{not json"
+    assert prose_of(None) == ""
+    assert without_urls("See https://docs.example.com/install.") == ("See .", 1)
+    # the answer to "what is the link?" is its link
+    link = "https://docs.example.com/install"
+    assert without_urls(link) == (link, 0)

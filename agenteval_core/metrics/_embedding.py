@@ -19,8 +19,10 @@ from .._text import (
     first_words,
     jaccard,
     loop_tokens,
+    prose_of,
     says_nothing_alone,
     shared_frame,
+    without_urls,
     words,
 )
 from ..embedders._hashing import Embedder
@@ -271,13 +273,13 @@ def earlier_outputs(history: Sequence[Trace], count: int) -> list[tuple[int, Tra
     last_with_output = getattr(history, "last_with_output", None)
     if last_with_output is not None:  # the engine's history: it keeps only such traces
         return [
-            (index, trace, text_of(trace.output).strip())
+            (index, trace, prose_of(trace.output).strip())
             for index, trace in last_with_output(count)
         ]
     found: list[tuple[int, Trace, str]] = []
     for index in range(len(history) - 1, -1, -1):
         trace = history[index]
-        text = text_of(trace.output).strip()
+        text = prose_of(trace.output).strip()
         if text:
             found.append((index, trace, text))
             if len(found) == count:
@@ -289,14 +291,14 @@ def _session_answer(case: EvalCase, history: Sequence[Trace]) -> str:
     """The session's last earlier output, else the last output of the case's
     ``conversation``."""
     found = earlier_outputs(history, 1)
-    return found[0][2] if found else last_answer(case.conversation or [])
+    return found[0][2] if found else prose_of(last_answer(case.conversation or []))
 
 
 def _previous_answer(case: EvalCase, history: Sequence[Trace]) -> str:
     """The agent's answer in the turn before this case: as the run's model was sent it,
     else the session's (:func:`_session_answer`)."""
     sent = case.trace.previous_answer() if case.trace is not None else ""
-    return sent or _session_answer(case, history)
+    return prose_of(sent) or _session_answer(case, history)
 
 
 def _frame_left_out(frame: Frame) -> tuple[dict[str, str], str]:
@@ -336,7 +338,9 @@ class Coherence(_EmbeddingMetric):
     counting; with no earlier turn known (none in the messages the run's model was sent,
     the session's history or the case's ``conversation``) the case is not scored. The opening
     and ending an answer shares with the session's previous answer are left out of it when
-    they are about no request (a greeting, a sign-off, a disclaimer: :func:`shared_frame`)."""
+    they are about no request (a greeting, a sign-off, a disclaimer: :func:`shared_frame`),
+    and so are its web addresses (:func:`without_urls`). A structured request or answer is
+    read by the texts it holds (:func:`prose_of`)."""
 
     name = "coherence"
     uses_history: ClassVar[bool] = True
@@ -353,7 +357,7 @@ class Coherence(_EmbeddingMetric):
                 "coherence compares the text alone",
                 media=media,
             )
-        source, answer = text_of(case.input).strip(), text_of(case.actual_output).strip()
+        source, answer = prose_of(case.input).strip(), prose_of(case.actual_output).strip()
         if not source or not answer:
             side = "input" if not source else "output"
             return vacuous(
@@ -364,7 +368,9 @@ class Coherence(_EmbeddingMetric):
         # a greeting, sign-off or disclaimer on every answer is about no request: what the
         # answer says is between them
         frame = shared_frame(answer, _session_answer(case, history), source)
-        answer = frame.strip(answer)
+        # the web addresses of its sources are about no request either
+        answer, urls = without_urls(frame.strip(answer))
+        source = without_urls(source)[0]
         if says_nothing_alone(source):
             # a correct booking after "Yes, please." has nothing in common with those two
             # words: the answer follows from the offer they accept
@@ -377,14 +383,18 @@ class Coherence(_EmbeddingMetric):
                 )
             # the answer first: its cosine with the request alone ("thanks!" → "You are
             # welcome!") and with the request after the turn it answers; the better counts
-            return Comparison([answer, source, f"{previous}\n{source}"], (previous, frame))
-        return Comparison([source, answer], (None, frame))
+            previous = without_urls(previous)[0]
+            return Comparison([answer, source, f"{previous}\n{source}"], (previous, frame, urls))
+        return Comparison([source, answer], (None, frame, urls))
 
     def score_similarities(
         self, case: EvalCase, comparison: Comparison, cosines: list[float | None]
     ) -> Score:
-        previous, frame = comparison.context
+        previous, frame, urls = comparison.context
         left_out, note = _frame_left_out(frame)
+        if urls:
+            left_out["urls_left_out"] = urls
+            note += f" ({urls} web address(es) of the answer left out)"
         if previous is None:
             (cosine,) = cosines
             if cosine is None:
@@ -437,7 +447,7 @@ class LoopDetection(_EmbeddingMetric):
     answering about another order, invoice or flight (``new_from_request`` in that
     comparison's metadata, its hybrid 0). An opening or ending the answers share that is about
     no request (a greeting, a sign-off, a disclaimer: :func:`shared_frame`) is left out of
-    each."""
+    each. A structured answer is read by the texts it holds (:func:`prose_of`)."""
 
     name = "loop_detection"
     uses_history: ClassVar[bool] = True
@@ -456,7 +466,7 @@ class LoopDetection(_EmbeddingMetric):
         self.window = window
 
     def texts_to_score(self, case: EvalCase, history: Sequence[Trace]) -> Comparison | Score:
-        current = text_of(case.actual_output).strip()
+        current = prose_of(case.actual_output).strip()
         previous = earlier_outputs(history, self.window) if current else []
         if not previous:
             metadata = {"window_size": self.window, "max_hybrid": 0.0, "comparisons": []}
