@@ -263,6 +263,12 @@ def prose_of(value: Any) -> str:
             return json.dumps(value, ensure_ascii=False)
     if value is None or isinstance(value, str):
         return value or ""
+    if not isinstance(value, dict | list | tuple | int | float):
+        # a live run's structured answer is an object (a pydantic model, a dataclass):
+        # its fields, as its capture line holds them
+        from .schema._values import plain
+
+        value = plain(value)
     texts = _texts_in(value)
     if texts:
         return "\n".join(texts)

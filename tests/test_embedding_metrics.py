@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from agenteval_core import (
     Engine,
@@ -697,7 +698,15 @@ def test_a_structured_or_cited_answer_is_scored_by_what_it_says() -> None:
     # as JSON, the keys, the id, the model's name and the address drowned the answer: 0.276
     # with the default embedder, a failure, where the same words alone score 0.857
     assert plain is not None and plain > 0.8
-    for output in (STRUCTURED, json.dumps(STRUCTURED)):
+
+    class Answer(BaseModel):  # create_agent(response_format=Answer), scored live
+        answer: str
+        sources: list[str]
+        confidence: float
+        request_id: str
+        model: str
+
+    for output in (STRUCTURED, json.dumps(STRUCTURED), Answer(**STRUCTURED)):
         embedder = RecordingEmbedder()
         result = Coherence(embedder=embedder).measure(trace(output, input=question))
         assert embedder.texts == [question, ANSWER]
