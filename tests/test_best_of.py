@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,12 +73,21 @@ def _capture(path: Any, runs: list[tuple[str, str]]) -> None:
     path.write_text("".join(Trace(input=q, output=a).model_dump_json() + "\n" for q, a in runs))
 
 
+def _compare(server: JudgeServer, *captures: Path) -> subprocess.CompletedProcess[str]:
+    """``agenteval compare`` of ``captures``, judged by ``server``, as a user runs it."""
+    return subprocess.run(
+        [
+            sys.executable, "-m", "agenteval_core.cli", "compare", *map(str, captures),
+            "--judge-model", "judge-model", "--judge-base-url", server.base_url,
+            "--judge-api-key", "test-key", "--no-cache",
+        ],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+
+
 def test_compare_command_runs_the_tournament_over_captures(
     judge_server: JudgeServer, tmp_path: Any
 ) -> None:
-    import subprocess
-    import sys
-
     def respond(request: dict[str, Any]) -> Reply:
         text = request["messages"][1]["content"]
         a = text.split("<<<DATA answer_A\n")[1].split("\nDATA>>>")[0]
@@ -106,15 +119,7 @@ def test_compare_command_runs_the_tournament_over_captures(
         writer.write(Trace(input="q1", output="good 1", session_id="again", start_time=9))
     shards = sorted((tmp_path / "agent_b").iterdir())
     assert [t.session_id for t in read_capture(shards[0])] == ["again"]
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "agenteval_core.cli", "compare",
-            str(tmp_path / "agent_a.jsonl"), str(tmp_path / "agent_b"),
-            "--judge-model", "judge-model", "--judge-base-url", judge_server.base_url,
-            "--judge-api-key", "test-key", "--no-cache",
-        ],
-        capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "COLUMNS": "80"},
-    )  # fmt: skip
+    done = _compare(judge_server, tmp_path / "agent_a.jsonl", tmp_path / "agent_b")
     assert done.returncode == 0, done.stderr
     # the torn line is skipped as a replay skips it, and said
     assert done.stderr == (
@@ -143,9 +148,6 @@ def test_compare_command_runs_the_tournament_over_captures(
 def test_compare_matches_a_follow_up_by_the_request_before_it(
     judge_server: JudgeServer, tmp_path: Any
 ) -> None:
-    import subprocess
-    import sys
-
     judged: list[tuple[str, str, str]] = []
 
     def respond(request: dict[str, Any]) -> Reply:
@@ -172,15 +174,7 @@ def test_compare_matches_a_follow_up_by_the_request_before_it(
                 writer.write(
                     Trace(input="Yes, please.", output=done, session_id=f"{agent}-{topic}")
                 )
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "agenteval_core.cli", "compare",
-            str(tmp_path / "agent_a.jsonl"), str(tmp_path / "agent_b.jsonl"),
-            "--judge-model", "judge-model", "--judge-base-url", judge_server.base_url,
-            "--judge-api-key", "test-key", "--no-cache",
-        ],
-        capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "COLUMNS": "80"},
-    )  # fmt: skip
+    done = _compare(judge_server, tmp_path / "agent_a.jsonl", tmp_path / "agent_b.jsonl")
     assert done.returncode == 0, done.stderr
     # each "Yes, please." is its own request, named by the one before it, and each agent's
     # booking of the same thing is judged against the other's (both orders)
@@ -201,9 +195,6 @@ def test_compare_matches_a_follow_up_by_the_request_before_it(
 
 
 def test_compare_needs_a_judge_and_shared_requests(tmp_path: Any) -> None:
-    import subprocess
-    import sys
-
     _capture(tmp_path / "a.jsonl", [("q1", "x")])
     _capture(tmp_path / "b.jsonl", [("q2", "y")])
     base = [sys.executable, "-m", "agenteval_core.cli", "compare"]
