@@ -256,13 +256,11 @@ def prose_of(value: Any) -> str:
         if not _JSON_OPENS.match(value):
             return value
         try:
-            value = json.loads(value)
+            value = json.loads(value)  # an object or an array: it opens as one
         except ValueError:
             return value
-        if not isinstance(value, dict | list):
-            return json.dumps(value, ensure_ascii=False)
-    if value is None or isinstance(value, str):
-        return value or ""
+    if value is None:
+        return ""
     if not isinstance(value, dict | list | tuple | int | float):
         # a live run's structured answer is an object (a pydantic model, a dataclass):
         # its fields, as its capture line holds them

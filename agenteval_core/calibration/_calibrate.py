@@ -253,10 +253,8 @@ def calibrate(
             raise MetricInputError(f"{name}: labels mix pass/fail with scores; use one kind")
         # each trace scored on its own, after the turns before it (as a replay scores it)
         cases = [
-            EvalCase(
-                trace=label.trace.model_copy(update={"session_id": None}),
-                input=label.trace.input,
-                actual_output=label.trace.output,
+            EvalCase.from_trace(
+                label.trace.model_copy(update={"session_id": None}),
                 conversation=list(label.conversation) or None,
             )
             for label in group

@@ -899,9 +899,8 @@ def compare_command(
 
     Runs are matched by their request text (a follow-up that says nothing alone, such as
     "Yes, please.", with the request before it in its session); on every request answered
-    in all captures, each
-    pair of agents is judged twice with the answers' order swapped (a judge that favours a
-    position decides nothing), and each agent's win rate is printed. A request asked again
+    in all captures, each pair of agents is judged twice with the answers' order swapped (a
+    judge that favours a position decides nothing), and each agent's win rate is printed. A request asked again
     counts once, with its first answer (the others are counted and said); a run with no
     answer yet (paused for a human, or still going when captured) is left out, its resumed
     run answering. An agent is named after its capture file.
