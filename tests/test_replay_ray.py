@@ -21,6 +21,7 @@ from agenteval_core import (
     CaptureError,
     CaptureWriter,
     ResultsLine,
+    Trace,
     read_capture,
     replay,
 )
@@ -266,6 +267,36 @@ def test_history_is_the_sessions_earlier_traces_across_files(tmp_path: Path) -> 
     # the session's traces in capture order (file order, then line order), then its line
     assert [line.get("trace_id") for line in lines] == [f"s-{t}" for t in range(5)] + [None]
     assert report.traces == 5 and report.sessions == 1
+
+
+def test_a_session_written_by_several_processes_is_read_in_the_order_its_runs_started(
+    tmp_path: Path,
+) -> None:
+    # a service's two processes each write their own capture, and a conversation's turns
+    # alternate between them: turn 1 (in 2.jsonl) comes between turns 0 and 2 (in 1.jsonl)
+    def turn(session: str, number: int, started: float) -> Trace:
+        return a_trace(session, number).model_copy(update={"start_time": 1_790_000_000 + started})
+
+    write_capture(tmp_path / "1.jsonl", [turn("s", 0, 0), turn("s", 2, 2)])
+    write_capture(tmp_path / "2.jsonl", [turn("s", 1, 1), turn("s", 3, 3)])
+    # a session in one file whose second line started first
+    write_capture(tmp_path / "3.jsonl", [turn("t", 0, 9), turn("t", 1, 8)])
+    output = tmp_path / "ray.results"
+    replay([tmp_path], [HistoryIds()], engine="ray", output=output)
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    seen = {
+        line["trace_id"]: line["results"][0]["metadata"]["history"]
+        for line in lines
+        if "trace_id" in line
+    }
+    assert seen == {
+        "s-0": [],
+        "s-1": ["s-0"],
+        "s-2": ["s-0", "s-1"],
+        "s-3": ["s-0", "s-1", "s-2"],
+        "t-0": [],  # a session in one file keeps its line order, as one process reads it
+        "t-1": ["t-0"],
+    }
 
 
 def test_a_worker_lost_mid_task_loses_and_doubles_nothing(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ lines of each partition of the sessions then make one task of a long-lived score
 worker: metrics, embedder and judge client built once), which reads them by their offsets,
 parses them with agenteval's own tolerant reader, and scores them in capture order with the
 same :class:`~agenteval_core.Engine` as one process, its sessions interleaved as they were
-captured. No line crosses the cluster. Files in an object store are read by tasks instead,
+captured (a session whose lines lie in several files, one per process of a service, in the
+order its runs started). No line crosses the cluster. Files in an object store are read by tasks instead,
 and a groupby on a stable hash of the session brings each session's lines to one partition.
 The shards of a capture directory need neither: each is scored whole by one scorer task.
 Judge requests from every worker go through one limiter per judge endpoint (a zero-CPU
@@ -486,6 +487,7 @@ class _SessionScorer:
     def score(self, scored: _Scored) -> dict[str, list[Any]]:
         """Score the parsed traces in capture order, close their sessions, and return every
         line (each trace's results and each session's), then this part of the report."""
+        scored.in_session_order()
         traces = scored.traces
         batches = [traces[i : i + self.batch] for i in range(0, len(traces), self.batch)]
         self.loop.run_until_complete(self.engine.stream(batches))
@@ -567,6 +569,31 @@ class _Scored:
         self.traces.append(trace)
         self.places.append((file, number))
 
+    def in_session_order(self) -> None:
+        """Put each session whose traces lie in more than one file (a service whose
+        processes each write their own capture) in the order its runs started, ties in
+        capture order. Its traces take the places its lines held in capture order, so the
+        sessions stay interleaved as they were captured. A session in one file keeps its
+        line order, as one process replays it; one with a trace of unknown start time
+        keeps capture order."""
+        files: dict[str, set[int]] = {}
+        for trace, (file, _) in zip(self.traces, self.places, strict=True):
+            if trace.session_id:
+                files.setdefault(trace.session_id, set()).add(file)
+        slots: dict[str, list[int]] = {}
+        for index, trace in enumerate(self.traces):
+            if trace.session_id and len(files[trace.session_id]) > 1:
+                slots.setdefault(trace.session_id, []).append(index)
+        traces, places = list(self.traces), list(self.places)
+        for indices in slots.values():
+            starts = [self.traces[index].start_time for index in indices]
+            if None in starts:
+                continue
+            started = sorted(indices, key=lambda index: (self.traces[index].start_time, index))
+            for slot, index in zip(indices, started, strict=True):
+                traces[slot], places[slot] = self.traces[index], self.places[index]
+        self.traces, self.places = traces, places
+
     def emit(self, kind: str, file: int, number: int, payload: bytes) -> None:
         for column, value in zip(self.out.values(), (kind, file, number, payload), strict=True):
             column.append(value)
@@ -619,7 +646,9 @@ def replay_on_ray(
     The results file (or, for an ``output`` directory, the results shard of each input
     file) holds the same lines as a one-process replay's, ordered partition by partition
     (of a capture directory, shard by shard): each partition's traces in capture order,
-    then its sessions' lines.
+    then its sessions' lines. A session whose traces lie in several files (a service whose
+    processes each write their own capture) is scored in the order its runs started, ties
+    in capture order, each of its results in the place of one of its lines.
     """
     try:
         import ray
