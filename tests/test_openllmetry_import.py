@@ -1,7 +1,8 @@
 """Spans written by OpenLLMetry's instrumentors (Traceloop's
-opentelemetry-instrumentation-langchain, which writes the GenAI conventions, and
-opentelemetry-instrumentation-crewai) around real agent loops import to the trace
-agenteval's own handler captures of the same run, and score the same."""
+opentelemetry-instrumentation-langchain, which writes the GenAI conventions,
+opentelemetry-instrumentation-crewai and opentelemetry-instrumentation-llamaindex) around
+real agent loops import to the trace agenteval's own handler captures of the same run, and
+score the same."""
 
 from __future__ import annotations
 
@@ -79,6 +80,59 @@ with OnlineEvaluator(capture=capture, log=False) as evaluator:
 provider.shutdown()
 """
 )
+
+LLAMAINDEX = (
+    _INSTRUMENTED
+    + """
+import asyncio
+from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
+from agenteval_llamaindex import instrument
+from test_openllmetry_import import weather_agent
+
+LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+
+
+async def run():
+    await weather_agent(orders).run("Weather in " + " and ".join(orders) + "?")
+
+with OnlineEvaluator(capture=capture, log=False) as evaluator:
+    instrument(evaluator)
+    asyncio.run(run())
+provider.shutdown()
+"""
+)
+
+
+def weather_agent(cities: list[str]) -> Any:
+    """A LlamaIndex ``FunctionAgent`` whose model asks for the weather in each of ``cities``
+    in turn, then answers; the tool raises for Atlantis (the agent hands the model the
+    error's text and goes on)."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        if city == "Atlantis":
+            raise ValueError("no such city: Atlantis")
+        return f"sunny in {city}"
+
+    def reply(messages: list[ChatMessage], **_: Any) -> ChatMessage:
+        answered = sum(message.role == MessageRole.TOOL for message in messages)
+        if answered < len(cities):
+            call = ToolCallBlock(
+                tool_call_id=f"w{answered + 1}",
+                tool_name="get_weather",
+                tool_kwargs={"city": cities[answered]},
+            )
+            return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
+        return ChatMessage(role=MessageRole.ASSISTANT, content="Paris is sunny.")
+
+    return FunctionAgent(
+        tools=[FunctionTool.from_defaults(get_weather)],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+    )
 
 
 def lookup_agent(orders: list[str]) -> Any:
@@ -201,4 +255,59 @@ def test_an_openllmetry_crew_imports_with_its_request_and_answer(tmp_path: Path)
     coherence = Coherence()
     assert coherence.measure(theirs).model_dump(exclude=IDS) == coherence.measure(ours).model_dump(
         exclude=IDS
+    )
+
+
+def test_an_openllmetry_llamaindex_run_imports_with_its_tool_calls(tmp_path: Path) -> None:
+    # OpenLLMetry writes a LlamaIndex tool call on the agent's step that runs it, as
+    # tool.name, tool.arguments and the step's result (traceloop.entity.output), with no
+    # tool span and no failed status: the import had no tool call at all, so tool_failures
+    # passed a run whose call failed ("no tool calls", 1.0)
+    ours, imported = both_ways(LLAMAINDEX, ["Atlantis", "Paris"], tmp_path)
+    [theirs] = imported
+    assert (theirs.input, theirs.output, theirs.status) == (
+        "Weather in Atlantis and Paris?",
+        "Paris is sunny.",
+        RunStatus.OK,
+    )
+    assert (ours.input, ours.output, ours.status) == (theirs.input, theirs.output, theirs.status)
+    assert [c.model_dump() for c in theirs.tool_calls()] == [
+        {
+            "id": "w1",
+            "name": "get_weather",
+            "arguments": {"city": "Atlantis"},
+            "result": None,
+            "error": "no such city: Atlantis",
+        },
+        {
+            "id": "w2",
+            "name": "get_weather",
+            "arguments": {"city": "Paris"},
+            "result": "sunny in Paris",
+            "error": None,
+        },
+    ]
+    # the adapter also sees the exception the tool raised, and keeps the text the model got
+    assert [c.model_dump() for c in ours.tool_calls()] == [
+        {
+            "id": "w1",
+            "name": "get_weather",
+            "arguments": {"city": "Atlantis"},
+            "result": "no such city: Atlantis",
+            "error": "ValueError: no such city: Atlantis",
+        },
+        theirs.tool_calls()[1].model_dump(),
+    ]
+    for metric in (ToolCallLoops(), Coherence()):
+        assert metric.measure(theirs).model_dump(exclude=IDS) == metric.measure(ours).model_dump(
+            exclude=IDS
+        )
+    # the same verdict on the same call; the failure says the error each trace holds
+    failures = ToolFailures().measure(theirs)
+    assert failures.model_dump(exclude=IDS | {"metadata"}) == ToolFailures().measure(
+        ours
+    ).model_dump(exclude=IDS | {"metadata"})
+    assert (failures.score, failures.reason) == (
+        0.75,
+        "1 of 2 tool calls failed (get_weather), 0 not recovered",
     )

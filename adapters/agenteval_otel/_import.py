@@ -6,7 +6,10 @@ Three sources, told apart per span:
   LlamaIndex wrap values in their framework's objects (graph state, serialised messages,
   tool-call dicts); they are unwrapped to what the model said and the tool saw, as
   agenteval's own adapters record them;
-- the GenAI conventions (``gen_ai.operation.name``, ``gen_ai.input.messages``, ...).
+- the GenAI conventions (``gen_ai.operation.name``, ``gen_ai.input.messages``, ...), as
+  OpenLLMetry's instrumentors write them, with what they write beside them (its LlamaIndex
+  instrumentor's tool calls: ``tool.name``, ``tool.arguments`` and the step's
+  ``traceloop.entity.output``).
 """
 
 from __future__ import annotations
@@ -93,6 +96,10 @@ _STRUCTURED_RESPONSE_NODE = "generate_structured_response"
 _MIDDLEWARE_HOOKS = (".before_agent", ".before_model", ".after_model", ".after_agent")
 _HUMAN = ("human", "user")
 _AI = ("ai", "assistant")
+# what OpenLLMetry's LlamaIndex instrumentor writes on the workflow step that runs a tool
+# call: the call's arguments, and the step's result (the call, its id and the tool's output)
+TOOL_ARGUMENTS = "tool.arguments"
+ENTITY_OUTPUT = "traceloop.entity.output"
 
 
 def _json(text: Any) -> Any:
@@ -122,6 +129,8 @@ def _kind(raw: RawSpan) -> SpanKind:
     kind = FROM_OPENINFERENCE_KIND.get(str(a.get("openinference.span.kind", "")).upper())
     if kind is not None:
         return kind
+    if "tool.name" in a and TOOL_ARGUMENTS in a:
+        return SpanKind.TOOL  # OpenLLMetry's LlamaIndex: the agent's step that runs a call
     operation = a.get(OPERATION_NAME) or raw.name.split(" ")[0]
     return FROM_GENAI_OPERATION.get(operation, SpanKind.CHAIN)
 
@@ -290,8 +299,11 @@ def _object_repr(value: Any) -> bool:
 
 def _tool_result(value: Any) -> tuple[Any, str | None]:
     """Tool output as the tool returned it: a serialised ToolMessage's content (and its
-    ``tool_call_id``), LlamaIndex's ``raw_output``, or the value."""
+    ``tool_call_id``), LlamaIndex's ``raw_output`` (of its step that ran the call too, with
+    the call's id), or the value."""
     if isinstance(value, dict):
+        if isinstance(value.get("tool_output"), dict) and "tool_id" in value:
+            return _tool_result(value["tool_output"])[0], value["tool_id"]
         if "raw_output" in value and "tool_name" in value:
             return value["raw_output"], None
         if set(value) == {"output", "kwargs"}:  # LangChain's tool-end callback, whole
@@ -300,6 +312,16 @@ def _tool_result(value: Any) -> tuple[Any, str | None]:
         if "tool_call_id" in message and "content" in message:
             return message["content"], message.get("tool_call_id")
     return value, None
+
+
+def _failed_output(value: Any) -> str | None:
+    """The error of a LlamaIndex tool call that failed, from its step's result: the agent
+    catches what the tool raised and hands the model its text as an output marked
+    ``is_error`` (the span itself does not fail)."""
+    output = value.get("tool_output") if isinstance(value, dict) else None
+    if isinstance(output, dict) and output.get("is_error") is True:
+        return str(output.get("raw_output") or "tool error")
+    return None
 
 
 # --- spans --------------------------------------------------------------------------------
@@ -574,6 +596,9 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
         elif kind is SpanKind.RETRIEVER:
             output = _documents(a) or output
         elif kind is SpanKind.TOOL:
+            if inputs is None and output is None:  # OpenLLMetry's LlamaIndex step
+                inputs, output = a.get(TOOL_ARGUMENTS), _json(a.get(ENTITY_OUTPUT))
+                error = error or _failed_output(output)
             arguments, call_id, exact = _tool_arguments(a.get("gen_ai.tool.call.arguments", inputs))
             result, result_id = _tool_result(
                 _json(a["gen_ai.tool.call.result"]) if "gen_ai.tool.call.result" in a else output
