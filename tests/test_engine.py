@@ -911,7 +911,7 @@ def test_a_run_whose_end_was_not_seen_is_not_scored_nor_a_failure_of_its_session
         sinks=[CallbackSink(on_session=lambda _, results: sessions.append(results))],
     )
     reason = (
-        "not scored: the run had not ended when agenteval stopped recording it "
+        "not scored: how the run ended was not recorded "
         "(still running when the evaluator closed: recorded as it stood)"
     )
     assert [(r.name, r.score, r.skipped, r.reason) for r in traces["t1"]] == [

@@ -569,7 +569,7 @@ def test_a_run_going_at_close_is_captured_as_it_stood_and_one_after_is_counted(
             name,
             None,
             True,
-            f"not scored: the run had not ended when agenteval stopped recording it ({reason})",
+            f"not scored: how the run ended was not recorded ({reason})",
         )
         for name in default_metric_names()
         if name not in DEFAULT_SESSION_METRICS

@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from test_openinference_import import view
 
-from agenteval_core import RunStatus, SpanKind, Trace, read_capture
+from agenteval_core import Engine, RunStatus, SpanKind, Trace, read_capture
 from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
 
 _INSTRUMENTED = """
@@ -93,7 +93,11 @@ LlamaIndexInstrumentor().instrument(tracer_provider=provider)
 
 
 async def run():
-    await weather_agent(orders).run("Weather in " + " and ".join(orders) + "?")
+    cities = orders["cities"]
+    try:
+        await weather_agent(cities, orders["kind"]).run("Weather in " + " and ".join(cities) + "?")
+    except RuntimeError:  # the model's provider failed: the run raises
+        pass
 
 with OnlineEvaluator(capture=capture, log=False) as evaluator:
     instrument(evaluator)
@@ -103,11 +107,13 @@ provider.shutdown()
 )
 
 
-def weather_agent(cities: list[str]) -> Any:
-    """A LlamaIndex ``FunctionAgent`` whose model asks for the weather in each of ``cities``
-    in turn, then answers; the tool raises for Atlantis (the agent hands the model the
-    error's text and goes on)."""
-    from llama_index.core.agent.workflow import FunctionAgent
+def weather_agent(cities: list[str], kind: str) -> Any:
+    """A LlamaIndex agent whose model asks for the weather in each of ``cities`` in turn,
+    then answers; the tool raises for Atlantis (the agent hands the model the error's text
+    and goes on). ``kind``: "function" (a ``FunctionAgent``, native tool calls), "react"
+    (a ``ReActAgent`` of the same calls in text) or "failing" (a ``FunctionAgent`` whose
+    model's provider fails)."""
+    from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
     from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
     from llama_index.core.llms.mock import MockFunctionCallingLLM
     from llama_index.core.tools import FunctionTool
@@ -118,7 +124,22 @@ def weather_agent(cities: list[str]) -> Any:
             raise ValueError("no such city: Atlantis")
         return f"sunny in {city}"
 
+    asked: list[str] = []
+
+    def react(messages: list[ChatMessage], **_: Any) -> ChatMessage:
+        if len(asked) < len(cities):
+            asked.append(cities[len(asked)])
+            text = (
+                f"Thought: I need the weather in {asked[-1]}.\nAction: get_weather\n"
+                f'Action Input: {{"city": "{asked[-1]}"}}'
+            )
+        else:
+            text = "Thought: I can answer without using any more tools.\nAnswer: Paris is sunny."
+        return ChatMessage(role=MessageRole.ASSISTANT, content=text)
+
     def reply(messages: list[ChatMessage], **_: Any) -> ChatMessage:
+        if kind == "failing":
+            raise RuntimeError("the provider answered 500")
         answered = sum(message.role == MessageRole.TOOL for message in messages)
         if answered < len(cities):
             call = ToolCallBlock(
@@ -129,10 +150,10 @@ def weather_agent(cities: list[str]) -> Any:
             return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
         return ChatMessage(role=MessageRole.ASSISTANT, content="Paris is sunny.")
 
-    return FunctionAgent(
-        tools=[FunctionTool.from_defaults(get_weather)],
-        llm=MockFunctionCallingLLM(response_generator=reply),
-    )
+    tools = [FunctionTool.from_defaults(get_weather)]
+    if kind == "react":
+        return ReActAgent(tools=tools, llm=MockFunctionCallingLLM(response_generator=react))
+    return FunctionAgent(tools=tools, llm=MockFunctionCallingLLM(response_generator=reply))
 
 
 def lookup_agent(orders: list[str]) -> Any:
@@ -154,7 +175,7 @@ def lookup_agent(orders: list[str]) -> Any:
     return create_agent(ScriptedChatModel(replies=[*asks, AIMessage("A-1 has shipped.")]), [lookup])
 
 
-def both_ways(script: str, orders: list[str], tmp_path: Path) -> tuple[Trace, list[Trace]]:
+def both_ways(script: str, orders: Any, tmp_path: Path) -> tuple[Trace, list[Trace]]:
     """One run of an agent under agenteval's handler and OpenLLMetry's instrumentor at once
     (``script``), in a process of its own (OpenLLMetry's LangChain handler outlives its
     uninstrument(), and would write every later test's runs): (agenteval's capture, the
@@ -263,7 +284,9 @@ def test_an_openllmetry_llamaindex_run_imports_with_its_tool_calls(tmp_path: Pat
     # tool.name, tool.arguments and the step's result (traceloop.entity.output), with no
     # tool span and no failed status: the import had no tool call at all, so tool_failures
     # passed a run whose call failed ("no tool calls", 1.0)
-    ours, imported = both_ways(LLAMAINDEX, ["Atlantis", "Paris"], tmp_path)
+    ours, imported = both_ways(
+        LLAMAINDEX, {"kind": "function", "cities": ["Atlantis", "Paris"]}, tmp_path
+    )
     [theirs] = imported
     assert (theirs.input, theirs.output, theirs.status) == (
         "Weather in Atlantis and Paris?",
@@ -311,3 +334,48 @@ def test_an_openllmetry_llamaindex_run_imports_with_its_tool_calls(tmp_path: Pat
         0.75,
         "1 of 2 tool calls failed (get_weather), 0 not recovered",
     )
+
+
+def test_an_openllmetry_llamaindex_react_run_answers_with_its_answer(tmp_path: Path) -> None:
+    # OpenLLMetry's workflow span records no answer: the import took the last model call's
+    # text, a ReAct agent's "Thought: ... Answer: ..." (coherence 0.406 where the answer
+    # scores 0.637); the answer is the result of the step that ended the run, as the
+    # adapter records it
+    ours, imported = both_ways(LLAMAINDEX, {"kind": "react", "cities": ["Paris"]}, tmp_path)
+    [theirs] = imported
+    assert (theirs.input, theirs.output, theirs.status) == (
+        "Weather in Paris?",
+        "Paris is sunny.",
+        RunStatus.OK,
+    )
+    assert (ours.input, ours.output, ours.status) == (theirs.input, theirs.output, theirs.status)
+    paris = {"name": "get_weather", "arguments": {"city": "Paris"}, "result": "sunny in Paris"}
+    assert [c.model_dump(exclude={"id", "error"}) for c in theirs.tool_calls()] == [paris]
+    assert [c.model_dump(exclude={"id", "error"}) for c in ours.tool_calls()] == [paris]
+    coherence = Coherence()
+    assert coherence.measure(theirs).model_dump(exclude=IDS) == coherence.measure(ours).model_dump(
+        exclude=IDS
+    )
+
+
+def test_an_openllmetry_llamaindex_run_whose_model_failed_is_not_a_pass(tmp_path: Path) -> None:
+    # when the model raises, OpenLLMetry ends neither the model call's span nor the run's:
+    # the file holds the workflow's first steps, under a root that never came. The import
+    # made the first of them the root, a run "ok" with no input that coherence passed
+    # ("empty input", 1.0); how the run ended is not in the spans, so it is unfinished
+    ours, imported = both_ways(LLAMAINDEX, {"kind": "failing", "cities": ["Paris"]}, tmp_path)
+    [theirs] = imported
+    assert (ours.status, ours.error) == (RunStatus.ERROR, "RuntimeError: the provider answered 500")
+    unknown = (
+        "its root span is not among the spans read (the run raised where its instrumentor "
+        "did not end that span, or the process stopped first): how it ended is unknown"
+    )
+    assert (theirs.status, theirs.status_reason, theirs.error) == (
+        RunStatus.UNFINISHED,
+        unknown,
+        None,
+    )
+    [scored] = Engine(["coherence", "tool_failures"]).score_sync([theirs])
+    for result in scored.results:
+        assert (result.score, result.skipped) == (None, True)
+        assert result.reason == f"not scored: how the run ended was not recorded ({unknown})"

@@ -781,7 +781,8 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
     from the first and last model calls when the root holds framework objects or no input
     (a run from a checkpoint, ``invoke(None, config)``); a run that returned nothing keeps
     ``None`` as its output. A root that records no answer at all (the GenAI conventions,
-    as OpenLLMetry writes them) answers with its output messages, else its last model
+    as OpenLLMetry writes them) answers with its output messages, else (OpenLLMetry's
+    LlamaIndex agents) the result of the workflow step that ended it, else its last model
     call's text; OpenLLMetry's CrewAI run, which holds no messages, with the crew's
     attributes (its first task's description and its result)."""
     a = raws[0].attributes
@@ -803,11 +804,37 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
         output = llms[-1].output
     elif output is None and "output.value" not in a and "openinference.span.kind" not in a:
         output = _genai_answer(a) if "gen_ai.output.messages" in a else None
+        if output is None:
+            output = _workflow_answer(raws)
         if output is None and llms:
             output = _text(llms[-1].output)
         if output is None:
             output = a.get("crewai.crew.result")
     return inputs, output
+
+
+ROOT_MISSING = (
+    "its root span is not among the spans read (the run raised where its instrumentor "
+    "did not end that span, or the process stopped first): how it ended is unknown"
+)
+
+
+def _workflow_answer(raws: list[RawSpan]) -> Any:
+    """A LlamaIndex agent's answer where OpenLLMetry wrote it: the result of the workflow
+    step that ended the run (``traceloop.entity.output``, an ``AgentOutput`` whose
+    ``response`` message's text blocks are the answer, a ReAct agent's without its
+    "Thought:" and "Answer:")."""
+    for raw in reversed(raws):
+        ended = _json(raw.attributes.get(ENTITY_OUTPUT))
+        result = ended.get("result") if isinstance(ended, dict) else None
+        response = result.get("response") if isinstance(result, dict) else None
+        if isinstance(response, dict) and isinstance(response.get("blocks"), list):
+            return "".join(
+                str(block.get("text") or "")
+                for block in response["blocks"]
+                if isinstance(block, dict) and block.get("block_type") == "text"
+            )
+    return None
 
 
 _STOP_EVENT = re.compile(r"StopEvent\(result=(.*)\)", re.DOTALL)
@@ -846,7 +873,12 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     for raw, span in zip(raws, spans, strict=True):
         if span.parent_id is None and raw.parent_id in present:
             span.parent_id = ids[raw.parent_id]
-    root_index = next((i for i, raw in enumerate(raws) if raw.parent_id not in present), 0)
+    tops = [i for i, raw in enumerate(raws) if raw.parent_id not in present]
+    # a run's spans under more than one parent none of them holds: its root never came
+    # (the instrumentor did not end it when the run raised, or the process died); one
+    # such span alone is a run under a parent elsewhere (a service's request span)
+    rootless = len(tops) > 1 and all(raws[i].parent_id for i in tops)
+    root_index = tops[0] if tops else 0
     if root_index:  # the root first: spans are in start order, and the root started first
         spans.insert(0, spans.pop(root_index))
         raws.insert(0, raws.pop(root_index))
@@ -921,6 +953,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         end_time=root.end_time,
     )
     trace.status, trace.status_reason = trace.ended_status()
+    if rootless:  # how the run ended is not in the spans: neither a pass nor a failure
+        trace.status, trace.status_reason = RunStatus.UNFINISHED, ROOT_MISSING
+        return trace
     raised = _raised(raws[0])
     if raised is not None:  # what the exception that ended it says: a limit, a timeout
         ended = limit_or_timeout(*raised)

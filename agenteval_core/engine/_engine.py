@@ -715,7 +715,6 @@ def _not_scored(admitted: _Admitted) -> Score | None:
     if trace is None or trace.status is not RunStatus.UNFINISHED:
         return None
     return Score.skip(
-        f"not scored: the run had not ended when agenteval stopped recording it "
-        f"({trace.status_reason or 'unfinished'})",
+        f"not scored: how the run ended was not recorded ({trace.status_reason or 'unfinished'})",
         status=RunStatus.UNFINISHED.value,
     )
