@@ -87,6 +87,7 @@ LLAMAINDEX = (
 import asyncio
 from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
 from agenteval_llamaindex import instrument
+from llamaindex_models import CompletionModel, orders_index
 from test_openllmetry_import import weather_agent
 
 LlamaIndexInstrumentor().instrument(tracer_provider=provider)
@@ -99,9 +100,14 @@ async def run():
     except RuntimeError:  # the model's provider failed: the run raises
         pass
 
+# a query engine's index is built (spans of its own) before the evaluator records anything
+engine = orders_index().as_query_engine(llm=CompletionModel()) if orders["kind"] == "query" else None
 with OnlineEvaluator(capture=capture, log=False) as evaluator:
     instrument(evaluator)
-    asyncio.run(run())
+    if engine is not None:
+        engine.query("When did A-1 ship?")
+    else:
+        asyncio.run(run())
 provider.shutdown()
 """
 )
@@ -379,3 +385,27 @@ def test_an_openllmetry_llamaindex_run_whose_model_failed_is_not_a_pass(tmp_path
     for result in scored.results:
         assert (result.score, result.skipped) == (None, True)
         assert result.reason == f"not scored: how the run ended was not recorded ({unknown})"
+
+
+def test_an_openllmetry_llamaindex_query_imports_as_one_run_with_its_question(
+    tmp_path: Path,
+) -> None:
+    # OpenLLMetry writes a query engine's question and Response only as the root's
+    # traceloop.entity.input and .output, and its completion model's call with no operation
+    # named: the query imported with neither (coherence assumed 1.0) and no model call, and
+    # building the index (the splitter, the embeddings) imported as two more "ok" runs with
+    # no question that coherence passed too
+    ours, imported = both_ways(LLAMAINDEX, {"kind": "query", "cities": []}, tmp_path)
+    [theirs] = imported  # the index being built is no run
+    assert (theirs.input, theirs.output, theirs.status) == (
+        "When did A-1 ship?",
+        "A-1 shipped on Monday.",
+        RunStatus.OK,
+    )
+    assert (ours.input, ours.output, ours.status) == (theirs.input, theirs.output, theirs.status)
+    assert [s.output for s in theirs.spans_of(SpanKind.LLM)] == ["A-1 shipped on Monday."]
+    assert [s.output for s in ours.spans_of(SpanKind.LLM)] == ["A-1 shipped on Monday."]
+    for metric in (Coherence(), ToolFailures()):
+        assert metric.measure(theirs).model_dump(exclude=IDS) == metric.measure(ours).model_dump(
+            exclude=IDS
+        )

@@ -100,6 +100,8 @@ _AI = ("ai", "assistant")
 # call: the call's arguments, and the step's result (the call, its id and the tool's output)
 TOOL_ARGUMENTS = "tool.arguments"
 ENTITY_OUTPUT = "traceloop.entity.output"
+# and on every span, what the call it records was given (a query engine's: the query)
+ENTITY_INPUT = "traceloop.entity.input"
 
 
 def _json(text: Any) -> Any:
@@ -131,6 +133,8 @@ def _kind(raw: RawSpan) -> SpanKind:
         return kind
     if "tool.name" in a and TOOL_ARGUMENTS in a:
         return SpanKind.TOOL  # OpenLLMetry's LlamaIndex: the agent's step that runs a call
+    if OPERATION_NAME not in a and "gen_ai.output.messages" in a:
+        return SpanKind.LLM  # OpenLLMetry's LlamaIndex completion: no operation named
     operation = a.get(OPERATION_NAME) or raw.name.split(" ")[0]
     return FROM_GENAI_OPERATION.get(operation, SpanKind.CHAIN)
 
@@ -578,7 +582,14 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
             kind is SpanKind.LLM
             and "llm.prompts" not in a
             and not any(
-                key.startswith(("llm.input_messages.", "llm.output_messages.", "gen_ai.input."))
+                key.startswith(
+                    (
+                        "llm.input_messages.",
+                        "llm.output_messages.",
+                        "gen_ai.input.",
+                        "gen_ai.output.",
+                    )
+                )
                 for key in a
             )
         ):
@@ -789,6 +800,11 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
     llms = [span for span in spans if span.kind is SpanKind.LLM]
     # OpenInference writes a run given no input (one from a checkpoint) as the text "null"
     given = None if root.input == "null" else root.input
+    asked = _query_text(_json(a.get(ENTITY_INPUT))) if given is None else None
+    if isinstance(asked, str) and root.output is None:
+        # OpenLLMetry's LlamaIndex query: what it was asked, and its Response (an index
+        # being built, given nodes or texts, is no query)
+        return asked, _query_text(_json(a.get(ENTITY_OUTPUT)))
     if isinstance(given, dict) and "init_state" in given:
         # a LlamaIndex workflow's run: its bookkeeping (the broker's state, a start event's
         # repr without the fields it was run with), no request
@@ -811,6 +827,19 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
         if output is None:
             output = a.get("crewai.crew.result")
     return inputs, output
+
+
+def _query_text(value: Any) -> Any:
+    """The text of a LlamaIndex query or its answer as OpenLLMetry writes them: the call's
+    arguments by name (``{"str_or_query_bundle": ...}``), a ``QueryBundle``'s
+    ``query_str``, a ``Response``'s ``response``; other values as they are."""
+    if isinstance(value, dict):
+        for key in ("query_str", "response"):
+            if isinstance(value.get(key), str):
+                return value[key]
+        if len(value) == 1:
+            return _query_text(next(iter(value.values())))
+    return value
 
 
 ROOT_MISSING = (
@@ -1113,19 +1142,28 @@ def _grouped(batches: Iterator[list[RawSpan]], last: dict[str, int]) -> Iterator
             group.append(raw)
         while order and last.get(order[0], document) <= document:
             trace_id = order.popleft()
-            raws = held.pop(trace_id)
-            if not _creation_only(raws):
-                yield _trace(trace_id, raws)
+            yield from _run(trace_id, held.pop(trace_id))
     for trace_id in order:  # only if the file changed between the passes: nothing is lost
-        if not _creation_only(held[trace_id]):
-            yield _trace(trace_id, held[trace_id])
+        yield from _run(trace_id, held[trace_id])
 
 
-def _creation_only(raws: list[RawSpan]) -> bool:
-    """Whether a trace only records an agent being made (the GenAI conventions'
-    ``create_agent``, which OpenLLMetry writes as a trace of its own when LangChain's
-    ``create_agent`` is called): no run, so no trace to score."""
-    return all(raw.attributes.get(OPERATION_NAME) == "create_agent" for raw in raws)
+def _run(trace_id: str, raws: list[RawSpan]) -> Iterator[Trace]:
+    """The trace of one trace id's spans, unless they record no run: an agent being made
+    (the GenAI conventions' ``create_agent``, which OpenLLMetry writes as a trace of its own
+    when LangChain's ``create_agent`` is called), or work with no request, no answer and no
+    model or tool call (an index being built, a batch of embeddings), which every metric
+    would pass or skip for want of anything to score. Work that did not end "ok" (it
+    failed, paused for a human, or its end is not in the spans) is a run."""
+    if all(raw.attributes.get(OPERATION_NAME) == "create_agent" for raw in raws):
+        return
+    trace = _trace(trace_id, raws)
+    if (
+        trace.input is not None
+        or trace.output is not None
+        or trace.status is not RunStatus.OK
+        or any(span.kind in (SpanKind.LLM, SpanKind.TOOL) for span in trace.spans)
+    ):
+        yield trace
 
 
 def import_otlp(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> list[Trace]:
@@ -1138,7 +1176,9 @@ def import_otlp(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> 
     instrumentors (LangChain/LangGraph, LlamaIndex) and GenAI-convention instrumentors are
     mapped to what agenteval's adapters record: the user's message as input, the final
     answer as output, tool arguments and results as the tool saw them, call ids from the
-    model's tool calls, tool definitions from ``llm.tools``.
+    model's tool calls, tool definitions from ``llm.tools``. Spans that record no run (an
+    agent being made; an index being built, which asks nothing, answers nothing and calls
+    no model or tool) are left out; a run whose root span is missing is ``unfinished``.
 
     Raises:
         CaptureError: the source is missing, not JSON (or not UTF-8), or holds no spans
