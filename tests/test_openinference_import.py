@@ -47,6 +47,7 @@ from llamaindex_hitl import (
     saved_when_it_asks,
 )
 from llamaindex_models import CompletionModel, orders_index
+from openinference.instrumentation.crewai import CrewAIInstrumentor
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
@@ -68,7 +69,7 @@ def spans_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
             out=out, formatter=lambda span: span.to_json(indent=None) + "\n"
         )
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-        instrumentors = [LangChainInstrumentor(), LlamaIndexInstrumentor()]
+        instrumentors = [LangChainInstrumentor(), LlamaIndexInstrumentor(), CrewAIInstrumentor()]
         for instrumentor in instrumentors:
             instrumentor.instrument(tracer_provider=provider)
         try:
@@ -821,3 +822,54 @@ def test_a_langgraph_functional_api_agent(spans_file: Path, tmp_path: Path) -> N
         "Where are A-1 and Z-9?",
         "A-1 has shipped; I could not find order Z-9.",
     )
+
+
+@pytest.mark.parametrize(
+    ("inputs", "request_", "session"),
+    [
+        (None, "Where is A-1?", None),  # no inputs: the first task's description, the crew's id
+        ({"session_id": "user-7", "order": "A-1"}, {"order": "A-1"}, "user-7"),
+    ],
+    ids=["without-inputs", "with-inputs"],
+)
+def test_a_crewai_kickoff_imports_with_its_request_answer_and_session(
+    inputs: dict[str, str] | None,
+    request_: object,
+    session: str | None,
+    spans_file: Path,
+    tmp_path: Path,
+) -> None:
+    # OpenInference writes a crew's kickoff with the inputs it was given (the session key
+    # among them), its tasks, and its CrewOutput whole: the import had no request (or the
+    # session key as part of it), the CrewOutput's JSON with every message as the answer,
+    # no session, and coherence assumed 1.0 ("empty input") for a crew without inputs
+    from agenteval_crewai import AgentEvalListener
+    from crewai.tools import tool as crew_tool
+    from test_crewai_fidelity import one_call_crew
+
+    from agenteval_core.metrics import Coherence, ToolFailures
+
+    @crew_tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return f"{order_id} shipped"
+
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        listener = AgentEvalListener(evaluator)
+        crew = one_call_crew(lookup_order, "A-1 has shipped")
+        crew.kickoff(inputs=inputs)
+        assert listener.flush(20)
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    expected = (request_, "A-1 has shipped", session or str(crew.id), RunStatus.OK)
+    assert (ours.input, ours.output, ours.session_id, ours.status) == expected
+    assert (theirs.input, theirs.output, theirs.session_id, theirs.status) == expected
+    # its spans hold no model or tool call: the tool metrics skip the run, as they do
+    # OpenLLMetry's CrewAI runs
+    assert not theirs.steps_recorded
+    assert ToolFailures().measure(theirs).skipped
+    coherence = Coherence()
+    exclude = {"latency_ms", "trace_id", "case_id", "session_id"}
+    assert coherence.measure(theirs).model_dump(exclude=exclude) == coherence.measure(
+        ours
+    ).model_dump(exclude=exclude)

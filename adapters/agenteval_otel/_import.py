@@ -102,6 +102,8 @@ TOOL_ARGUMENTS = "tool.arguments"
 ENTITY_OUTPUT = "traceloop.entity.output"
 # and on every span, what the call it records was given (a query engine's: the query)
 ENTITY_INPUT = "traceloop.entity.input"
+# what OpenInference's CrewAI instrumentor writes on a crew's kickoff span
+CREW_ID, CREW_INPUTS, CREW_TASKS = "crew_id", "crew_inputs", "crew_tasks"
 
 
 def _json(text: Any) -> Any:
@@ -805,6 +807,8 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
         # OpenLLMetry's LlamaIndex query: what it was asked, and its Response (an index
         # being built, given nodes or texts, is no query)
         return asked, _query_text(_json(a.get(ENTITY_OUTPUT)))
+    if CREW_INPUTS in a:  # OpenInference's CrewAI kickoff: its inputs, the session key too
+        given = None
     if isinstance(given, dict) and "init_state" in given:
         # a LlamaIndex workflow's run: its bookkeeping (the broker's state, a start event's
         # repr without the fields it was run with), no request
@@ -814,8 +818,12 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
         inputs = _last(llms[0].input, _HUMAN)
     if inputs is None and "crewai.crew.id" in a:
         inputs = _crew_request(raws)
+    if inputs is None and CREW_ID in a:
+        inputs = _kickoff_request(a)
     asked = {call.id for call in llms[-1].requested_tool_calls if call.id} if llms else set()
     output = _stop_result(_unwrap_text(_answer(root.output, asked)))
+    if CREW_ID in a and isinstance(output, dict) and "tasks_output" in output:
+        output = output.get("raw")  # OpenInference's CrewAI kickoff: its CrewOutput, whole
     if output is not None and _text(output) is None and llms:
         output = llms[-1].output
     elif output is None and "output.value" not in a and "openinference.span.kind" not in a:
@@ -970,7 +978,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         # session when the application names none
         session_id=a.get("gen_ai.conversation.id")
         or a.get("session.id")
-        or a.get("crewai.crew.id"),
+        or _kickoff_inputs(a).get("session_id")
+        or a.get("crewai.crew.id")
+        or a.get(CREW_ID),
         input=inputs,
         output=output,
         error=root.error,
@@ -1014,6 +1024,26 @@ def _crew_request(raws: list[RawSpan]) -> str | None:
         ),
         None,
     )
+
+
+def _kickoff_inputs(a: dict[str, Any]) -> dict[str, Any]:
+    """The inputs a crew was kicked off with, as OpenInference writes them on its kickoff
+    span (``crew_inputs``, JSON; empty for a kickoff without inputs)."""
+    given = _json(a.get(CREW_INPUTS)) if a.get(CREW_INPUTS) else None
+    return given if isinstance(given, dict) else {}
+
+
+def _kickoff_request(a: dict[str, Any]) -> Any:
+    """What a crew OpenInference recorded was asked, as agenteval's CrewAI adapter takes
+    it: its inputs without the session key, else (a kickoff without inputs) its first
+    task's description (``crew_tasks``)."""
+    request = {k: v for k, v in _kickoff_inputs(a).items() if k != "session_id"}
+    if request:
+        return request
+    tasks = _json(a.get(CREW_TASKS))
+    if isinstance(tasks, list) and tasks and isinstance(tasks[0], dict):
+        return tasks[0].get("description")
+    return None
 
 
 _WAITING_CLASS = re.compile(r"<class '(?:[\w]+\.)*(\w+)'>")
