@@ -754,11 +754,10 @@ def test_a_llamaindex_query_engine_on_a_completion_model(spans_file: Path, tmp_p
             [ours] = evaluator.captured()
         finally:
             instrumented.uninstrument()
-    *building, theirs = import_otlp(spans_file)
-    assert [t.spans[0].name for t in building] == [
-        "SentenceSplitter.__call__",
-        "MockEmbedding.get_text_embedding_batch",
-    ]
+    # building the index (its documents split into nodes, their embeddings) is no run: it
+    # imported as two "ok" agent runs, which coherence passed (0.925 on the node reprs, and
+    # 1.0 assumed for the embeddings' empty answer)
+    [theirs] = import_otlp(spans_file)
     want, got = view(ours), view(theirs)
     # OpenInference makes the retriever's private _retrieve a retrieval span of its own
     assert want.pop("kinds") == [SpanKind.AGENT, SpanKind.RETRIEVER, SpanKind.LLM]

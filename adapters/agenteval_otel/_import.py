@@ -1180,20 +1180,39 @@ def _grouped(batches: Iterator[list[RawSpan]], last: dict[str, int]) -> Iterator
 def _run(trace_id: str, raws: list[RawSpan]) -> Iterator[Trace]:
     """The trace of one trace id's spans, unless they record no run: an agent being made
     (the GenAI conventions' ``create_agent``, which OpenLLMetry writes as a trace of its own
-    when LangChain's ``create_agent`` is called), or work with no request, no answer and no
-    model or tool call (an index being built, a batch of embeddings), which every metric
-    would pass or skip for want of anything to score. Work that did not end "ok" (it
-    failed, paused for a human, or its end is not in the spans) is a run."""
+    when LangChain's ``create_agent`` is called), or work that calls no model, tool or
+    retriever, runs no agent, and neither asks nor answers in text (an index being built:
+    its documents split into nodes, a batch of embeddings), which every metric would pass
+    or skip for want of a run to score. Work that did not end "ok" (it failed, paused for a
+    human, or its end is not in the spans) is kept."""
     if all(raw.attributes.get(OPERATION_NAME) == "create_agent" for raw in raws):
         return
     trace = _trace(trace_id, raws)
     if (
-        trace.input is not None
-        or trace.output is not None
-        or trace.status is not RunStatus.OK
-        or any(span.kind in (SpanKind.LLM, SpanKind.TOOL) for span in trace.spans)
+        trace.status is not RunStatus.OK
+        or _text(trace.input) is not None
+        or _text(trace.output) is not None
+        or any(span.kind in _RUN_STEPS for span in trace.spans)
+        or any(_runs_an_agent(raw.attributes) for raw in raws)
     ):
         yield trace
+
+
+_RUN_STEPS = (SpanKind.LLM, SpanKind.TOOL, SpanKind.RETRIEVER)
+
+
+def _runs_an_agent(a: dict[str, Any]) -> bool:
+    """Whether a span is an agent's, as its source marks it: agenteval's own export,
+    OpenInference's ``AGENT`` kind, the GenAI conventions' ``invoke_agent``, OpenLLMetry's
+    ``agent`` span kind, or a CrewAI crew's kickoff (whose spans hold no model call)."""
+    return (
+        "agenteval.span.id" in a
+        or str(a.get("openinference.span.kind", "")).upper() == "AGENT"
+        or a.get(OPERATION_NAME) == "invoke_agent"
+        or a.get("traceloop.span.kind") == "agent"
+        or "crewai.crew.id" in a
+        or CREW_ID in a
+    )
 
 
 def import_otlp(source: str | os.PathLike[str] | dict[str, Any] | list[Any]) -> list[Trace]:
