@@ -694,6 +694,56 @@ def test_import_says_when_traces_hold_no_llm_or_tool_span(tmp_path: Path) -> Non
         }
 
 
+def test_import_leaves_out_spans_of_no_run_and_says_how_many(tmp_path: Path) -> None:
+    """As OpenInference writes building a LlamaIndex index (each step a trace of its own)
+    beside a run: the splitter (framework objects in, nodes out) and the embeddings (texts
+    in, no answer) are no run; they imported as "ok" agent runs that coherence passed."""
+
+    def span(trace: int, name: str, attributes: dict[str, str]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "context": {"trace_id": f"{trace:032x}", "span_id": f"{trace:016x}"},
+            "parent_id": None,
+            "start_time": "2026-01-01T00:00:00+00:00",
+            "end_time": "2026-01-01T00:00:01+00:00",
+            "status_code": "OK",
+            "attributes": {"openinference.span.kind": "CHAIN", **attributes},
+        }
+
+    as_json = {"input.mime_type": "application/json", "output.mime_type": "application/json"}
+    document = {
+        "data": [
+            span(
+                1,
+                "SentenceSplitter.__call__",
+                {
+                    **as_json,
+                    "input.value": '{"nodes": ["<Document(id_=d1)>"]}',
+                    "output.value": '["<TextNode(id_=n1)>"]',
+                },
+            ),
+            span(
+                2,
+                "MockEmbedding.get_text_embedding_batch",
+                {**as_json, "input.value": '{"texts": ["Order A-1 shipped on Monday."]}'},
+            ),
+            span(3, "Workflow.run", {"output.value": "Refunded."}),  # a workflow's answer
+        ]
+    }
+    spans, capture = tmp_path / "index.json", tmp_path / "capture.jsonl"
+    spans.write_text(json.dumps(document))
+    left_out: list[str] = []
+    assert [t.output for t in iter_otlp(spans, on_left_out=left_out.append)] == ["Refunded."]
+    assert left_out == [f"{1:032x}", f"{2:032x}"]
+    result = CliRunner().invoke(cli, ["import", str(spans), "-o", str(capture)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "left out 2 trace(s) that record no run (an agent being made, an index being built: "
+        "no model, tool or retrieval call, no agent, no request or answer in text)"
+    ) in result.output
+    assert [trace.output for trace in read_capture(capture)] == ["Refunded."]
+
+
 def attr(key: str, value: object) -> dict[str, Any]:
     if isinstance(value, int):
         return {"key": key, "value": {"intValue": str(value)}}

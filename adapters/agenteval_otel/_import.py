@@ -1130,6 +1130,7 @@ def iter_otlp(
     source: str | os.PathLike[str] | dict[str, Any] | list[Any],
     *,
     on_progress: Callable[[int], None] | None = None,
+    on_left_out: Callable[[str], None] | None = None,
 ) -> Iterator[Trace]:
     """:func:`import_otlp` one trace at a time, for span files of any size.
 
@@ -1144,6 +1145,8 @@ def iter_otlp(
         source: as :func:`import_otlp`.
         on_progress: called with the bytes read since its last call, in both passes (they
             add up to twice the file's size).
+        on_left_out: called with the trace id of each trace left out as no run (an agent
+            being made, an index being built; see :func:`import_otlp`).
 
     Raises:
         CaptureError: as :func:`import_otlp`.
@@ -1157,10 +1160,23 @@ def iter_otlp(
     if not last:
         raise CaptureError(f"{spans.where}: holds no spans")
     # what the file held at the first pass: a collector may be appending to it
-    return _grouped(islice(spans.documents(SPANS, on_progress), documents), last)
+    found = _grouped(islice(spans.documents(SPANS, on_progress), documents), last)
+    return _runs(found, on_left_out)
 
 
-def _grouped(batches: Iterator[list[RawSpan]], last: dict[str, int]) -> Iterator[Trace]:
+def _runs(
+    found: Iterator[tuple[str, Trace | None]], on_left_out: Callable[[str], None] | None
+) -> Iterator[Trace]:
+    for trace_id, trace in found:
+        if trace is not None:
+            yield trace
+        elif on_left_out is not None:
+            on_left_out(trace_id)
+
+
+def _grouped(
+    batches: Iterator[list[RawSpan]], last: dict[str, int]
+) -> Iterator[tuple[str, Trace | None]]:
     held: dict[str, list[RawSpan]] = {}
     order: deque[str] = deque()  # held trace ids, by first span
     for document, batch in enumerate(batches, start=1):
@@ -1172,12 +1188,12 @@ def _grouped(batches: Iterator[list[RawSpan]], last: dict[str, int]) -> Iterator
             group.append(raw)
         while order and last.get(order[0], document) <= document:
             trace_id = order.popleft()
-            yield from _run(trace_id, held.pop(trace_id))
+            yield trace_id, _run(trace_id, held.pop(trace_id))
     for trace_id in order:  # only if the file changed between the passes: nothing is lost
-        yield from _run(trace_id, held[trace_id])
+        yield trace_id, _run(trace_id, held[trace_id])
 
 
-def _run(trace_id: str, raws: list[RawSpan]) -> Iterator[Trace]:
+def _run(trace_id: str, raws: list[RawSpan]) -> Trace | None:
     """The trace of one trace id's spans, unless they record no run: an agent being made
     (the GenAI conventions' ``create_agent``, which OpenLLMetry writes as a trace of its own
     when LangChain's ``create_agent`` is called), or work that calls no model, tool or
@@ -1186,7 +1202,7 @@ def _run(trace_id: str, raws: list[RawSpan]) -> Iterator[Trace]:
     or skip for want of a run to score. Work that did not end "ok" (it failed, paused for a
     human, or its end is not in the spans) is kept."""
     if all(raw.attributes.get(OPERATION_NAME) == "create_agent" for raw in raws):
-        return
+        return None
     trace = _trace(trace_id, raws)
     if (
         trace.status is not RunStatus.OK
@@ -1195,7 +1211,8 @@ def _run(trace_id: str, raws: list[RawSpan]) -> Iterator[Trace]:
         or any(span.kind in _RUN_STEPS for span in trace.spans)
         or any(_runs_an_agent(raw.attributes) for raw in raws)
     ):
-        yield trace
+        return trace
+    return None
 
 
 _RUN_STEPS = (SpanKind.LLM, SpanKind.TOOL, SpanKind.RETRIEVER)

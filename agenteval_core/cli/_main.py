@@ -819,10 +819,15 @@ def import_command(spans: str, output: str) -> None:
     size = os.path.getsize(spans) if os.path.isfile(spans) else 0
     progress = _bytes_progress("importing", err, show=err.is_terminal and size > 0)
     traces = span_count = stepless = stepless_without_input = 0
+    left_out: list[str] = []
     with progress:
         task = progress.add_task("import", total=2 * size)  # checked, then converted
         try:  # a bad file fails here, before the capture is opened
-            found = iter_otlp(spans, on_progress=lambda read: progress.advance(task, read))
+            found = iter_otlp(
+                spans,
+                on_progress=lambda read: progress.advance(task, read),
+                on_left_out=left_out.append,
+            )
             with CaptureWriter(output) as writer:
                 for trace in found:  # raises only if the file changed after its check
                     writer.write(trace)
@@ -834,6 +839,13 @@ def import_command(spans: str, output: str) -> None:
         except AgentEvalError as exc:
             raise UserError(str(exc)) from None
     click.echo(f"imported {traces} trace(s), {span_count} span(s), from {spans} into {output}")
+    if left_out:
+        click.echo(
+            f"left out {len(left_out)} trace(s) that record no run (an agent being made, an "
+            "index being built: no model, tool or retrieval call, no agent, no request or "
+            "answer in text)",
+            err=True,
+        )
     if stepless:  # e.g. OpenInference's CrewAI instrumentor writes no LLM or tool spans
         click.echo(
             f"agenteval: warning: {spans}: {stepless} of {traces} trace(s) hold no "
