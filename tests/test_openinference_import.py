@@ -34,7 +34,7 @@ from langgraph_agents import (
     functional_agent,
     retrying_agent,
 )
-from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockFunctionCallingLLM
@@ -662,6 +662,47 @@ def test_a_llamaindex_function_agent_run(spans_file: Path, tmp_path: Path) -> No
         "What's the weather in Paris?",
         "It is sunny and 21°C in Paris.",
     )
+
+
+def test_a_llamaindex_react_agent_answers_with_its_answer(spans_file: Path, tmp_path: Path) -> None:
+    # OpenInference writes the run's StopEvent as a repr cut at 200 characters, so the import
+    # took the last model call's text: a ReAct agent's "Thought: ... Answer: ..." where the
+    # adapter records the answer (coherence 0.406 against 0.637)
+    replies = iter(
+        [
+            'Thought: I need the weather.\nAction: get_weather\nAction Input: {"city": "Paris"}',
+            "Thought: I can answer without using any more tools.\nAnswer: It is sunny in Paris.",
+        ]
+    )
+    agent = ReActAgent(
+        tools=[FunctionTool.from_defaults(weather, name="get_weather")],
+        llm=MockFunctionCallingLLM(
+            response_generator=lambda messages, **_: ChatMessage(
+                role=MessageRole.ASSISTANT, content=next(replies)
+            )
+        ),
+    )
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        instrumented = instrument(evaluator)
+        try:
+
+            async def run() -> None:
+                await agent.run("What's the weather in Paris?")
+
+            asyncio.run(run())
+            [ours] = evaluator.captured()
+        finally:
+            instrumented.uninstrument()
+    [theirs] = import_otlp(spans_file)
+    for trace in (ours, theirs):
+        assert (trace.input, trace.output, trace.status) == (
+            "What's the weather in Paris?",
+            "It is sunny in Paris.",
+            RunStatus.OK,
+        )
+        assert [(c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
+            ("get_weather", {"city": "Paris"}, "sunny, 21°C")
+        ]
 
 
 def test_llamaindex_runs_that_wait_for_a_human_import_as_the_adapter_records_them(

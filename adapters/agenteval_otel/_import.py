@@ -825,7 +825,7 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
     if CREW_ID in a and isinstance(output, dict) and "tasks_output" in output:
         output = output.get("raw")  # OpenInference's CrewAI kickoff: its CrewOutput, whole
     if output is not None and _text(output) is None and llms:
-        output = llms[-1].output
+        output = _react_answer(spans) or llms[-1].output
     elif output is None and "output.value" not in a and "openinference.span.kind" not in a:
         output = _genai_answer(a) if "gen_ai.output.messages" in a else None
         if output is None:
@@ -871,6 +871,24 @@ def _workflow_answer(raws: list[RawSpan]) -> Any:
                 for block in response["blocks"]
                 if isinstance(block, dict) and block.get("block_type") == "text"
             )
+    return None
+
+
+def _react_answer(spans: list[Span]) -> str | None:
+    """A LlamaIndex ReAct agent's answer where its run's output is a repr (OpenInference
+    writes the StopEvent's, cut at 200 characters): what its output parser read from the
+    last model call (``{"thought": ..., "response": ...}``), not that call's whole text
+    ("Thought: ... Answer: ...")."""
+    for span in reversed(spans):
+        if span.kind is SpanKind.LLM:
+            return None
+        parsed = span.output
+        if (
+            isinstance(parsed, dict)
+            and "thought" in parsed
+            and isinstance(parsed.get("response"), str)
+        ):
+            return parsed["response"]
     return None
 
 
