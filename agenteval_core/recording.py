@@ -41,6 +41,8 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
 from .online._react import json_arguments, react_actions
 from .online._recorder import (
     CANCELLED_BY_CALLER,
+    CLASSIC_STOPS,
+    UNPARSED_REPLY,
     UNSET,
     AlertEvent,
     EventPump,
@@ -65,6 +67,7 @@ from .schema._trace import (
 
 __all__ = [
     "CANCELLED_BY_CALLER",
+    "CLASSIC_STOPS",
     "FINISH_REASONS",
     "INPUT_TOKENS",
     "MEDIA_BLOCK_TYPES",
@@ -72,6 +75,7 @@ __all__ = [
     "OUTPUT_TOKENS",
     "PROVIDER_NAME",
     "REQUEST_MODEL",
+    "UNPARSED_REPLY",
     "UNSET",
     "AlertEvent",
     "EventPump",

@@ -913,3 +913,82 @@ def test_a_crewai_kickoff_imports_with_its_request_answer_and_session(
     assert coherence.measure(theirs).model_dump(exclude=exclude) == coherence.measure(
         ours
     ).model_dump(exclude=exclude)
+
+
+def classic_executor(kind: str) -> Any:
+    """A langchain-classic ``AgentExecutor`` asked "Where is A-1?": "limit", a tool-calling
+    agent stopped at ``max_iterations=2`` (it answers "Agent stopped due to max
+    iterations."); "react", a ReAct agent on a completion model whose first reply does not
+    parse (the executor runs its ``_Exception`` "tool" with the parsing error), which then
+    looks A-1 up and answers "A-1 has shipped."."""
+    from langchain_classic.agents import (
+        AgentExecutor,
+        create_react_agent,
+        create_tool_calling_agent,
+    )
+    from langchain_core.language_models.fake import FakeListLLM
+    from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return "shipped"
+
+    if kind == "limit":
+        asks = [
+            AIMessage("", tool_calls=[tool_call("lookup_order", f"c{i}", order_id="A-1")])
+            for i in range(3)
+        ]
+        prompt = ChatPromptTemplate.from_messages(
+            [("human", "{input}"), ("placeholder", "{agent_scratchpad}")]
+        )
+        agent = create_tool_calling_agent(ScriptedChatModel(replies=asks), [lookup_order], prompt)
+        return AgentExecutor(agent=agent, tools=[lookup_order], max_iterations=2)
+    model = FakeListLLM(
+        responses=[
+            "I think it shipped",
+            "Thought: check it\nAction: lookup_order\nAction Input: A-1",
+            "Thought: done\nFinal Answer: A-1 has shipped.",
+        ]
+    )
+    prompt = PromptTemplate.from_template(
+        "Tools: {tools} ({tool_names})\nQuestion: {input}\n{agent_scratchpad}"
+    )
+    agent = create_react_agent(model, [lookup_order], prompt)
+    return AgentExecutor(agent=agent, tools=[lookup_order], handle_parsing_errors=True)
+
+
+CLASSIC_RUNS = {
+    # kind: (answer, status, status_reason, the tool calls' names)
+    "limit": (
+        "Agent stopped due to max iterations.",
+        RunStatus.LIMIT,
+        "Agent stopped due to max iterations.",
+        ["lookup_order", "lookup_order"],
+    ),
+    "react": ("A-1 has shipped.", RunStatus.OK, None, ["lookup_order"]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CLASSIC_RUNS))
+def test_a_classic_agent_executor_run_imports_as_the_handler_captures_it(
+    kind: str, spans_file: Path, tmp_path: Path
+) -> None:
+    # a run the executor stopped at max_iterations imported as "ok", and the "tool" it runs
+    # on a reply that does not parse (_Exception) as a call of a tool the agent lacks, which
+    # succeeded: the adapter records a limit, and no such call
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        classic_executor(kind).invoke(
+            {"input": "Where is A-1?"}, {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    answer, status, reason, calls = CLASSIC_RUNS[kind]
+    for trace in (ours, theirs):
+        assert (trace.input, trace.output, trace.status, trace.status_reason) == (
+            "Where is A-1?",
+            answer,
+            status,
+            reason,
+        )
+        assert [c.name for c in trace.tool_calls()] == calls

@@ -19,7 +19,7 @@ from agenteval_otel import import_otlp
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
-from test_openinference_import import view
+from test_openinference_import import CLASSIC_RUNS, view
 
 from agenteval_core import Engine, RunStatus, SpanKind, Trace, read_capture
 from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
@@ -108,6 +108,23 @@ with OnlineEvaluator(capture=capture, log=False) as evaluator:
         engine.query("When did A-1 ship?")
     else:
         asyncio.run(run())
+provider.shutdown()
+"""
+)
+
+CLASSIC = (
+    _INSTRUMENTED
+    + """
+from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+from agenteval_langchain import AgentEvalCallbackHandler
+from test_openinference_import import classic_executor
+
+LangchainInstrumentor().instrument(tracer_provider=provider)
+executor = classic_executor(orders)  # made under the instrumentor, as an application makes it
+with OnlineEvaluator(capture=capture, log=False) as evaluator:
+    executor.invoke(
+        {"input": "Where is A-1?"}, {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
+    )
 provider.shutdown()
 """
 )
@@ -409,3 +426,24 @@ def test_an_openllmetry_llamaindex_query_imports_as_one_run_with_its_question(
         assert metric.measure(theirs).model_dump(exclude=IDS) == metric.measure(ours).model_dump(
             exclude=IDS
         )
+
+
+@pytest.mark.parametrize("kind", sorted(CLASSIC_RUNS))
+def test_an_openllmetry_classic_agent_executor_run_imports_as_the_handler_captures_it(
+    kind: str, tmp_path: Path
+) -> None:
+    # OpenLLMetry writes the executor's inputs and outputs only as gen_ai.task.input and
+    # .output: a ReAct run imported with the model's whole prompt as its request and its
+    # "Thought: ... Final Answer: ..." as the answer, a run stopped at max_iterations with
+    # no answer and "ok", and the executor's _Exception "tool" as a call that succeeded
+    ours, imported = both_ways(CLASSIC, kind, tmp_path)
+    [theirs] = imported
+    answer, status, reason, calls = CLASSIC_RUNS[kind]
+    for trace in (ours, theirs):
+        assert (trace.input, trace.output, trace.status, trace.status_reason) == (
+            "Where is A-1?",
+            answer,
+            status,
+            reason,
+        )
+        assert [c.name for c in trace.tool_calls()] == calls

@@ -27,12 +27,14 @@ from agenteval_core import (
     text_of,
 )
 from agenteval_core.recording import (
+    CLASSIC_STOPS,
     FINISH_REASONS,
     INPUT_TOKENS,
     OPERATION_NAME,
     OUTPUT_TOKENS,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    UNPARSED_REPLY,
     AlertEvent,
     Recorder,
     error_text,
@@ -165,18 +167,6 @@ def _state_summary(value: Any) -> Any:
     if isinstance(messages, list) and messages:
         return {"messages": len(messages), "last": messages[-1]}
     return value
-
-
-_UNPARSED_REPLY = "_Exception"
-"""The tool a classic ``AgentExecutor`` runs when its agent's reply does not parse
-(``handle_parsing_errors``): it hands the model the parsing error as an observation; no tool
-of the agent runs."""
-
-_CLASSIC_STOPS = frozenset(
-    {"Agent stopped due to iteration limit or time limit.", "Agent stopped due to max iterations."}
-)
-"""What a classic ``AgentExecutor`` answers when it stops its agent at ``max_iterations`` or
-``max_execution_time`` (``early_stopping_method="force"``, the default)."""
 
 
 def _limit_reached(name: str, output: Any) -> str | None:
@@ -702,7 +692,7 @@ class Translator:
     def _tool_start(self, e: Event) -> None:
         serialized, input_str = e.args
         name = (serialized or {}).get("name") or e.kwargs.get("name") or "tool"
-        if name == _UNPARSED_REPLY:  # no tool call: the agent's reply did not parse
+        if name == UNPARSED_REPLY:  # no tool call: the agent's reply did not parse
             self._unparsed.add(e.run_id)
             self._start(e, SpanKind.CHAIN, "unparsed reply", jsonable(input_str))
             return
@@ -935,7 +925,7 @@ class Translator:
         )
         if answer is not None:
             self._answers[e.run_id] = answer
-        if not finish.log and isinstance(answer, str) and answer in _CLASSIC_STOPS:
+        if not finish.log and isinstance(answer, str) and answer in CLASSIC_STOPS:
             self.assembler.mark(e.run_id, RunStatus.LIMIT, answer)
         trace = self.assembler.trace_of(e.run_id)
         if trace is not None:

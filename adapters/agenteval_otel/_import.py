@@ -42,10 +42,12 @@ from agenteval_core import (
 )
 from agenteval_core.recording import (
     CANCELLED_BY_CALLER,
+    CLASSIC_STOPS,
     FINISH_REASONS,
     OPERATION_NAME,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    UNPARSED_REPLY,
     limit_or_timeout,
     stopped_by_caller,
 )
@@ -102,6 +104,9 @@ TOOL_ARGUMENTS = "tool.arguments"
 ENTITY_OUTPUT = "traceloop.entity.output"
 # and on every span, what the call it records was given (a query engine's: the query)
 ENTITY_INPUT = "traceloop.entity.input"
+# what OpenLLMetry's LangChain instrumentor writes on a chain's span: its callback's
+# inputs and outputs, whole ({"inputs": ..., "tags": ...}, {"outputs": ..., "kwargs": ...})
+TASK_INPUT, TASK_OUTPUT = "gen_ai.task.input", "gen_ai.task.output"
 # what OpenInference's CrewAI instrumentor writes on a crew's kickoff span
 CREW_ID, CREW_INPUTS, CREW_TASKS = "crew_id", "crew_inputs", "crew_tasks"
 
@@ -608,6 +613,8 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
             inputs, output = _llm_io(a, inputs, output)
         elif kind is SpanKind.RETRIEVER:
             output = _documents(a) or output
+        if kind is SpanKind.TOOL and name == UNPARSED_REPLY:
+            kind, name = SpanKind.CHAIN, "unparsed reply"  # the model's reply did not parse
         elif kind is SpanKind.TOOL:
             if inputs is None and output is None:  # OpenLLMetry's LlamaIndex step
                 inputs, output = a.get(TOOL_ARGUMENTS), _json(a.get(ENTITY_OUTPUT))
@@ -809,6 +816,12 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
         return asked, _query_text(_json(a.get(ENTITY_OUTPUT)))
     if CREW_INPUTS in a:  # OpenInference's CrewAI kickoff: its inputs, the session key too
         given = None
+    task_input, task_output = _json(a.get(TASK_INPUT)), _json(a.get(TASK_OUTPUT))
+    if given is None and isinstance(task_input, dict) and "inputs" in task_input:
+        given = task_input["inputs"]  # OpenLLMetry's LangChain run: its chain's inputs
+    ended = root.output
+    if ended is None and isinstance(task_output, dict) and "outputs" in task_output:
+        ended = task_output["outputs"]
     if isinstance(given, dict) and "init_state" in given:
         # a LlamaIndex workflow's run: its bookkeeping (the broker's state, a start event's
         # repr without the fields it was run with), no request
@@ -821,7 +834,7 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
     if inputs is None and CREW_ID in a:
         inputs = _kickoff_request(a)
     asked = {call.id for call in llms[-1].requested_tool_calls if call.id} if llms else set()
-    output = _stop_result(_unwrap_text(_answer(root.output, asked)))
+    output = _stop_result(_unwrap_text(_answer(ended, asked)))
     if CREW_ID in a and isinstance(output, dict) and "tasks_output" in output:
         output = output.get("raw")  # OpenInference's CrewAI kickoff: its CrewOutput, whole
     if output is not None and _text(output) is None and llms:
@@ -1010,6 +1023,8 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         end_time=root.end_time,
     )
     trace.status, trace.status_reason = trace.ended_status()
+    if trace.status is RunStatus.OK and isinstance(output, str) and output in CLASSIC_STOPS:
+        trace.status, trace.status_reason = RunStatus.LIMIT, output  # stopped at its limit
     if rootless:  # how the run ended is not in the spans: neither a pass nor a failure
         trace.status, trace.status_reason = RunStatus.UNFINISHED, ROOT_MISSING
         return trace

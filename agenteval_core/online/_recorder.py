@@ -90,6 +90,19 @@ _TIMEOUT_ERRORS = frozenset({"NodeTimeoutError", "WorkflowTimeoutError"})
 _CALLER_STOP_NAMES = frozenset(error.__name__ for error in CALLER_STOPS)
 
 
+UNPARSED_REPLY = "_Exception"
+"""The tool a classic LangChain ``AgentExecutor`` runs when its agent's reply does not parse
+(``handle_parsing_errors``): it hands the model the parsing error as an observation; no tool
+of the agent runs, so it is no tool call (for the adapter and the span import alike)."""
+
+CLASSIC_STOPS = frozenset(
+    {"Agent stopped due to iteration limit or time limit.", "Agent stopped due to max iterations."}
+)
+"""What a classic LangChain ``AgentExecutor`` answers when it stops its agent at
+``max_iterations`` or ``max_execution_time`` (``early_stopping_method="force"``, the
+default): the run ended at a limit."""
+
+
 def limit_or_timeout(kind: str, message: str) -> RunStatus | None:
     """How a run ended, by the class name (``kind``, qualified or not) and message of the
     exception that ended it, where that says more than an error: ``limit`` for LangGraph's
