@@ -209,9 +209,11 @@ def test_max_tokens_bounds_every_reply(judge_server: JudgeServer, tmp_path: Path
     assert (judge.timeout, judge.max_tokens) == (90, 7)
 
 
-def test_judge_rps_that_is_not_whole_is_kept_not_rounded_up() -> None:
-    # --judge-rps 1.5 (90 requests a minute) was 2 a second: a third over the limit given
-    for rate, per_period, period in [(10, 10, 1.0), (1.5, 2, 4 / 3), (2.4, 3, 1.25), (0.5, 1, 2.0)]:
+def test_judge_rps_is_kept_exact_and_spread_over_the_second() -> None:
+    # --judge-rps 1.5 (90 requests a minute) was 2 a second: a third over the limit given;
+    # and 10 a second started 10 at once each second, 20 within one second at the server
+    rates = [(10, 1, 0.1), (1.5, 1, 2 / 3), (2.4, 1, 1 / 2.4), (0.5, 1, 2.0), (25, 3, 0.12)]
+    for rate, per_period, period in [*rates, (10_000, 1000, 0.1)]:
         traffic = judge_from_options(
             model="m", base_url="http://127.0.0.1:9/v1", use_cache=False, requests_per_second=rate
         ).traffic

@@ -80,9 +80,11 @@ def judge_from_options(
     from ._openai import OUTPUT_MODES, OpenAIJudge, OutputMode, default_max_tokens
 
     cache = JudgeCache(cache_path) if use_cache else None
-    # as many requests as the rate rounded up, over the period that makes the rate exact:
-    # 1.5 a second is 2 every 4/3 s (rounded to 2 a second, it was a third over the limit)
-    per_period = max(1, math.ceil(requests_per_second))
+    # spread over the second, not started together at its start: a tenth of a second's
+    # worth (at least one) each period that makes the rate exact, so 10 a second is one
+    # every 0.1 s and 1.5 a second one every 2/3 s. Ten at once each second let 20 reach
+    # the server within one second, where a provider counting per second answers 429
+    per_period = max(1, math.ceil(requests_per_second / 10))
     period = per_period / requests_per_second
     return OpenAIJudge(
         model,
