@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -703,6 +704,64 @@ def test_a_llamaindex_react_agent_answers_with_its_answer(spans_file: Path, tmp_
         assert [(c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
             ("get_weather", {"city": "Paris"}, "sunny, 21°C")
         ]
+
+
+@pytest.mark.parametrize("shaped", [True, False], ids=["shaped", "not-shaped"])
+def test_a_llamaindex_agent_with_an_output_class_answers_as_the_adapter_records_it(
+    shaped: bool, spans_file: Path, tmp_path: Path
+) -> None:
+    # FunctionAgent(output_cls=...) asks a StructuredLLM, after the agent's last call, to
+    # shape the answer: its schema offered as a tool. The import answered with that call's
+    # text ("" when the model did not shape it, and coherence scored "") and counted the
+    # schema as a tool the agent called
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        summary: str
+
+    answer = '{"city": "Paris", "summary": "Sunny and 21°C."}'
+    calls: list[int] = []
+
+    def reply(messages: list[ChatMessage], **_: object) -> ChatMessage:
+        calls.append(1)
+        if len(calls) == 1:
+            return scripted_llm(messages)
+        if len(calls) == 2:
+            return ChatMessage(role=MessageRole.ASSISTANT, content=answer)
+        fields = {"city": "Paris", "summary": "Sunny and 21°C."}
+        block = ToolCallBlock(tool_call_id="s1", tool_name="Weather", tool_kwargs=fields)
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block] if shaped else [])
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(weather, name="get_weather")],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+        output_cls=Weather,
+    )
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        instrumented = instrument(evaluator)
+        try:
+
+            async def run() -> Any:
+                return await agent.run("What's the weather in Paris?")
+
+            with warnings.catch_warnings():  # LlamaIndex warns when the model did not shape it
+                warnings.simplefilter("ignore", UserWarning)
+                result = asyncio.run(run())
+            [ours] = evaluator.captured()
+        finally:
+            instrumented.uninstrument()
+    assert result.structured_response == (
+        {"city": "Paris", "summary": "Sunny and 21°C."} if shaped else None
+    )
+    [theirs] = import_otlp(spans_file)
+    for trace in (ours, theirs):
+        assert (trace.input, trace.output, trace.status) == (
+            "What's the weather in Paris?",
+            answer,
+            RunStatus.OK,
+        )
+        assert [c.name for c in trace.tool_calls()] == ["get_weather"]
 
 
 def test_llamaindex_runs_that_wait_for_a_human_import_as_the_adapter_records_them(

@@ -838,7 +838,7 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
     if CREW_ID in a and isinstance(output, dict) and "tasks_output" in output:
         output = output.get("raw")  # OpenInference's CrewAI kickoff: its CrewOutput, whole
     if output is not None and _text(output) is None and llms:
-        output = _react_answer(spans) or llms[-1].output
+        output = _repr_answer(spans)
     elif output is None and "output.value" not in a and "openinference.span.kind" not in a:
         output = _genai_answer(a) if "gen_ai.output.messages" in a else None
         if output is None:
@@ -887,14 +887,18 @@ def _workflow_answer(raws: list[RawSpan]) -> Any:
     return None
 
 
-def _react_answer(spans: list[Span]) -> str | None:
-    """A LlamaIndex ReAct agent's answer where its run's output is a repr (OpenInference
-    writes the StopEvent's, cut at 200 characters): what its output parser read from the
-    last model call (``{"thought": ..., "response": ...}``), not that call's whole text
-    ("Thought: ... Answer: ...")."""
+def _repr_answer(spans: list[Span]) -> Any:
+    """A LlamaIndex agent's answer where its run's output is a repr (OpenInference writes
+    the StopEvent's, cut at 200 characters): its last model call's text, or a ReAct
+    agent's what its output parser read from that call (``{"thought": ..., "response":
+    ...}``, not the call's "Thought: ... Answer: ..."). The calls that turn the answer
+    into its ``output_cls`` afterwards (a ``StructuredLLM``'s) are not the agent's."""
+    within = _structuring(spans)
     for span in reversed(spans):
+        if span.id in within:
+            continue
         if span.kind is SpanKind.LLM:
-            return None
+            return span.output
         parsed = span.output
         if (
             isinstance(parsed, dict)
@@ -903,6 +907,16 @@ def _react_answer(spans: list[Span]) -> str | None:
         ):
             return parsed["response"]
     return None
+
+
+def _structuring(spans: list[Span]) -> set[str]:
+    """The ids of the spans of a LlamaIndex structured-output call (a span whose name says
+    "structured", and everything inside it), as agenteval's adapter tells them apart."""
+    found: set[str] = set()
+    for span in spans:  # a parent starts before its children
+        if "structured" in span.name.lower() or span.parent_id in found:
+            found.add(span.id)
+    return found
 
 
 _STOP_EVENT = re.compile(r"StopEvent\(result=(.*)\)", re.DOTALL)
@@ -976,6 +990,12 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
             ],
         )
     waiting = _drop_waits(raws, spans)
+    structuring = _structuring(spans)
+    for span in spans:
+        if span.kind is SpanKind.TOOL and span.id in structuring:
+            # the answer's schema offered as a tool, to shape it into a LlamaIndex agent's
+            # output_cls: no tool of the agent ran
+            span.kind, span.tool_call = SpanKind.CHAIN, None
     _link_calls(spans, guessed)
     if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
