@@ -809,11 +809,11 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
     llms = [span for span in spans if span.kind is SpanKind.LLM]
     # OpenInference writes a run given no input (one from a checkpoint) as the text "null"
     given = None if root.input == "null" else root.input
-    asked = _query_text(_json(a.get(ENTITY_INPUT))) if given is None else None
-    if isinstance(asked, str) and root.output is None:
+    query = _query_text(_json(a.get(ENTITY_INPUT))) if given is None else None
+    if isinstance(query, str) and root.output is None:
         # OpenLLMetry's LlamaIndex query: what it was asked, and its Response (an index
         # being built, given nodes or texts, is no query)
-        return asked, _query_text(_json(a.get(ENTITY_OUTPUT)))
+        return query, _query_text(_json(a.get(ENTITY_OUTPUT)))
     if CREW_INPUTS in a:  # OpenInference's CrewAI kickoff: its inputs, the session key too
         given = None
     task_input, task_output = _json(a.get(TASK_INPUT)), _json(a.get(TASK_OUTPUT))
@@ -1220,6 +1220,7 @@ def iter_otlp(
 def _runs(
     found: Iterator[tuple[str, Trace | None]], on_left_out: Callable[[str], None] | None
 ) -> Iterator[Trace]:
+    """The traces found, each one left out as no run said to ``on_left_out``."""
     for trace_id, trace in found:
         if trace is not None:
             yield trace
