@@ -609,6 +609,25 @@ def test_a_structured_answer_through_its_schema_imports_as_the_answer(
         assert [c.id for c in trace.tool_calls()] == ["w1"]
 
 
+def llamaindex_both_ways(agent: Any, spans_file: Path, tmp_path: Path) -> tuple[Any, Trace, Trace]:
+    """Run a LlamaIndex ``agent`` on "What's the weather in Paris?" once, under agenteval's
+    instrumentation and the OpenInference instrumentor at once: (the run's result,
+    agenteval's capture, the import of the spans)."""
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        instrumented = instrument(evaluator)
+        try:
+
+            async def run() -> Any:
+                return await agent.run("What's the weather in Paris?")
+
+            result = asyncio.run(run())
+            [ours] = evaluator.captured()
+        finally:
+            instrumented.uninstrument()
+    [theirs] = import_otlp(spans_file)
+    return result, ours, theirs
+
+
 def scripted_llm(messages: list[ChatMessage], **_: object) -> ChatMessage:
     if not any(m.role == MessageRole.TOOL for m in messages):
         call = ToolCallBlock(
@@ -628,18 +647,7 @@ def test_a_llamaindex_function_agent_run(spans_file: Path, tmp_path: Path) -> No
         tools=[FunctionTool.from_defaults(weather, name="get_weather")],
         llm=MockFunctionCallingLLM(response_generator=scripted_llm),
     )
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        instrumented = instrument(evaluator)
-        try:
-
-            async def run() -> None:
-                await agent.run("What's the weather in Paris?")
-
-            asyncio.run(run())
-            [ours] = evaluator.captured()
-        finally:
-            instrumented.uninstrument()
-    [theirs] = import_otlp(spans_file)
+    _, ours, theirs = llamaindex_both_ways(agent, spans_file, tmp_path)
     want, got = view(ours), view(theirs)
     # agenteval adds a span per AgentWorkflow agent turn ("Agent" under the run), which
     # OpenInference does not have; LlamaIndex's mock model names no model in either
@@ -683,18 +691,7 @@ def test_a_llamaindex_react_agent_answers_with_its_answer(spans_file: Path, tmp_
             )
         ),
     )
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        instrumented = instrument(evaluator)
-        try:
-
-            async def run() -> None:
-                await agent.run("What's the weather in Paris?")
-
-            asyncio.run(run())
-            [ours] = evaluator.captured()
-        finally:
-            instrumented.uninstrument()
-    [theirs] = import_otlp(spans_file)
+    _, ours, theirs = llamaindex_both_ways(agent, spans_file, tmp_path)
     for trace in (ours, theirs):
         assert (trace.input, trace.output, trace.status) == (
             "What's the weather in Paris?",
@@ -738,23 +735,12 @@ def test_a_llamaindex_agent_with_an_output_class_answers_as_the_adapter_records_
         llm=MockFunctionCallingLLM(response_generator=reply),
         output_cls=Weather,
     )
-    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        instrumented = instrument(evaluator)
-        try:
-
-            async def run() -> Any:
-                return await agent.run("What's the weather in Paris?")
-
-            with warnings.catch_warnings():  # LlamaIndex warns when the model did not shape it
-                warnings.simplefilter("ignore", UserWarning)
-                result = asyncio.run(run())
-            [ours] = evaluator.captured()
-        finally:
-            instrumented.uninstrument()
+    with warnings.catch_warnings():  # LlamaIndex warns when the model did not shape it
+        warnings.simplefilter("ignore", UserWarning)
+        result, ours, theirs = llamaindex_both_ways(agent, spans_file, tmp_path)
     assert result.structured_response == (
         {"city": "Paris", "summary": "Sunny and 21°C."} if shaped else None
     )
-    [theirs] = import_otlp(spans_file)
     for trace in (ours, theirs):
         assert (trace.input, trace.output, trace.status) == (
             "What's the weather in Paris?",
@@ -1042,12 +1028,17 @@ def test_a_classic_agent_executor_run_imports_as_the_handler_captures_it(
         )
         [ours] = evaluator.captured()
     [theirs] = import_otlp(spans_file)
-    answer, status, reason, calls = CLASSIC_RUNS[kind]
     for trace in (ours, theirs):
-        assert (trace.input, trace.output, trace.status, trace.status_reason) == (
-            "Where is A-1?",
-            answer,
-            status,
-            reason,
-        )
-        assert [c.name for c in trace.tool_calls()] == calls
+        assert_classic_run(trace, kind)
+
+
+def assert_classic_run(trace: Trace, kind: str) -> None:
+    """``trace`` is the run of :func:`classic_executor` ``kind`` (see CLASSIC_RUNS)."""
+    answer, status, reason, calls = CLASSIC_RUNS[kind]
+    assert (trace.input, trace.output, trace.status, trace.status_reason) == (
+        "Where is A-1?",
+        answer,
+        status,
+        reason,
+    )
+    assert [c.name for c in trace.tool_calls()] == calls

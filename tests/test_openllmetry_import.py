@@ -19,7 +19,7 @@ from agenteval_otel import import_otlp
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
-from test_openinference_import import CLASSIC_RUNS, view
+from test_openinference_import import CLASSIC_RUNS, assert_classic_run, view
 
 from agenteval_core import Engine, RunStatus, SpanKind, Trace, read_capture
 from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
@@ -438,12 +438,5 @@ def test_an_openllmetry_classic_agent_executor_run_imports_as_the_handler_captur
     # no answer and "ok", and the executor's _Exception "tool" as a call that succeeded
     ours, imported = both_ways(CLASSIC, kind, tmp_path)
     [theirs] = imported
-    answer, status, reason, calls = CLASSIC_RUNS[kind]
     for trace in (ours, theirs):
-        assert (trace.input, trace.output, trace.status, trace.status_reason) == (
-            "Where is A-1?",
-            answer,
-            status,
-            reason,
-        )
-        assert [c.name for c in trace.tool_calls()] == calls
+        assert_classic_run(trace, kind)
