@@ -8,8 +8,9 @@ worker: metrics, embedder and judge client built once), which reads them by thei
 parses them with agenteval's own tolerant reader, and scores them in capture order with the
 same :class:`~agenteval_core.Engine` as one process, its sessions interleaved as they were
 captured (a session whose lines lie in several files, one per process of a service, in the
-order its runs started). No line crosses the cluster. Files in an object store are read by tasks instead,
-and a groupby on a stable hash of the session brings each session's lines to one partition.
+order its runs started). No line crosses the cluster. Files in an object store are read by
+tasks instead, and a groupby on a stable hash of the session brings each session's lines to
+one partition.
 The shards of a capture directory need neither: each is scored whole by one scorer task.
 Judge requests from every worker go through one limiter per judge endpoint (a zero-CPU
 actor). A scorer's output is the data of its task, never a side effect, so a task that Ray
