@@ -17,6 +17,7 @@ __all__ = [
     "content_tokens",
     "first_words",
     "jaccard",
+    "link_words",
     "loop_tokens",
     "prose_of",
     "says_nothing_alone",
@@ -293,6 +294,18 @@ def _texts_in(value: Any) -> list[str]:
             children = item.values() if isinstance(item, dict) else item
             pending.extend(reversed(list(children)))
     return found
+
+
+def link_words(text: str) -> frozenset[str]:
+    """The content words of the paths of ``text``'s web addresses, hosts left out: what a
+    link says it is about ("password", "reset" of ``https://help.acme.com/articles/password-reset``)."""
+    if "://" not in text and "www." not in text.lower():
+        return frozenset()
+    found: set[str] = set()
+    for address in _URL.findall(text):
+        path = address.split("://", 1)[-1].partition("/")[2]  # after the host
+        found.update(_content_words(path))
+    return frozenset(found)
 
 
 def without_urls(text: str) -> tuple[str, int]:

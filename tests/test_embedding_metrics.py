@@ -34,6 +34,7 @@ from agenteval_core._text import (
     content_tokens,
     first_words,
     jaccard,
+    link_words,
     loop_tokens,
     prose_of,
     says_nothing_alone,
@@ -306,6 +307,63 @@ def test_a_template_answering_a_one_digit_id_is_no_repeat() -> None:
         Trace(input="A-7, are you sure?", output=answers[1]), history=[turns[1]]
     )
     assert again.score == 0.0
+
+
+HELP = "You can find step-by-step instructions in our help center: {}"
+
+
+def test_a_template_linking_the_requested_article_is_no_repeat() -> None:
+    # a help desk's answers that differ only in the article they link to, each named by its
+    # request's words: with the default embedder the second scored 0.377 (cosine 0.906 ×
+    # Jaccard 0.688), a loop, for an agent that answered two questions
+    billing, password = (
+        HELP.format(f"https://help.acme.com/articles/{slug}")
+        for slug in ("team-billing-setup", "password-reset")
+    )
+    # tokens ("can" and "in" are stop words): {you, our, find, step, instructions, help,
+    # center, https, acme, com, articles} shared, {team, billing, setup} and {password,
+    # reset} their own: Jaccard 11/16
+    assert jaccard(loop_tokens(billing), loop_tokens(password)) == 11 / 16
+    embedder = TableEmbedder({billing: [1.0, 0.0], password: [1.0, 0.0]})
+    turns = [
+        Trace(
+            id="t1", session_id="s", input="How do I set up billing for my team?", output=billing
+        ),
+        Trace(id="t2", session_id="s", input="And how do I reset my password?", output=password),
+        Trace(id="t3", session_id="s", input="I still can't reset my password.", output=password),
+    ]
+    outcomes = Engine([LoopDetection(embedder=embedder)]).score_sync(turns)
+    second, third = (outcome.results[0] for outcome in outcomes[1:])
+    assert second.score == 1.0
+    assert second.metadata["comparisons"] == [
+        {
+            "trace_index": 0,
+            "trace_id": "t1",
+            "cosine_similarity": 1.0,
+            "jaccard_similarity": 0.6875,
+            "hybrid_score": 0.0,
+            "new_from_request": ["password", "reset"],
+        }
+    ]
+    assert second.reason == (
+        "highest cosine × Jaccard overlap with a recent output: 0.0000 (1 of 1 no repeat: "
+        "this answer carries password, reset from its request, which they did not)"
+    )
+    # the same article again for the same trouble is a repeat (hybrid 1.0 with the second
+    # turn); the first turn's article is still no repeat of it
+    assert third.score == 0.0
+    assert [c.get("new_from_request") for c in third.metadata["comparisons"]] == [
+        ["password", "reset"],
+        None,
+    ]
+    # the host is no request's word: "help" asked about and in help.acme.com is nothing new
+    assert link_words("See https://help.acme.com/articles/password-reset?from=chat.") == {
+        "articles",
+        "password",
+        "reset",
+        "chat",
+    }
+    assert link_words("no link here") == frozenset()
 
 
 DISCLAIMER = (

@@ -18,6 +18,7 @@ from .._text import (
     Frame,
     first_words,
     jaccard,
+    link_words,
     loop_tokens,
     prose_of,
     says_nothing_alone,
@@ -430,12 +431,17 @@ class Coherence(_EmbeddingMetric):
 _DIGIT = re.compile(r"\d")
 
 
-def _numbers(text: str) -> frozenset[str]:
-    """The words of ``text`` with a digit: order numbers, ids, dates, amounts, one digit
-    too ("A-7", "table 3"), which the Jaccard's tokens leave out."""
-    if not _DIGIT.search(text):
-        return frozenset()
-    return frozenset(word for word in words(text) if _DIGIT.search(word))
+def _named_terms(text: str) -> frozenset[str]:
+    """The words of ``text`` that can name what its request asked about: those with a digit
+    (order numbers, ids, dates, amounts, one digit too: "A-7", "table 3", which the
+    Jaccard's tokens leave out) and the words of its links' paths (the article a help
+    answer links to)."""
+    numbers = (
+        frozenset(word for word in words(text) if _DIGIT.search(word))
+        if _DIGIT.search(text)
+        else frozenset()
+    )
+    return numbers | link_words(text)
 
 
 @register_metric
@@ -443,8 +449,9 @@ class LoopDetection(_EmbeddingMetric):
     """Whether the agent repeats itself across a session: 1 − max(cosine × Jaccard) over a window.
 
     An earlier output is no repeat when the current one carries a number or id of its own
-    request that neither the earlier output nor its request held: the same template
-    answering about another order, invoice or flight (``new_from_request`` in that
+    request, or links to a page named by its request's words, that neither the earlier
+    output nor its request held: the same template answering about another order, invoice
+    or flight, or linking the help article asked for (``new_from_request`` in that
     comparison's metadata, its hybrid 0). An opening or ending the answers share that is about
     no request (a greeting, a sign-off, a disclaimer: :func:`shared_frame`) is left out of
     each. A structured answer is read by the texts it holds (:func:`prose_of`)."""
@@ -490,10 +497,11 @@ class LoopDetection(_EmbeddingMetric):
         previous, frame = comparison.context
         # the stripped text, as when this output is an earlier one: one cache entry each
         current_tokens = loop_tokens(comparison.texts[0])
-        # numbers the answer takes from its request (most answers hold none: no work then)
-        asked = _numbers(comparison.texts[0])
+        # numbers and linked words the answer takes from its request (most answers hold
+        # none: no work then)
+        asked = _named_terms(comparison.texts[0])
         if asked:
-            asked &= _numbers(text_of(case.input))
+            asked &= frozenset(words(text_of(case.input)))
         hybrids: list[float] = []
         comparisons = []
         compared_with = comparison.texts[1:]
@@ -502,7 +510,11 @@ class LoopDetection(_EmbeddingMetric):
             overlap = jaccard(current_tokens, earlier)
             # "Your order 51877 has shipped" after "Your order 48213 has shipped", asked
             # about 51877: a template answering a new request, whatever else it shares
-            new = asked - _numbers(text) - _numbers(text_of(trace.input)) if asked else None
+            new = (
+                asked - frozenset(words(text)) - frozenset(words(text_of(trace.input)))
+                if asked
+                else None
+            )
             if cosine is None and overlap and not new:  # an earlier output it could not read
                 return no_vector(self.embedder.name, text)
             # with no word in common the product is 0 whatever the cosine: an output the
