@@ -32,10 +32,12 @@ from agenteval_core.metrics import (
 def case_with(
     calls: list[ToolCall | str], expected: list[Any] | None = None, **fields: Any
 ) -> EvalCase:
-    tool_calls = [ToolCall(name=c) if isinstance(c, str) else c for c in calls]
+    """A case whose run made ``calls`` one after another, each asked for by a model step of
+    its own, then answered."""
+    steps = [AgentStep(tool_calls=[ToolCall(name=c) if isinstance(c, str) else c]) for c in calls]
     return EvalCase(
         input="task",
-        agent_trace=[AgentStep(tool_calls=tool_calls, output=fields.pop("output", "done"))],
+        agent_trace=[*steps, AgentStep(output=fields.pop("output", "done"))],
         expected_tool_calls=expected,
         **fields,
     )
@@ -77,6 +79,64 @@ def test_ordered_uses_lcs_not_positional_zip() -> None:
     assert score("tool_call_accuracy", case, require_order=True) == 1.0
     # reversed order: LCS of [a, b] and [b, a] is 1 → 0.5
     assert score("tool_call_accuracy", case_with(["b", "a"], ["a", "b"]), require_order=True) == 0.5
+
+
+ORDER_METRICS = {
+    "tool_routing_accuracy": {},
+    "plan_order": {},
+    "tool_call_accuracy": {"require_order": True},
+    "reference_tool_correctness": {},
+}
+
+
+def order_scores(steps: list[list[str]], expected: list[str]) -> dict[str, float | None]:
+    """What the metrics that read the calls' order give a run whose model steps asked for
+    ``steps`` (each the names of the calls one step asked for together); for
+    reference_tool_correctness, its sequence aspect."""
+    case = EvalCase(
+        input="Weather and time in Paris?",
+        agent_trace=[
+            *(AgentStep(tool_calls=[ToolCall(name=name) for name in step]) for step in steps),
+            AgentStep(output="Sunny, 10:00."),
+        ],
+        expected_tool_calls=expected,
+    )
+    results = {
+        name: create_metric(name, **options).measure(case)
+        for name, options in ORDER_METRICS.items()
+    }
+    scores = {name: result.score for name, result in results.items()}
+    scores["reference_tool_correctness"] = results["reference_tool_correctness"].metadata[
+        "aspects"
+    ]["sequence"]
+    return scores
+
+
+def test_calls_made_together_are_in_no_order_among_themselves() -> None:
+    # a model that asks for the weather and the time at once lists them in no meaningful
+    # order (and the framework runs them at once): expected [get_weather, get_time], asked
+    # for together as [get_time, get_weather], routing was 0 of 2, plan_order, the ordered
+    # accuracy and the sequence aspect LCS 1 / 2
+    expected = ["get_weather", "get_time"]
+    assert order_scores([["get_time", "get_weather"]], expected) == dict.fromkeys(
+        ORDER_METRICS, 1.0
+    )
+    # one after another, each in a model step of its own, they are out of order
+    assert order_scores([["get_time"], ["get_weather"]], expected) == {
+        "tool_routing_accuracy": 0.0,
+        "plan_order": 0.5,
+        "tool_call_accuracy": 0.5,
+        "reference_tool_correctness": 0.5,
+    }
+    # a step's calls are put in order among themselves, never before an earlier step's:
+    # expected [search, get_weather, get_time], asked [get_time, get_weather] then [search]
+    # compare as [get_weather, get_time, search]: no position right, LCS 2 of 3
+    assert order_scores([["get_time", "get_weather"], ["search"]], ["search", *expected]) == {
+        "tool_routing_accuracy": 0.0,
+        "plan_order": pytest.approx(2 / 3),
+        "tool_call_accuracy": pytest.approx(2 / 3),
+        "reference_tool_correctness": pytest.approx(2 / 3),
+    }
 
 
 def test_penalize_unexpected_divides_by_union() -> None:

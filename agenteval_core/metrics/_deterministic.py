@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from jsonschema.exceptions import SchemaError
 from .._errors import ErrorKind, MetricInputError
 from .._text import content_tokens
 from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace, text_of
-from ._matching import assign_by_name, lcs_length, multiset_overlap
+from ._matching import assign_by_name, in_reference_order, lcs_length, multiset_overlap
 from ._protocol import Metric, MetricKind, Score
 from ._registry import register_metric
 
@@ -65,6 +66,28 @@ def _pair_expected(
     return dict(assign_by_name(_names(expected), _names(calls), similarity))
 
 
+def _in_expected_order(
+    case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
+) -> list[ToolCall]:
+    """``calls`` with those made together (the parallel calls of one model step, one after
+    another in the trace) put in the expected order among themselves: a model that asks
+    for the weather and the time at once lists them in no meaningful order. The calls
+    are paired with the expected ones as :func:`_pair_expected` pairs them."""
+    if len(calls) < 2 or not expected or case.trace is None:
+        return calls
+    step_of = {
+        id(call): index for index, step in enumerate(case.trace.steps()) for call in step.tool_calls
+    }
+    # a call of no step (one a tool made inside its own span) is a group of its own
+    keyed = [(step_of.get(id(call), -1 - index), call) for index, call in enumerate(calls)]
+    groups = [[call for _, call in run] for _, run in itertools.groupby(keyed, lambda kc: kc[0])]
+    if len(groups) == len(calls):
+        return calls
+    paired = {actual: wanted for wanted, actual in _pair_expected(case, expected, calls).items()}
+    position = {id(call): index for index, call in enumerate(calls)}
+    return in_reference_order(groups, lambda call: paired.get(position[id(call)], len(expected)))
+
+
 class _ExpectationMetric(Metric):
     """Base for metrics that compare the calls made with ``case.expected_tool_calls``."""
 
@@ -72,6 +95,9 @@ class _ExpectationMetric(Metric):
     default_threshold: ClassVar[float] = 0.7
     needs_expectations: ClassVar[bool] = True
     reads_steps: ClassVar[bool] = True
+    reads_order: bool = False
+    """Whether the score reads the order of the calls: those made together (the parallel
+    calls of one model step) are then compared in the expected order among themselves."""
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if case.expected_tool_calls is None:
@@ -81,7 +107,10 @@ class _ExpectationMetric(Metric):
                 "invalid input: the case has no trace (give trace=, agent_trace= or a Trace)",
                 error_kind=ErrorKind.INVALID_INPUT,
             )
-        return self.compare(case, list(case.expected_tool_calls), case.tool_calls)
+        expected, calls = list(case.expected_tool_calls), case.tool_calls
+        if self.reads_order:
+            calls = _in_expected_order(case, expected, calls)
+        return self.compare(case, expected, calls)
 
     def compare(
         self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
@@ -91,7 +120,8 @@ class _ExpectationMetric(Metric):
 
 @register_metric
 class ToolCallAccuracy(_ExpectationMetric):
-    """Fraction of the expected tool calls the agent made (unordered, or in order by LCS)."""
+    """Fraction of the expected tool calls the agent made (unordered, or in order by LCS;
+    calls made together in one model step are in no order among themselves)."""
 
     name = "tool_call_accuracy"
 
@@ -104,6 +134,7 @@ class ToolCallAccuracy(_ExpectationMetric):
     ) -> None:
         super().__init__(threshold=threshold)
         self.require_order = require_order
+        self.reads_order = require_order
         self.penalize_unexpected = penalize_unexpected
 
     def compare(
@@ -151,9 +182,11 @@ class ToolSelectionF1(_ExpectationMetric):
 
 @register_metric
 class ToolRoutingAccuracy(_ExpectationMetric):
-    """Fraction of expected steps where the call at that position used the expected tool."""
+    """Fraction of expected steps where the call at that position used the expected tool
+    (calls made together in one model step are in no order among themselves)."""
 
     name = "tool_routing_accuracy"
+    reads_order = True
 
     def compare(
         self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
@@ -175,9 +208,11 @@ class ToolRoutingAccuracy(_ExpectationMetric):
 
 @register_metric
 class PlanOrder(_ExpectationMetric):
-    """Expected tools found in the expected order: LCS of names / number expected."""
+    """Expected tools found in the expected order: LCS of names / number expected (calls
+    made together in one model step are in no order among themselves)."""
 
     name = "plan_order"
+    reads_order = True
 
     def compare(
         self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
@@ -426,6 +461,7 @@ class ReferenceToolCorrectness(_ExpectationMetric):
             )
         self.weights = merged
         self.order_matters = order_matters
+        self.reads_order = order_matters
         self.check_utilization = check_utilization
 
     def compare(

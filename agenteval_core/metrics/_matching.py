@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["assign_by_name", "lcs_length", "multiset_overlap"]
+__all__ = ["assign_by_name", "in_reference_order", "lcs_length", "multiset_overlap"]
+
+_Call = TypeVar("_Call")
 
 
 def multiset_overlap(expected: Sequence[str], actual: Sequence[str]) -> int:
@@ -51,3 +54,13 @@ def lcs_length(expected: Sequence[str], actual: Sequence[str]) -> int:
             current.append(previous[j] + 1 if name == other else max(previous[j + 1], current[j]))
         previous = current
     return previous[-1]
+
+
+def in_reference_order(
+    groups: Sequence[Sequence[_Call]], reference_of: Callable[[_Call], int]
+) -> list[_Call]:
+    """The calls of ``groups`` in order, those made together (the parallel calls of one model
+    step, a group) put in the reference's order among themselves (``reference_of``: a call's
+    place in the reference; a call the reference does not hold after those it does): their
+    order in the trace carries no meaning."""
+    return [call for group in groups for call in sorted(group, key=reference_of)]

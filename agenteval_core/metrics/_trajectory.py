@@ -10,6 +10,7 @@ import numpy as np
 from .._errors import ErrorKind, MetricInputError
 from ..schema._trace import EvalCase, ExpectedToolCall, ToolCall, Trace
 from ._deterministic import _ExpectationMetric
+from ._matching import in_reference_order
 from ._protocol import Metric, MetricKind, Score, no_trace_to_check
 from ._registry import register_metric
 
@@ -81,14 +82,6 @@ def _ordered(agree: np.ndarray) -> dict[int, int]:
         else:
             j -= 1
     return kept
-
-
-def _in_reference_order(
-    groups: Sequence[Sequence[ToolCall]], reference_of: Callable[[ToolCall], int]
-) -> list[ToolCall]:
-    """The calls in order, those made together (parallel calls of one model step) put in the
-    reference's order among themselves: their order in the trace carries no meaning."""
-    return [call for group in groups for call in sorted(group, key=reference_of)]
 
 
 @register_metric
@@ -170,7 +163,7 @@ class TrajectoryMatch(_ExpectationMetric):
         if ordered_mode and calls:
             paired = {call: ref for ref, call in pairs.items()}
             position = {id(call): index for index, call in enumerate(calls)}
-            order = _in_reference_order(
+            order = in_reference_order(
                 groups, lambda call: paired.get(position[id(call)], len(reference))
             )
             agree = agree[:, [position[id(call)] for call in order]]
