@@ -71,20 +71,39 @@ def words(text: str) -> list[str]:
     return _WORD.findall(lowered)
 
 
+# scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, Japanese kana and
+# the CJK ideographs. A run of them is one ``\w+`` "word", a whole clause (or, where \w
+# stops at a vowel sign, a few letters of a word); its overlapping character pairs stand
+# in for its words, as search engines index such text
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
+)
+
+
 def _content_words(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
-    return [word for word in words(text) if len(word) > 1 and word not in stop_words]
+    pairs: list[str] = []
+    if not text.isascii() and _UNSPACED.search(text):
+        pairs = [
+            run[start : start + 2]
+            for run in _UNSPACED.findall(text)
+            for start in range(max(1, len(run) - 1))
+        ]
+        text = _UNSPACED.sub(" ", text)
+    return [word for word in words(text) if len(word) > 1 and word not in stop_words] + pairs
 
 
 @functools.lru_cache(maxsize=4096)
 def content_tokens(text: str) -> frozenset[str]:
-    """Lower-cased ``\\w+`` words of ``text`` minus stop words and one-letter tokens."""
+    """Lower-cased ``\\w+`` words of ``text`` minus stop words and one-letter tokens (text
+    in a script written without spaces, such as Chinese or Thai: its character pairs)."""
     return frozenset(_content_words(text))
 
 
 @functools.lru_cache(maxsize=4096)
 def loop_tokens(text: str) -> frozenset[str]:
     """Lower-cased ``\\w+`` words of ``text`` minus :data:`LOOP_STOP_WORDS` and one-letter
-    tokens: the token sets whose Jaccard similarity loop_detection takes."""
+    tokens (text in a script written without spaces, such as Chinese or Thai: its
+    character pairs): the token sets whose Jaccard similarity loop_detection takes."""
     return frozenset(_content_words(text, LOOP_STOP_WORDS))
 
 

@@ -464,6 +464,18 @@ def test_reference_tool_correctness_selection_cases() -> None:
     assert selection(["a", "c"], ["a", "b"]) == pytest.approx(1 / 3)
 
 
+def test_an_answer_in_chinese_uses_the_result_it_repeats() -> None:
+    # Chinese puts no space between words: the result "订单已发货" ("order shipped") and the
+    # answer "您的订单已发货，预计周五到达。" were one "word" each (and the answer's clause a
+    # longer one), so the answer that repeats the result shared no word with it:
+    # utilization 0. Their character pairs share 订单, 单已, 已发 and 发货
+    lookup = ToolCall(name="lookup", result="订单已发货")
+    case = case_with([lookup], ["lookup"], output="您的订单已发货，预计周五到达。")
+    assert ReferenceToolCorrectness().measure(case).metadata["aspects"]["utilization"] == 1.0
+    elsewhere = case_with([lookup], ["lookup"], output="请稍后再试。")  # "try again later"
+    assert ReferenceToolCorrectness().measure(elsewhere).metadata["aspects"]["utilization"] == 0.0
+
+
 def test_reference_tool_correctness_edge_cases_and_weights() -> None:
     none_used = ReferenceToolCorrectness().measure(case_with([], ["a"]))
     assert none_used.score == 0.0 and set(none_used.metadata["aspects"].values()) == {0.0}

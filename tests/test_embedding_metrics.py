@@ -366,6 +366,50 @@ def test_a_template_linking_the_requested_article_is_no_repeat() -> None:
     assert link_words("no link here") == frozenset()
 
 
+def test_a_repeat_in_a_script_written_without_spaces_is_a_loop() -> None:
+    # Chinese puts no space between words: "\w+" read each clause as one word, so the same
+    # apology with one word more, "很抱歉，无法查询到您的订单。" then "很抱歉，目前无法查询到您的
+    # 订单。" ("Sorry, (currently) unable to find your order."), shared only 很抱歉: Jaccard 1/3,
+    # hybrid 0.333 with a cosine of 1, and the agent repeating itself passed (0.667).
+    # Character pairs: {很抱, 抱歉} and {无法, 法查, 查询, 询到, 到您, 您的, 的订, 订单} in
+    # both, {目前, 前无} in the second only: Jaccard 10/12
+    first, again = "很抱歉，无法查询到您的订单。", "很抱歉，目前无法查询到您的订单。"
+    assert loop_tokens(first) == {
+        "很抱",
+        "抱歉",
+        "无法",
+        "法查",
+        "查询",
+        "询到",
+        "到您",
+        "您的",
+        "的订",
+        "订单",
+    }
+    assert loop_tokens(again) == loop_tokens(first) | {"目前", "前无"}
+    embedder = TableEmbedder({first: [1.0, 0.0], again: [1.0, 0.0]})
+    result = LoopDetection(embedder=embedder).measure(
+        Trace(input="还是查不到吗？", output=again),
+        history=[Trace(input="我的订单在哪里？", output=first)],
+    )
+    assert result.score == pytest.approx(1 - 10 / 12)
+    assert result.metadata["comparisons"][0]["jaccard_similarity"] == round(10 / 12, 4)
+    # Japanese and Thai alike; words between them, and text with spaces, as before
+    assert loop_tokens("ご注文は発送済みです") == {
+        "ご注",
+        "注文",
+        "文は",
+        "は発",
+        "発送",
+        "送済",
+        "済み",
+        "みで",
+        "です",
+    }
+    assert loop_tokens("GPT4 模型已更新 today") == {"gpt4", "模型", "型已", "已更", "更新", "today"}
+    assert loop_tokens("พบ") == {"พบ"}
+
+
 DISCLAIMER = (
     "This information is provided for general educational purposes only and does not "
     "constitute financial, investment, tax or legal advice. Past performance is not "
