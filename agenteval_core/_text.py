@@ -63,14 +63,6 @@ library's version."""
 _NOT_WORD = bytes(c if c < 128 and _WORD.fullmatch(chr(c)) else 32 for c in range(256))
 
 
-def words(text: str) -> list[str]:
-    """The lower-cased ``\\w+`` runs of ``text``, in order."""
-    lowered = text.lower()
-    if lowered.isascii():
-        return lowered.encode("ascii").translate(_NOT_WORD).decode("ascii").split()
-    return _WORD.findall(lowered)
-
-
 # scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, Japanese kana and
 # the CJK ideographs. A run of them is one ``\w+`` "word", a whole clause (or, where \w
 # stops at a vowel sign, a few letters of a word); its overlapping character pairs stand
@@ -78,6 +70,18 @@ def words(text: str) -> list[str]:
 _UNSPACED = re.compile(
     "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
 )
+
+
+def words(text: str) -> list[str]:
+    """The lower-cased ``\\w+`` runs of ``text``, in order; a run of a script written
+    without spaces is a word apart from the digits or letters beside it ("订单12345" is
+    订单 and 12345)."""
+    lowered = text.lower()
+    if lowered.isascii():
+        return lowered.encode("ascii").translate(_NOT_WORD).decode("ascii").split()
+    if _UNSPACED.search(lowered):
+        lowered = _UNSPACED.sub(r" \g<0> ", lowered)
+    return _WORD.findall(lowered)
 
 
 def _content_words(text: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:

@@ -410,6 +410,34 @@ def test_a_repeat_in_a_script_written_without_spaces_is_a_loop() -> None:
     assert loop_tokens("พบ") == {"พบ"}
 
 
+def test_a_template_in_chinese_answering_a_new_order_is_no_repeat() -> None:
+    # "您的订单12345已发货，预计周五送达。" ("Your order 12345 has shipped, due Friday."), then the
+    # same for 67890 asked about 67890: \w+ read 您的订单12345已发货 as one word, so the
+    # request's number was not seen in it, and the answers' character pairs (all ten shared,
+    # beside the two numbers: Jaccard 10/12) made the second a loop (0.167)
+    first, second = (f"您的订单{n}已发货，预计周五送达。" for n in ("12345", "67890"))
+    assert words(second) == ["您的订单", "67890", "已发货", "预计周五送达"]
+    embedder = TableEmbedder({first: [1.0, 0.0], second: [1.0, 0.0]})
+    turns = [
+        Trace(id="t1", session_id="s", input="订单12345在哪里？", output=first),
+        Trace(id="t2", session_id="s", input="那订单67890呢？", output=second),
+        Trace(id="t3", session_id="s", input="你确定吗？", output=second),  # "are you sure?"
+    ]
+    outcomes = Engine([LoopDetection(embedder=embedder)]).score_sync(turns)
+    second_result, third_result = (outcome.results[0] for outcome in outcomes[1:])
+    assert second_result.score == 1.0
+    assert second_result.metadata["comparisons"][0] == {
+        "trace_index": 0,
+        "trace_id": "t1",
+        "cosine_similarity": 1.0,
+        "jaccard_similarity": round(10 / 12, 4),
+        "hybrid_score": 0.0,
+        "new_from_request": ["67890"],
+    }
+    # the same answer again, asked nothing new: a repeat
+    assert third_result.score == 0.0
+
+
 DISCLAIMER = (
     "This information is provided for general educational purposes only and does not "
     "constitute financial, investment, tax or legal advice. Past performance is not "
@@ -663,11 +691,26 @@ def test_loop_detection_decides_what_an_unreadable_output_cannot_change() -> Non
     st.one_of(
         st.text(max_size=60),
         st.text(alphabet=st.characters(max_codepoint=127), max_size=60),  # every ASCII mark
+        st.text(alphabet=st.sampled_from("订单已发货12ab _，。ก่"), max_size=60),
     )
 )
 def test_words_are_the_regular_expressions_word_runs(text: str) -> None:
-    # the ASCII path cuts with bytes.translate and str.split; \w+ is what it must equal
-    assert words(text) == re.findall(r"\w+", text.lower())
+    # the ASCII path cuts with bytes.translate and str.split; \w+ is what it must equal.
+    # A run of a script written without spaces is also cut from what stands beside it
+    # ("订单12" is 订单 and 12): the same characters, each word of one kind
+    runs = re.findall(r"\w+", text.lower())
+    unspaced = re.compile(  # Thai, Lao, Myanmar, Khmer, kana, CJK ideographs
+        "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+        "\u4e00-\u9fff\uf900-\ufaff]"
+    )
+    if not any(unspaced.search(run) for run in runs):
+        assert words(text) == runs
+    else:
+        assert "".join(words(text)) == "".join(runs)
+        assert all(
+            all(unspaced.match(c) for c in word) or not unspaced.search(word)
+            for word in words(text)
+        )
 
 
 @settings(max_examples=300)
