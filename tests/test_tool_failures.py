@@ -295,6 +295,38 @@ def test_a_response_that_says_the_call_failed_is_a_failed_call(
     assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
 
 
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        # reports of a failure that never say "error": each passed as a call that worked
+        ("404 Not Found", True),  # a fetch tool's response text
+        ("HTTP/1.1 403 Forbidden", True),
+        ("HTTP 429", True),
+        ("503 Service Unavailable", True),
+        ("Request failed with status code 404", True),  # axios, a JavaScript tool's message
+        ("Exception: quota exhausted", True),
+        ("requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='api.x.com')", True),
+        ('Traceback (most recent call last):\n  File "tool.py"\nKeyboardInterrupt', True),
+        ("fatal: not a git repository", True),
+        ({"message": "404 Not Found"}, True),
+        # what a tool found that opens with such words: data
+        ("500 service members joined the exercise on Monday.", False),
+        ("Exceptions are handled by the caller.", False),
+        ("Fatal accidents fell by 5% in 2025.", False),
+        ({"title": "404 Not Found: why pages go missing", "url": "https://x.org/a"}, False),
+        ("HTTP 200 OK", False),
+    ],
+)
+def test_a_failure_reported_without_the_word_error_is_a_failed_call(
+    result: object, failed: bool
+) -> None:
+    # a web fetch that got "404 Not Found", a tool that raised an Exception shown as text, a
+    # git tool's "fatal:": only a text that said "error" was looked at as a report of one
+    assert ToolCall(name="fetch", arguments={}, result=result).failed is failed
+    run = run_of([ToolCall(name="fetch", arguments={"url": "https://x.org/a"}, result=result)])
+    assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
+
+
 def test_a_coding_assistant_that_looked_up_error_handling_did_not_fail(tmp_path: Path) -> None:
     # a real agent loop: the user asks how to handle errors, the docs search returns the
     # page on errors, the agent answers. Its one call "failed" (the page says "error"):

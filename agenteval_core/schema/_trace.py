@@ -303,6 +303,19 @@ _OPENS_AS_ERROR = re.compile(
     r"forbidden|unauthori[sz]ed|too))",
     re.IGNORECASE,
 )
+# a text that reports a failure without saying "error": "Traceback (most recent call
+# last)", "Exception: ...", "requests.exceptions.ReadTimeout: ...", "fatal: ...", "HTTP 404",
+# "HTTP/1.1 403 Forbidden", "404 Not Found", "503 Service Unavailable", "Request failed with
+# status code 429" (an HTTP status with its reason phrase, never a figure: "500 service
+# members")
+_OPENS_AS_FAILURE = re.compile(
+    r"\W*(traceback \(most recent call last\)|[\w.]*exception[\w.]*\s*[:(]|fatal:|"
+    r"http(/\d(\.\d)?)?\s*[45]\d\d\b|request failed with status code [45]\d\d\b|"
+    r"[45]\d\d\s+(bad request|unauthori[sz]ed|payment required|forbidden|not found|"
+    r"method not allowed|not acceptable|request timeout|conflict|gone|unprocessable|"
+    r"too many requests|not implemented|bad gateway|service unavailable|gateway timeout)\b)",
+    re.IGNORECASE,
+)
 _SHORT = 500
 """The longest text read as a status message: a longer one mentioning an error is content
 (a documentation page about error handling, a log search's hits) unless it opens as one."""
@@ -318,7 +331,8 @@ def _mentions_error(value: Any) -> bool:
     """Whether ``value`` reports an error, found without writing it out as text: a key of an
     error report that holds something (``{"error": "timeout"}``, not ``{"error": null}``,
     ``"errors": []`` nor ``{"error_rate": 0.02}``, a figure), a text that opens as an error
-    (``"Error: ..."``, ``"ValueError: ..."``, a traceback), a short text that says "error"
+    (``"Error: ..."``, ``"ValueError: ..."``, a traceback; outside a content field also
+    ``"404 Not Found"``, ``"Exception: ..."``, ``"fatal: ..."``), a short text that says "error"
     (a status: ``"Sorry, an error occurred"``), or the ``str()`` of a value JSON has no type
     for that says it. What a tool found is not how it fared: a text over 500 characters, or
     in a content field (``title``, ``content``, ``snippet``, ...), that mentions errors
@@ -352,6 +366,8 @@ def _mentions_error(value: Any) -> bool:
                     if inner not in clean:
                         if "error" in inner.lower():
                             stack.append((inner, found))  # looked at whole below
+                        elif not found and _OPENS_AS_FAILURE.match(inner):
+                            return True
                         else:
                             clean.add(inner)
                 elif not isinstance(inner, _SCALARS):
@@ -365,6 +381,8 @@ def _mentions_error(value: Any) -> bool:
                             return True
                     else:
                         stack.append((written, content))  # its keys and values
+                elif not content and _OPENS_AS_FAILURE.match(item):
+                    return True
                 clean.add(item)
         elif not isinstance(item, _SCALARS) and "error" in str(item).lower():
             return True
