@@ -144,13 +144,36 @@ FOLLOW_UP_WORDS = frozenset(
 
     sim obrigado obrigada perfeito pode certo vai em frente primeiro terceiro essa esse isso
     o os um uma não
+
+    make shorter longer simpler clearer shorten simplify simply simple summarize summarise
+    summary rephrase rewrite reword redo retry try explain elaborate expand clarify
+    detail details detailed example examples source sources cite citation citations
+    reference references evidence else translate format bullet bullets point points list
+    table sentence sentences paragraph paragraphs word words brief briefly concise tl dr
+    tldr eli5 like two three four five version another different instead give show tell
+    write formal informal casual polite professional friendly tone m t re ve ll don
+
+    corto corta breve resume resumen explica explícalo ejemplo ejemplos fuente fuentes
+    detalle detalles traduce otra vez más
+
+    court courte résume explique exemple exemples détails traduis encore plus
+
+    kürzer fasse zusammen erkläre erklär beispiel beispiele quelle quellen details übersetze
+    nochmal mehr
+
+    più breve riassumi spiega esempio esempi fonte fonti dettagli traduci ancora
+
+    mais curto resuma explique exemplo exemplos detalhes traduza novamente
     """.split()
 )
 """Words of a request that says nothing on its own but answers the agent's last turn
-("Yes, please.", "The second one", "ok do it"), beside the stop words; and their like in
-Spanish, French, German, Italian and Portuguese ("Sí, por favor.", "Oui, s'il vous
-plaît.", "Ja, bitte.", "Sì, grazie.", "Sim, o primeiro."), with the articles and pronouns
-such a request holds. Any other word says something: "Reserva el hotel Roma" does."""
+("Yes, please.", "The second one", "ok do it") or asks for something done to its last
+answer ("Make it shorter.", "Summarize that in one sentence.", "Give me a source for
+that.", "Tell me more."), beside the stop words; and their like in Spanish, French,
+German, Italian and Portuguese ("Sí, por favor.", "Oui, s'il vous plaît.", "Ja, bitte.",
+"Sì, grazie.", "Sim, o primeiro.", "Explícalo otra vez."), with the articles and pronouns
+such a request holds. Any other word says something: "Reserva el hotel Roma" does, and
+so does "Explain recursion."."""
 
 
 _FOLLOW_UP_CHARS = 80

@@ -218,6 +218,83 @@ def test_a_follow_up_in_another_language_says_nothing_alone(request_text: str, a
     assert says_nothing_alone(request_text) is alone
 
 
+@pytest.mark.parametrize(
+    ("request_text", "alone"),
+    [
+        ("Make it shorter.", True),
+        ("Summarize that in one sentence.", True),
+        ("Explain it like I'm five.", True),
+        ("Can you give me a source for that?", True),
+        ("Tell me more.", True),
+        ("Make it more formal.", True),
+        ("Explícalo otra vez.", True),
+        ("Explain recursion.", False),
+        ("Tell me a joke.", False),
+        ("Give me an example of a closure in Python.", False),
+        ("Summarize the meeting notes.", False),
+        ("Make a list of the planets.", False),
+        ("Translate 'thank you' into Spanish.", False),
+    ],
+)
+def test_a_request_about_the_last_answer_says_nothing_alone(request_text: str, alone: bool) -> None:
+    # "Make it shorter." asks for something done to the agent's last answer: read alone,
+    # a correct shorter answer has nothing in common with those three words
+    assert says_nothing_alone(request_text) is alone
+
+
+TEA = (
+    "What are the health benefits of green tea?",
+    "Green tea contains antioxidants called catechins, which may lower the risk of heart "
+    "disease, support brain function and help with weight management. It also has less "
+    "caffeine than coffee.",
+)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "answer", "alone", "in_context"),
+    [
+        (
+            "Make it shorter.",
+            "Green tea's antioxidants may protect the heart and brain and aid weight loss.",
+            0.088,
+            0.748,
+        ),
+        (
+            "Summarize that in one sentence.",
+            "Green tea's catechins may benefit the heart, brain and weight.",
+            0.065,
+            0.701,
+        ),
+        (
+            "Explain it like I'm five.",
+            "Green tea has tiny helpers that keep your heart and brain healthy.",
+            0.48,
+            0.659,
+        ),
+        # an answer about something else fails after the previous answer too
+        ("Make it shorter.", "The capital of France is Paris.", 0.0, 0.085),
+    ],
+)
+def test_a_request_about_the_last_answer_is_read_after_it(
+    request_text: str, answer: str, alone: float, in_context: float
+) -> None:
+    # with the default embedder, correct answers to these requests failed coherence: read
+    # alone, 1 − cosine distance is the cosine of request and answer. Each request is now
+    # read after the answer it is about
+    request_vector, answer_vector = default_embedder().embed([request_text, answer])
+    assert round(max(0.0, float(request_vector @ answer_vector)), 3) == alone
+    turns = [
+        Trace(id="t1", session_id="s", input=TEA[0], output=TEA[1]),
+        Trace(id="t2", session_id="s", input=request_text, output=answer),
+    ]
+    result = Engine([Coherence()]).score_sync(turns)[1].results[0]
+    assert round(result.score or 0.0, 3) == in_context
+    assert result.metadata["input_read_after_previous_answer"] is True
+    assert result.success is (in_context >= 0.5)
+    # with no earlier turn known, such a request is not scored
+    assert Coherence().measure(EvalCase(input=request_text, actual_output=answer)).skipped
+
+
 def test_a_follow_up_with_no_earlier_turn_is_not_scored() -> None:
     embedder = TableEmbedder({})  # nothing is embedded
     alone = Coherence(embedder=embedder).measure(

@@ -333,8 +333,9 @@ def vacuous(case: EvalCase, reason: str, metadata: dict[str, Any]) -> Score:
 class Coherence(_EmbeddingMetric):
     """Whether the output follows from the input: 1 − cosine distance of their embeddings.
 
-    A request that says nothing on its own ("Yes, please.", "The second one": only stop
-    words and words of assent, thanks or choice) answers the agent's previous turn: the
+    A request that says nothing on its own ("Yes, please.", "The second one", "Make it
+    shorter.": only stop words and words of assent, thanks or choice, or of something to do
+    to the last answer) answers the agent's previous turn: the
     answer is compared with the request alone and after that turn's answer, the closer
     counting; with no earlier turn known (none in the messages the run's model was sent,
     the session's history or the case's ``conversation``) the case is not scored. The opening
