@@ -70,6 +70,14 @@ MISSING = ToolCall(name="lookup", arguments={"order_id": "B-2"}, error="KeyError
         ([DOWN], "Mi dispiace, non è stato possibile prenotare l'hotel.", 0.5, 0),
         ([DOWN], "Desculpe, não foi possível reservar o hotel.", 0.5, 0),
         ([DOWN], "Su hotel está reservado.", 0.0, 1),  # claims success: still unrecovered
+        # and in the languages written without spaces, and Russian (each was 0.0)
+        ([DOWN], "抱歉，预订服务暂时不可用，无法为您预订酒店。", 0.5, 0),
+        ([DOWN], "申し訳ありませんが、ホテルを予約できませんでした。", 0.5, 0),
+        ([DOWN], "죄송합니다. 호텔을 예약할 수 없습니다.", 0.5, 0),
+        ([DOWN], "К сожалению, не удалось забронировать отель.", 0.5, 0),
+        ([MISSING], "没有找到订单 B-2。", 0.5, 0),
+        ([DOWN], "您的酒店已预订。", 0.0, 1),  # "your hotel is booked": unrecovered
+        ([DOWN], "ホテルを予約しました。", 0.0, 1),
     ],
 )
 def test_scores_by_hand(calls: list[ToolCall], answer: str, score: float, unrecovered: int) -> None:

@@ -24,7 +24,14 @@ _FAILURE_WORDS = re.compile(
     r"désolée?|je n'ai pas pu|n'a pas pu|impossible de|n'est pas disponible|"
     r"leider|konnte nicht|nicht möglich|fehlgeschlagen|nicht verfügbar|"
     r"mi dispiace|non è stato possibile|non sono riuscit[oa]|non è disponibile|"
-    r"desculpe|não foi possível|não consegui|não está disponível)\b",
+    r"desculpe|não foi possível|não consegui|não está disponível|"
+    # Russian
+    r"извините|к сожалению|не удалось|не могу|не найден[аоы]?|недоступ\w*)\b|"
+    # Chinese, Japanese and Korean, written without spaces (or with particles joined to
+    # the word): no word boundary to look for
+    r"抱歉|对不起|對不起|无法|無法|未能|失败|失敗|找不到|未找到|没有找到|不存在|不可用|"
+    r"申し訳|すみません|できません|見つかりません|存在しません|"
+    r"죄송|실패|찾을 수 없|할 수 없|존재하지 않",
     re.IGNORECASE,
 )
 
@@ -32,8 +39,9 @@ _FAILURE_WORDS = re.compile(
 def states_failure(answer: Any) -> bool:
     """Whether a final answer reads as a statement that the task failed (a heuristic: words
     such as "sorry", "unable", "could not", "failed", "unavailable", "not found", "does not
-    exist", and the like in Spanish, French, German, Italian and Portuguese: "lo siento",
-    "désolé", "leider", "mi dispiace", "não foi possível")."""
+    exist", and the like in Spanish, French, German, Italian, Portuguese, Russian, Chinese,
+    Japanese and Korean: "lo siento", "désolé", "leider", "mi dispiace", "não foi possível",
+    "к сожалению", "抱歉", "申し訳", "죄송")."""
     return bool(_FAILURE_WORDS.search(text_of(answer)))
 
 
