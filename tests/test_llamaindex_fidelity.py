@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import io
 import json
 import threading
 from collections.abc import Sequence
@@ -14,7 +16,12 @@ from typing import Any
 
 import pytest
 from agenteval_llamaindex import instrument
-from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
+from llama_index.core.agent.workflow import (
+    AgentWorkflow,
+    CodeActAgent,
+    FunctionAgent,
+    ReActAgent,
+)
 from llama_index.core.base.llms.types import (
     ChatResponse,
     ChatResponseAsyncGen,
@@ -490,6 +497,56 @@ def test_an_agent_a_tool_runs_is_an_agent_inside_the_tool(evaluator: OnlineEvalu
         ("A-1 shipped on Monday.", []),
         ("It shipped on Monday.", []),
     ]
+
+
+async def execute(code: str) -> dict[str, Any]:
+    """A code tool as CodeActAgent's docs write one: the printed output, or the error."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(code, {})  # the scripted model's own code, in the test
+    except Exception as exc:
+        return {"output": printed.getvalue(), "error": f"{type(exc).__name__}: {exc}"}
+    return {"output": printed.getvalue(), "error": None}
+
+
+@pytest.mark.parametrize(
+    ("code", "reply", "shown", "score"),
+    [
+        ("print(6 * 7)", "6 times 7 is 42.", "{'output': '42\\n', 'error': None}", 1.0),
+        (
+            "print(1 / 0)",
+            "That failed: you cannot divide by zero.",
+            "{'output': '', 'error': 'ZeroDivisionError: division by zero'}",
+            0.5,
+        ),
+    ],
+)
+def test_a_code_agents_run_that_worked_has_no_failed_call(
+    evaluator: OnlineEvaluator, code: str, reply: str, shown: str, score: float
+) -> None:
+    # CodeActAgent shows the model its code tool's dict as str(): "{'output': '42\n',
+    # 'error': None}" says "error" and is no JSON, so the run that worked had a failed call
+    # (tool_failures 0.0)
+    def replies(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.ASSISTANT for m in messages):
+            return answer(reply)
+        return answer(f"Let me compute.\n<execute>\n{code}\n</execute>")
+
+    agent = CodeActAgent(
+        code_execute_fn=execute, llm=MockFunctionCallingLLM(response_generator=replies)
+    )
+    answered, trace = agent_run(evaluator, agent, "Compute it.")
+    assert answered == reply
+    [call] = trace.tool_calls()
+    assert (call.name, call.arguments, call.result, call.error) == (
+        "execute",
+        {"code": code},
+        shown,
+        None,
+    )
+    result = ToolFailures().measure(trace)
+    assert (result.score, result.metadata["failed"]) == (score, int(score < 1))
 
 
 def test_tool_calls_in_a_custom_workflow_step_are_recorded(evaluator: OnlineEvaluator) -> None:

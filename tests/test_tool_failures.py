@@ -335,6 +335,25 @@ def test_a_failure_reported_without_the_word_error_is_a_failed_call(
     assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
 
 
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        # a dict's str(), as LlamaIndex and CrewAI show a tool's dict to the model
+        ("{'output': '42\\n', 'error': None}", False),
+        ("[{'id': 1, 'errors': []}, {'id': 2, 'errors': []}]", False),
+        ("{'success': True, 'status_code': 200, 'data': []}", False),
+        ("{'output': '', 'error': 'ZeroDivisionError: division by zero'}", True),
+        ("{'success': False, 'message': 'Order 991 not found'}", True),
+        ("{'status_code': 404, 'body': 'Not Found'}", True),
+        ("{'a': __import__('os').getcwd(), 'error': None}", True),  # no literal: never run
+    ],
+)
+def test_a_python_dict_written_as_text_is_read_as_one(result: str, failed: bool) -> None:
+    # a code tool's {'output': '42\n', 'error': None}: its text says "error", and not being
+    # JSON it was read as a short text that says so, a failed call of a run that worked
+    assert ToolCall(name="execute", arguments={}, result=result).failed is failed
+
+
 def test_a_coding_assistant_that_looked_up_error_handling_did_not_fail(tmp_path: Path) -> None:
     # a real agent loop: the user asks how to handle errors, the docs search returns the
     # page on errors, the agent answers. Its one call "failed" (the page says "error"):

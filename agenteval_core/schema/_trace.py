@@ -6,6 +6,7 @@ Span kinds and attribute names follow the OpenTelemetry GenAI semantic conventio
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import random
@@ -391,8 +392,8 @@ def _mentions_error(value: Any) -> bool:
 
 # the fields in which a response says how the call went (checked before a text is parsed)
 _OUTCOME_FIELD = re.compile(
-    r'"(isError|success|ok|status|statusCode|status_code|httpStatus|http_status|exitCode|'
-    r'exit_code|returncode|return_code)"\s*:'
+    r"""(["'])(isError|success|ok|status|statusCode|status_code|httpStatus|http_status|"""
+    r"""exitCode|exit_code|returncode|return_code)\1\s*:"""
 )
 _OUTCOME_TEXT_CHARS = 65_536
 """The longest JSON text read for a response's outcome fields: a response that reports a
@@ -444,14 +445,21 @@ def _empty(value: Any) -> bool:
 
 def _json_container(text: str) -> Any:
     """A JSON object or array written as text (a tool that returns ``json.dumps`` of an API
-    response), else ``None``."""
+    response), or a Python dict or list written as text of at most
+    :data:`_OUTCOME_TEXT_CHARS` (what LlamaIndex and CrewAI show the model of a tool that
+    returned one: its ``str()``, ``{'output': '42', 'error': None}``), else ``None``."""
     start = text.lstrip()[:1]
     if start != "{" and start != "[":
         return None
     try:
         value = json.loads(text)
     except ValueError:
-        return None
+        if len(text) > _OUTCOME_TEXT_CHARS:
+            return None
+        try:  # literals only: nothing in the text is run
+            value = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
     return value if isinstance(value, dict | list) else None
 
 
