@@ -48,6 +48,7 @@ from llamaindex_hitl import (
     saved_when_it_asks,
 )
 from llamaindex_models import CompletionModel, orders_index
+from pydantic import BaseModel
 from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import REASONING, OnlineEvaluator, RunStatus, SpanKind, Trace
@@ -547,6 +548,37 @@ def test_a_code_agents_run_that_worked_has_no_failed_call(
     )
     result = ToolFailures().measure(trace)
     assert (result.score, result.metadata["failed"]) == (score, int(score < 1))
+
+
+class Order(BaseModel):
+    order_id: str
+    status: str
+    error: str | None = None
+
+
+def test_a_tool_that_returns_a_model_with_no_error_did_not_fail(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a tool that returns a pydantic model: LlamaIndex shows the model its str(),
+    # "order_id='A-1' status='shipped' error=None", which says "error": the run scored
+    # tool_failures 0.0
+    def lookup(order_id: str) -> Order:
+        """Status of an order."""
+        return Order(order_id=order_id, status="shipped")
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup, name="lookup_order")],
+        llm=MockFunctionCallingLLM(response_generator=calls_then_answer),
+    )
+    answered, trace = agent_run(evaluator, agent, "Where is A-1?")
+    assert answered == "A-1 has shipped."
+    [call] = trace.tool_calls()
+    assert (call.arguments, call.result, call.error) == (
+        {"order_id": "A-1"},
+        "order_id='A-1' status='shipped' error=None",
+        None,
+    )
+    assert ToolFailures().measure(trace).score == 1.0
 
 
 def test_tool_calls_in_a_custom_workflow_step_are_recorded(evaluator: OnlineEvaluator) -> None:

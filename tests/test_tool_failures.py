@@ -346,11 +346,20 @@ def test_a_failure_reported_without_the_word_error_is_a_failed_call(
         ("{'success': False, 'message': 'Order 991 not found'}", True),
         ("{'status_code': 404, 'body': 'Not Found'}", True),
         ("{'a': __import__('os').getcwd(), 'error': None}", True),  # no literal: never run
+        # an object's repr(), pydantic's str(): its fields read as a result object's keys
+        ("order_id='A-1' status='shipped' error=None", False),
+        ("Order(id='A-1', status='shipped', errors=[])", False),
+        ("Result(ok=True, error_message='')", False),
+        ("Stats(error_rate=0.02, p99_ms=120)", False),  # a figure
+        ("Order(id='A-1', error='not found')", True),
+        ("Job(errors=['timeout'])", True),
+        ("Order(id='A-1', error=None); then an error occurred", True),
     ],
 )
-def test_a_python_dict_written_as_text_is_read_as_one(result: str, failed: bool) -> None:
+def test_a_python_value_written_as_text_is_read_as_one(result: str, failed: bool) -> None:
     # a code tool's {'output': '42\n', 'error': None}: its text says "error", and not being
-    # JSON it was read as a short text that says so, a failed call of a run that worked
+    # JSON it was read as a short text that says so, a failed call of a run that worked; a
+    # lookup that returned a pydantic model with an empty error field likewise
     assert ToolCall(name="execute", arguments={}, result=result).failed is failed
 
 

@@ -324,8 +324,27 @@ _SHORT = 500
 
 def _reads_as_error(text: str, content: bool) -> bool:
     """Whether a text that says "error" is a report of one: it opens as one, or it is short
-    and no content field's (a status, "Sorry, an error occurred")."""
+    and no content field's (a status, "Sorry, an error occurred"). A field of an object's
+    ``repr()`` (``Order(id='A-1', error=None)``, pydantic's ``id='A-1' error=None``) is read
+    as a key of a result object is: an error report's that holds something says so, one
+    that holds nothing or a figure about errors (``error_rate=0.02``) does not."""
+    fields = _REPR_ERROR_FIELD.findall(text)
+    if fields:
+        if any(_ERROR_KEY.fullmatch(key) and value not in _EMPTY_REPR for key, value in fields):
+            return True
+        text = _REPR_ERROR_FIELD.sub("", text)
+        if "error" not in text.lower():
+            return False
     return _OPENS_AS_ERROR.match(text) is not None or (not content and len(text) <= _SHORT)
+
+
+# a field of a repr() whose name says error: error=None, error_message='', errors=[],
+# error_rate=0.02 (a value with a comma, bracket or space in it is not taken apart)
+_REPR_ERROR_FIELD = re.compile(
+    r"""\b(\w*(?:error|exception|fault)\w*)=('[^']*'|"[^"]*"|\[\]|\{\}|\(\)|[\w.+\-]+)""",
+    re.IGNORECASE,
+)
+_EMPTY_REPR = frozenset({"None", "''", '""', "[]", "{}", "()", "0", "0.0", "False"})
 
 
 def _mentions_error(value: Any) -> bool:
