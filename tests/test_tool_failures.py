@@ -303,6 +303,21 @@ def test_a_response_that_says_the_call_failed_is_a_failed_call(
     assert ToolFailures().measure(run).score == (0.0 if failed else 1.0)
 
 
+NGINX_502 = (
+    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad "
+    "Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>"
+)
+GOOGLE_404 = (
+    "<!DOCTYPE html><html lang=en><meta charset=utf-8><title>Error 404 (Not Found)!!1</title>"
+    f"<style>{'*{margin:0;padding:0}' * 60}</style><p><b>404.</b> That's an error.<p>The "
+    "requested URL was not found on this server. That's all we know."
+)
+TUTORIAL = (
+    "<!DOCTYPE html><html><head><title>Error handling in Python - Tutorial</title></head>"
+    f"<body>{'Errors are raised when something goes wrong. ' * 20}</body></html>"
+)
+
+
 @pytest.mark.parametrize(
     ("result", "failed"),
     [
@@ -317,12 +332,18 @@ def test_a_response_that_says_the_call_failed_is_a_failed_call(
         ('Traceback (most recent call last):\n  File "tool.py"\nKeyboardInterrupt', True),
         ("fatal: not a git repository", True),
         ({"message": "404 Not Found"}, True),
+        # a server's error page, as a fetch tool returns the page it got
+        (NGINX_502, True),
+        (GOOGLE_404, True),  # over 500 characters: as a text that mentions an error, data
+        ({"url": "https://x.org/a", "page": NGINX_502}, True),
         # what a tool found that opens with such words: data
         ("500 service members joined the exercise on Monday.", False),
         ("Exceptions are handled by the caller.", False),
         ("Fatal accidents fell by 5% in 2025.", False),
         ({"title": "404 Not Found: why pages go missing", "url": "https://x.org/a"}, False),
         ("HTTP 200 OK", False),
+        (TUTORIAL, False),  # a page about errors
+        ({"title": "Search", "html": NGINX_502}, False),  # a crawl's hit: data
     ],
 )
 def test_a_failure_reported_without_the_word_error_is_a_failed_call(

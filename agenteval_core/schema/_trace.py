@@ -335,7 +335,32 @@ def _reads_as_error(text: str, content: bool) -> bool:
         text = _REPR_ERROR_FIELD.sub("", text)
         if "error" not in text.lower():
             return False
-    return _OPENS_AS_ERROR.match(text) is not None or (not content and len(text) <= _SHORT)
+    if _OPENS_AS_ERROR.match(text) is not None:
+        return True
+    return not content and (len(text) <= _SHORT or _page_of_failure(text))
+
+
+# a server's error page: its title, near the start, says what went wrong
+_HTML_TITLE = re.compile(r"<title[^>]*>\s*([^<]{0,200})</title>", re.IGNORECASE)
+_TITLE_OF_ERROR = re.compile(r"\W*error\s*([:\-–(\[#|]|\d)", re.IGNORECASE)
+
+
+def _page_of_failure(text: str) -> bool:
+    """Whether ``text`` is an HTML page whose title reports a failure: a server's error
+    page (``<title>404 Not Found</title>``, ``<title>502 Bad Gateway</title>``, ``<title>Error
+    404 (Not Found)</title>``), which a fetch tool returns as the page it got."""
+    if text.lstrip()[:1] != "<":
+        return False
+    title = _HTML_TITLE.search(text, 0, 4096)
+    return title is not None and (
+        _OPENS_AS_FAILURE.match(title[1]) is not None or _TITLE_OF_ERROR.match(title[1]) is not None
+    )
+
+
+def _opens_as_failure(text: str) -> bool:
+    """Whether a text that does not say "error" reports a failure all the same (see
+    :data:`_OPENS_AS_FAILURE`), or is a server's error page."""
+    return _OPENS_AS_FAILURE.match(text) is not None or _page_of_failure(text)
 
 
 # a field of a repr() whose name says error: error=None, error_message='', errors=[],
@@ -386,7 +411,7 @@ def _mentions_error(value: Any) -> bool:
                     if inner not in clean:
                         if "error" in inner.lower():
                             stack.append((inner, found))  # looked at whole below
-                        elif not found and _OPENS_AS_FAILURE.match(inner):
+                        elif not found and _opens_as_failure(inner):
                             return True
                         else:
                             clean.add(inner)
@@ -401,7 +426,7 @@ def _mentions_error(value: Any) -> bool:
                             return True
                     else:
                         stack.append((written, content))  # its keys and values
-                elif not content and _OPENS_AS_FAILURE.match(item):
+                elif not content and _opens_as_failure(item):
                     return True
                 clean.add(item)
         elif not isinstance(item, _SCALARS) and "error" in str(item).lower():
