@@ -345,7 +345,7 @@ def _texts_in(value: Any) -> list[str]:
 def link_words(text: str) -> frozenset[str]:
     """The content words of the paths of ``text``'s web addresses, hosts left out: what a
     link says it is about ("password", "reset" of ``https://help.acme.com/articles/password-reset``)."""
-    if "://" not in text and "www." not in text.lower():
+    if "://" not in text and "www." not in text and "WWW." not in text:
         return frozenset()
     found: set[str] = set()
     for address in _URL.findall(text):

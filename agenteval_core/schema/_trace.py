@@ -322,6 +322,15 @@ _SHORT = 500
 (a documentation page about error handling, a log search's hits) unless it opens as one."""
 
 
+# a field of a repr() whose name says error: error=None, error_message='', errors=[],
+# error_rate=0.02 (a value with a comma, bracket or space in it is not taken apart)
+_REPR_ERROR_FIELD = re.compile(
+    r"""\b(\w*(?:error|exception|fault)\w*)=('[^']*'|"[^"]*"|\[\]|\{\}|\(\)|[\w.+\-]+)""",
+    re.IGNORECASE,
+)
+_EMPTY_REPR = frozenset({"None", "''", '""', "[]", "{}", "()", "0", "0.0", "False"})
+
+
 def _reads_as_error(text: str, content: bool) -> bool:
     """Whether a text that says "error" is a report of one: it opens as one, or it is short
     and no content field's (a status, "Sorry, an error occurred"). A field of an object's
@@ -361,15 +370,6 @@ def _opens_as_failure(text: str) -> bool:
     """Whether a text that does not say "error" reports a failure all the same (see
     :data:`_OPENS_AS_FAILURE`), or is a server's error page."""
     return _OPENS_AS_FAILURE.match(text) is not None or _page_of_failure(text)
-
-
-# a field of a repr() whose name says error: error=None, error_message='', errors=[],
-# error_rate=0.02 (a value with a comma, bracket or space in it is not taken apart)
-_REPR_ERROR_FIELD = re.compile(
-    r"""\b(\w*(?:error|exception|fault)\w*)=('[^']*'|"[^"]*"|\[\]|\{\}|\(\)|[\w.+\-]+)""",
-    re.IGNORECASE,
-)
-_EMPTY_REPR = frozenset({"None", "''", '""', "[]", "{}", "()", "0", "0.0", "False"})
 
 
 def _mentions_error(value: Any) -> bool:
