@@ -359,6 +359,94 @@ def test_a_failure_reported_without_the_word_error_is_a_failed_call(
 @pytest.mark.parametrize(
     ("result", "failed"),
     [
+        # what Python and a shell say, as a tool that returns str(exc) or stderr gives it
+        ("[Errno 2] No such file or directory: 'notes/q3.txt'", True),  # OSError
+        ("[Errno 111] Connection refused", True),
+        ("[Errno -2] Name or service not known", True),
+        ("Command '['git', 'push']' returned non-zero exit status 128.", True),
+        ("bash: jq: command not found", True),
+        ("/bin/sh: 1: jq: not found", True),
+        ("ls: cannot access 'build': No such file or directory", True),
+        ({"stderr": "cat: secrets.env: Permission denied"}, True),
+        # in words, as a tool that caught what it raised says it
+        ("Failed to fetch https://x.org/a: [Errno 111] Connection refused", True),
+        ("Unable to find order 991", True),
+        ("Could not resolve host: api.x.com", True),
+        ("Permission denied", True),
+        ("Rate limit exceeded. Retry in 20 seconds.", True),
+        ("Timeout 30000ms exceeded.", True),  # Playwright
+        ("timed out", True),  # a socket's timeout
+        ("All connection attempts failed", True),  # httpx
+        # data that opens with such words, or a longer text that does: a document
+        ("Failed deliveries: 3 of 120 this week", False),
+        ("Ticket 42: customer reports Permission denied on login", False),
+        ("Could be rain tomorrow; 18 degrees.", False),
+        ("Cannot be refunded after 30 days (policy 4.2).", False),
+        ("Rate limits: 100 requests per minute", False),
+        ("Unable to connect? " + "Check the router and the cable, then restart. " * 12, False),
+        ({"snippet": "Permission denied (publickey) when pushing to GitHub"}, False),
+    ],
+)
+def test_a_failure_as_python_a_shell_or_words_give_it_is_a_failed_call(
+    result: object, failed: bool
+) -> None:
+    # a file tool that returned str(exc) for a missing file, a shell tool's "command not
+    # found", a fetch that said "Failed to fetch ...": each was a call that worked
+    assert ToolCall(name="read", arguments={}, result=result).failed is failed
+
+
+def test_a_tool_that_returns_what_it_raised_failed(tmp_path: Path) -> None:
+    # a real agent loop with the tool tutorials write: it catches what it raised and returns
+    # it to the model. The file is missing, the model says it read it: that run scored 1.0
+    @tool
+    def read_file(path: str) -> str:
+        """Read a text file."""
+        try:
+            return Path(path).read_text()
+        except OSError as exc:
+            return str(exc)
+
+    missing = tmp_path / "q3.txt"
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("read_file", "r1", path=str(missing))]),
+            AIMessage("Q3 revenue was up 12%."),
+        ]
+    )
+    with OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False) as evaluator:
+        agent = create_agent(model, tools=[read_file])
+        agent.invoke(
+            {"messages": [("user", "What does the Q3 report say?")]},
+            {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [trace] = evaluator.captured()
+    [read] = trace.tool_calls()
+    said = f"[Errno 2] No such file or directory: '{missing}'"
+    assert (read.arguments, read.result, read.error, read.failed) == (
+        {"path": str(missing)},
+        said,
+        None,
+        True,
+    )
+    result = ToolFailures().measure(trace)
+    assert (result.score, result.reason) == (
+        0.0,
+        "1 of 1 tool calls failed (read_file), 1 not recovered",
+    )
+    assert result.metadata["failures"] == [
+        {
+            "index": 0,
+            "name": "read_file",
+            "arguments": {"path": str(missing)},
+            "error": said,
+            "recovered": False,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
         # a dict's str(), as LlamaIndex and CrewAI show a tool's dict to the model
         ("{'output': '42\\n', 'error': None}", False),
         ("[{'id': 1, 'errors': []}, {'id': 2, 'errors': []}]", False),

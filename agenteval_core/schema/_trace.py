@@ -308,13 +308,32 @@ _OPENS_AS_ERROR = re.compile(
 # last)", "Exception: ...", "requests.exceptions.ReadTimeout: ...", "fatal: ...", "HTTP 404",
 # "HTTP/1.1 403 Forbidden", "404 Not Found", "503 Service Unavailable", "Request failed with
 # status code 429" (an HTTP status with its reason phrase, never a figure: "500 service
-# members")
+# members"); the str() of Python's OSError ("[Errno 2] No such file or directory: 'a.txt'",
+# "[Errno 111] Connection refused") and CalledProcessError ("Command '['ls', 'x']' returned
+# non-zero exit status 2."), a shell's "bash: jq: command not found", "/bin/sh: 1: jq: not
+# found", "ls: cannot access 'x': No such file or directory"
 _OPENS_AS_FAILURE = re.compile(
     r"\W*(traceback \(most recent call last\)|[\w.]*exception[\w.]*\s*[:(]|fatal:|"
     r"http(/\d(\.\d)?)?\s*[45]\d\d\b|request failed with status code [45]\d\d\b|"
     r"[45]\d\d\s+(bad request|unauthori[sz]ed|payment required|forbidden|not found|"
     r"method not allowed|not acceptable|request timeout|conflict|gone|unprocessable|"
-    r"too many requests|not implemented|bad gateway|service unavailable|gateway timeout)\b)",
+    r"too many requests|not implemented|bad gateway|service unavailable|gateway timeout)\b|"
+    r"\[errno -?\d+\]|command '[^\n]*' returned non-zero exit status|"
+    r"[\w./-]+:( \d+:)?( [^\s:]+:)? (command not found|not found$|no such file or directory|"
+    r"permission denied)|[\w./-]+: cannot (access|open|stat|create|remove|read)\b)",
+    re.IGNORECASE | re.MULTILINE,
+)
+# the same said in words, as a tool that catches what it raised returns it ("Failed to
+# fetch: ...", "Unable to find order 991", "Connection refused", "Permission denied", "Rate
+# limit exceeded", Playwright's "Timeout 30000ms exceeded."): a report only in a short text
+# (a longer one that opens so is a document: a troubleshooting page's "Unable to connect?")
+_SAYS_FAILURE = re.compile(
+    r"\W*(failed to \w|unable to \w|could ?n[o']t \w|can ?n[o']t (connect|reach|access|find|"
+    r"open|read|resolve|load|fetch|locate)\b|(permission|access) denied\b|"
+    r"connection (refused|reset|timed out|aborted)\b|((read|connect|request|operation) )?"
+    r"timed out\b|timeout (of )?\d+ ?m?s exceeded|rate limit(ed\b| exceeded| reached)|"
+    r"quota exceeded|no such file or directory|all connection attempts failed|"
+    r"name or service not known)",
     re.IGNORECASE,
 )
 _SHORT = 500
@@ -368,8 +387,13 @@ def _page_of_failure(text: str) -> bool:
 
 def _opens_as_failure(text: str) -> bool:
     """Whether a text that does not say "error" reports a failure all the same (see
-    :data:`_OPENS_AS_FAILURE`), or is a server's error page."""
-    return _OPENS_AS_FAILURE.match(text) is not None or _page_of_failure(text)
+    :data:`_OPENS_AS_FAILURE`; a short one also in words, :data:`_SAYS_FAILURE`), or is a
+    server's error page."""
+    return (
+        _OPENS_AS_FAILURE.match(text) is not None
+        or (len(text) <= _SHORT and _SAYS_FAILURE.match(text) is not None)
+        or _page_of_failure(text)
+    )
 
 
 def _mentions_error(value: Any) -> bool:
