@@ -212,6 +212,8 @@ class JudgeUsage:
     """HTTP requests (or model calls) made: re-asks and retries included."""
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider read from its prompt cache."""
     abandoned: int = 0
     """Calls given up at their timeout: the server may have gone on generating."""
     estimated_input_tokens: int = 0
@@ -222,6 +224,7 @@ class JudgeUsage:
         self.calls += other.calls
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.cached_input_tokens += other.cached_input_tokens
         self.abandoned += other.abandoned
         self.estimated_input_tokens += other.estimated_input_tokens
 

@@ -33,6 +33,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     usage: tuple[int, int] = (100, 20)
+    cached: int | None = None
+    """Of the prompt tokens, those read from the server's prompt cache: given, the usage says
+    so as OpenAI does (``prompt_tokens_details.cached_tokens``)."""
     finish_reason: str = "stop"
     refusal: str | None = None
     """OpenAI's structured-outputs refusal: given, the message carries it beside ``content``."""
@@ -171,6 +174,11 @@ class JudgeServer:
                                 "prompt_tokens": reply.usage[0],
                                 "completion_tokens": reply.usage[1],
                                 "total_tokens": sum(reply.usage),
+                                **(
+                                    {"prompt_tokens_details": {"cached_tokens": reply.cached}}
+                                    if reply.cached is not None
+                                    else {}
+                                ),
                             },
                         }
                     )

@@ -21,6 +21,8 @@ from agenteval_core import (
     JudgeParseError,
     JudgeUnavailableError,
     JudgeUnsupportedRequestError,
+    Trace,
+    create_metric,
 )
 from agenteval_core.judges import JudgeCache, JudgeRequest, LangChainJudge, OpenAIJudge, parse_reply
 from agenteval_core.judges._parse import ReplyError, reply_text
@@ -399,6 +401,48 @@ def test_gpt_5_mini_is_priced_with_its_reasoning_tokens_as_output(
     judge_server.reply(Reply(json.dumps({"score": 1.0, "reason": "ok"}), usage=(1000, 2000)))
     j = OpenAIJudge("gpt-5-mini", base_url=judge_server.base_url, cache=None, budget_usd=1.0)
     assert ask(j).cost_usd == pytest.approx(0.00425)  # type: ignore[attr-defined]
+
+
+def test_prompt_tokens_read_from_the_providers_cache_are_priced_as_cached(
+    judge_server: JudgeServer,
+) -> None:
+    # OpenAI reads a repeated prompt prefix (a re-ask's, a long trace judged again) from its
+    # cache and bills it at the cached rate: 2,000 in, 1,536 of them cached, 50 out on gpt-4.1-mini
+    # cost 464 × $0.40/M + 1,536 × $0.10/M + 50 × $1.60/M = $0.0004192, not the $0.00088 of
+    # every prompt token at the full price
+    judge_server.reply(
+        Reply(json.dumps({"score": 1.0, "reason": "ok"}), usage=(2000, 50), cached=1536),
+        Reply(json.dumps({"score": 1.0, "reason": "ok"}), usage=(2000, 50), cached=0),
+    )
+    j = OpenAIJudge("gpt-4.1-mini", base_url=judge_server.base_url, cache=None, budget_usd=1.0)
+    first = ask(j)
+    assert (first.input_tokens, first.cached_input_tokens, first.output_tokens) == (2000, 1536, 50)  # type: ignore[attr-defined]
+    assert first.cost_usd == pytest.approx(0.0004192)  # type: ignore[attr-defined]
+    # nothing cached: the full price, 2,000 × $0.40/M + 50 × $1.60/M
+    assert ask(j, request("again")).cost_usd == pytest.approx(0.00088)  # type: ignore[attr-defined]
+    assert j.stats.spent_usd == pytest.approx(0.0004192 + 0.00088)
+    # a price without a cached rate bills cached tokens as input: (2,000 × 1 + 50 × 2) / 1M
+    judge_server.reply(
+        Reply(json.dumps({"score": 1.0, "reason": "ok"}), usage=(2000, 50), cached=1536)
+    )
+    mine = judge(judge_server, prices={"judge-model": (1.0, 2.0)})
+    assert ask(mine).cost_usd == pytest.approx(0.0021)  # type: ignore[attr-defined]
+
+
+def test_a_judged_result_counts_its_cached_prompt_tokens(judge_server: JudgeServer) -> None:
+    # the same through a metric and LangChain's ChatOpenAI, which reports the cached tokens
+    # as usage_metadata's input_token_details.cache_read: gpt-4o-mini, 1,200 in (1,024
+    # cached), 40 out: 176 × $0.15/M + 1,024 × $0.075/M + 40 × $0.60/M = $0.0001272
+    judge_server.reply(
+        Reply(json.dumps({"score": 0.9, "reason": "sure"}), usage=(1200, 40), cached=1024)
+    )
+    result = create_metric("confidence", judge=_chat_openai(judge_server)).measure(
+        Trace(input="What is 2 + 2?", output="4")
+    )
+    assert result.score == 0.9
+    assert (result.input_tokens, result.output_tokens) == (1200, 40)
+    assert result.metadata["cached_input_tokens"] == 1024
+    assert result.cost_usd == pytest.approx(0.0001272)
 
 
 def test_a_reply_cut_at_the_token_limit_says_so_without_asking_again(

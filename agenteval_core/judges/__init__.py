@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ._langchain import LangChainJudge
     from ._openai import OUTPUT_MODES, OpenAIJudge, OutputMode, default_max_tokens
     from ._parse import ReplyError, parse_reply
-    from ._pricing import DEFAULT_PRICES
+    from ._pricing import DEFAULT_PRICES, Price
     from ._protocol import Judge, JudgeReply, JudgeRequest
     from ._traffic import Traffic
 
@@ -38,6 +38,7 @@ _EXPORTS = {
     "ReplyError": "._parse",
     "parse_reply": "._parse",
     "DEFAULT_PRICES": "._pricing",
+    "Price": "._pricing",
     "Judge": "._protocol",
     "JudgeReply": "._protocol",
     "JudgeRequest": "._protocol",

@@ -24,7 +24,7 @@ from .._errors import (
 from .._redact import redact_text
 from ._cache import JudgeCache, cache_key
 from ._parse import ReplyError, parse_reply
-from ._pricing import DEFAULT_PRICES, cost_usd
+from ._pricing import DEFAULT_PRICES, Price, cost_usd
 from ._protocol import JudgeReply, JudgeRequest
 
 __all__ = ["DEFAULT_CACHE", "BaseJudge", "Completion", "JudgeStats", "json_schema"]
@@ -54,6 +54,8 @@ class Completion:
     text: str
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider read from its prompt cache (billed lower)."""
     calls: int = 1
     """Requests the transport made for it (retries included)."""
     usage_estimated: bool = False
@@ -105,7 +107,7 @@ class BaseJudge(ABC):
         *,
         cache: JudgeCache | None = DEFAULT_CACHE,
         max_parse_retries: int = 2,
-        prices: dict[str, tuple[float, float]] | None = None,
+        prices: dict[str, Price] | None = None,
         share_stages: bool = True,
         budget_usd: float | None = None,
         budget_usd_per_hour: float | None = None,
@@ -222,8 +224,8 @@ class BaseJudge(ABC):
                     f"${self.budget_usd_per_hour:.6f} per hour"
                 )
 
-    def _spend(self, input_tokens: int, output_tokens: int) -> None:
-        usd = cost_usd(self.model, input_tokens, output_tokens, self.prices)
+    def _spend(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> None:
+        usd = cost_usd(self.model, input_tokens, output_tokens, self.prices, cached_input_tokens)
         if usd is None:
             return
         self.stats.spent_usd += usd
@@ -236,6 +238,7 @@ class BaseJudge(ABC):
             reply,
             input_tokens=0,
             output_tokens=0,
+            cached_input_tokens=0,
             cost_usd=0.0,
             latency_ms=0.0,
             shared=True,
@@ -286,7 +289,10 @@ class BaseJudge(ABC):
             usage.calls += completion.calls
             usage.input_tokens += completion.input_tokens
             usage.output_tokens += completion.output_tokens
-            self._spend(completion.input_tokens, completion.output_tokens)
+            usage.cached_input_tokens += completion.cached_input_tokens
+            self._spend(
+                completion.input_tokens, completion.output_tokens, completion.cached_input_tokens
+            )
             text = completion.text
             try:
                 parsed = parse_reply(text, request.schema)
@@ -330,7 +336,14 @@ class BaseJudge(ABC):
                 model=self.model,
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
-                cost_usd=cost_usd(self.model, usage.input_tokens, usage.output_tokens, self.prices),
+                cached_input_tokens=usage.cached_input_tokens,
+                cost_usd=cost_usd(
+                    self.model,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    self.prices,
+                    usage.cached_input_tokens,
+                ),
                 latency_ms=(time.perf_counter() - started) * 1000,
                 attempts=attempt + rule_reasks + 1,
                 calls=usage.calls,

@@ -23,6 +23,7 @@ from ._base import DEFAULT_CACHE, BaseJudge, Completion
 from ._cache import JudgeCache
 from ._openai import CONTEXT_WORDS, refusal_completion, scrub_keys
 from ._parse import reply_text
+from ._pricing import Price
 from ._traffic import RETRY_STATUSES, reported_code
 
 __all__ = ["LangChainJudge"]
@@ -92,7 +93,7 @@ class LangChainJudge(BaseJudge):
         model_name: str | None = None,
         max_parse_retries: int = 2,
         cache: JudgeCache | None = DEFAULT_CACHE,
-        prices: dict[str, tuple[float, float]] | None = None,
+        prices: dict[str, Price] | None = None,
         share_stages: bool = True,
         budget_usd: float | None = None,
         budget_usd_per_hour: float | None = None,
@@ -148,12 +149,15 @@ class LangChainJudge(BaseJudge):
                 error.usage.calls = attempt  # the client's own retries are its own affair
                 raise error from exc
         usage = getattr(reply, "usage_metadata", None) or {}
+        details = usage.get("input_token_details") or {}
         metadata = getattr(reply, "response_metadata", None) or {}
         finish = metadata.get("finish_reason") or metadata.get("stop_reason")
         return Completion(
             text=reply_text(reply.content),
             input_tokens=int(usage.get("input_tokens", 0)),
             output_tokens=int(usage.get("output_tokens", 0)),
+            # LangChain's count of the prompt tokens read from the provider's cache
+            cached_input_tokens=int(details.get("cache_read", 0) or 0),
             cut_at_limit=finish in _CUT_AT_LIMIT,
             filtered=f"withheld the reply (finish reason {finish})"
             if finish in _FILTERED

@@ -30,6 +30,7 @@ from .._redact import redact_text
 from ._base import DEFAULT_CACHE, BaseJudge, Completion, json_schema
 from ._cache import JudgeCache
 from ._parse import reply_text
+from ._pricing import Price
 from ._traffic import Traffic
 
 logger = logging.getLogger("agenteval")
@@ -247,7 +248,8 @@ class OpenAIJudge(BaseJudge):
             and retries); past it the result is "judge unavailable" and says so.
         max_parse_retries: re-asks after a reply that does not parse.
         cache: a :class:`JudgeCache`; default the on-disk cache; ``None`` disables it.
-        prices: USD per million (input, output) tokens, merged over the defaults.
+        prices: USD per million (input, output) tokens, or (input, output, cached input),
+            merged over the defaults.
         share_stages: ask a stage that several metrics share for one trace (task and plan
             extraction) once, and hand its answer to each; ``False`` asks every time.
         budget_usd: stop making calls once the estimated spend reaches this; what could not
@@ -271,7 +273,7 @@ class OpenAIJudge(BaseJudge):
         max_parse_retries: int = 2,
         temperature: float = 0.0,
         cache: JudgeCache | None = DEFAULT_CACHE,
-        prices: dict[str, tuple[float, float]] | None = None,
+        prices: dict[str, Price] | None = None,
         share_stages: bool = True,
         budget_usd: float | None = None,
         budget_usd_per_hour: float | None = None,
@@ -688,6 +690,16 @@ def _token_count(value: Any) -> int | None:
     return None
 
 
+def _cached_tokens(usage: dict[str, Any]) -> int:
+    """The prompt tokens the server read from its cache (OpenAI's
+    ``usage.prompt_tokens_details.cached_tokens``; 0 when it does not say or says it in a
+    form that is no count, so they are billed at the full input price)."""
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        return 0
+    return _token_count(details.get("cached_tokens", 0)) or 0
+
+
 def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Completion:
     """The text and usage of a chat-completions response; a malformed body reads as its text,
     so it goes through the same parse-and-re-ask path as a malformed reply. Usage the server
@@ -717,7 +729,11 @@ def _completion(response: httpx.Response, messages: list[dict[str, str]]) -> Com
     output_tokens = _token_count(reported.get("completion_tokens", 0)) if reported else None
     if input_tokens is not None and output_tokens is not None:
         return Completion(
-            text=text, input_tokens=input_tokens, output_tokens=output_tokens, **ending
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_input_tokens=_cached_tokens(reported),
+            **ending,
         )
     return Completion(
         text=text,

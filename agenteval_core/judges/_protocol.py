@@ -52,6 +52,8 @@ class JudgeReply(Generic[T]):
     model: str
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider read from its prompt cache (billed lower)."""
     cost_usd: float | None = None
     latency_ms: float = 0.0
     cached: bool = False

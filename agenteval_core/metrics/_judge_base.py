@@ -137,6 +137,7 @@ class _Accounting:
     model: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
     cost_usd: float | None = None
     calls: int = 0
     """Requests the judge made for this result: re-asks and retries included."""
@@ -152,6 +153,7 @@ class _Accounting:
         self.model = reply.model
         self.input_tokens += reply.input_tokens
         self.output_tokens += reply.output_tokens
+        self.cached_input_tokens += getattr(reply, "cached_input_tokens", 0)
         if reply.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + reply.cost_usd
         self.calls += getattr(reply, "calls", 1)
@@ -162,13 +164,16 @@ class _Accounting:
         """What a stage that ended in an error cost: its calls and tokens stay counted."""
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
+        self.cached_input_tokens += usage.cached_input_tokens
         self.calls += usage.calls
         self.abandoned += usage.abandoned
         self.estimated_input_tokens += usage.estimated_input_tokens
         prices = getattr(judge, "prices", None)
         model = getattr(judge, "model", None)
         if prices is not None and model is not None:
-            usd = cost_usd(model, usage.input_tokens, usage.output_tokens, prices)
+            usd = cost_usd(
+                model, usage.input_tokens, usage.output_tokens, prices, usage.cached_input_tokens
+            )
             if usd is not None:
                 self.cost_usd = (self.cost_usd or 0.0) + usd
 
@@ -264,6 +269,8 @@ class JudgeMetric(Metric):
         score.cost_usd = accounting.cost_usd
         score.metadata.setdefault("judge_calls", accounting.calls)
         score.metadata.setdefault("cached_calls", accounting.cached)
+        if accounting.cached_input_tokens:  # read from the provider's prompt cache: billed lower
+            score.metadata.setdefault("cached_input_tokens", accounting.cached_input_tokens)
         if accounting.abandoned:  # sent, given up at the timeout: tokens estimated
             score.metadata.setdefault("abandoned_calls", accounting.abandoned)
             score.metadata.setdefault(
