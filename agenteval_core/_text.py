@@ -164,6 +164,12 @@ FOLLOW_UP_WORDS = frozenset(
     più breve riassumi spiega esempio esempi fonte fonti dettagli traduci ancora
 
     mais curto resuma explique exemplo exemplos detalhes traduza novamente
+
+    네 예 응 좋아요 좋아 좋습니다 좋네요 감사합니다 고마워요 고맙습니다 그래요 그래 그럼 맞아요
+    맞아 계속 계속해 계속해주세요 진행 진행해 진행해주세요 해주세요 해줘 해 주세요 부탁해요
+    부탁합니다 첫 첫번째 첫번째로 번째 번째로 번째요 번째것 두 세 마지막 마지막으로 그거
+    그걸로 그것 그것으로 이거 이걸로 저거 저걸로 더 짧게 간단히 간단하게 자세히 자세하게 설명
+    설명해 설명해주세요 요약 요약해 요약해주세요 번역 번역해 번역해주세요 예시 출처 다시
     """.split()
 )
 """Words of a request that says nothing on its own but answers the agent's last turn
@@ -171,9 +177,41 @@ FOLLOW_UP_WORDS = frozenset(
 answer ("Make it shorter.", "Summarize that in one sentence.", "Give me a source for
 that.", "Tell me more."), beside the stop words; and their like in Spanish, French,
 German, Italian and Portuguese ("Sí, por favor.", "Oui, s'il vous plaît.", "Ja, bitte.",
-"Sì, grazie.", "Sim, o primeiro.", "Explícalo otra vez."), with the articles and pronouns
-such a request holds. Any other word says something: "Reserva el hotel Roma" does, and
+"Sì, grazie.", "Sim, o primeiro.", "Explícalo otra vez.") and Korean ("네, 두 번째로
+해주세요"), with the articles and pronouns such a request holds. Any other word says something: "Reserva el hotel Roma" does, and
 so does "Explain recursion."."""
+
+
+UNSPACED_FOLLOW_UPS = frozenset(
+    """
+    好 好的 好吧 好啊 行 可以 是 是的 对 对的 嗯 嗯嗯 没问题 谢谢 谢 请 麻烦 就 这 那 这个 那个
+    个 一 二 三 四 五 第一 第二 第三 第四 第五 最后 选项 吧 啊 呢 吗 了 的 我 你 您 要 用 选 订
+    给 看 看看 说 讲 继续 开始 确认 同意 再 更 一点 一些 一下 点 些 简短 简单 短 长 详细 具体
+    解释 说明 总结 概括 翻译 成 换 改 写 重新 例子 举例 来源 出处 英文 中文
+
+    はい ええ うん いいえ お願い します ください して です ます で を に が は の も と ね よ
+    それ それで これ あれ この その あの 番目 最初 最後 一つ 二つ 三つ 目 もっと 短く 簡単
+    詳しく 説明 要約 翻訳 続けて 続き 例 出典 英語 日本語 ありがとう ございます 了解 大丈夫
+    いい 良い
+    """.split()
+)
+""":data:`FOLLOW_UP_WORDS` in Chinese and Japanese, written without spaces: a run of these
+scripts says nothing alone when it can be cut into these from start to end ("好的，就订第二个吧"
+is 好的 and 就 订 第二 个 吧; "二番目でお願いします" is 二 番目 で お願い します; "订一家酒店"
+is not)."""
+_LONGEST_FOLLOW_UP = max(map(len, UNSPACED_FOLLOW_UPS))
+
+
+def _follow_ups_only(run: str) -> bool:
+    """Whether ``run`` (of a script written without spaces) cuts into
+    :data:`UNSPACED_FOLLOW_UPS` from start to end."""
+    cut = [True] + [False] * len(run)  # cut[i]: run[:i] cuts into them
+    for end in range(1, len(run) + 1):
+        cut[end] = any(
+            cut[start] and run[start:end] in UNSPACED_FOLLOW_UPS
+            for start in range(max(0, end - _LONGEST_FOLLOW_UP), end)
+        )
+    return cut[-1]
 
 
 _FOLLOW_UP_CHARS = 80
@@ -182,9 +220,13 @@ _FOLLOW_UP_CHARS = 80
 
 def says_nothing_alone(request: str) -> bool:
     """Whether every word of ``request`` is a stop word or one of :data:`FOLLOW_UP_WORDS`
-    (a number or an id, "Where is A-1?", says something)."""
+    (in Chinese or Japanese: of :data:`UNSPACED_FOLLOW_UPS`); a number or an id, "Where is
+    A-1?", says something."""
     return len(request) <= _FOLLOW_UP_CHARS and all(
-        word in STOP_WORDS or word in FOLLOW_UP_WORDS for word in words(request)
+        word in STOP_WORDS
+        or word in FOLLOW_UP_WORDS
+        or (_UNSPACED.fullmatch(word) is not None and _follow_ups_only(word))
+        for word in words(request)
     )
 
 

@@ -221,6 +221,49 @@ def test_a_follow_up_in_another_language_says_nothing_alone(request_text: str, a
 @pytest.mark.parametrize(
     ("request_text", "alone"),
     [
+        ("第二个", True),
+        ("好的，就订第二个吧", True),
+        ("再简短一点", True),
+        ("翻译成英文", True),
+        ("二番目でお願いします", True),
+        ("もっと短くして", True),
+        ("네, 좋아요", True),
+        ("두 번째로 해주세요", True),
+        ("订一家酒店", False),
+        ("帮我找一家罗马的酒店", False),
+        ("第二个酒店在哪里", False),
+        ("ローマのホテルを探して", False),
+        ("로마 호텔 찾아줘", False),
+    ],
+)
+def test_a_follow_up_in_chinese_japanese_or_korean_says_nothing_alone(
+    request_text: str, alone: bool
+) -> None:
+    # "好的，就订第二个吧" ("OK, book the second one") is one \w+ run, no word of the lists:
+    # it was read as a request of its own, so a multilingual embedder compared the booking
+    # with "the second one" alone
+    assert says_nothing_alone(request_text) is alone
+
+
+def test_a_chinese_follow_up_is_read_after_the_offer_it_accepts() -> None:
+    # the offer of three hotels, then "OK, book the second one": read alone, the booking's
+    # coherence was 0.108 with the character-hashing embedder (which reads Chinese)
+    offer = "我找到了三家：罗马大酒店、万神殿酒店和特雷维酒店。您想订哪一家？"
+    turns = [
+        ("帮我找一家罗马的酒店", offer),
+        ("好的，就订第二个吧", "已为您预订万神殿酒店，入住日期为5月3日。"),
+    ]
+    traces = [Trace(input=q, output=a, session_id="s", status=RunStatus.OK) for q, a in turns]
+    scored = Engine([Coherence(embedder=HashingEmbedder())]).score_sync(traces)
+    booked = scored[1].results[0]
+    assert booked.metadata["input_read_after_previous_answer"] is True
+    assert booked.metadata["previous_answer"] == offer
+    assert round(booked.score, 3) == 0.321
+
+
+@pytest.mark.parametrize(
+    ("request_text", "alone"),
+    [
         ("Make it shorter.", True),
         ("Summarize that in one sentence.", True),
         ("Explain it like I'm five.", True),
