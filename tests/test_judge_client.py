@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from agenteval_core import (
     HTTPEmbedder,
+    JudgeConfigError,
     JudgeContextOverflowError,
     JudgeParseError,
     JudgeUnavailableError,
@@ -427,6 +428,19 @@ def test_prompt_tokens_read_from_the_providers_cache_are_priced_as_cached(
     )
     mine = judge(judge_server, prices={"judge-model": (1.0, 2.0)})
     assert ask(mine).cost_usd == pytest.approx(0.0021)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "price", [(1.0,), (1.0, "2"), (1.0, -2.0), (1.0, float("nan")), "cheap", (1, 2, 3, 4)]
+)
+def test_a_price_that_is_no_price_is_refused_when_the_judge_is_made(price: object) -> None:
+    # (1.0,) was taken, and every judged result then ended in an IndexError of the cost
+    with pytest.raises(JudgeConfigError) as refused:
+        OpenAIJudge("judge-model", base_url="http://127.0.0.1:9", prices={"judge-model": price})  # type: ignore[dict-item]
+    assert str(refused.value) == (
+        f"the price of 'judge-model' is {price!r}; give USD per million tokens as (input, "
+        "output), or (input, output, cached input), each a number >= 0"
+    )
 
 
 def test_a_judged_result_counts_its_cached_prompt_tokens(judge_server: JudgeServer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import math
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
@@ -99,6 +100,27 @@ _SHARED_ANSWERS = 4096
 flight, small enough not to matter."""
 
 
+def _checked_prices(prices: dict[str, Price]) -> dict[str, Price]:
+    """``prices`` as given, each checked: two or three finite figures of at least 0."""
+    for model, price in prices.items():
+        if not (
+            isinstance(price, tuple | list)
+            and len(price) in (2, 3)
+            and all(
+                isinstance(figure, int | float)
+                and not isinstance(figure, bool)
+                and math.isfinite(figure)
+                and figure >= 0
+                for figure in price
+            )
+        ):
+            raise JudgeConfigError(
+                f"the price of {model!r} is {price!r}; give USD per million tokens as "
+                "(input, output), or (input, output, cached input), each a number >= 0"
+            )
+    return {model: tuple(price) for model, price in prices.items()}  # type: ignore[misc]
+
+
 class BaseJudge(ABC):
     """Caching, parsing and re-asking, written once; subclasses only move text (``_complete``)."""
 
@@ -114,7 +136,7 @@ class BaseJudge(ABC):
     ) -> None:
         self.cache: JudgeCache | None = JudgeCache() if cache is DEFAULT_CACHE else cache
         self.max_parse_retries = max_parse_retries
-        self.prices = DEFAULT_PRICES | (prices or {})
+        self.prices = DEFAULT_PRICES | _checked_prices(prices or {})
         self.share_stages = share_stages
         self.budget_usd = budget_usd
         self.budget_usd_per_hour = budget_usd_per_hour
