@@ -581,6 +581,57 @@ def test_a_tool_that_returns_a_model_with_no_error_did_not_fail(
     assert ToolFailures().measure(trace).score == 1.0
 
 
+def test_an_mcp_tool_whose_server_said_the_call_failed_failed(evaluator: OnlineEvaluator) -> None:
+    # an MCP tool as llama-index-tools-mcp makes one: a FunctionTool whose function returns
+    # the session's CallToolResult, which LlamaIndex shows the model as its str(). The
+    # server said isError=True; the text says no "error", so the call had worked
+    pytest.importorskip("mcp", reason="the MCP SDK comes with the crewai extra")
+    from mcp.server.fastmcp import FastMCP
+    from mcp.shared.memory import create_connected_server_and_client_session
+    from mcp.types import CallToolResult, TextContent
+
+    server = FastMCP("orders")
+
+    # no return annotation: FastMCP would look its name up in this module's globals
+    @server.tool()
+    def lookup_order(order_id: str):  # type: ignore[no-untyped-def]
+        """Status of an order."""
+        said = TextContent(type="text", text=f"Order {order_id} not found")
+        return CallToolResult(isError=True, content=[said])
+
+    async def run() -> str:
+        async with create_connected_server_and_client_session(server._mcp_server) as session:
+
+            async def call(**arguments: Any) -> Any:
+                return await session.call_tool("lookup_order", arguments)
+
+            tool = FunctionTool.from_defaults(
+                async_fn=call, name="lookup_order", description="Status of an order."
+            )
+            agent = FunctionAgent(
+                tools=[tool], llm=MockFunctionCallingLLM(response_generator=calls_then_answer)
+            )
+            return str(await agent.run("Where is A-1?"))
+
+    instrumentation = instrument(evaluator)
+    try:
+        answered = asyncio.run(run())
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    assert answered == "A-1 has shipped."
+    [call] = trace.tool_calls()
+    assert (call.arguments, call.result, call.error, call.failed) == (
+        {"order_id": "A-1"},
+        "meta=None content=[TextContent(type='text', text='Order A-1 not found', "
+        "annotations=None, meta=None)] structuredContent=None isError=True",
+        None,
+        True,
+    )
+    result = ToolFailures().measure(trace)
+    assert (result.score, result.metadata["unrecovered"]) == (0.0, 1)
+
+
 def test_tool_calls_in_a_custom_workflow_step_are_recorded(evaluator: OnlineEvaluator) -> None:
     async def main() -> Any:
         result = await OrderFlow().run(order="A-1")

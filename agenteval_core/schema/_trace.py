@@ -348,6 +348,9 @@ _REPR_ERROR_FIELD = re.compile(
     re.IGNORECASE,
 )
 _EMPTY_REPR = frozenset({"None", "''", '""', "[]", "{}", "()", "0", "0.0", "False"})
+# a flag that says the call failed: MCP's CallToolResult(isError=True), as LlamaIndex shows
+# the model an MCP tool's result (its str(): "meta=None content=[...] isError=True")
+_FAILED_FLAG = re.compile(r"is_?error", re.IGNORECASE)
 
 
 def _reads_as_error(text: str, content: bool) -> bool:
@@ -355,10 +358,15 @@ def _reads_as_error(text: str, content: bool) -> bool:
     and no content field's (a status, "Sorry, an error occurred"). A field of an object's
     ``repr()`` (``Order(id='A-1', error=None)``, pydantic's ``id='A-1' error=None``) is read
     as a key of a result object is: an error report's that holds something says so, one
-    that holds nothing or a figure about errors (``error_rate=0.02``) does not."""
+    that holds nothing or a figure about errors (``error_rate=0.02``) does not; an
+    ``isError=True`` says the call failed (MCP's result)."""
     fields = _REPR_ERROR_FIELD.findall(text)
     if fields:
-        if any(_ERROR_KEY.fullmatch(key) and value not in _EMPTY_REPR for key, value in fields):
+        if any(
+            (_ERROR_KEY.fullmatch(key) and value not in _EMPTY_REPR)
+            or (value == "True" and _FAILED_FLAG.fullmatch(key))
+            for key, value in fields
+        ):
             return True
         text = _REPR_ERROR_FIELD.sub("", text)
         if "error" not in text.lower():
