@@ -203,6 +203,34 @@ def test_a_failed_run_with_no_session_shipped_twice_is_one_run_of_its_case(
     assert (case.count, case.provenance.trace_ids) == (2, ["f0", "f1"])
 
 
+def test_a_capture_of_many_failures_prints_the_most_frequent_and_writes_every_one(
+    tmp_path: Path,
+) -> None:
+    # a production capture's thousands of failures became a table of thousands of rows;
+    # 25 requests that failed once each and one that failed 3 times: the table shows 20,
+    # the most frequent first, and the file holds all 26
+    def failed(trace_id: str, request: str) -> str:
+        trace = Trace(id=trace_id, input=request, error="400 Bad Request", status=RunStatus.ERROR)
+        return trace.model_dump_json() + "\n"
+
+    lines = [failed(f"t{n}", f"Book hotel number {n}") for n in range(25)]
+    lines += [failed(f"r{n}", "Book a hotel in Rome") for n in range(3)]
+    capture = tmp_path / "many.jsonl"
+    capture.write_text("".join(lines))
+    out = tmp_path / "cases.jsonl"
+    done = CliRunner().invoke(cli, ["cases", str(capture), "-o", str(out)], env={"COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
+    rows = [line for line in done.output.splitlines() if line.startswith("│")]
+    assert len(rows) == 20
+    assert "Book a hotel in Rome" in rows[0] and "│     3 │" in rows[0]
+    assert done.output.splitlines()[-2:] == [
+        f"the 20 seen most often of 26 are shown; {out} holds every case",
+        f"wrote 26 case(s) for 28 failed run(s) to {out}",
+    ]
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(case["count"] for case in written) == [1] * 25 + [3]
+
+
 def test_a_capture_directory_gives_the_cases_of_the_same_traces_in_one_file(
     capture: Path, tmp_path: Path
 ) -> None:

@@ -50,7 +50,9 @@ if TYPE_CHECKING:
 __all__ = ["RunProblem", "UserError", "cli", "main"]
 
 MAX_BAD_LINES_SHOWN = 10
-MAX_SESSIONS_SHOWN = 20
+MAX_ROWS_SHOWN = 20
+"""Rows of a table of sessions or cases a command prints (a terminal cannot show thousands):
+every one is in the file it writes."""
 MAX_FLAGGED_SHOWN = 3
 """Flagged traces named per session under the replay's session table."""
 
@@ -289,15 +291,15 @@ def _print_report(console: Console, report: ReplayReport) -> None:
     kept = list(report.session_results.items())
     names = [item.name for item in report.session_summary.metrics.values()]
     table = TextTable(f"{report.sessions} sessions", ("session", *names), numeric=names)
-    if len(kept) > MAX_SESSIONS_SHOWN:
+    if len(kept) > MAX_ROWS_SHOWN:
         # a terminal cannot show a thousand rows: the sessions that need a look come first
         kept.sort(key=lambda item: _lowest_score(item[1]))
         among = f"the first {len(kept)}" if report.sessions > len(kept) else "them"
         table.notes.append(
-            f"the {MAX_SESSIONS_SHOWN} lowest-scoring of {among} are shown; "
+            f"the {MAX_ROWS_SHOWN} lowest-scoring of {among} are shown; "
             "--json writes every session's results, which agenteval report shows"
         )
-        kept = kept[:MAX_SESSIONS_SHOWN]
+        kept = kept[:MAX_ROWS_SHOWN]
     for session_id, results in kept:
         by_name = {r.name: r for r in results}
         table.add_row(session_id, *(_fmt(by_name[n].score) if n in by_name else "-" for n in names))

@@ -41,6 +41,7 @@ from ..suite._suite import (
     without_bounds,
 )
 from ._main import (
+    MAX_ROWS_SHOWN,
     OutputFile,
     RunProblem,
     UserError,
@@ -145,7 +146,15 @@ def cases_command(
             ("case", "count", "input", "failed", "checks"),
             numeric=("count",),
         )
-        for case in cases:
+        shown = cases
+        if len(cases) > MAX_ROWS_SHOWN:
+            # the failures seen most often come first
+            shown = sorted(cases, key=lambda case: -case.count)[:MAX_ROWS_SHOWN]
+            table.notes.append(
+                f"the {MAX_ROWS_SHOWN} seen most often of {written} are shown; {output} "
+                "holds every case"
+            )
+        for case in shown:
             table.add_row(
                 case.id,
                 str(case.count),
