@@ -257,3 +257,122 @@ def test_langchain_under_ainvoke(evaluator: OnlineEvaluator) -> None:
 
     asyncio.run(main())
     check_stopped_trace(evaluator, tools)
+
+
+def test_the_evaluators_loop_threshold_is_the_metrics(tmp_path: Path) -> None:
+    # an evaluator whose guard allows 5 identical calls: the run's 3 lookups passed the
+    # guard without an alert, and its tool_call_loops, left at 3, scored the run a loop
+    scored: list[Any] = []
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl",
+        loop_repeat_threshold=5,
+        on_result=lambda trace, results: scored.append(results),
+        log=False,
+    )
+    from agenteval_langchain import AgentEvalCallbackHandler
+
+    tools = Tools()
+    try:
+        answer = langchain_agent(tools).invoke(
+            {"messages": [("user", "Is A-2 ready?")]},
+            config={"callbacks": [AgentEvalCallbackHandler(evaluator, stop_on_loop=True)]},
+        )
+        assert evaluator.flush(20)
+    finally:
+        evaluator.close()
+    assert answer["messages"][-1].content == "done"
+    assert tools.ran == [name for name, _ in SCRIPT]  # all five ran: no loop at 5
+    [trace] = list(read_capture(tmp_path / "capture.jsonl"))
+    assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+    [results] = scored
+    loops = next(r for r in results.results if r.name == "tool_call_loops")
+    assert (loops.score, loops.reason) == (
+        1.0,
+        "no repeated calls or cycles among 5 tool calls",
+    )
+
+
+POLL: list[tuple[str, dict[str, Any]]] = [
+    ("job_status", {"job": "deploy-7"}),
+    ("wait", {"seconds": 10}),
+    ("job_status", {"job": "deploy-7"}),
+    ("wait", {"seconds": 10}),
+    ("job_status", {"job": "deploy-7"}),
+]
+
+
+def polling_agent(statuses: list[str]) -> Any:
+    """A LangChain agent that checks a deploy, waits and checks again until it is done."""
+    from agenteval_langchain._scripted import ScriptedChatModel, tool_call
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    @tool
+    def job_status(job: str) -> str:
+        """The status of a job."""
+        return statuses.pop(0)
+
+    @tool
+    def wait(seconds: int) -> str:
+        """Wait before checking again."""
+        return f"waited {seconds} s"
+
+    replies = [
+        AIMessage(content="", tool_calls=[tool_call(name, f"p{i}", **args)])
+        for i, (name, args) in enumerate(POLL)
+    ]
+    model = ScriptedChatModel(replies=[*replies, AIMessage(content="deploy-7 is live")])
+    return create_agent(model, tools=[job_status, wait])
+
+
+@pytest.mark.parametrize(
+    ("options", "stopped"),
+    [({}, True), ({"loop_repeat_threshold": 10, "loop_cycle_repeats": 10}, False)],
+)
+def test_a_polling_agent_is_a_loop_unless_the_evaluator_allows_its_rounds(
+    tmp_path: Path, options: dict[str, int], stopped: bool
+) -> None:
+    # check → wait → check → wait closes a cycle at the defaults, and stop_on_loop stops the
+    # deploy watch at its fourth call; the evaluator can allow more rounds, and the metric
+    # then agrees with the guard
+    from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
+
+    scored: list[Any] = []
+    evaluator = OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl",
+        on_result=lambda trace, results: scored.append(results),
+        log=False,
+        **options,  # type: ignore[arg-type]
+    )
+    agent = polling_agent(["running", "running", "live"])
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+    try:
+        if stopped:
+            with pytest.raises(AgentLoopError, match="cycle job_status → wait repeated 2 times"):
+                agent.invoke({"messages": [("user", "Watch deploy-7")]}, {"callbacks": [handler]})
+        else:
+            answer = agent.invoke(
+                {"messages": [("user", "Watch deploy-7")]}, {"callbacks": [handler]}
+            )
+            assert answer["messages"][-1].content == "deploy-7 is live"
+        assert evaluator.flush(20)
+    finally:
+        evaluator.close()
+    [trace] = list(read_capture(tmp_path / "capture.jsonl"))
+    [results] = scored
+    loops = next(r for r in results.results if r.name == "tool_call_loops")
+    if stopped:
+        assert trace.status is RunStatus.STOPPED
+        assert [alert.pattern for alert in trace.alerts] == ["cycle"]
+        assert loops.score == 0.0
+    else:
+        assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+        assert [(c.name, c.arguments, c.result) for c in trace.tool_calls()] == [
+            ("job_status", {"job": "deploy-7"}, "running"),
+            ("wait", {"seconds": 10}, "waited 10 s"),
+            ("job_status", {"job": "deploy-7"}, "running"),
+            ("wait", {"seconds": 10}, "waited 10 s"),
+            ("job_status", {"job": "deploy-7"}, "live"),
+        ]
+        assert loops.score == 1.0

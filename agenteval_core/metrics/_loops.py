@@ -214,6 +214,16 @@ class ToolCallLoops(Metric):
             "max_cycle_length": max_cycle_length,
         }
 
+    @classmethod
+    def like(cls, guard: LoopGuard, *, threshold: float | None = None) -> ToolCallLoops:
+        """The metric that finds the loops ``guard`` finds: its thresholds and patterns."""
+        return cls(
+            repeat_threshold=guard.repeat_threshold,
+            cycle_repeats=guard.cycle_repeats,
+            max_cycle_length=guard.max_cycle_length,
+            threshold=threshold,
+        )
+
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
         if case.trace is None:
             return no_trace_to_check()

@@ -36,7 +36,7 @@ from ..engine._engine import (
     default_trace_metric_names,
 )
 from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink, close_sink
-from ..metrics._loops import LoopGuard
+from ..metrics._loops import LoopGuard, ToolCallLoops
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import CaptureWriter, read_capture, skipping_bad_lines
 from ..schema._results import MetricResult, TraceResults
@@ -185,7 +185,10 @@ class OnlineEvaluator:
         on_alert: called with each :class:`LoopAlert`, on the recorder's thread.
         results_path: a results file (the format ``agenteval replay --json`` writes).
         loop_repeat_threshold: how many identical calls in one run make a loop, for the
-            alerts and the guard of every adapter attached to this evaluator.
+            alerts and the guard of every adapter attached to this evaluator, and for the
+            ``tool_call_loops`` metric named in ``metrics``.
+        loop_cycle_repeats: how many times a short sequence of calls (A→B→A→B) repeats
+            before it is a loop, for the same (a polling agent's check → wait needs more).
         queue_size: traces waiting for scoring at most; past that a finished trace is still
             captured but not scored, and counted (``stats.dropped_from_scoring``).
         batch_size, batch_delay: the scoring loop waits up to ``batch_delay`` seconds for up
@@ -226,6 +229,7 @@ class OnlineEvaluator:
         on_alert: Callable[[LoopAlert], Any] | None = None,
         results_path: str | os.PathLike[str] | None = None,
         loop_repeat_threshold: int = 3,
+        loop_cycle_repeats: int = 2,
         queue_size: int = 1000,
         batch_size: int = 64,
         batch_delay: float = 0.2,
@@ -244,6 +248,12 @@ class OnlineEvaluator:
             else default_trace_metric_names(with_judge=judge is not None)
         )
         names += list(session_metrics if session_metrics is not None else DEFAULT_SESSION_METRICS)
+        guard = LoopGuard(repeat_threshold=loop_repeat_threshold, cycle_repeats=loop_cycle_repeats)
+        # the metric named here counts loops as the guard does: a run the guard let through
+        # is no loop in its score
+        names = [
+            ToolCallLoops.like(guard) if item == ToolCallLoops.name else item for item in names
+        ]
         self.stats = EvaluatorStats()
         all_sinks: list[Sink] = [_Bookkeeping(self)]
         if log:
@@ -282,7 +292,7 @@ class OnlineEvaluator:
             on_trace=self.submit,
             on_alert=self._deliver_alert,
             on_problem=self.problem,
-            guard=LoopGuard(repeat_threshold=loop_repeat_threshold),
+            guard=guard,
         )
         self.exit_timeout = exit_timeout
         self.queue_size = queue_size
