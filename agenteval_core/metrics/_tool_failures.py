@@ -60,8 +60,9 @@ def _recovered(index: int, calls: Sequence[ToolCall], said_so: Callable[[], bool
 class ToolFailures(Metric):
     """How a run's tool calls fared: failed calls, and failures the agent did not recover from.
 
-    A call failed when it raised, returned an error object, or its result text mentions an
-    error (:attr:`ToolCall.failed`). A failure is recovered when a later call is another tool
+    A call failed when it raised, returned an error object, or its result reports a failure
+    (:attr:`ToolCall.failed`: an error text, an HTTP status of 400 or more, MCP's
+    ``isError``, Python's ``[Errno 2] ...``, a short "Permission denied", ...). A failure is recovered when a later call is another tool
     or other arguments, when the same call later succeeded, or when the final answer of a
     completed run says the task failed. Each call risks 0 (succeeded), 0.5 (failed,
     recovered) or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure

@@ -619,8 +619,9 @@ class ToolCall(_Model):
         """True when the call raised, returned an error object (a dict whose ``error`` is
         set), a response that says it failed (:func:`_reports_failure`: MCP's ``isError``,
         ``success``/``ok`` false, an HTTP status of 400 or more, a non-zero exit code with
-        stderr), or its result text mentions an error (see :func:`_mentions_error`: an
-        ``"error": null`` beside the data is no mention)."""
+        stderr), or its result text reports one (see :func:`_mentions_error`: an error
+        text, Python's or a shell's failure forms, a short text that says the call failed;
+        an ``"error": null`` beside the data is no mention)."""
         if self.error:
             return True
         result = self.result
