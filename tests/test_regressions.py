@@ -229,6 +229,20 @@ def test_a_capture_of_many_failures_prints_the_most_frequent_and_writes_every_on
     ]
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(case["count"] for case in written) == [1] * 25 + [3]
+    # too many to run as a suite: --top keeps those seen most often, ties in the order seen
+    top = CliRunner().invoke(
+        cli, ["cases", str(capture), "-o", str(out), "--top", "5"], env={"COLUMNS": "200"}
+    )
+    assert top.exit_code == 0, top.output
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(case["input"], case["count"]) for case in kept] == [
+        ("Book a hotel in Rome", 3),
+        *[(f"Book hotel number {n}", 1) for n in range(4)],
+    ]
+    assert top.output.splitlines()[-2:] == [
+        f"wrote 5 case(s) for 7 failed run(s) to {out}",
+        "left out 21 case(s) seen less often (--top 5)",
+    ]
 
 
 def test_a_capture_directory_gives_the_cases_of_the_same_traces_in_one_file(

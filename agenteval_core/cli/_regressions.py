@@ -110,6 +110,12 @@ def _why(case: RegressionCase) -> str:
     help="Earlier turns of its session a case keeps, the most recent (the agent is given "
     "them); the provenance counts those left out.",
 )
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    help="Write only the N cases seen most often (ties: the first seen), for a capture whose "
+    "failures are too many to run as a suite; the command says how many it left out.",
+)
 def cases_command(
     capture: str,
     results: str | None,
@@ -117,6 +123,7 @@ def cases_command(
     metric_names: str | None,
     output: str,
     max_turns: int,
+    top: int | None,
 ) -> None:
     """Turn the failures captured in CAPTURE into regression cases (JSON Lines) that
     `agenteval suite` runs: one case per input and way of failing, with a count, where it
@@ -138,6 +145,11 @@ def cases_command(
         on_bad_line=bad.append,
         max_turns=max_turns,
     )
+    found = len(cases)
+    # the failures seen most often first (a stable sort: ties keep the order they were seen)
+    by_count = sorted(cases, key=lambda case: -case.count)
+    if top is not None and found > top:
+        cases = by_count = by_count[:top]
     written = write_cases(cases, output)
     console = Console()
     if cases:
@@ -148,8 +160,7 @@ def cases_command(
         )
         shown = cases
         if len(cases) > MAX_ROWS_SHOWN:
-            # the failures seen most often come first
-            shown = sorted(cases, key=lambda case: -case.count)[:MAX_ROWS_SHOWN]
+            shown = by_count[:MAX_ROWS_SHOWN]
             table.notes.append(
                 f"the {MAX_ROWS_SHOWN} seen most often of {written} are shown; {output} "
                 "holds every case"
@@ -165,6 +176,8 @@ def cases_command(
         show(console, table)
     failures = sum(case.count for case in cases)
     click.echo(f"wrote {written} case(s) for {failures} failed run(s) to {output}")
+    if found > written:
+        click.echo(f"left out {found - written} case(s) seen less often (--top {top})")
     if bad:
         raise RunProblem(f"{capture}: {len(bad)} bad line(s) skipped; first: {bad[0]}")
 
