@@ -2350,6 +2350,65 @@ def test_a_real_chat_openai_on_the_responses_api_gives_its_reasoning_and_web_sea
     assert (second.output, trace.output) == ("A-1 has shipped.", "A-1 has shipped.")
 
 
+def test_a_tool_call_whose_arguments_could_not_be_read_failed(
+    evaluator: OnlineEvaluator, judge_server: JudgeServer
+) -> None:
+    # a model (through a real ChatOpenAI, from a loopback server) cut its call's JSON short:
+    # langchain-openai keeps it in invalid_tool_calls, no tool runs it, and the agent ends
+    # with an empty answer. Nothing of it was in the trace, and every default metric passed
+    cut_short = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "lookup_order", "arguments": '{"order_id": "A-1'},
+                        }
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59},
+    }
+    judge_server.reply(Reply(body=json.dumps(cut_short)))
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=judge_server.base_url, api_key="sk-test")
+    answer = create_agent(model, tools=[lookup_order]).invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    assert answer["messages"][-1].invalid_tool_calls[0]["args"] == '{"order_id": "A-1'
+    [trace] = evaluator.captured()
+    assert (trace.status, trace.output) == (RunStatus.OK, "")
+    [call] = trace.tool_calls()
+    assert call.id == "call_1" and (call.name, call.arguments, call.result) == (
+        "lookup_order",
+        {},
+        None,
+    )
+    assert call.error is not None and call.error.startswith(
+        "the model's arguments could not be read ("
+    )
+    assert call.error.endswith('): {"order_id": "A-1')
+    [model_call] = trace.spans_of(SpanKind.LLM)
+    [unread] = [span for span in trace.spans if span.tool_call is not None]
+    assert unread.parent_id == model_call.id and unread.kind is SpanKind.TOOL
+    failures = ToolFailures().measure(trace)
+    assert (failures.score, failures.reason) == (
+        0.0,
+        "1 of 1 tool calls failed (lookup_order), 1 not recovered",
+    )
+
+
 @tool
 def read_page(page: int) -> str:
     """Read a page of the manual."""

@@ -365,6 +365,25 @@ def _provider_calls(blocks: list[dict[str, Any]]) -> list[ToolCall]:
     return calls
 
 
+def _unreadable_calls(message: BaseMessage | None) -> list[ToolCall]:
+    """The calls the model asked for whose arguments LangChain could not read (its
+    ``invalid_tool_calls``: JSON cut short or malformed). No tool runs them, and an agent
+    whose model asked for nothing else ends with an empty answer, so each is a call that
+    failed, with the arguments as the model wrote them in its error."""
+    calls = []
+    for call in getattr(message, "invalid_tool_calls", None) or []:
+        written = call.get("args")
+        calls.append(
+            ToolCall(
+                id=call.get("id"),
+                name=str(call.get("name") or "unnamed tool"),
+                error=f"the model's arguments could not be read ({call.get('error') or 'no JSON'})"
+                + (f": {written[:300]}" if isinstance(written, str) and written else ""),
+            )
+        )
+    return calls
+
+
 def _finish_reason(message: BaseMessage | None, generation: Any) -> str | None:
     """Why the model stopped, as its provider said (OpenAI's ``finish_reason``, Anthropic's
     ``stop_reason``, Ollama's ``done_reason``; a text model's generation info)."""
@@ -653,19 +672,27 @@ class Translator:
         served: list[ToolCall] = field(
             "the provider's tool calls", lambda: _provider_calls(blocks), []
         )
-        for call in served:  # the call ran them: their spans end inside it
-            key = (e.run_id, "provider", call.id)
+        unreadable: list[ToolCall] = field(
+            "the unreadable tool calls", lambda: _unreadable_calls(message), []
+        )
+        # the call ran the provider's tools, and no tool will run the unreadable ones: the
+        # spans of both end inside it
+        for call, marks in [
+            *((call, {PROVIDER_TOOL: True}) for call in served),
+            *((call, {}) for call in unreadable),
+        ]:
+            key = (e.run_id, "provider" if marks else "unreadable", call.id)
             self.assembler.start_span(
                 key,
                 e.run_id,
                 SpanKind.TOOL,
                 call.name,
                 start_time=e.at,
-                attributes={PROVIDER_TOOL: True},
+                attributes=marks,
                 tool_call=call,
             )
             self.assembler.end_span(key, output=call.result, error=call.error, end_time=e.at)
-        requested = served + requested
+        requested = served + requested + unreadable
         refused = (
             None if text or requested else field("the refusal", lambda: refusal(message), None)
         )
