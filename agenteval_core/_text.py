@@ -178,8 +178,8 @@ answer ("Make it shorter.", "Summarize that in one sentence.", "Give me a source
 that.", "Tell me more."), beside the stop words; and their like in Spanish, French,
 German, Italian and Portuguese ("Sí, por favor.", "Oui, s'il vous plaît.", "Ja, bitte.",
 "Sì, grazie.", "Sim, o primeiro.", "Explícalo otra vez.") and Korean ("네, 두 번째로
-해주세요"), with the articles and pronouns such a request holds. Any other word says something: "Reserva el hotel Roma" does, and
-so does "Explain recursion."."""
+해주세요"), with the articles and pronouns such a request holds. Any other word says
+something: "Reserva el hotel Roma" does, and so does "Explain recursion."."""
 
 
 UNSPACED_FOLLOW_UPS = frozenset(

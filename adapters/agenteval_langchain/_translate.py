@@ -677,11 +677,13 @@ class Translator:
         )
         # the call ran the provider's tools, and no tool will run the unreadable ones: the
         # spans of both end inside it
-        for call, marks in [
-            *((call, {PROVIDER_TOOL: True}) for call in served),
-            *((call, {}) for call in unreadable),
-        ]:
-            key = (e.run_id, "provider" if marks else "unreadable", call.id)
+        for index, (call, marks) in enumerate(
+            [
+                *((call, {PROVIDER_TOOL: True}) for call in served),
+                *((call, {}) for call in unreadable),
+            ]
+        ):
+            key = (e.run_id, "tool in the call", index)  # an unreadable call may have no id
             self.assembler.start_span(
                 key,
                 e.run_id,

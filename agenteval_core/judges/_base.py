@@ -118,7 +118,7 @@ def _checked_prices(prices: dict[str, Price]) -> dict[str, Price]:
                 f"the price of {model!r} is {price!r}; give USD per million tokens as "
                 "(input, output), or (input, output, cached input), each a number >= 0"
             )
-    return {model: tuple(price) for model, price in prices.items()}  # type: ignore[misc]
+    return dict(prices)
 
 
 class BaseJudge(ABC):

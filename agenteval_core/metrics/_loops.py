@@ -215,13 +215,12 @@ class ToolCallLoops(Metric):
         }
 
     @classmethod
-    def like(cls, guard: LoopGuard, *, threshold: float | None = None) -> ToolCallLoops:
+    def like(cls, guard: LoopGuard) -> ToolCallLoops:
         """The metric that finds the loops ``guard`` finds: its thresholds and patterns."""
         return cls(
             repeat_threshold=guard.repeat_threshold,
             cycle_repeats=guard.cycle_repeats,
             max_cycle_length=guard.max_cycle_length,
-            threshold=threshold,
         )
 
     def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:

@@ -62,9 +62,9 @@ class ToolFailures(Metric):
 
     A call failed when it raised, returned an error object, or its result reports a failure
     (:attr:`ToolCall.failed`: an error text, an HTTP status of 400 or more, MCP's
-    ``isError``, Python's ``[Errno 2] ...``, a short "Permission denied", ...). A failure is recovered when a later call is another tool
-    or other arguments, when the same call later succeeded, or when the final answer of a
-    completed run says the task failed. Each call risks 0 (succeeded), 0.5 (failed,
+    ``isError``, Python's ``[Errno 2] ...``, a short "Permission denied", ...). A failure is
+    recovered when a later call is another tool or other arguments, when the same call
+    later succeeded, or when the final answer of a completed run says the task failed. Each call risks 0 (succeeded), 0.5 (failed,
     recovered) or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure
     the agent owned up to in a one-call run scores 0.5, a retry that worked after one failure
     0.75, and a run whose every call failed unnoticed 0.0. A call its framework ran again
