@@ -53,6 +53,7 @@ from .online._recorder import (
     limit_or_timeout,
     step_thought,
     stopped_by_caller,
+    unreadable_call,
 )
 from .schema._trace import (
     FINISH_REASONS,
@@ -89,4 +90,5 @@ __all__ = [
     "react_actions",
     "step_thought",
     "stopped_by_caller",
+    "unreadable_call",
 ]

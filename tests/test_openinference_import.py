@@ -57,7 +57,7 @@ from pydantic import BaseModel
 from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import INTERNAL_CALL, OnlineEvaluator, RunStatus, SpanKind, ToolCall, Trace
-from agenteval_core.metrics import ToolCallLoops
+from agenteval_core.metrics import ToolCallLoops, ToolFailures
 
 
 @pytest.fixture
@@ -443,6 +443,41 @@ def test_a_call_of_a_tool_the_agent_does_not_have_imports_as_a_failed_call(
         ]
         [not_run] = [s for s in trace.spans_of(SpanKind.TOOL) if s.tool_call.id == "f1"]
         assert not_run.attributes["agenteval.tool.not_run"] is True
+
+
+def test_a_call_whose_arguments_could_not_be_read_imports_as_a_failed_call(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # the model cut its call's JSON short: LangChain keeps it in invalid_tool_calls, no
+    # tool runs it and the agent ends with an empty answer; OpenInference keeps it only in
+    # the model call's output.value, and the imported run had no call at all
+    cut_short = AIMessage(
+        content="",
+        invalid_tool_calls=[
+            {
+                "type": "invalid_tool_call",
+                "id": "w1",
+                "name": "get_weather",
+                "args": '{"city": "Par',
+                "error": "Unterminated string",
+            }
+        ],
+        usage_metadata={"input_tokens": 30, "output_tokens": 8, "total_tokens": 38},
+    )
+    agent = create_agent(ScriptedChatModel(replies=[cut_short]), tools=[get_weather])
+    ours, theirs = both_ways(agent, [("user", "Weather in Paris?")], spans_file, tmp_path)
+    assert view(theirs) == view(ours)
+    unread = ToolCall(
+        id="w1",
+        name="get_weather",
+        error='the model\'s arguments could not be read (Unterminated string): {"city": "Par',
+    )
+    for trace in (ours, theirs):
+        assert trace.tool_calls() == [unread]
+        [model_call] = trace.spans_of(SpanKind.LLM)
+        [tool_span] = trace.spans_of(SpanKind.TOOL)
+        assert tool_span.parent_id == model_call.id
+        assert ToolFailures().measure(trace).score == 0.0
 
 
 def test_a_middlewares_own_model_calls_import_as_no_steps(spans_file: Path, tmp_path: Path) -> None:

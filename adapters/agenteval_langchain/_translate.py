@@ -40,6 +40,7 @@ from agenteval_core.recording import (
     error_text,
     limit_or_timeout,
     step_thought,
+    unreadable_call,
 )
 
 __all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
@@ -365,25 +366,6 @@ def _provider_calls(blocks: list[dict[str, Any]]) -> list[ToolCall]:
     return calls
 
 
-def _unreadable_calls(message: BaseMessage | None) -> list[ToolCall]:
-    """The calls the model asked for whose arguments LangChain could not read (its
-    ``invalid_tool_calls``: JSON cut short or malformed). No tool runs them, and an agent
-    whose model asked for nothing else ends with an empty answer, so each is a call that
-    failed, with the arguments as the model wrote them in its error."""
-    calls = []
-    for call in getattr(message, "invalid_tool_calls", None) or []:
-        written = call.get("args")
-        calls.append(
-            ToolCall(
-                id=call.get("id"),
-                name=str(call.get("name") or "unnamed tool"),
-                error=f"the model's arguments could not be read ({call.get('error') or 'no JSON'})"
-                + (f": {written[:300]}" if isinstance(written, str) and written else ""),
-            )
-        )
-    return calls
-
-
 def _finish_reason(message: BaseMessage | None, generation: Any) -> str | None:
     """Why the model stopped, as its provider said (OpenAI's ``finish_reason``, Anthropic's
     ``stop_reason``, Ollama's ``done_reason``; a text model's generation info)."""
@@ -673,7 +655,11 @@ class Translator:
             "the provider's tool calls", lambda: _provider_calls(blocks), []
         )
         unreadable: list[ToolCall] = field(
-            "the unreadable tool calls", lambda: _unreadable_calls(message), []
+            "the unreadable tool calls",
+            # JSON cut short or malformed: an agent whose model asked for nothing else ends
+            # with an empty answer
+            lambda: [unreadable_call(c) for c in getattr(message, "invalid_tool_calls", ())],
+            [],
         )
         # the call ran the provider's tools, and no tool will run the unreadable ones: the
         # spans of both end inside it

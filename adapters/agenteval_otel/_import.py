@@ -50,6 +50,7 @@ from agenteval_core.recording import (
     UNPARSED_REPLY,
     limit_or_timeout,
     stopped_by_caller,
+    unreadable_call,
 )
 
 from ._conventions import ENCODED, FROM_TRACE, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
@@ -739,6 +740,18 @@ def _first_list(value: Any) -> Any:
     return value
 
 
+def _unreadable_in(a: dict[str, Any]) -> list[ToolCall]:
+    """The calls a LangChain model asked for whose arguments could not be read, from the
+    reply OpenInference keeps whole (``output.value``: its ``invalid_tool_calls``)."""
+    result = _json(a.get("output.value"))
+    generations = result.get("generations") if isinstance(result, dict) else None
+    try:
+        kwargs = generations[0][0]["message"]["kwargs"]  # type: ignore[index]
+        return [unreadable_call(asked) for asked in kwargs.get("invalid_tool_calls") or ()]
+    except (TypeError, LookupError, AttributeError):
+        return []
+
+
 def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
     """A tool span for each call a model asked for that no tool ran, answered in a later
     model call's input instead (LangChain's tool node answering a call of a tool the agent
@@ -746,11 +759,27 @@ def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
     agenteval's adapter records it: the text the model was shown is its result, and its
     error when it said one. A call that raised has no result of its own: the text the model
     was shown in its place (the error an agent's code handled) is its result, as the adapter
-    records it."""
+    records it. A call whose arguments could not be read (:func:`_unreadable_in`) is a
+    failed call in a tool span inside its model call, as the adapter records it too."""
     ran = {span.tool_call.id: span for span in spans if span.tool_call is not None}
     asked: dict[str, ToolCall] = {}
     placed: list[Span] = []
     for raw, span in zip(raws, spans, strict=True):
+        unreadable = _unreadable_in(raw.attributes) if span.kind is SpanKind.LLM else []
+        span.requested_tool_calls += unreadable
+        tools_inside = [
+            Span(
+                id=f"{span.id}-unreadable-{index}",
+                parent_id=span.id,
+                kind=SpanKind.TOOL,
+                name=call.name,
+                error=call.error,
+                start_time=span.end_time,
+                end_time=span.end_time,
+                tool_call=call,
+            )
+            for index, call in enumerate(unreadable)
+        ]
         if span.kind is SpanKind.LLM:
             for call_id, text, failed in _tool_replies(raw.attributes):
                 done = ran.get(call_id)
@@ -784,6 +813,7 @@ def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
                 placed.append(unrun)
             asked.update((call.id, call) for call in span.requested_tool_calls if call.id)
         placed.append(span)
+        placed += tools_inside
     spans[:] = placed
 
 

@@ -81,6 +81,21 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
+def unreadable_call(asked: Any) -> ToolCall:
+    """A call the model asked for whose arguments could not be read (one of LangChain's
+    ``invalid_tool_calls``: a dict with ``id``, ``name``, ``args`` as the model wrote them
+    and the parser's ``error``), as a trace records it: no tool runs it, so it is a call
+    that failed, with no arguments and an error that says what the model wrote (for the
+    adapter and the span import alike)."""
+    written = asked.get("args")
+    return ToolCall(
+        id=asked.get("id"),
+        name=str(asked.get("name") or "unnamed tool"),
+        error=f"the model's arguments could not be read ({asked.get('error') or 'no JSON'})"
+        + (f": {written[:300]}" if isinstance(written, str) and written else ""),
+    )
+
+
 _LIMIT_ERRORS = frozenset(
     # LangGraph's recursion limit; what LangChain's call-limit middlewares raise at their
     # limit (exit_behavior="error")
