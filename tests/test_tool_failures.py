@@ -31,7 +31,9 @@ from agenteval_core.metrics import ToolFailures
 
 
 def run_of(calls: list[ToolCall], answer: str | None = "done", **fields: object) -> Trace:
-    return Trace.from_steps("q", [AgentStep(tool_calls=calls), AgentStep(output=answer)], **fields)
+    """A run whose model asked for ``calls`` one at a time, then answered."""
+    steps = [AgentStep(tool_calls=[call]) for call in calls]
+    return Trace.from_steps("q", [*steps, AgentStep(output=answer)], **fields)
 
 
 OK = ToolCall(name="book", arguments={"city": "Rome"}, result="booked")
@@ -510,3 +512,54 @@ def test_a_shared_or_self_containing_result_is_looked_at_once() -> None:
     assert not ToolCall(name="t", arguments={}, result=looped).failed
     assert ToolCall(name="t", arguments={}, result={"detail": ValueError("boom")}).failed is False
     assert ToolCall(name="t", arguments={}, result={"detail": RuntimeError("an Error")}).failed
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_call_asked_for_beside_a_failed_one_does_not_recover_it(
+    tmp_path: Path, together: bool
+) -> None:
+    # a real agent loop: the model asks for the weather and the time at once, the weather
+    # service answers 503, and the model makes the weather up. The time call, asked for
+    # beside the failed one before the model saw the failure, counted as its recovery:
+    # 0.75 and "recovered". Asked for in the next step, after the failure, it is one
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        return "503 Service Unavailable"
+
+    @tool
+    def get_time(city: str) -> str:
+        """Local time in a city."""
+        return "15:00"
+
+    weather, time = (
+        tool_call("get_weather", "w1", city="Paris"),
+        tool_call("get_time", "t1", city="Paris"),
+    )
+    asked = (
+        [AIMessage("", tool_calls=[weather, time])]
+        if together
+        else [
+            AIMessage("", tool_calls=[weather]),
+            AIMessage("", tool_calls=[time]),
+        ]
+    )
+    model = ScriptedChatModel(replies=[*asked, AIMessage("It is 15:00 and sunny in Paris.")])
+    with OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False) as evaluator:
+        create_agent(model, tools=[get_weather, get_time]).invoke(
+            {"messages": [("user", "Weather and time in Paris?")]},
+            {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [trace] = evaluator.captured()
+    assert [(c.name, c.result, c.failed) for c in trace.tool_calls()] == [
+        ("get_weather", "503 Service Unavailable", True),
+        ("get_time", "15:00", False),
+    ]
+    assert [[c.name for c in step.tool_calls] for step in trace.steps() if step.tool_calls] == (
+        [["get_weather", "get_time"]] if together else [["get_weather"], ["get_time"]]
+    )
+    result = ToolFailures().measure(trace)
+    # together: 1 − (1 failed + 1 unrecovered) / (2 × 2); apart: 1 − 1 / 4
+    assert (result.score, result.metadata["failures"][0]["recovered"]) == (
+        (0.5, False) if together else (0.75, True)
+    )

@@ -45,12 +45,18 @@ def states_failure(answer: Any) -> bool:
     return bool(_FAILURE_WORDS.search(text_of(answer)))
 
 
-def _recovered(index: int, calls: Sequence[ToolCall], said_so: Callable[[], bool]) -> bool:
+def _recovered(
+    index: int, calls: Sequence[ToolCall], steps: Sequence[int | None], said_so: Callable[[], bool]
+) -> bool:
     """A failed call is recovered when a later call differs from it (another tool, or other
     arguments), when the same call later succeeded (a retry that worked), or when the run's
-    final answer says the task failed."""
-    failed = canonical_call(calls[index])
-    for later in calls[index + 1 :]:
+    final answer says the task failed. A later call is one the model asked for after it saw
+    the failure: a call asked for in the same step (``steps``: each call's model step, None
+    for a call of no step) was asked for beside it, not after it."""
+    failed, step = canonical_call(calls[index]), steps[index]
+    for later, later_step in zip(calls[index + 1 :], steps[index + 1 :], strict=True):
+        if step is not None and later_step == step:  # asked for together, in parallel
+            continue
         if canonical_call(later) != failed or not later.failed:
             return True
     return said_so()
@@ -64,10 +70,12 @@ class ToolFailures(Metric):
     (:attr:`ToolCall.failed`: an error text, an HTTP status of 400 or more, MCP's
     ``isError``, Python's ``[Errno 2] ...``, a short "Permission denied", ...). A failure is
     recovered when a later call is another tool or other arguments, when the same call
-    later succeeded, or when the final answer of a completed run says the task failed. Each call risks 0 (succeeded), 0.5 (failed,
-    recovered) or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure
-    the agent owned up to in a one-call run scores 0.5, a retry that worked after one failure
-    0.75, and a run whose every call failed unnoticed 0.0. A call its framework ran again
+    later succeeded, or when the final answer of a completed run says the task failed; a
+    call the model asked for in the same step (its parallel calls) came before it saw the
+    failure, and recovers nothing. Each call risks 0 (succeeded), 0.5 (failed, recovered)
+    or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure the agent
+    owned up to in a one-call run scores 0.5, a retry that worked after one failure 0.75,
+    and a run whose every call failed unnoticed 0.0. A call its framework ran again
     without the model asking (a retry middleware after the tool raised) is one call, judged
     by its last run, what the agent was given; ``metadata["runs_retried"]`` counts the runs
     so replaced. ``metadata["failures"]`` lists each failed call with its arguments, error
@@ -95,15 +103,23 @@ class ToolFailures(Metric):
             return not trace.incomplete and states_failure(case.actual_output)
 
         failures: list[dict[str, Any]] = []
+        steps: list[int | None] = []
         for index, call in enumerate(calls):
             if call.failed:
+                if not steps:  # the model steps, read once a call failed (most runs have none)
+                    step_of = {
+                        id(made): number
+                        for number, step in enumerate(trace.steps())
+                        for made in step.tool_calls
+                    }
+                    steps = [step_of.get(id(made)) for made in calls]
                 failures.append(
                     {
                         "index": index,
                         "name": call.name,
                         "arguments": call.arguments,
                         "error": call.error if call.error else text_of(call.result)[:500],
-                        "recovered": _recovered(index, calls, said_so),
+                        "recovered": _recovered(index, calls, steps, said_so),
                     }
                 )
         unrecovered = sum(1 for failure in failures if not failure["recovered"])
