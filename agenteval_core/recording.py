@@ -14,7 +14,9 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   and a run its caller stopped is ``cancelled``), ``annotate``, ``mark``; every optional
   field is read under :meth:`TraceAssembler.field`, so an odd field costs that field,
   never the span.
-- A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call.
+- A tool span carries its :class:`~agenteval_core.ToolCall`, the one record of the call; a
+  call the model asked for whose arguments could not be read is :func:`unreadable_call`, a
+  failed call in a tool span inside its model call.
 - A run ended by an exception that says how (a framework's limit or timeout:
   :func:`limit_or_timeout`; a stop by its caller: :func:`stopped_by_caller`) is marked so,
   by the exception's class name and message, the same rule the span import follows.
