@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 from fractions import Fraction
 from math import comb, factorial
 from pathlib import Path
@@ -30,6 +31,8 @@ from agenteval_core import (
     CaptureWriter,
     EvalCase,
     EvalSuite,
+    ExpectedToolCall,
+    Metric,
     MetricInputError,
     OnlineEvaluator,
     RegressionCase,
@@ -49,6 +52,7 @@ from agenteval_core import (
     unflaggable_baseline,
 )
 from agenteval_core.cli import cli
+from agenteval_core.metrics import ToolCallAccuracy
 from agenteval_core.pytest_plugin import assert_pass_k
 
 HERE = Path(__file__).resolve().parent
@@ -878,8 +882,9 @@ def test_a_case_new_since_the_baseline_must_pass_when_no_bound_is_given(tmp_path
     gated = runner.invoke(cli, ["suite", str(new), *agent, "--baseline", str(base)])
     assert gated.exit_code == 1
     assert gated.output.endswith(
-        "agenteval: error: 1 of 1 case(s) new since the baseline failed an attempt (c2); with "
-        "no --min-pass-at-k or --min-pass-pow-k, every attempt must pass\n"
+        "agenteval: error: 1 of 1 case(s) the baseline cannot judge (new or checked otherwise) "
+        "failed an attempt (c2); with no --min-pass-at-k or --min-pass-pow-k, every attempt "
+        "must pass\n"
     )
     # a bound says how many passes are enough, for new cases as for the others
     bounded = runner.invoke(
@@ -981,6 +986,150 @@ def test_a_real_drop_regresses_and_a_flaky_one_does_not(tmp_path: Path) -> None:
     assert by_case["flaky"].drop_probability == pytest.approx(94 / 133)
     assert [case.case_id for case in comparison.regressions] == ["fell"]
     assert (by_case["fell"].baseline_passes, by_case["fell"].passes) == (9, 3)
+
+
+def _lookups(
+    cases: list[EvalCase], passes: dict[str, int], *evaluators: Metric | str
+) -> SuiteReport:
+    """10 attempts of each case: the agent calls lookup on the first passes[input] attempts
+    of an input, search on the others."""
+    seen: Counter[str] = Counter()
+
+    def agent(question: str) -> Trace:
+        seen[question] += 1
+        call = ToolCall(name="lookup" if seen[question] <= passes[question] else "search")
+        return Trace.from_steps(question, [AgentStep(tool_calls=[call], output="done")])
+
+    suite = EvalSuite("lookups").add_cases(cases).add_evaluators(*evaluators)
+    return suite.run(agent, k=1, attempts=10, concurrency=1)
+
+
+def test_a_case_checked_otherwise_than_in_the_baseline_is_not_compared(tmp_path: Path) -> None:
+    # the same agent, 9 of 10 lookups before and after: a case given another expectation
+    # (the file is meant to be edited) failed 9 of 10 now and was "REGRESSED" (P(drop)
+    # 0.999), a drop of the check, not of the agent; and a check relaxed since the baseline
+    # could hide a drop as well
+    lookup = ["lookup"]
+    before = [
+        EvalCase(id="same", input="a", expected_tool_calls=lookup),
+        EvalCase(id="expect", input="b", expected_tool_calls=lookup),
+        EvalCase(id="asked", input="c", expected_tool_calls=lookup),
+        EvalCase(id="checked", input="d", expected_tool_calls=lookup),
+    ]
+    path = tmp_path / "base.json"
+    _lookups(before, dict.fromkeys("abcd", 9), "tool_call_accuracy").save(path)
+    baseline = SuiteReport.load(path)
+    now = [
+        before[0],
+        before[1].model_copy(update={"expected_tool_calls": [ExpectedToolCall(name="search")]}),
+        before[2].model_copy(update={"input": "c, quickly"}),
+        before[3].model_copy(update={"metrics": ["tool_call_loops"]}),
+    ]
+    report = _lookups(now, {"a": 3, "b": 9, "c, quickly": 9, "d": 9}, "tool_call_accuracy")
+    comparison = compare_to_baseline(report, baseline)
+    by_case = {case.case_id: case for case in comparison.cases}
+    assert {case: by_case[case].checks_changed for case in by_case} == {
+        "same": [],
+        "expect": ["expected_tool_calls changed"],
+        "asked": ["input changed"],
+        "checked": ["tool_call_loops added"],
+    }
+    assert (by_case["expect"].passes, by_case["expect"].drop_probability) == (
+        1,
+        pytest.approx(drop_probability((9, 10), (1, 10))),
+    )
+    assert by_case["expect"].drop_probability > 0.999 and not by_case["expect"].regressed
+    assert [case.case_id for case in comparison.regressions] == ["same"]
+    assert [case.case_id for case in comparison.rechecked] == ["expect", "asked", "checked"]
+    # a report saved before reports kept definitions: its metrics and input still compare
+    older = baseline.model_copy(
+        update={"cases": [c.model_copy(update={"definition": None}) for c in baseline.cases]}
+    )
+    assert [case.checks_changed for case in compare_to_baseline(report, older).cases] == [
+        [],
+        [],
+        ["input changed"],
+        ["tool_call_loops added"],
+    ]
+
+
+def test_a_metric_of_another_version_or_threshold_is_another_check() -> None:
+    # a metric whose scoring changed says so by its version (see "Writing a metric"); a
+    # baseline scored by the earlier one, or at another threshold, measured another rate
+    class Revised(ToolCallAccuracy):
+        version = "2"
+
+    cases = [EvalCase(id="c", input="a", expected_tool_calls=["lookup"])]
+    baseline = _lookups(cases, {"a": 9}, "tool_call_accuracy")
+    report = _lookups(cases, {"a": 9}, Revised(threshold=0.8), "tool_call_loops")
+    (case,) = compare_to_baseline(report, baseline).cases
+    assert case.checks_changed == [
+        "tool_call_loops added",
+        "tool_call_accuracy version 1 → 2",
+        "tool_call_accuracy threshold 0.7 → 0.8",
+    ]
+    (case,) = compare_to_baseline(baseline, report).cases
+    assert case.checks_changed == [
+        "tool_call_loops removed",
+        "tool_call_accuracy version 2 → 1",
+        "tool_call_accuracy threshold 0.8 → 0.7",
+    ]
+    # an agent that raised on every attempt scored nothing: its checks are unknown, so
+    # only the definitions compare
+    raised = baseline.model_copy(
+        update={
+            "cases": [
+                baseline.cases[0].model_copy(
+                    update={
+                        "runs": [
+                            r.model_copy(update={"results": []}) for r in baseline.cases[0].runs
+                        ]
+                    }
+                )
+            ]
+        }
+    )
+    assert compare_to_baseline(report, raised).cases[0].checks_changed == []
+
+
+def test_the_gate_judges_an_edited_case_as_a_new_one(tmp_path: Path) -> None:
+    # the regression workflow: save a baseline, then give a case the trajectory it must
+    # follow; the same agent was failed as "1 case(s) regressed"
+    agents = tmp_path / "agents.py"
+    agents.write_text(
+        "from agenteval_core import AgentStep, ToolCall, Trace\n\n"
+        "def run(question):\n"
+        "    call = ToolCall(name='lookup', arguments={'q': question}, result='ok')\n"
+        "    return Trace.from_steps(question, [AgentStep(tool_calls=[call])], output='done')\n"
+    )
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        '{"agenteval_case": 1, "id": "c1", "input": "find it", "metrics": ["tool_failures"]}\n'
+    )
+    runner = CliRunner()
+    base = tmp_path / "base.json"
+    agent = ["--agent", f"{agents}:run", "--attempts", "5"]
+    saved = runner.invoke(cli, ["suite", str(cases), *agent, "--save", str(base)])
+    assert saved.exit_code == 0, saved.output
+    cases.write_text(
+        '{"agenteval_case": 1, "id": "c1", "input": "find it", "metrics": '
+        '["tool_failures", "trajectory_match"], "expected_tool_calls": [{"name": "search"}]}\n'
+    )
+    gated = runner.invoke(
+        cli, ["suite", str(cases), *agent, "--baseline", str(base)], env={"COLUMNS": "200"}
+    )
+    assert gated.exit_code == 1
+    assert "│ c1   │ 5/5      │ 0/5 │       - │ checks changed │" in gated.output
+    assert (
+        "c1: not compared, checked otherwise than in the baseline (trajectory_match added; "
+        "expected_tool_calls changed); judged as a new case"
+    ) in gated.output
+    assert "REGRESSED" not in gated.output and "case(s) regressed" not in gated.output
+    assert gated.output.endswith(
+        "agenteval: error: 1 of 1 case(s) the baseline cannot judge (new or checked otherwise) "
+        "failed an attempt (c1); with no --min-pass-at-k or --min-pass-pow-k, every attempt "
+        "must pass\n"
+    )
 
 
 def _console_blocks(page: Path) -> list[list[str]]:

@@ -265,9 +265,14 @@ def _baseline_table(comparison: BaselineComparison) -> TextTable:
             case.label,
             f"{case.baseline_passes}/{case.baseline_attempts}",
             f"{case.passes}/{case.attempts}",
-            f"{case.drop_probability:.3f}",
-            "REGRESSED" if case.regressed else "",
+            "-" if case.checks_changed else f"{case.drop_probability:.3f}",
+            "REGRESSED" if case.regressed else "checks changed" if case.checks_changed else "",
         )
+        if case.checks_changed:
+            table.notes.append(
+                f"{case.label}: not compared, checked otherwise than in the baseline "
+                f"({'; '.join(case.checks_changed)}); judged as a new case"
+            )
     return table
 
 
@@ -428,19 +433,21 @@ def suite_command(
     problems = missed_bounds(
         report, min_pass_at_k, min_pass_pow_k, names=("--min-pass-at-k", "--min-pass-pow-k")
     )
+    unjudged: set[str] = set()  # cases captured or rechecked since the baseline
     if previous is not None:
         comparison = compare_to_baseline(report, previous, max_regression_prob=max_regression_prob)
         show(console, _baseline_table(comparison))
         if comparison.regressions:
             labels = ", ".join(case.label for case in comparison.regressions)
             problems.append(f"{len(comparison.regressions)} case(s) regressed: {labels}")
+        unjudged = {case.case_id for case in report.cases} - {c.case_id for c in previous.cases}
+        unjudged |= {case.case_id for case in comparison.rechecked}
     if min_pass_at_k is None and min_pass_pow_k is None:
         if previous is None:
             problems += without_bounds(report, "--min-pass-at-k, --min-pass-pow-k or --baseline")
-        else:  # a case captured since the baseline: nothing to compare with, so it must pass
-            new = {case.case_id for case in report.cases} - {c.case_id for c in previous.cases}
+        else:  # the baseline has nothing to judge these by, so they must pass
             problems += without_bounds(
-                report, "--min-pass-at-k or --min-pass-pow-k", new_since_baseline=new
+                report, "--min-pass-at-k or --min-pass-pow-k", unjudged=unjudged
             )
     if save:
         report.save(save)

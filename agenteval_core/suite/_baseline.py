@@ -6,9 +6,10 @@ import math
 from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
+from pydantic_core import to_jsonable_python
 
 from .._errors import MetricInputError
-from ._suite import SuiteReport
+from ._suite import CaseReport, SuiteReport
 
 __all__ = [
     "BaselineComparison",
@@ -80,7 +81,14 @@ class CaseComparison(BaseModel):
     drop_probability: float
     """P(success rate now < success rate in the baseline), from the two Beta posteriors."""
     regressed: bool
-    """``drop_probability`` exceeds the comparison's ``max_regression_prob``."""
+    """``drop_probability`` exceeds the comparison's ``max_regression_prob``, and the case
+    was checked as in the baseline (``checks_changed`` is empty)."""
+    checks_changed: list[str] = Field(default_factory=list)
+    """How what decides an attempt's pass differs from the baseline's, e.g.
+    ``["trajectory_match added", "expected_tool_calls changed"]``: a metric added or
+    removed, its version or threshold, the case's input or definition. The two rates then
+    measure different things, so the case is not compared (``regressed`` is false) and
+    counts as new to the baseline."""
 
 
 class BaselineComparison(BaseModel):
@@ -98,6 +106,42 @@ class BaselineComparison(BaseModel):
         """The cases that credibly got worse."""
         return [case for case in self.cases if case.regressed]
 
+    @property
+    def rechecked(self) -> list[CaseComparison]:
+        """The cases checked otherwise than in the baseline (``checks_changed``): the
+        baseline cannot judge them."""
+        return [case for case in self.cases if case.checks_changed]
+
+
+def changed_checks(baseline: CaseReport, now: CaseReport) -> list[str]:
+    """How what decides whether an attempt of the case passes differs between ``baseline``
+    and ``now`` (see :attr:`CaseComparison.checks_changed`); empty when it does not. The
+    metrics are compared when an attempt was scored on each side (a side whose every
+    attempt raised says nothing of its checks); the definitions when both reports keep
+    one."""
+    changes: list[str] = []
+    before, after = baseline.checks(), now.checks()
+    if before and after:
+        changes += [f"{name} added" for name in after if name not in before]
+        changes += [f"{name} removed" for name in before if name not in after]
+        for name in (name for name in after if name in before):
+            (old_version, old_threshold), (version, threshold) = before[name], after[name]
+            if old_version != version:
+                changes.append(f"{name} version {old_version} → {version}")
+            if old_threshold != threshold:
+                changes.append(f"{name} threshold {old_threshold:g} → {threshold:g}")
+    if to_jsonable_python(baseline.input, fallback=str) != to_jsonable_python(
+        now.input, fallback=str
+    ):
+        changes.append("input changed")
+    if baseline.definition is not None and now.definition is not None:
+        changes += [
+            f"{field} changed"
+            for field in sorted(baseline.definition.keys() | now.definition.keys())
+            if baseline.definition.get(field) != now.definition.get(field)
+        ]
+    return changes
+
 
 def compare_to_baseline(
     report: SuiteReport,
@@ -108,7 +152,9 @@ def compare_to_baseline(
 ) -> BaselineComparison:
     """Compare each case's success rate with the baseline's (cases matched by id): a case
     regressed when the probability that its rate dropped exceeds ``max_regression_prob``, so
-    a flaky case does not fail by chance and a real drop does."""
+    a flaky case does not fail by chance and a real drop does. A case checked otherwise now
+    (another metric, metric version or threshold, input or expectation) is not compared:
+    its rates measure different things (:attr:`BaselineComparison.rechecked`)."""
     if not 0.0 < max_regression_prob < 1.0:
         raise MetricInputError(
             f"max_regression_prob must be between 0 and 1, got {max_regression_prob}"
@@ -122,6 +168,7 @@ def compare_to_baseline(
         probability = drop_probability(
             (old.passes, len(old.runs)), (case.passes, len(case.runs)), prior=prior
         )
+        changed = changed_checks(old, case)
         compared.append(
             CaseComparison(
                 case_id=case.case_id,
@@ -131,7 +178,8 @@ def compare_to_baseline(
                 passes=case.passes,
                 attempts=len(case.runs),
                 drop_probability=probability,
-                regressed=probability > max_regression_prob,
+                regressed=probability > max_regression_prob and not changed,
+                checks_changed=changed,
             )
         )
     now = {case.case_id for case in report.cases}

@@ -115,10 +115,26 @@ class CaseReport(BaseModel):
     (shown) with its credible interval."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """The case's metadata (a regression case's provenance)."""
+    definition: dict[str, Any] | None = None
+    """The case as it was run besides its id and input: the fields of :class:`EvalCase` it
+    set that say what a run is asked and held to (``conversation``, ``expected_output``,
+    ``expected_tool_calls``, ``tools_must_succeed``, ``tool_call_limits``,
+    ``allow_refusal``, ...). A baseline whose definition differs checked another case under
+    the same id. ``None`` in a report saved before reports kept it."""
 
     def outcomes(self) -> dict[str, int]:
         """How many attempts ended each way, e.g. ``{"passed": 7, "incomplete": 3}``."""
         return dict(Counter(run.outcome for run in self.runs))
+
+    def checks(self) -> dict[str, tuple[str, float]]:
+        """The metrics that scored the case's attempts, each with its ``version`` and
+        ``threshold``: with the definition, what decides whether an attempt passes.
+        Empty when no attempt was scored (the agent raised on every one)."""
+        return {
+            result.name: (result.version, result.threshold)
+            for run in self.runs
+            for result in run.results
+        }
 
 
 class SuiteReport(BaseModel):
@@ -247,18 +263,34 @@ class SuiteReport(BaseModel):
         return report
 
 
+_NOT_DEFINITION = frozenset(
+    {"id", "input", "trace", "agent_trace", "actual_output", "actual_state", "metrics", "metadata"}
+)
+"""The fields of :class:`EvalCase` that are not its definition: its id and input (kept on
+their own), what a run produced, the checks' names (its results name each metric with its
+version and threshold) and metadata (a regression case's provenance and count, which a new
+capture of the same failure changes)."""
+
+
+def case_definition(case: EvalCase) -> dict[str, Any]:
+    """``case``'s definition as :attr:`CaseReport.definition` keeps it: the fields it set,
+    as JSON values."""
+    fields = set(EvalCase.model_fields) - _NOT_DEFINITION
+    return case.model_dump(mode="json", include=fields, exclude_defaults=True, fallback=str)
+
+
 def without_bounds(
-    report: SuiteReport, bounds: str, *, new_since_baseline: Collection[str] | None = None
+    report: SuiteReport, bounds: str, *, unjudged: Collection[str] | None = None
 ) -> list[str]:
     """Why ``report`` fails a gate that was given no bound (``bounds`` names those it could
     have been given): for any failed attempt, as a test runner fails for any failed test. A
     gate that names no bound must never pass an agent that fails its cases. Given the ids
-    of the cases a baseline did not run (``new_since_baseline``), only those: the baseline
-    judges the others, and has nothing to judge these by."""
+    of the cases a baseline cannot judge (``unjudged``: new since it, or checked otherwise
+    now), only those: the baseline judges the others, and has nothing to judge these by."""
     cases, among, which = report.failed_cases(), len(report.cases), ""
-    if new_since_baseline is not None:
-        cases = [case for case in cases if case.case_id in new_since_baseline]
-        among, which = len(new_since_baseline), " new since the baseline"
+    if unjudged is not None:
+        cases = [case for case in cases if case.case_id in unjudged]
+        among, which = len(unjudged), " the baseline cannot judge (new or checked otherwise)"
     failed = [case.label for case in cases]
     if not failed:
         return []
@@ -731,6 +763,7 @@ class EvalSuite:
                         attempts, passes, k, estimator=estimator, prior=prior, ci_level=ci_level
                     ),
                     metadata=case.metadata,
+                    definition=case_definition(case),
                 )
             )
         total_passes = sum(case.passes for case in cases)
