@@ -34,6 +34,8 @@ from agenteval_core import (
     EvalCase,
     Metric,
     MetricKind,
+    MetricResult,
+    ReplayReport,
     ResultsLine,
     SchemaVersionError,
     Score,
@@ -779,7 +781,102 @@ def test_cli_shows_the_lowest_scoring_sessions_of_a_large_replay(tmp_path: Path)
         "s18",
         "s24",
     ]
-    assert "the 20 lowest-scoring of them" in result.output
+    assert "the 20 lowest-scoring of 30 are shown" in result.output
+
+
+def _two_turn_sessions(path: Path, count: int, looping: range) -> None:
+    """``count`` sessions of two turns; in those of ``looping`` the agent says the same
+    thing twice."""
+    with CaptureWriter(path) as writer:
+        for n in range(count):
+            answers = (
+                ["Your parcel is still on its way, please wait."] * 2
+                if n in looping
+                else [f"Order {n} shipped on Monday.", f"Refund {n} was approved today."]
+            )
+            for turn, answer in enumerate(answers):
+                writer.write(
+                    Trace(
+                        id=f"s{n:04d}-{turn}",
+                        input=f"question {turn}",
+                        output=answer,
+                        session_id=f"s{n:04d}",
+                    )
+                )
+
+
+def test_the_sessions_shown_are_the_lowest_of_all_not_of_the_first_thousand(
+    tmp_path: Path,
+) -> None:
+    # 1,050 sessions, the agent looping in the last 30: the table showed "the 20
+    # lowest-scoring of the first 1000", none of them looping, and the looping ones nowhere
+    path = tmp_path / "c.jsonl"
+    _two_turn_sessions(path, 1050, looping=range(1020, 1050))
+    metrics = "loop_detection,agent_reliability"
+    result = CliRunner().invoke(
+        cli, ["replay", str(path), "--metrics", metrics], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    rows = re.findall(r"│ (s\d{4}) +│ +([\d.]+) │", result.output)
+    assert [session for session, _ in rows] == [f"s{n}" for n in range(1020, 1040)]
+    looping = float(rows[0][1])
+    assert looping < 0.5 and {score for _, score in rows} == {rows[0][1]}
+    assert "the 20 lowest-scoring of 1050 are shown" in result.output
+    assert "s1020 flagged: s1020-1 “question 1”" in result.output
+    # the kept sessions are the 1,000 lowest, the same with workers (the parts' kept
+    # sessions merged); the 50 given up are sessions that did not loop
+    one = replay(path, metrics.split(","))
+    two = replay(path, metrics.split(","), workers=2)
+    for report in (one, two):
+        assert len(report.session_results) == 1000
+        assert {f"s{n}" for n in range(1020, 1050)} <= set(report.session_results)
+        assert set(report.flagged_inputs) == {f"s{n}-1" for n in range(1020, 1050)}
+    assert [r.model_dump(exclude={"latency_ms"}) for r in two.session_results["s1049"]] == [
+        r.model_dump(exclude={"latency_ms"}) for r in one.session_results["s1049"]
+    ]
+
+
+def test_a_report_keeps_the_lowest_scoring_sessions() -> None:
+    def scored(score: float | None, *flagged: str) -> list[MetricResult]:
+        return [
+            MetricResult(
+                name="agent_reliability",
+                version="1",
+                score=score,
+                threshold=0.5,
+                success=None if score is None else score >= 0.5,
+                skipped=score is None,
+                metadata={"flagged_traces": list(flagged)},
+            )
+        ]
+
+    report = ReplayReport(path="c.jsonl", keep_sessions=2)
+    inputs = {"a1": "Where is A?", "b1": "Where is B?", "d1": "Where is D?"}
+    report.keep("a", scored(0.9), inputs)
+    report.keep("unscored", scored(None), inputs)
+    report.keep("b", scored(0.3, "b1"), inputs)
+    assert list(report.session_results) == ["a", "b"]  # no score: given up first
+    report.keep("c", scored(0.7), inputs)
+    assert list(report.session_results) == ["b", "c"]
+    report.keep("d", scored(0.3, "d1"), inputs)  # equals b: c, the highest, goes
+    report.keep("e", scored(0.3), inputs)  # equals the highest kept: the first scored stay
+    assert list(report.session_results) == ["b", "d"]
+    assert report.flagged_inputs == {"b1": "Where is B?", "d1": "Where is D?"}
+    # a session cut in two keeps its lower part; its higher part's entry is stale
+    report.keep("d", scored(0.6), inputs)
+    assert report.session_results["d"][0].score == 0.3
+    report.keep("b", scored(0.1), inputs)
+    assert [(s, r[0].score) for s, r in report.session_results.items()] == [
+        ("d", 0.3),
+        ("b", 0.1),
+    ]
+    assert report.flagged_inputs == {"d1": "Where is D?"}
+    report.keep("f", scored(0.2), inputs)
+    assert [(s, r[0].score) for s, r in report.session_results.items()] == [
+        ("b", 0.1),
+        ("f", 0.2),
+    ]
+    assert report.flagged_inputs == {}
 
 
 def test_results_file_writes_metadata_json_has_no_type_for(tmp_path: Path) -> None:

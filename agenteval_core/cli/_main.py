@@ -11,7 +11,6 @@ import errno
 import functools
 import inspect
 import json
-import math
 import os
 import re
 import sys
@@ -39,9 +38,9 @@ from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind
 from ..metrics._registry import list_metrics, metric_class
 from ..offline._processes import replay
-from ..offline._replay import ReplayReport
+from ..offline._replay import ReplayReport, lowest_score
 from ..schema._capture import capture_parts
-from ..schema._results import MetricResult, flagged_traces
+from ..schema._results import flagged_traces
 from ..schema._trace import text_of
 
 if TYPE_CHECKING:
@@ -277,11 +276,6 @@ def _summary_table(title: str, summary: ResultSummary) -> TextTable:
     return table
 
 
-def _lowest_score(results: list[MetricResult]) -> float:
-    """A session's lowest score (a session with none sorts last)."""
-    return min((r.score for r in results if r.score is not None), default=math.inf)
-
-
 def _print_report(console: Console, report: ReplayReport) -> None:
     if report.traces == 0:
         return
@@ -293,10 +287,9 @@ def _print_report(console: Console, report: ReplayReport) -> None:
     table = TextTable(f"{report.sessions} sessions", ("session", *names), numeric=names)
     if len(kept) > MAX_ROWS_SHOWN:
         # a terminal cannot show a thousand rows: the sessions that need a look come first
-        kept.sort(key=lambda item: _lowest_score(item[1]))
-        among = f"the first {len(kept)}" if report.sessions > len(kept) else "them"
+        kept.sort(key=lambda item: lowest_score(item[1]))
         table.notes.append(
-            f"the {MAX_ROWS_SHOWN} lowest-scoring of {among} are shown; "
+            f"the {MAX_ROWS_SHOWN} lowest-scoring of {report.sessions} are shown; "
             "--json writes every session's results, which agenteval report shows"
         )
         kept = kept[:MAX_ROWS_SHOWN]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import heapq
 import logging
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -106,8 +108,10 @@ class ProcessTimes:
 class ReplayReport:
     """What a replay found: counts, per-metric summaries, session results and bad lines.
 
-    ``session_results`` keeps the first ``keep_sessions`` sessions (all of them go to the
-    output file and into ``session_summary``), so memory stays flat on huge captures.
+    ``session_results`` keeps the ``keep_sessions`` lowest-scoring sessions (by each
+    session's lowest score; of equal ones, the first scored), all of them when there are no
+    more: the sessions that need a look, with memory flat on huge captures. Every session
+    goes to the output file and into ``session_summary``.
     """
 
     path: str
@@ -120,6 +124,14 @@ class ReplayReport:
     flagged_inputs: dict[str, str] = field(default_factory=dict)
     """The first words of the input of each trace a kept session's metrics flagged, by
     trace id: what a reader recognises a flagged trace by."""
+    _ranked: list[tuple[float, int, str]] = field(default_factory=list, init=False, repr=False)
+    """The kept sessions as a heap whose first is the one to give up first: the highest
+    lowest score, the last scored of equals (``(-lowest, -order, session_id)``)."""
+    _order: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    """Each kept session's place in scoring order: a heap entry of another is stale (a
+    session cut in two keeps its lower-scoring part)."""
+    _offered: int = field(default=0, init=False, repr=False)
+    """How many sessions were offered to :meth:`keep`: the next one's place."""
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
     sessions_cut: int = 0
     """How many times a session was cut in two: closed to keep at most
@@ -136,22 +148,47 @@ class ReplayReport:
     def merge(self, other: ReplayReport) -> None:
         """Add the report of another part of the same replay (a worker's, a Ray task's):
         counts and summaries added, bad lines and processes appended, and its sessions kept
-        while fewer than ``keep_sessions`` are, each with its flagged traces' inputs."""
+        as :meth:`keep` keeps them, each with its flagged traces' inputs."""
         self.traces += other.traces
         self.sessions += other.sessions
         self.summary.merge(other.summary)
         self.session_summary.merge(other.session_summary)
         for session_id, results in other.session_results.items():
-            if len(self.session_results) >= self.keep_sessions:
-                break
-            self.session_results[session_id] = results
-            for trace_id in flagged_traces(results):
-                if trace_id in other.flagged_inputs:
-                    self.flagged_inputs[trace_id] = other.flagged_inputs[trace_id]
+            self.keep(session_id, results, other.flagged_inputs)
         self.bad_lines.extend(other.bad_lines)
         self.sessions_cut += other.sessions_cut
         self.repeated_traces += other.repeated_traces
         self.processes.extend(other.processes)
+
+    def keep(self, session_id: str, results: list[MetricResult], inputs: dict[str, str]) -> None:
+        """Keep a scored session among ``session_results`` if it is one of the
+        ``keep_sessions`` lowest-scoring so far, with the inputs (``inputs``: first words
+        by trace id) of the traces its metrics flagged; give up the highest-scoring kept
+        one for it when they are full."""
+        lowest, order = lowest_score(results), self._offered
+        self._offered += 1
+        if session_id in self.session_results:  # the second part of a session cut in two
+            if lowest >= lowest_score(self.session_results[session_id]):
+                return
+            self._give_up(session_id)
+        elif len(self.session_results) >= self.keep_sessions:
+            ranked = self._ranked
+            while ranked and self._order.get(ranked[0][2]) != -ranked[0][1]:
+                heapq.heappop(ranked)  # an entry of a part given up for its other part
+            if not ranked or -ranked[0][0] <= lowest:
+                return
+            self._give_up(heapq.heappop(ranked)[2])
+        self._order[session_id] = order
+        heapq.heappush(self._ranked, (-lowest, -order, session_id))
+        self.session_results[session_id] = results
+        for trace_id in flagged_traces(results):
+            if trace_id in inputs:
+                self.flagged_inputs[trace_id] = inputs[trace_id]
+
+    def _give_up(self, session_id: str) -> None:
+        del self._order[session_id]
+        for trace_id in flagged_traces(self.session_results.pop(session_id)):
+            self.flagged_inputs.pop(trace_id, None)
 
     def __repr__(self) -> str:
         # counts, not every session's results: asyncio formats the replay task (and so this
@@ -179,7 +216,7 @@ class _ReportSink(Sink):
 
     def trace_scored(self, trace: Trace, results: TraceResults) -> None:
         report = self.report
-        if trace.session_id is not None and len(report.session_results) < report.keep_sessions:
+        if trace.session_id is not None and report.keep_sessions > 0:
             words = first_words(text_of(trace.input))
             self._inputs.setdefault(trace.session_id, {})[trace.id] = words
         report.traces += 1
@@ -191,12 +228,13 @@ class _ReportSink(Sink):
         report = self.report
         report.sessions += 1
         report.session_summary.add(results)
-        inputs = self._inputs.pop(session_id, {})
-        if len(report.session_results) < report.keep_sessions:
-            report.session_results[session_id] = results
-            for trace_id in flagged_traces(results):
-                if trace_id in inputs:
-                    report.flagged_inputs[trace_id] = inputs[trace_id]
+        report.keep(session_id, results, self._inputs.pop(session_id, {}))
+
+
+def lowest_score(results: Iterable[MetricResult]) -> float:
+    """A session's lowest score; infinity when none of its metrics scored it (it sorts
+    last)."""
+    return min((r.score for r in results if r.score is not None), default=math.inf)
 
 
 RESULTS_BUFFER = 1 << 18
