@@ -931,6 +931,17 @@ def test_a_case_a_judge_metric_failed_runs_with_the_suites_judge(
     assert "task_completion 0.100 < 0.5" in failed.output
     verdicts = [r for r in judge_server.requests if "VerdictScore" in json.dumps(r)]
     assert len(verdicts) == 4  # two attempts in each run, one verdict each
+    # another judge model is another check: a baseline judged by one is no rate of the other
+    base = tmp_path / "base.json"
+    assert runner.invoke(cli, [*suite, "--save", str(base)]).exit_code == 0
+    model = suite.index("--judge-model") + 1
+    other = [*suite[:model], "other-model", *suite[model + 1 :], "--baseline", str(base)]
+    rejudged = runner.invoke(cli, other, env={"COLUMNS": "200"})
+    assert rejudged.exit_code == 0, rejudged.output
+    assert (
+        "rome: not compared, checked otherwise than in the baseline (task_completion judge "
+        "judge-model → other-model); judged as a new case"
+    ) in rejudged.output
 
 
 def _beta_pdf(a: int, b: int) -> dict[int, Fraction]:

@@ -86,7 +86,8 @@ class CaseComparison(BaseModel):
     checks_changed: list[str] = Field(default_factory=list)
     """How what decides an attempt's pass differs from the baseline's, e.g.
     ``["trajectory_match added", "expected_tool_calls changed"]``: a metric added or
-    removed, its version or threshold, the case's input or definition. The two rates then
+    removed, its version (a judge metric's includes its prompt's), threshold or judge
+    model, the case's input or definition. The two rates then
     measure different things, so the case is not compared (``regressed`` is false) and
     counts as new to the baseline."""
 
@@ -125,11 +126,14 @@ def changed_checks(baseline: CaseReport, now: CaseReport) -> list[str]:
         changes += [f"{name} added" for name in after if name not in before]
         changes += [f"{name} removed" for name in before if name not in after]
         for name in (name for name in after if name in before):
-            (old_version, old_threshold), (version, threshold) = before[name], after[name]
+            (old_version, old_threshold, old_judge) = before[name]
+            (version, threshold, judge) = after[name]
             if old_version != version:
                 changes.append(f"{name} version {old_version} → {version}")
             if old_threshold != threshold:
                 changes.append(f"{name} threshold {old_threshold:g} → {threshold:g}")
+            if old_judge is not None and judge is not None and old_judge != judge:
+                changes.append(f"{name} judge {old_judge} → {judge}")
     if to_jsonable_python(baseline.input, fallback=str) != to_jsonable_python(
         now.input, fallback=str
     ):

@@ -126,15 +126,18 @@ class CaseReport(BaseModel):
         """How many attempts ended each way, e.g. ``{"passed": 7, "incomplete": 3}``."""
         return dict(Counter(run.outcome for run in self.runs))
 
-    def checks(self) -> dict[str, tuple[str, float]]:
-        """The metrics that scored the case's attempts, each with its ``version`` and
-        ``threshold``: with the definition, what decides whether an attempt passes.
-        Empty when no attempt was scored (the agent raised on every one)."""
-        return {
-            result.name: (result.version, result.threshold)
-            for run in self.runs
-            for result in run.results
-        }
+    def checks(self) -> dict[str, tuple[str, float, str | None]]:
+        """The metrics that scored the case's attempts, each with its ``version``,
+        ``threshold`` and, for a judge metric, the judge model that answered (``None``
+        when no judge was asked): with the definition, what decides whether an attempt
+        passes. Empty when no attempt was scored (the agent raised on every one)."""
+        checks: dict[str, tuple[str, float, str | None]] = {}
+        for run in self.runs:
+            for result in run.results:
+                known = checks.get(result.name)
+                if known is None or known[2] is None:
+                    checks[result.name] = (result.version, result.threshold, result.judge_model)
+        return checks
 
 
 class SuiteReport(BaseModel):
