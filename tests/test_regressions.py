@@ -1103,6 +1103,45 @@ def test_a_metric_of_another_version_or_threshold_is_another_check() -> None:
     assert compare_to_baseline(report, raised).cases[0].checks_changed == []
 
 
+def test_a_failed_gate_keeps_the_baseline_it_would_save_over(tmp_path: Path) -> None:
+    # `--baseline b.json --save b.json` keeps a rolling baseline: a failing run replaced it,
+    # and the job's retry compared the broken agent with itself (0/5 against 0/5) and passed
+    agents = tmp_path / "agents.py"
+    agents.write_text(
+        "import os\n"
+        "from agenteval_core import AgentStep, ToolCall, Trace\n\n"
+        "def run(question):\n"
+        "    error = os.environ.get('BROKEN') and '503 Service Unavailable'\n"
+        "    call = ToolCall(name='lookup', arguments={'q': question}, result='ok', error=error or None)\n"
+        "    return Trace.from_steps(question, [AgentStep(tool_calls=[call])], output='done')\n"
+    )
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        '{"agenteval_case": 1, "id": "c1", "input": "find it", "metrics": ["tool_failures"]}\n'
+    )
+    rolling = tmp_path / "baseline.json"
+    gate = ["suite", str(cases), "--agent", f"{agents}:run", "--attempts", "5"]
+    gate += ["--baseline", str(rolling), "--save", str(rolling)]
+    runner = CliRunner()
+    assert runner.invoke(cli, [*gate[:6], "--save", str(rolling)]).exit_code == 0
+    saved = rolling.read_bytes()
+    for _ in range(2):  # the failing run, then its retry
+        failed = runner.invoke(cli, gate, env={"BROKEN": "1"})
+        assert failed.exit_code == 1
+        assert "│ c1   │ 5/5      │ 0/5 │   0.999 │ REGRESSED │" in failed.output
+        assert failed.output.endswith(
+            f"the gate failed: {rolling} is kept as the baseline (replaced by this run, it "
+            f"would pass the same agent on a retry)\nreport saved to "
+            f"{tmp_path / 'baseline.failed.json'}\nagenteval: error: 1 case(s) regressed: c1\n"
+        )
+        assert rolling.read_bytes() == saved
+    assert SuiteReport.load(tmp_path / "baseline.failed.json").cases[0].passes == 0
+    # a gate that passes rolls the baseline on
+    passed = runner.invoke(cli, gate)
+    assert passed.exit_code == 0 and f"report saved to {rolling}\n" in passed.output
+    assert SuiteReport.load(rolling).cases[0].passes == 5 and rolling.read_bytes() != saved
+
+
 def test_the_gate_judges_an_edited_case_as_a_new_one(tmp_path: Path) -> None:
     # the regression workflow: save a baseline, then give a case the trajectory it must
     # follow; the same agent was failed as "1 case(s) regressed"

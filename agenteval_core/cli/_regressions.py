@@ -254,6 +254,14 @@ def _recurring(console: Console, report: SuiteReport) -> None:
             )
 
 
+def _same_file(one: str, other: str) -> bool:
+    """Whether two paths name one file (a file that does not exist yet names none)."""
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
 def _baseline_table(comparison: BaselineComparison) -> TextTable:
     table = TextTable(
         f"against the baseline (regressed when P(drop) > {comparison.max_regression_prob:g})",
@@ -338,7 +346,8 @@ def _junit(report: SuiteReport, problems: list[str], path: str) -> None:
 @click.option(
     "--save",
     type=OutputFile(),
-    help="Keep this run's per-case results here (JSON): a later run's --baseline.",
+    help="Keep this run's per-case results here (JSON): a later run's --baseline. A run "
+    "that fails the gate is not saved over its own --baseline (FILE.failed.json instead).",
 )
 @click.option(
     "--baseline",
@@ -450,6 +459,15 @@ def suite_command(
                 report, "--min-pass-at-k or --min-pass-pow-k", unjudged=unjudged
             )
     if save:
+        if problems and baseline and _same_file(save, baseline):
+            # the run would replace the baseline it failed against, and a retry of the job
+            # would then compare the failing agent with itself and pass
+            kept = Path(save)
+            save = str(kept.with_name(f"{kept.stem}.failed{kept.suffix or '.json'}"))
+            click.echo(
+                f"the gate failed: {kept} is kept as the baseline (replaced by this run, "
+                "it would pass the same agent on a retry)"
+            )
         report.save(save)
         click.echo(f"report saved to {save}")
     if junit:
