@@ -722,6 +722,99 @@ def test_an_agents_own_kickoffs_fail_stop_and_run_side_by_side(
     ]
 
 
+def test_tasks_run_at_once_keep_each_agents_retries_and_recoveries(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # two async_execution tasks: the refunds agent's lookup raises and CrewAI runs it again
+    # twice, while the orders agent calls its model in between. That model call ended the
+    # retry (one request read as two failed calls: "2 of 3 tool calls failed"), and the
+    # orders agent's lookup, made beside the failure, recovered it; both by how the threads
+    # happened to interleave (the events below fix the interleaving that showed it)
+    refund_raised, orders_answered = threading.Event(), threading.Event()
+
+    @tool("lookup_refund")
+    def lookup_refund(refund_id: str) -> str:
+        """Look up a refund."""
+        if not refund_raised.is_set():  # its first run: the orders agent goes on meanwhile
+            refund_raised.set()
+            assert orders_answered.wait(10)
+        raise ValueError(f"refund {refund_id} unknown")
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Look up an order."""
+        return f"order {order_id}: shipped"
+
+    asked: list[Any] = []
+
+    def orders_model(messages: Any) -> str:
+        asked.append(messages)
+        if len(asked) == 1:
+            assert refund_raised.wait(10)  # its lookup starts after the refund's first run
+            return action("lookup_order", order_id="A-1")
+        orders_answered.set()  # its model call has started: the refund's retries follow
+        return "Thought: done\nFinal Answer: A-1 shipped"
+
+    def agent(role: str, llm: ScriptedLLM, tools: list[Any]) -> Agent:
+        return Agent(role=role, goal="g", backstory="b", llm=llm, tools=tools, verbose=False)
+
+    orders = agent("orders", ScriptedLLM(model="scripted", reply=orders_model), [lookup_order])
+    refund_replies = [
+        action("lookup_refund", refund_id="R-9"),
+        "Thought: done\nFinal Answer: R-9 is pending",
+    ]
+    refunds = agent(
+        "refunds", ScriptedLLM(model="scripted", replies=refund_replies), [lookup_refund]
+    )
+    summary = "Thought: done\nFinal Answer: A-1 shipped; R-9 pending"
+    writer = agent("writer", ScriptedLLM(model="scripted", replies=[summary]), [])
+    order_task = Task(description="Where is A-1?", expected_output="x", agent=orders)
+    refund_task = Task(description="Where is R-9?", expected_output="x", agent=refunds)
+    for task in (order_task, refund_task):
+        task.async_execution = True
+    sum_up = Task(
+        description="Sum up", expected_output="x", agent=writer, context=[order_task, refund_task]
+    )
+    crew = Crew(agents=[orders, refunds, writer], tasks=[order_task, refund_task, sum_up])
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert str(crew.kickoff()) == "A-1 shipped; R-9 pending"
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    steps = [
+        (span.kind, span.attributes.get(AGENT_NAME), span.name)
+        for span in trace.spans
+        if span.kind in (SpanKind.LLM, SpanKind.TOOL)
+    ]
+    refund = (SpanKind.TOOL, "refunds", "lookup_refund")
+    first, last = steps.index(refund), len(steps) - 1 - steps[::-1].index(refund)
+    # the interleaving it is about: the refund's first run, the orders agent's lookup and
+    # last model call, then the refund's retries
+    assert steps.count(refund) == 3
+    assert [step for step in steps[first:last] if step[1] == "orders"][-2:] == [
+        (SpanKind.TOOL, "orders", "lookup_order"),
+        (SpanKind.LLM, "orders", "scripted"),
+    ]
+    [asked_refund] = [
+        span.tool_call for span in trace.spans if span.tool_call and span.name == "lookup_refund"
+    ][:1]
+    [asked_order] = [span.tool_call for span in trace.spans if span.name == "lookup_order"]
+    # one request, run three times: one call, judged by its last run
+    assert [(c.name, c.id, c.arguments, c.error) for c in trace.tool_calls()] == [
+        ("lookup_refund", asked_refund.id, {"refund_id": "R-9"}, "refund R-9 unknown"),
+        ("lookup_order", asked_order.id, {"order_id": "A-1"}, None),
+    ]
+    result = ToolFailures().measure(trace)
+    # 1 of 2 calls failed, not recovered (the orders lookup ran beside it; neither answer
+    # says the refund failed): 1 − (1 + 1) / 4
+    assert (result.score, result.reason) == (
+        0.5,
+        "1 of 2 tool calls failed (lookup_refund), 1 not recovered (the framework ran a call "
+        "again 2 times: each call counts as its last run)",
+    )
+
+
 def test_one_agent_kicked_off_on_two_threads_at_once_keeps_each_runs_steps(
     evaluator: OnlineEvaluator,
 ) -> None:

@@ -328,6 +328,22 @@ def test_a_call_run_again_under_its_id_counts_once_until_the_model_asks_again() 
     assert other.observe("t", lookup.model_copy(update={"id": None})) is not None
 
 
+def test_another_agents_model_call_leaves_a_retry_one_call() -> None:
+    # two agents of one run at once: the orders agent's model call between two runs of the
+    # refunds agent's call made them two calls, and a third run a loop
+    guard = LoopGuard(repeat_threshold=3)
+    lookup = ToolCall(id="c1", name="lookup", arguments={"refund_id": "R-9"})
+    for _ in range(3):
+        assert guard.observe("t", lookup, agent="refunds") is None
+        guard.model_called("t", "orders")
+    # its own agent's model call, or one that names no agent, ends the retries
+    guard.model_called("t", "refunds")
+    assert guard.observe("t", lookup, agent="refunds") is None
+    guard.model_called("t")
+    alert = guard.observe("t", lookup, agent="refunds")
+    assert alert is not None and (alert.pattern, alert.count) == ("repeated_call", 3)
+
+
 def test_short_cycles_alert() -> None:
     guard = LoopGuard(repeat_threshold=5)
     results = [guard.observe("t", call(name, n=1)) for name in ["open", "read", "open", "read"]]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from agenteval_core import (
+    AGENT_NAME,
     INTERNAL_CALL,
     REFUSAL,
     SCHEMA_VERSION,
@@ -634,6 +635,31 @@ def test_a_call_its_framework_ran_again_is_one_call_its_last_run() -> None:
         ["ran t7"],
         [],
     ]
+
+
+def test_another_agents_model_call_beside_a_retry_leaves_it_one_call() -> None:
+    # two agents at once (CrewAI's async_execution tasks): the refunds agent's call raised
+    # and its framework ran it again after the orders agent had called its model; the two
+    # runs were two calls
+    def run(span_id: str, agent: str | None, error: str | None = None) -> Span:
+        call = ToolCall(id="c1", name="lookup", arguments={"id": "R-9"}, error=error)
+        named = {AGENT_NAME: agent} if agent else {}
+        return Span(id=span_id, kind=SpanKind.TOOL, name="lookup", tool_call=call, attributes=named)
+
+    def model(agent: str | None, *asked: str) -> Span:
+        named = {AGENT_NAME: agent} if agent else {}
+        requested = [ToolCall(id=call_id, name="lookup") for call_id in asked]
+        return Span(kind=SpanKind.LLM, name="m", attributes=named, requested_tool_calls=requested)
+
+    def calls(between: Span, agent: str | None = "refunds") -> list[str | None]:
+        spans = [run("t1", agent, "timed out"), between, run("t2", agent)]
+        return [call.error for call in Trace(spans=spans).tool_calls()]
+
+    assert calls(model("orders")) == [None]  # one call, its last run
+    assert calls(model("refunds")) == ["timed out", None]  # its own model asked again
+    assert calls(model(None)) == ["timed out", None]  # a model call of no agent said
+    assert calls(model("orders", "c1")) == ["timed out", None]  # it asked for the call's id
+    assert calls(model("orders"), agent=None) == ["timed out", None]  # the call's agent unsaid
 
 
 def test_a_call_run_again_keeps_the_place_the_model_asked_for_it_in() -> None:

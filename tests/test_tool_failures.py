@@ -16,11 +16,14 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
 from agenteval_core import (
+    AGENT_NAME,
     AgentStep,
     CallbackSink,
     MetricResult,
     OnlineEvaluator,
     RunStatus,
+    Span,
+    SpanKind,
     ToolCall,
     Trace,
     agent_reliability,
@@ -113,6 +116,61 @@ def test_no_vacuous_pass_for_a_run_that_did_not_complete() -> None:
         run_of([DOWN], "Sorry, unavailable.", status=RunStatus.ERROR, error="boom")
     )
     assert errored.score == 0.0
+
+
+def _two_agents(other_starts: float, first_says: str = "R-9 is pending") -> Trace:
+    """A run of two agents: the refunds agent (from 0 to 2 s) whose lookup at 1 s failed,
+    and the orders agent, whose lookup starts at ``other_starts``."""
+
+    def agent(name: str, start: float, end: float, output: str) -> Span:
+        return Span(
+            id=name,
+            parent_id="root",
+            kind=SpanKind.AGENT,
+            name=name,
+            start_time=start,
+            end_time=end,
+            output=output,
+            attributes={AGENT_NAME: name},
+        )
+
+    def lookup(parent: str, start: float, call: ToolCall) -> list[Span]:
+        """The model call of ``parent`` that asks for ``call``, then the call."""
+        named = {AGENT_NAME: parent}
+        asking = Span(
+            parent_id=parent,
+            kind=SpanKind.LLM,
+            name="m",
+            start_time=start - 0.1,
+            requested_tool_calls=[call],
+            attributes=named,
+        )
+        kind, name = SpanKind.TOOL, call.name
+        ran = Span(parent_id=parent, kind=kind, name=name, start_time=start, tool_call=call)
+        return [asking, ran.model_copy(update={"attributes": named})]
+
+    refund = ToolCall(id="c1", name="refund", arguments={"id": "R-9"}, error="timed out")
+    order = ToolCall(id="c2", name="order", arguments={"id": "A-1"}, result="ok")
+    spans = [
+        Span(id="root", kind=SpanKind.AGENT, name="crew", start_time=0.0, end_time=9.0),
+        agent("refunds", 0.0, 2.0, first_says),
+        agent("orders", 0.5, 8.0, "A-1 shipped"),
+        *lookup("refunds", 1.0, refund),
+        *lookup("orders", other_starts, order),
+    ]
+    spans.sort(key=lambda span: span.start_time or 0.0)
+    return Trace(input="R-9 and A-1?", output="A-1 shipped; R-9 pending", spans=spans)
+
+
+def test_a_call_of_another_agent_recovers_a_failure_only_after_it_was_handed_on() -> None:
+    # another agent's call made while the failing agent still ran did not see the failure;
+    # one made after that agent ended (its answer handed on, as to a supervisor) may have
+    recovered, unrecovered = 1.0 - 1 / 4, 1.0 - 2 / 4
+    assert ToolFailures().measure(_two_agents(other_starts=1.5)).score == unrecovered
+    assert ToolFailures().measure(_two_agents(other_starts=3.0)).score == recovered
+    # the failing agent's own answer says so: recovered, whatever the run's answer says
+    owned_up = _two_agents(other_starts=1.5, first_says="Sorry, R-9 could not be found.")
+    assert ToolFailures().measure(owned_up).score == recovered
 
 
 def test_it_is_a_default_metric_and_a_session_signal() -> None:

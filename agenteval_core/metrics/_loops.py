@@ -44,8 +44,9 @@ class _RunCalls:
     """Each handoff's occurrences since the run last made a call new to it."""
     alerted: set[Any] = field(default_factory=set)
     stopped_by: LoopAlert | None = None
-    since_model_call: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Each call id run since the run's last model call, with its call's identity."""
+    since_model_call: dict[str, tuple[tuple[str, str], str | None]] = field(default_factory=dict)
+    """Each call id run since its agent's last model call, with its call's identity and
+    the agent it ran for (``None``: not said)."""
 
 
 class LoopGuard:
@@ -57,10 +58,11 @@ class LoopGuard:
     same worker, which makes new calls each time, delegates; it does not loop). ``cycle``:
     the last ``cycle_repeats`` × L calls are one sequence of L ≥ 2 distinct calls repeated
     (L ≤ ``max_cycle_length``). Each
-    loop is reported once per run. A call run again under its id with no model call in
-    between (:meth:`model_called`) is the same call, its framework's retry (as in
-    :meth:`Trace.tool_calls`), and counts once. State is per run and dropped
-    by :meth:`forget` when the run ends; thread-safe.
+    loop is reported once per run. A call run again under its id with no model call of its
+    agent in between (:meth:`model_called`; another agent of the run may call its model
+    meanwhile) is the same call, its framework's retry (as in :meth:`Trace.tool_calls`),
+    and counts once. State is per run and dropped by :meth:`forget` when the run ends;
+    thread-safe.
     """
 
     def __init__(
@@ -86,17 +88,20 @@ class LoopGuard:
         trace_id: str | None = None,
         session_id: str | None = None,
         started: float | None = None,
+        agent: str | None = None,
     ) -> LoopAlert | None:
-        """Record a tool call about to run in ``run``; return an alert if it closes a loop."""
+        """Record a tool call about to run in ``run`` (for ``agent``, when the run has
+        several); return an alert if it closes a loop."""
         signature = canonical_call(call)
         with self._lock:
             calls = self._runs.get(run)
             if calls is None:
                 calls = self._runs[run] = _RunCalls()
             if call.id:
-                if calls.since_model_call.get(call.id) == signature:
+                earlier = calls.since_model_call.get(call.id)
+                if earlier is not None and earlier[0] == signature:
                     return None  # its framework runs the call again: no call of the agent's
-                calls.since_model_call[call.id] = signature
+                calls.since_model_call[call.id] = (signature, agent)
             calls.signatures.append(signature)
             calls.calls.append(call)
             if not calls.counts[signature]:  # new work since the handoffs before it
@@ -152,13 +157,20 @@ class LoopGuard:
             return "cycle", self.cycle_repeats, run.calls[-span:], message
         return None
 
-    def model_called(self, run: Hashable) -> None:
-        """A model call of ``run`` started: a call after it is the model's asking, a call of
-        its own even under an id it had before (a model server that reuses ids)."""
+    def model_called(self, run: Hashable, agent: str | None = None) -> None:
+        """A model call of ``run`` started (for ``agent``, when the run has several): a
+        call of that agent after it is the model's asking, a call of its own even under an
+        id it had before (a model server that reuses ids). Another agent's model call,
+        running beside it, leaves its calls' retries as they are; a model call that names
+        no agent ends every call's."""
         with self._lock:
             calls = self._runs.get(run)
             if calls is not None:
-                calls.since_model_call.clear()
+                calls.since_model_call = {
+                    call_id: (signature, owner)
+                    for call_id, (signature, owner) in calls.since_model_call.items()
+                    if agent is not None and owner is not None and owner != agent
+                }
 
     def stop(self, run: Hashable, alert: LoopAlert) -> None:
         """Mark a run as stopped by ``alert``: :meth:`stopped_by` answers for it from now on."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..schema._trace import EvalCase, ToolCall, Trace, text_of
+from ..schema._trace import EvalCase, Span, SpanKind, ToolCall, Trace, text_of
 from ._loops import canonical_call
 from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
@@ -45,21 +47,55 @@ def states_failure(answer: Any) -> bool:
     return bool(_FAILURE_WORDS.search(text_of(answer)))
 
 
+@dataclass(frozen=True)
+class _Made:
+    """Where a call was made: its model step (None for a call of no step), the nearest agent
+    span at or above its span (None in a trace with none), and when it started."""
+
+    step: int | None
+    agent: Span | None
+    started: float
+
+
+def _where_made(trace: Trace, calls: Sequence[ToolCall]) -> list[_Made]:
+    """Each call's :class:`_Made`, read once a call failed (most runs have none)."""
+    step_of = {
+        id(made): number for number, step in enumerate(trace.steps()) for made in step.tool_calls
+    }
+    nearest: dict[str, Span | None] = {}  # the nearest agent span at or above each span
+    made: dict[int, tuple[Span | None, float]] = {}  # each run's call record → its span's
+    for span in trace.spans:  # a parent starts before its children
+        above = nearest.get(span.parent_id) if span.parent_id is not None else None
+        nearest[span.id] = span if span.kind is SpanKind.AGENT else above
+        if span.tool_call is not None:
+            made[id(span.tool_call)] = (above, span.start_time or 0.0)
+    return [_Made(step_of.get(id(call)), *made.get(id(call), (None, 0.0))) for call in calls]
+
+
 def _recovered(
-    index: int, calls: Sequence[ToolCall], steps: Sequence[int | None], said_so: Callable[[], bool]
+    index: int,
+    calls: Sequence[ToolCall],
+    made: Sequence[_Made],
+    said_so: Callable[[Span | None], bool],
 ) -> bool:
     """A failed call is recovered when a later call differs from it (another tool, or other
-    arguments), when the same call later succeeded (a retry that worked), or when the run's
-    final answer says the task failed. A later call is one the model asked for after it saw
-    the failure: a call asked for in the same step (``steps``: each call's model step, None
-    for a call of no step) was asked for beside it, not after it."""
-    failed, step = canonical_call(calls[index]), steps[index]
-    for later, later_step in zip(calls[index + 1 :], steps[index + 1 :], strict=True):
-        if step is not None and later_step == step:  # asked for together, in parallel
+    arguments), when the same call later succeeded (a retry that worked), or when the final
+    answer of the run, or of the agent that made the call, says the task failed. A later
+    call is one asked for after the failure was seen: a call asked for in the same step was
+    asked for beside it, and a call of another agent running beside the one that made it
+    (before that agent's span ended: CrewAI's ``async_execution`` tasks, a graph's parallel
+    branches) did not see it."""
+    failed, where = canonical_call(calls[index]), made[index]
+    agent = where.agent
+    handed_on = math.inf if agent is None or agent.end_time is None else agent.end_time
+    for later, there in zip(calls[index + 1 :], made[index + 1 :], strict=True):
+        if where.step is not None and there.step == where.step:  # asked for together
+            continue
+        if there.agent is not agent and there.started < handed_on:  # ran beside it
             continue
         if canonical_call(later) != failed or not later.failed:
             return True
-    return said_so()
+    return said_so(agent)
 
 
 @register_metric
@@ -70,9 +106,10 @@ class ToolFailures(Metric):
     (:attr:`ToolCall.failed`: an error text, an HTTP status of 400 or more, MCP's
     ``isError``, Python's ``[Errno 2] ...``, a short "Permission denied", ...). A failure is
     recovered when a later call is another tool or other arguments, when the same call
-    later succeeded, or when the final answer of a completed run says the task failed; a
-    call the model asked for in the same step (its parallel calls) came before it saw the
-    failure, and recovers nothing. Each call risks 0 (succeeded), 0.5 (failed, recovered)
+    later succeeded, or when the final answer of a completed run (or of the agent that
+    made the call) says the task failed; a call the model asked for in the same step (its
+    parallel calls), or a call of another agent running beside the one that made it, came
+    before the failure was seen, and recovers nothing. Each call risks 0 (succeeded), 0.5 (failed, recovered)
     or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure the agent
     owned up to in a one-call run scores 0.5, a retry that worked after one failure 0.75,
     and a run whose every call failed unnoticed 0.0. A call its framework ran again
@@ -98,28 +135,27 @@ class ToolFailures(Metric):
                 return no_calls_to_score(trace)
             return Score(1.0, "no tool calls", {"tool_calls": 0, "failed": 0, "unrecovered": 0})
 
-        # the answer is read only when a failure is followed by nothing else: most runs have none
-        def said_so() -> bool:
-            return not trace.incomplete and states_failure(case.actual_output)
+        # the answers are read only when a failure is followed by nothing else: most runs
+        # have none
+        def said_so(agent: Span | None) -> bool:
+            if trace.incomplete:  # an apology in a run that did not complete recovers nothing
+                return False
+            return states_failure(case.actual_output) or (
+                agent is not None and agent.error is None and states_failure(agent.output)
+            )
 
         failures: list[dict[str, Any]] = []
-        steps: list[int | None] = []
+        made: list[_Made] = []
         for index, call in enumerate(calls):
             if call.failed:
-                if not steps:  # the model steps, read once a call failed (most runs have none)
-                    step_of = {
-                        id(made): number
-                        for number, step in enumerate(trace.steps())
-                        for made in step.tool_calls
-                    }
-                    steps = [step_of.get(id(made)) for made in calls]
+                made = made or _where_made(trace, calls)
                 failures.append(
                     {
                         "index": index,
                         "name": call.name,
                         "arguments": call.arguments,
                         "error": call.error if call.error else text_of(call.result)[:500],
-                        "recovered": _recovered(index, calls, steps, said_so),
+                        "recovered": _recovered(index, calls, made, said_so),
                     }
                 )
         unrecovered = sum(1 for failure in failures if not failure["recovered"])

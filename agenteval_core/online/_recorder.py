@@ -725,8 +725,10 @@ class TraceAssembler:
         owner = self._new_trace(key, input, start_time) if parent is None else parent.owner
         at = start_time if start_time is not None else time.time()
         self._active(owner, at)
+        named = attributes.get(AGENT_NAME) if attributes else None
+        agent = str(named) if named else None
         if kind is SpanKind.LLM and self.watch_loops:  # a call after it is the model's asking
-            self.recorder.guard.model_called(owner.key)
+            self.recorder.guard.model_called(owner.key, agent)
         if kind is SpanKind.LLM and parent is not None:
             messages = messages_of(input)
             if messages:  # the conversation so far, resent: held once (see share_conversation)
@@ -746,18 +748,31 @@ class TraceAssembler:
         self._spans[key] = _OpenSpan(span, owner, parent_key if parent is not None else None)
         self.annotate(key, session_id=session_id, metadata=metadata, tools=tools)
         if tool_call is not None and self.watch_loops:
-            self.watch(owner.key, tool_call, started=span.start_time)
+            self.watch(owner.key, tool_call, started=span.start_time, agent=agent)
         if parent is None and len(self._traces) > self.max_open_runs:
             self._evict_stale(at)
 
-    def watch(self, key: Hashable, call: ToolCall, *, started: float | None = None) -> None:
-        """Check a tool call of the trace rooted at ``key`` with the guard (alert only)."""
+    def watch(
+        self,
+        key: Hashable,
+        call: ToolCall,
+        *,
+        started: float | None = None,
+        agent: str | None = None,
+    ) -> None:
+        """Check a tool call of the trace rooted at ``key`` (made for ``agent``, when the
+        run has several) with the guard (alert only)."""
         owner = self._traces.get(key)
         if owner is None:
             return
         trace = owner.trace
         alert = self.recorder.guard.observe(
-            key, call, trace_id=trace.id, session_id=trace.session_id, started=started
+            key,
+            call,
+            trace_id=trace.id,
+            session_id=trace.session_id,
+            started=started,
+            agent=agent,
         )
         if alert is not None:
             trace.alerts.append(alert)

@@ -744,11 +744,14 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     given), and each later run's span id gives ``None``.
 
     A later tool span runs the same call again when it carries the same call id, tool and
-    arguments, and no model call started in between: the model asked once, and something
-    other than the agent ran the call again (LangChain's ``ToolRetryMiddleware`` or a
-    LangGraph ``RetryPolicy`` after the tool raised, CrewAI's retries of a tool that
+    arguments, and no model call of its agent started in between: the model asked once, and
+    something other than the agent ran the call again (LangChain's ``ToolRetryMiddleware``
+    or a LangGraph ``RetryPolicy`` after the tool raised, CrewAI's retries of a tool that
     raised). A model that asks again for the same call, even under a reused id, asks after
-    a model call: that is a call of its own, and a loop when it repeats."""
+    a model call: that is a call of its own, and a loop when it repeats. The model call of
+    another agent (:data:`AGENT_NAME`), running beside it in the same run (CrewAI's
+    ``async_execution`` tasks, a graph's parallel branches), asks for none of its calls
+    unless it names the call's id; a model call that names no agent ends every retry."""
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
     if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
         return None
@@ -760,7 +763,15 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
         call = span.tool_call
         if call is None:
             if first and span.kind is SpanKind.LLM:
-                first = {}
+                agent = span.attributes.get(AGENT_NAME)
+                asked = {asked.id for asked in span.requested_tool_calls}
+                first = {
+                    call_id: run
+                    for call_id, run in first.items()
+                    if agent is not None
+                    and run.attributes.get(AGENT_NAME) not in (None, agent)
+                    and call_id not in asked
+                }
             continue
         if not call.id:
             continue
