@@ -121,6 +121,9 @@ class ToolFailures(Metric):
     """
 
     name = "tool_failures"
+    version: ClassVar[str] = "2"
+    """2: a call of another agent running beside the failing one recovers nothing, and a
+    model call of another agent does not end a retry (1 counted both)."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     default_threshold: ClassVar[float] = 0.7
