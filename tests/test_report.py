@@ -17,6 +17,7 @@ from judge_server import JudgeServer, Reply
 from agenteval_core import (
     AgentStep,
     LoopAlert,
+    MetricResult,
     RunStatus,
     Span,
     SpanKind,
@@ -698,7 +699,8 @@ def test_a_large_results_file_is_aggregated_whole_and_listed_in_part(
     assert cell(page, "coherence", "pass_rate") == f"{1170 / 1200:.3f}"
     assert cell(page, "agent_reliability", "scored") == "150"
     assert "500 of 1200 traces are listed" in page
-    assert "The first 100 of 150 sessions are shown." in page
+    # every session scored 0.3: the 100 shown are the first, in file order
+    assert "The 100 lowest-scoring of 150 sessions are shown, lowest first." in page
     assert "1 trace(s), 0 session(s)" in page
     assert page.count("… 3 more") == 100  # each shown session draws 5 of its 8 squares
     assert page.count('<details id="t-') == 500
@@ -708,6 +710,49 @@ def test_a_large_results_file_is_aggregated_whole_and_listed_in_part(
     assert 'href="#t-t0792"' not in page and 'title="t0792 risk' in page
     assert re.search(r'<span class="cell" style="[^"]*" title="t0792 risk', page)
     assert re.search(r'<a href="#t-t0000" class="cell" style="[^"]*" title="t0000 risk', page)
+
+
+def test_the_sessions_shown_are_the_lowest_and_their_flagged_traces_are_listed(
+    tmp_path: Path,
+) -> None:
+    # 150 sessions of 8 traces, every trace failing coherence: the page showed the first
+    # 100 sessions and listed the first 500 traces, so the sessions agent_reliability scored
+    # lowest, the last ten in the file, were not shown, and their flagged traces not listed
+    lines: list[dict[str, object]] = []
+    for number in range(150):
+        session = f"s{number:03d}"
+        for turn in range(8):
+            trace_id = f"t{number:03d}-{turn}"
+            lines.append(
+                {
+                    "trace_id": trace_id,
+                    "session_id": session,
+                    "status": "ok",
+                    "results": [_result("coherence", 0.2)],
+                }
+            )
+        worst = number >= 140
+        reliability = _result("agent_reliability", 0.1 + (number - 140) / 100 if worst else 0.8)
+        reliability["metadata"] = {"flagged_traces": [f"{session}-7".replace("s", "t", 1)]}
+        lines.append({"session_id": session, "session_results": [reliability]})
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = load_results(results)
+    shown = list(data.sessions)
+    assert shown[:10] == [f"s{n}" for n in range(140, 150)]  # lowest first: 0.10, 0.11, ...
+    assert shown[10:] == [f"s{n:03d}" for n in range(90)]  # then the first of the 0.8s
+    listed = list(data.traces)
+    # the first 500 that failed, then the flagged ones of shown sessions, in file order
+    flagged = [f"t{n:03d}-7" for n in [*range(62, 90), *range(140, 150)]]
+    assert listed == [f"t{n:03d}-{t}" for n in range(63) for t in range(8)][:500] + flagged
+    assert data.traces["t149-7"] == (
+        "s149",
+        [MetricResult.model_validate(_result("coherence", 0.2))],
+    )
+    page = render_html(data)
+    assert "The 100 lowest-scoring of 150 sessions are shown, lowest first." in page
+    assert '<a href="#t-t149-7" class="cell flagged"' in page  # a square that opens it
+    assert '<details id="t-t149-7">' in page
 
 
 def test_a_live_results_file_shows_its_open_sessions_with_their_scores_so_far(

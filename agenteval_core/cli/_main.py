@@ -38,9 +38,9 @@ from ..engine._summary import ResultSummary
 from ..metrics._protocol import MetricKind
 from ..metrics._registry import list_metrics, metric_class
 from ..offline._processes import replay
-from ..offline._replay import ReplayReport, lowest_score
+from ..offline._replay import ReplayReport
 from ..schema._capture import capture_parts
-from ..schema._results import flagged_traces
+from ..schema._results import flagged_traces, lowest_score
 from ..schema._trace import text_of
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ def _print_report(console: Console, report: ReplayReport) -> None:
         kept.sort(key=lambda item: lowest_score(item[1]))
         table.notes.append(
             f"the {MAX_ROWS_SHOWN} lowest-scoring of {report.sessions} are shown; "
-            "--json writes every session's results, which agenteval report shows"
+            "--json writes every session's results, and agenteval report shows the 100 lowest"
         )
         kept = kept[:MAX_ROWS_SHOWN]
     for session_id, results in kept:

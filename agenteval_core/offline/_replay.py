@@ -6,7 +6,6 @@ import asyncio
 import gc
 import heapq
 import logging
-import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,7 +22,7 @@ from ..engine._sinks import ResultsFileSink, Sink, is_results_directory, results
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import read_numbered
-from ..schema._results import MetricResult, TraceResults, flagged_traces
+from ..schema._results import MetricResult, TraceResults, flagged_traces, lowest_score
 from ..schema._trace import Trace, text_of
 from ._line_index import OwnLines, read_own_lines
 
@@ -229,12 +228,6 @@ class _ReportSink(Sink):
         report.sessions += 1
         report.session_summary.add(results)
         report.keep(session_id, results, self._inputs.pop(session_id, {}))
-
-
-def lowest_score(results: Iterable[MetricResult]) -> float:
-    """A session's lowest score; infinity when none of its metrics scored it (it sorts
-    last)."""
-    return min((r.score for r in results if r.score is not None), default=math.inf)
 
 
 RESULTS_BUFFER = 1 << 18

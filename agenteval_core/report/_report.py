@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import json
 import logging
@@ -27,7 +28,7 @@ from ..schema._capture import (
     rest_of_line_being_written,
     skipping_bad_lines,
 )
-from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces
+from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces, lowest_score
 from ..schema._trace import Trace, text_of
 
 __all__ = ["ReportData", "SessionMember", "load_results", "render_html", "write_report"]
@@ -35,7 +36,8 @@ __all__ = ["ReportData", "SessionMember", "load_results", "render_html", "write_
 logger = logging.getLogger("agenteval")
 
 MAX_SESSIONS = 100
-"""Sessions the report shows (the first ones in the file)."""
+"""Sessions the report shows: all of them up to this many, else this many with the lowest
+scores."""
 MAX_TRACES = 500
 """Traces the report lists: those that failed a metric or did not complete first."""
 MAX_CELLS = 1000
@@ -66,7 +68,9 @@ class ReportData:
     """The traces the report lists (session and results), in file order: up to
     ``MAX_TRACES``, those that failed a metric or did not complete first."""
     sessions: dict[str, list[MetricResult]] = field(default_factory=dict)
-    """The sessions the report shows: the first ``MAX_SESSIONS`` in the file."""
+    """The closed sessions the report shows: every one, in file order, when there are at
+    most ``MAX_SESSIONS``; else the ``MAX_SESSIONS`` with the lowest scores (a session's
+    lowest score ranks it; of equal ones, the first in the file), lowest first."""
     open_sessions: dict[str, dict[str, float | None]] = field(default_factory=dict)
     """Sessions the file has traces of but no closing line (the evaluator is still running,
     or stopped without closing them): each with its scores so far, as its last trace's line
@@ -183,6 +187,11 @@ class _Parts:
         return session_id if part == 1 else f"{session_id} · part {part}"
 
 
+_Listed = tuple[int, str, str | None, list[MetricResult], str | None]
+"""A trace the report lists: its place in the file (the how-manieth trace read), id,
+session, results and status."""
+
+
 def _first_time(seen: set[str], key: str) -> bool:
     """Whether ``key`` is new to ``seen`` (it is added)."""
     if key in seen:
@@ -227,11 +236,14 @@ def load_results(
     seen: set[str] = set()
     parts = _Parts()
     # listed traces: those that need a look (failed a metric, did not complete) first
-    flagged: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
-    others: list[tuple[int, str, str | None, list[MetricResult], str | None]] = []
+    flagged: list[_Listed] = []
+    others: list[_Listed] = []
     # sessions with traces and no closing line yet, each with its latest scores: as many as
     # the writer had open at once (an evaluator closes past max_open_sessions)
     still_open: dict[str, dict[str, float | None]] = {}
+    # the closed sessions to show, as a heap whose first is the one to give up first (the
+    # highest lowest score, the last read of equals)
+    lowest: list[tuple[float, int, str]] = []
     for line in read_results(path, data.torn_lines):
         if line.trace_id is not None and line.results is not None:
             if not _first_time(seen, line.trace_id):
@@ -252,21 +264,42 @@ def load_results(
             still_open.pop(part, None)
             data.session_count += 1
             data._aggregate(data.session_summary, line.session_results)
-            if len(data.sessions) < MAX_SESSIONS:
-                data.sessions[part] = line.session_results
+            ranked = (-lowest_score(line.session_results), -data.session_count, part)
+            if len(lowest) < MAX_SESSIONS:
+                heapq.heappush(lowest, ranked)
+            elif ranked > lowest[0]:
+                del data.sessions[heapq.heapreplace(lowest, ranked)[2]]
+            else:
+                continue
+            data.sessions[part] = line.session_results
+    if data.session_count > MAX_SESSIONS:  # the sessions that need a look, first
+        data.sessions = {part: data.sessions[part] for *_, part in sorted(lowest, reverse=True)}
     results_read(path, bool(data.trace_count or data.session_count), data.torn_lines)
     del seen, parts  # every id of the file: freed before the capture is read
     data.open_session_count = len(still_open)
     room = max(0, MAX_SESSIONS - len(data.sessions))
     data.open_sessions = dict(itertools.islice(still_open.items(), room))
     del still_open
-    listed = sorted(flagged + others[: max(0, MAX_TRACES - len(flagged))])
-    for _, trace_id, session_id, results, status in listed:
+    listed = flagged + others[: max(0, MAX_TRACES - len(flagged))]
+    if data.sessions or data.open_sessions:
+        # the traces the shown sessions' metrics flagged are listed too, to be looked at
+        have = {trace_id for _, trace_id, *_ in listed}
+        flagged_there = {
+            trace_id
+            for results in data.sessions.values()
+            for trace_id in flagged_traces(results)
+            if trace_id not in have
+        }
+        data.members, found = _members(
+            Path(path),
+            set(data.sessions) | set(data.open_sessions),
+            set(itertools.islice(sorted(flagged_there), MAX_TRACES)),
+        )
+        listed += found
+    for _, trace_id, session_id, results, status in sorted(listed, key=lambda item: item[0]):
         data.traces[trace_id] = (session_id, results)
         if status is not None:
             data.statuses[trace_id] = status
-    if data.sessions or data.open_sessions:
-        data.members = _members(Path(path), set(data.sessions) | set(data.open_sessions))
     if capture is not None:
         wanted = set(data.traces)
         # a capture from elsewhere may hold secrets; a report never shows them
@@ -326,11 +359,15 @@ def results_read(path: str | os.PathLike[str], found: bool, torn: list[str]) -> 
         )
 
 
-def _members(path: Path, sessions: set[str]) -> dict[str, list[SessionMember]]:
-    """The traces of the shown sessions, in order: a second pass over the file (which
-    sessions are shown is known only once their closing lines are read), taking from each
-    line only what a timeline draws. Each trace counts once, as in the first pass."""
+def _members(
+    path: Path, sessions: set[str], wanted: set[str]
+) -> tuple[dict[str, list[SessionMember]], list[_Listed]]:
+    """The traces of the shown sessions, in order, and the traces ``wanted`` as the report
+    lists them: a second pass over the file (which sessions are shown is known only once
+    their closing lines are read), taking from each line only what a timeline draws. Each
+    trace counts once, and has the place in the file it has in the first pass."""
     members: dict[str, list[SessionMember]] = {session: [] for session in sessions}
+    found: list[_Listed] = []
     seen: set[str] = set()
     parts = _Parts()
     for _, _, record in _results_lines(path, []):
@@ -345,6 +382,9 @@ def _members(path: Path, sessions: set[str]) -> dict[str, list[SessionMember]]:
             if not _first_time(seen, trace_id):
                 continue
             part = parts.trace(session)
+            if trace_id in wanted:
+                line = ResultsLine.model_validate(record)
+                found.append((len(seen), trace_id, session, line.results or [], line.status))
             if part in members:
                 loop = any(
                     r.get("name") == "loop_detection" and r.get("success") is False for r in results
@@ -354,7 +394,7 @@ def _members(path: Path, sessions: set[str]) -> dict[str, list[SessionMember]]:
                 )
         if record.get("session_results"):
             parts.close(session)
-    return members
+    return members, found
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

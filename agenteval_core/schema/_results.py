@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from numbers import Real
 from typing import Any, Literal
@@ -156,6 +157,12 @@ def flagged_traces(results: Iterable[MetricResult]) -> list[str]:
         if isinstance(listed, list):
             flagged.update((trace_id, None) for trace_id in listed if isinstance(trace_id, str))
     return list(flagged)
+
+
+def lowest_score(results: Iterable[MetricResult]) -> float:
+    """A session's lowest score, what ranks the sessions that need a look first; infinity
+    when none of its metrics scored it (it ranks last)."""
+    return min((r.score for r in results if r.score is not None), default=math.inf)
 
 
 RESULTS_VERSION = 1
