@@ -49,9 +49,13 @@ def states_failure(answer: Any) -> bool:
 
 @dataclass(frozen=True)
 class _Made:
-    """Where a call was made: its model step (None for a call of no step), the nearest agent
-    span at or above its span (None in a trace with none), and when it started."""
+    """A call as recovery reads it: its identity (:func:`canonical_call`), whether it failed,
+    and where it was made: its model step (None for a call of no step), the nearest agent
+    span at or above its span (None in a trace with none), and when it started. Each is
+    read once: a run of thousands of calls that failed alike compares every pair."""
 
+    signature: tuple[str, str]
+    failed: bool
     step: int | None
     agent: Span | None
     started: float
@@ -69,15 +73,18 @@ def _where_made(trace: Trace, calls: Sequence[ToolCall]) -> list[_Made]:
         nearest[span.id] = span if span.kind is SpanKind.AGENT else above
         if span.tool_call is not None:
             made[id(span.tool_call)] = (above, span.start_time or 0.0)
-    return [_Made(step_of.get(id(call)), *made.get(id(call), (None, 0.0))) for call in calls]
+    return [
+        _Made(
+            canonical_call(call),
+            call.failed,
+            step_of.get(id(call)),
+            *made.get(id(call), (None, 0.0)),
+        )
+        for call in calls
+    ]
 
 
-def _recovered(
-    index: int,
-    calls: Sequence[ToolCall],
-    made: Sequence[_Made],
-    said_so: Callable[[Span | None], bool],
-) -> bool:
+def _recovered(index: int, made: Sequence[_Made], said_so: Callable[[Span | None], bool]) -> bool:
     """A failed call is recovered when a later call differs from it (another tool, or other
     arguments), when the same call later succeeded (a retry that worked), or when the final
     answer of the run, or of the agent that made the call, says the task failed. A later
@@ -85,15 +92,15 @@ def _recovered(
     asked for beside it, and a call of another agent running beside the one that made it
     (before that agent's span ended: CrewAI's ``async_execution`` tasks, a graph's parallel
     branches) did not see it."""
-    failed, where = canonical_call(calls[index]), made[index]
+    where = made[index]
     agent = where.agent
     handed_on = math.inf if agent is None or agent.end_time is None else agent.end_time
-    for later, there in zip(calls[index + 1 :], made[index + 1 :], strict=True):
+    for there in made[index + 1 :]:
         if where.step is not None and there.step == where.step:  # asked for together
             continue
         if there.agent is not agent and there.started < handed_on:  # ran beside it
             continue
-        if canonical_call(later) != failed or not later.failed:
+        if there.signature != where.signature or not there.failed:
             return True
     return said_so(agent)
 
@@ -158,7 +165,7 @@ class ToolFailures(Metric):
                         "name": call.name,
                         "arguments": call.arguments,
                         "error": call.error if call.error else text_of(call.result)[:500],
-                        "recovered": _recovered(index, calls, made, said_so),
+                        "recovered": _recovered(index, made, said_so),
                     }
                 )
         unrecovered = sum(1 for failure in failures if not failure["recovered"])
