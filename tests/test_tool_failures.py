@@ -172,6 +172,15 @@ def test_a_call_of_another_agent_recovers_a_failure_only_after_it_was_handed_on(
     # the failing agent's own answer says so: recovered, whatever the run's answer says
     owned_up = _two_agents(other_starts=1.5, first_says="Sorry, R-9 could not be found.")
     assert ToolFailures().measure(owned_up).score == recovered
+    # an agent the failing one runs itself (a sub-agent, after the failure) saw it
+    root, *rest = _two_agents(other_starts=3.0).spans
+    made_by_root = [
+        span.model_copy(update={"parent_id": "root"} if span.parent_id == "refunds" else {})
+        for span in rest
+        if span.id != "refunds"
+    ]
+    nested = Trace(input="R-9?", output="R-9 pending", spans=[root, *made_by_root])
+    assert ToolFailures().measure(nested).score == recovered
 
 
 def test_it_is_a_default_metric_and_a_session_signal() -> None:

@@ -51,13 +51,15 @@ def states_failure(answer: Any) -> bool:
 class _Made:
     """A call as recovery reads it: its identity (:func:`canonical_call`), whether it failed,
     and where it was made: its model step (None for a call of no step), the nearest agent
-    span at or above its span (None in a trace with none), and when it started. Each is
-    read once: a run of thousands of calls that failed alike compares every pair."""
+    span at or above its span (None in a trace with none), the ids of every agent span
+    above it, and when it started. Each is read once: a run of thousands of calls that
+    failed alike compares every pair."""
 
     signature: tuple[str, str]
     failed: bool
     step: int | None
     agent: Span | None
+    within: frozenset[str]
     started: float
 
 
@@ -67,18 +69,22 @@ def _where_made(trace: Trace, calls: Sequence[ToolCall]) -> list[_Made]:
         id(made): number for number, step in enumerate(trace.steps()) for made in step.tool_calls
     }
     nearest: dict[str, Span | None] = {}  # the nearest agent span at or above each span
-    made: dict[int, tuple[Span | None, float]] = {}  # each run's call record → its span's
+    agents: dict[str, frozenset[str]] = {}  # the agent spans at or above each span
+    made: dict[int, tuple[Span | None, frozenset[str], float]] = {}  # a run's call → its span's
     for span in trace.spans:  # a parent starts before its children
-        above = nearest.get(span.parent_id) if span.parent_id is not None else None
+        parent = span.parent_id
+        above = nearest.get(parent) if parent is not None else None
+        within = agents.get(parent, frozenset()) if parent is not None else frozenset()
         nearest[span.id] = span if span.kind is SpanKind.AGENT else above
+        agents[span.id] = within | {span.id} if span.kind is SpanKind.AGENT else within
         if span.tool_call is not None:
-            made[id(span.tool_call)] = (above, span.start_time or 0.0)
+            made[id(span.tool_call)] = (above, within, span.start_time or 0.0)
     return [
         _Made(
             canonical_call(call),
             call.failed,
             step_of.get(id(call)),
-            *made.get(id(call), (None, 0.0)),
+            *made.get(id(call), (None, frozenset(), 0.0)),
         )
         for call in calls
     ]
@@ -90,15 +96,19 @@ def _recovered(index: int, made: Sequence[_Made], said_so: Callable[[Span | None
     answer of the run, or of the agent that made the call, says the task failed. A later
     call is one asked for after the failure was seen: a call asked for in the same step was
     asked for beside it, and a call of another agent running beside the one that made it
-    (before that agent's span ended: CrewAI's ``async_execution`` tasks, a graph's parallel
-    branches) did not see it."""
+    (before that agent's span ended, and not an agent it runs itself: CrewAI's
+    ``async_execution`` tasks, a graph's parallel branches) did not see it."""
     where = made[index]
     agent = where.agent
     handed_on = math.inf if agent is None or agent.end_time is None else agent.end_time
     for there in made[index + 1 :]:
         if where.step is not None and there.step == where.step:  # asked for together
             continue
-        if there.agent is not agent and there.started < handed_on:  # ran beside it
+        if (
+            there.agent is not agent
+            and there.started < handed_on
+            and (agent is None or agent.id not in there.within)
+        ):  # ran beside it
             continue
         if there.signature != where.signature or not there.failed:
             return True
