@@ -1166,6 +1166,55 @@ def test_a_call_its_retry_middleware_runs_again_is_no_loop(
 
 
 @pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_a_retried_tool_that_calls_a_model_itself_is_still_one_call(
+    tmp_path: Path, stop_on_loop: bool
+) -> None:
+    # a tool that has a model summarise what it fetched, then times out, run again by
+    # ToolRetryMiddleware: its own model call between the runs read as the agent's model
+    # asking again, so the three runs were three calls of the agent, a loop; with
+    # stop_on_loop the guard refused the run that would have worked
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    summarizer = ScriptedChatModel(replies=[AIMessage("A-1: in transit")])
+    runs: list[str] = []
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        runs.append(order_id)
+        summary = summarizer.invoke(f"Summarise the status of {order_id}").content
+        if len(runs) <= 2:
+            raise ConnectionError("orders API timed out")
+        return f"{summary}, shipped"
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("lookup", "c1", order_id="A-1")]),
+            AIMessage("A-1 has shipped."),
+        ]
+    )
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, retry_on=(ConnectionError,))
+    agent = create_agent(model, tools=[lookup], middleware=[retry])
+    alerts: list[Any] = []
+    with OnlineEvaluator(
+        capture=tmp_path / "capture.jsonl", on_alert=alerts.append, log=False
+    ) as evaluator:
+        handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+        state = agent.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
+        assert evaluator.flush(10)
+    assert state["messages"][-1].content == "A-1 has shipped."
+    assert runs == ["A-1"] * 3 and alerts == []
+    [trace] = read_capture(tmp_path / "capture.jsonl")
+    tools = {span.id for span in trace.spans if span.kind is SpanKind.TOOL}
+    inner = [span for span in trace.spans_of(SpanKind.LLM) if span.parent_id in tools]
+    assert [span.output for span in inner] == ["A-1: in transit"] * 3  # inside each run
+    assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+    assert [(c.id, c.result) for c in trace.tool_calls()] == [("c1", "A-1: in transit, shipped")]
+    assert ToolCallLoops().measure(trace).score == 1.0
+    assert ToolFailures().measure(trace).score == 1.0
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
 def test_a_model_that_reuses_its_call_id_while_looping_is_still_caught(
     tmp_path: Path, stop_on_loop: bool
 ) -> None:

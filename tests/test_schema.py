@@ -660,6 +660,8 @@ def test_another_agents_model_call_beside_a_retry_leaves_it_one_call() -> None:
     assert calls(model(None)) == ["timed out", None]  # a model call of no agent said
     assert calls(model("orders", "c1")) == ["timed out", None]  # it asked for the call's id
     assert calls(model("orders"), agent=None) == ["timed out", None]  # the call's agent unsaid
+    # a model call the tool made itself, inside its first run (a summariser): one call
+    assert calls(model(None).model_copy(update={"parent_id": "t1"})) == [None]
 
 
 def test_a_call_run_again_keeps_the_place_the_model_asked_for_it_in() -> None:

@@ -104,9 +104,12 @@ class _Guard:
         if parent_run_id is None and name.endswith(("_end", "_error")):
             self.runs.exit(run_id)
             return
-        root = self.runs.enter(run_id, parent_run_id)
-        if name in _MODEL_STARTS:  # what the model asks for next is a call of its own
-            self.recorder.guard.model_called(root)
+        root = self.runs.enter(run_id, parent_run_id, tool=name == "on_tool_start")
+        if name in _MODEL_STARTS:
+            # what the model asks for next is a call of its own; a model a tool calls (its
+            # summariser, a sub-agent) asks for none of the run's calls
+            if not self.runs.inside_tool(parent_run_id):
+                self.recorder.guard.model_called(root)
             return
         if name != "on_tool_start":
             return

@@ -527,18 +527,23 @@ class Recorder:
 
 
 class RunRoots:
-    """Which run (root span) each open span belongs to, kept on the agent's thread so the
-    guard can be asked before a tool runs. A run's entries go when its root ends."""
+    """Which run (root span) each open span belongs to, and which spans run inside a tool,
+    kept on the agent's thread so the guard can be asked before a tool runs. A run's
+    entries go when its root ends."""
 
     def __init__(self) -> None:
         self._roots: dict[Hashable, Hashable] = {}
         self._members: dict[Hashable, list[Hashable]] = {}
+        self._tools: set[Hashable] = set()  # tool spans, and every span inside one
 
     def __len__(self) -> int:
         return len(self._members)
 
-    def enter(self, key: Hashable, parent: Hashable | None) -> Hashable:
-        """Record a span starting under ``parent`` (``None`` for a root); return its root."""
+    def enter(self, key: Hashable, parent: Hashable | None, *, tool: bool = False) -> Hashable:
+        """Record a span starting under ``parent`` (``None`` for a root), a tool's when
+        ``tool``; return its root."""
+        if tool or parent in self._tools:
+            self._tools.add(key)
         if parent is None:
             self._members.setdefault(key, [])
             return key
@@ -548,10 +553,18 @@ class RunRoots:
             self._members.setdefault(root, []).append(key)
         return root
 
+    def inside_tool(self, parent: Hashable | None) -> bool:
+        """Whether a span started under ``parent`` runs inside a tool (the tool's own
+        model call, a sub-agent it runs): a model call there asks for none of the run's
+        calls."""
+        return parent in self._tools
+
     def exit(self, key: Hashable) -> None:
         """A span ended: when it is a root, forget its run."""
+        self._tools.discard(key)
         for member in self._members.pop(key, ()):
             self._roots.pop(member, None)
+            self._tools.discard(member)
 
 
 @dataclass
@@ -727,7 +740,9 @@ class TraceAssembler:
         self._active(owner, at)
         named = attributes.get(AGENT_NAME) if attributes else None
         agent = str(named) if named else None
-        if kind is SpanKind.LLM and self.watch_loops:  # a call after it is the model's asking
+        if kind is SpanKind.LLM and self.watch_loops and not self._inside_tool(parent_key):
+            # a call after it is the model's asking; a model call a tool makes (its own
+            # summariser, a sub-agent) asks for none of the run's calls
             self.recorder.guard.model_called(owner.key, agent)
         if kind is SpanKind.LLM and parent is not None:
             messages = messages_of(input)
@@ -751,6 +766,17 @@ class TraceAssembler:
             self.watch(owner.key, tool_call, started=span.start_time, agent=agent)
         if parent is None and len(self._traces) > self.max_open_runs:
             self._evict_stale(at)
+
+    def _inside_tool(self, key: Hashable | None) -> bool:
+        """Whether the open span ``key``, or one above it, is a tool's."""
+        while key is not None:
+            open_span = self._spans.get(key)
+            if open_span is None:
+                return False
+            if open_span.span.kind is SpanKind.TOOL:
+                return True
+            key = open_span.parent_key
+        return False
 
     def watch(
         self,

@@ -751,7 +751,9 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     a model call: that is a call of its own, and a loop when it repeats. The model call of
     another agent (:data:`AGENT_NAME`), running beside it in the same run (CrewAI's
     ``async_execution`` tasks, a graph's parallel branches), asks for none of its calls
-    unless it names the call's id; a model call that names no agent ends every retry."""
+    unless it names the call's id; a model call that names no agent ends every retry. A
+    model call inside a tool's span (the tool's own summariser, a sub-agent it runs) asks
+    only for the calls made inside that span."""
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
     if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
         return None
@@ -759,7 +761,14 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     # run of that call has the same tool and arguments, so it stands for them all)
     first: dict[str, Span] = {}
     again: dict[str, ToolCall | None] | None = None
-    for span in spans:
+    tools: set[str] = set()  # the tool spans so far
+    inside: dict[str, str | None] = {}  # each span's nearest tool span above it
+    for span in spans:  # a parent starts before its children
+        parent = span.parent_id
+        above = None if parent is None else parent if parent in tools else inside.get(parent)
+        inside[span.id] = above
+        if span.kind is SpanKind.TOOL:
+            tools.add(span.id)
         call = span.tool_call
         if call is None:
             if first and span.kind is SpanKind.LLM:
@@ -768,9 +777,12 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
                 first = {
                     call_id: run
                     for call_id, run in first.items()
-                    if agent is not None
-                    and run.attributes.get(AGENT_NAME) not in (None, agent)
-                    and call_id not in asked
+                    if inside.get(run.id) != above
+                    or (
+                        agent is not None
+                        and run.attributes.get(AGENT_NAME) not in (None, agent)
+                        and call_id not in asked
+                    )
                 }
             continue
         if not call.id:
