@@ -41,10 +41,17 @@ DEFAULT_SECRET_PATTERNS: dict[str, str] = {
     "slack-token": r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
     "google-api-key": r"\bAIza[0-9A-Za-z_\-]{35}",
     "stripe-key": r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}",
-    "url-password": r"(?<=://)[^\s:/@\[\]]+:[^\s/@]+(?=@)",
+    "url-password": r"(?<=://)[^\s:/@\[\]]*:[^\s/@]+(?=@)",
+    # a secret-named key given a value in text: a query string or form body
+    # (?api_key=...&), an environment listing (DB_PASSWORD=...), a flag, YAML, a Python
+    # dict's repr ({'password': '...'}). The match starts at the end of the key's name;
+    # which names count, and when, is _assigns_secret's
+    "secret-assignment": r"(?i)((?:password|passwd|secret|api[_\-]?key|apikey|token|"
+    r"private[_\-]?key)[\"']?\s*[=:]\s*[\"']?)([^\s&;,\"'<>(){}\[\]]+)",
 }
 """Shapes of common credentials; each match becomes ``[REDACTED:<name>]`` (in a URL, the
-user name is kept: ``postgres://app:[REDACTED:url-password]@db``)."""
+user name is kept: ``postgres://app:[REDACTED:url-password]@db``; of a key given a value,
+the key: ``password=[REDACTED:secret-assignment]``)."""
 
 _HINTS: dict[str, tuple[str, ...]] = {
     "anthropic-key": ("sk-",),
@@ -61,10 +68,26 @@ _HINTS: dict[str, tuple[str, ...]] = {
     "google-api-key": ("aiza",),
     "stripe-key": ("_live_", "_test_"),
     "url-password": ("://",),
+    "secret-assignment": (
+        *("password", "passwd", "secret", "api_key", "api-key", "apikey", "token"),
+        *("private_key", "private-key", "privatekey"),
+    ),
 }
 """Lower-cased text that each default pattern's match must contain: a cheap test that lets
 most strings skip the regular expressions. Patterns of the user's, and the bare AWS secret
 key (no prefix), are always run on strings long enough to hold them."""
+
+_ASSIGNED = re.compile(
+    r"(?:password|passwd|secret|api[_\-]?key|apikey|token|private[_\-]?key)[\"']?\s*[=:]"
+)
+"""In lower-cased text, a secret-named key given a value: ``secret-assignment`` runs only
+where this finds one (its own search, case-blind, costs several times as much, and the
+names occur in prose far more often than in assignments)."""
+
+_GATES: dict[str, Callable[[str], bool]] = {
+    "secret-assignment": lambda text: _ASSIGNED.search(text.lower()) is not None,
+}
+"""Tests of a whole text that a default pattern runs only after."""
 
 _HINT_SEARCH = re.compile("|".join(sorted({re.escape(h) for hs in _HINTS.values() for h in hs})))
 """All hints in one pass. Its matches do not overlap, which loses nothing: no hint starts
@@ -97,8 +120,12 @@ _CHECKS: dict[str, Callable[[str], bool]] = {
 """Further tests a default pattern's match must pass to count as a secret."""
 
 _SHORTEST_SECRET = 20
-"""No default pattern matches fewer characters (an AWS access key is 20): shorter strings,
-most of a trace's, skip them all."""
+"""No default pattern but ``secret-assignment`` matches fewer characters (an AWS access key
+is 20): shorter strings, most of a trace's, skip them."""
+
+_SHORTEST_ASSIGNMENT = 8
+"""The fewest characters ``secret-assignment`` matches (``passwd=x``): shorter strings skip
+every default pattern."""
 
 _CUT_MARGIN = 512
 """Characters kept past ``max_chars`` while searching, so no secret is split by the cut."""
@@ -207,13 +234,37 @@ class _Rule:
     hints: tuple[str, ...]
     check: Callable[[str], bool] | None
     default: bool = True
+    gate: Callable[[str], bool] | None = None
+    shortest: int = _SHORTEST_SECRET
+    """A default pattern's fewest characters: a shorter text is not searched."""
 
     def replace(self, found: re.Match[str]) -> str:
         if self.check is not None and not self.check(found[0]):
             return found[0]
         if self.name == "url-password":  # keep the user name: only the password is secret
             return f"{found[0].split(':', 1)[0]}:[REDACTED:url-password]"
+        if self.name == "secret-assignment":  # keep the key: only its value is secret
+            return f"{found[1]}[REDACTED:secret-assignment]" if _assigns_secret(found) else found[0]
         return f"[REDACTED:{self.name}]"
+
+
+def _assigns_secret(found: re.Match[str]) -> bool:
+    """Whether a key given a value in text (``found``: the end of the key's name with its
+    separator, then the value; the name's start lies before the match) gives a secret: a
+    secret name's (``password``, ``DB_PASSWORD``, ``api-key``) after ``=`` or in quotes
+    (``'password': '...'``), and after a bare ``:`` (prose says "Reset your password: click
+    the link") or for an ambiguous name (``token``, ``csrf_token``) only a value that looks
+    like one."""
+    text, assigned, end = found.string, found[1], found.start()
+    start = end
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
+        start -= 1  # the rest of the name: DB_PASSWORD, --api-key, csrf_token
+    named = assigned.rstrip(" \t\"'=:")
+    kind = _field_kind(text[start:end].lstrip("-") + named, DEFAULT_SECRET_FIELDS)
+    looks = _LOOKS_SECRET.match(found[2]) is not None
+    opening = text[start - 1 : start]  # the name's own opening quote
+    quoted = opening in ("'", '"') and assigned[len(named) : len(named) + 1] == opening
+    return (kind == _LOOKS and looks) or (kind == _ALWAYS and (looks or quoted or "=" in assigned))
 
 
 _NEVER, _ALWAYS, _LOOKS = 0, 1, 2
@@ -292,7 +343,15 @@ class Redactor:
         process = _process_rules
         custom = process.patterns | dict(self.patterns)
         compiled = [
-            _Rule(name, re.compile(pattern), _HINTS.get(name, ()), _CHECKS.get(name))
+            _Rule(
+                name,
+                re.compile(pattern),
+                _HINTS.get(name, ()),
+                _CHECKS.get(name),
+                True,
+                _GATES.get(name),
+                _SHORTEST_ASSIGNMENT if name == "secret-assignment" else _SHORTEST_SECRET,
+            )
             if name not in custom
             else _Rule(name, re.compile(pattern), (), None, default=False)
             for name, pattern in (DEFAULT_SECRET_PATTERNS | custom).items()
@@ -324,6 +383,8 @@ class Redactor:
         size, limit = len(value), self.max_chars
         if (
             size < _SHORTEST_SECRET
+            # a short key given a value (passwd=x) is the one secret this short
+            and (size < _SHORTEST_ASSIGNMENT or ("=" not in value and ":" not in value))
             and (limit is None or size <= limit)
             and value.isascii()
             and "{" not in value  # no JSON that could hold a secret-named field
@@ -363,10 +424,13 @@ class Redactor:
     def _patterns(self, value: str) -> str:
         """``value`` with every pattern's matches replaced."""
         present = self._hints_in(value)
-        short = len(value) < _SHORTEST_SECRET
         for rule in self._current()[1]:
-            if rule.default and (short or (rule.hints and present.isdisjoint(rule.hints))):
-                continue  # no telltale prefix: the pattern cannot match
+            if rule.default and (
+                len(value) < rule.shortest or (rule.hints and present.isdisjoint(rule.hints))
+            ):
+                continue  # too short, or no telltale prefix: the pattern cannot match
+            if rule.gate is not None and not rule.gate(value):
+                continue
             redacted = rule.pattern.sub(rule.replace, value)
             if redacted != value:
                 value, present = redacted, self._hints_in(redacted)
@@ -401,7 +465,7 @@ class Redactor:
     @staticmethod
     def _hints_in(value: str) -> frozenset[str]:
         """The telltale prefixes a string holds, found in one pass over it."""
-        if len(value) < _SHORTEST_SECRET:
+        if len(value) < _SHORTEST_ASSIGNMENT:
             return frozenset()
         return frozenset(_HINT_SEARCH.findall(value.lower()))
 

@@ -372,10 +372,50 @@ def test_secrets_hidden_or_unclaimed_before_are_found(text: str, expected: str) 
         "commit 3f786850e387550fdab836ed7e6dc881de23001b",
         "agenteval_core_online_evaluator_thread_pool_worker",
         "https://example.com/docs/getting-started?page=2",
+        # a secret-named key whose value is prose, a word, or no secret's
+        "Reset your password: click the link we sent you.",
+        '"Your password": "is too short"',
+        "the token: the",
+        "max_tokens=512, input_tokens: 57",
+        "secret_santa=bob and next_page_token=CAUQAA",
+        "PWD=/home/bob",
     ],
 )
 def test_text_that_only_looks_like_a_secret_is_kept(text: str) -> None:
     assert Redactor().text(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a tool's URL: the key was sent as it was
+        (
+            "GET https://api.example.com/v1/data?user=bob&api_key=abc123def456&page=2",
+            "GET https://api.example.com/v1/data?user=bob&api_key=[REDACTED:secret-assignment]"
+            "&page=2",
+        ),
+        ("password=hunter2&user=bob", "password=[REDACTED:secret-assignment]&user=bob"),
+        # a shell tool's environment listing: the working directory is no secret
+        (
+            "DB_PASSWORD=hunter2\nPWD=/home/bob",
+            "DB_PASSWORD=[REDACTED:secret-assignment]\nPWD=/home/bob",
+        ),
+        ("run with --password=S3cret!", "run with --password=[REDACTED:secret-assignment]"),
+        ("db:\n  password: hunter2x9\n", "db:\n  password: [REDACTED:secret-assignment]\n"),
+        # a Python dict's repr, as a tool's result is often shown
+        (
+            "{'user': 'bob', 'password': 'hunter2'}",
+            "{'user': 'bob', 'password': '[REDACTED:secret-assignment]'}",
+        ),
+        ("csrf_token=a8Fj2kLq9x", "csrf_token=[REDACTED:secret-assignment]"),
+        ("redis://:mypassword@redis:6379/0", "redis://:[REDACTED:url-password]@redis:6379/0"),
+        # shorter than any other secret: a tool argument of its own
+        ("client_secret=zz", "client_secret=[REDACTED:secret-assignment]"),
+    ],
+    ids=["query-string", "form", "env", "flag", "yaml", "repr", "token", "url-no-user", "short"],
+)
+def test_a_secret_named_key_given_a_value_in_text(text: str, expected: str) -> None:
+    assert Redactor().text(text) == expected
 
 
 def test_secret_named_fields_by_name_and_by_look() -> None:
