@@ -248,9 +248,7 @@ def test_concurrent_writers_produce_whole_lines(tmp_path: Path) -> None:
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(outputs=st.lists(text, max_size=6), session=st.one_of(st.none(), text))
 def test_written_traces_read_back_equal(
     tmp_path: Path, outputs: list[str], session: str | None
@@ -1017,7 +1015,7 @@ def test_a_run_too_large_for_one_line_is_captured_cut_so_it_reads_back(
     assert "its 700 longest strings are cut to about " in warning
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     st.lists(st.integers(min_value=0, max_value=3000), min_size=1, max_size=12),
     st.integers(min_value=2_000, max_value=20_000),

@@ -289,7 +289,7 @@ _ANY_TEXT = st.one_of(_ASCII_TEXT, st.text(max_size=40))
 _SHARED = StaticEmbedder(english_only=False)  # one model load; its word cache grows
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(_ANY_TEXT, max_size=6), st.integers(min_value=1, max_value=40))
 # the tokenizer's added tokens, which it matches before lowercasing (found by this test)
 @example(["[UNK]"], 1)

@@ -302,7 +302,7 @@ _JSON = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.sampled_from(range(len(_TOOL_SCHEMAS))), _JSON)
 def test_the_compiled_check_agrees_with_jsonschema(which: int, arguments: Any) -> None:
     schema = _TOOL_SCHEMAS[which]

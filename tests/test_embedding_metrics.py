@@ -681,7 +681,7 @@ def _hybrid(embedder: HashingEmbedder, first: str, second: str) -> float:
     st.text(max_size=40),
     st.text(max_size=30),
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 def test_a_shared_frame_is_around_something_of_each_text_and_about_no_request(
     opening: str, first: str, second: str, ending: str, request: str
 ) -> None:
@@ -722,7 +722,7 @@ def test_async_path_gives_the_same_result() -> None:
     assert sync.score == asynchronous.score
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     current=st.text(max_size=80),
     previous=st.lists(st.text(max_size=80), max_size=5),

@@ -745,7 +745,7 @@ def in_batches(traces: list[Trace], cuts: list[int]) -> list[list[Trace]]:
     return batches
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     rows=st.lists(
         st.tuples(st.sampled_from("xyz"), st.sampled_from(ANSWERS), st.booleans()),
@@ -798,7 +798,7 @@ def test_any_batching_scores_like_one_trace_at_a_time(
     assert batched == one_by_one
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     sessions=st.lists(st.sampled_from("abcde"), min_size=1, max_size=30),
     cuts=st.lists(st.integers(1, 5), min_size=1, max_size=10),

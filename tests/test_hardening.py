@@ -152,7 +152,6 @@ events = st.lists(
 
 @settings(
     max_examples=int(os.environ.get("AGENTEVAL_FUZZ_EXAMPLES", "150")),
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(sequence=events)
@@ -251,7 +250,6 @@ def test_100_concurrent_sessions_and_a_slow_judge(tmp_path: Path) -> None:
 
 FUZZ = settings(
     max_examples=int(os.environ.get("AGENTEVAL_FUZZ_EXAMPLES", "150")),
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 SPAN_NAMES = [

@@ -211,7 +211,7 @@ events = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(sequence=events)
 def test_odd_event_sequences_never_raise_and_lose_no_finished_run(
     sequence: list[tuple[str, int, int | None]],

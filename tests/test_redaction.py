@@ -469,7 +469,7 @@ def test_tool_and_node_names_reach_the_metrics_unredacted(tmp_path: Path) -> Non
     assert (call.name, call.arguments) == (name, {"task": "task-42-refund-review"})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     text=st.text(alphabet=st.sampled_from('abcXYZ019 _-:/@"{}[]%\\u=+.\ud800é'), max_size=24),
     max_chars=st.sampled_from([None, 5, 100_000]),

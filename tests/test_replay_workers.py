@@ -192,7 +192,7 @@ def test_shards_split_a_capture_by_session(tmp_path: Path) -> None:
         next(read_capture(path, shard=(3, 3)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(session=st.text(min_size=1), number=st.integers(1, 10**6), count=st.integers(1, 9))
 def test_a_session_lands_in_one_shard_however_its_line_is_written(
     session: str, number: int, count: int
@@ -224,7 +224,7 @@ def _line_kinds() -> list[bytes]:
     return [*ours, theirs, loose, long, glued, *bad]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     kinds=st.lists(st.integers(0, len(_line_kinds()) - 1), max_size=40),
     torn=st.booleans(),
@@ -621,7 +621,7 @@ def test_a_capture_directory_holds_each_session_in_one_shard_in_order(tmp_path: 
     assert list(read_capture(tmp_path / "capture", shard=(1, 2))) == shards[1]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     sessions=st.lists(st.sampled_from(["a", "b", "c", "d", None]), min_size=1, max_size=30),
     shards=st.integers(1, 5),

@@ -297,7 +297,7 @@ class _Fixed(Metric):
         raise NotImplementedError
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500)
 @given(
     value=st.one_of(st.none(), st.floats(), st.integers(-2, 2)),
     odd=st.dictionaries(st.sampled_from(sorted(_ODD)), st.none(), max_size=3).flatmap(
@@ -565,7 +565,7 @@ _MESSAGES = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.lists(
         st.tuples(st.integers(0, 6), st.lists(_MESSAGES, max_size=3), st.booleans()),

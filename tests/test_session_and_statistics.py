@@ -156,7 +156,7 @@ signal_row = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(rows=st.lists(signal_row, max_size=40), split=st.integers(0, 3))
 def test_incremental_equals_batch(rows: list[dict[str, float | None]], split: int) -> None:
     ids = [f"t{i}" for i in range(len(rows))]
@@ -237,7 +237,7 @@ def test_a_signal_given_as_nan_takes_a_trace_out_of_the_running_score() -> None:
         assert_snapshot_is_the_result_without_its_table(live)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     share=st.sampled_from([0.01, 0.15, 0.5, 1.0]),
     steps=st.lists(

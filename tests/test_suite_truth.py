@@ -263,7 +263,7 @@ def test_headlines_lie_inside_their_intervals() -> None:
     assert "10/10  │ 1.000 [0.977, 1.000] │ 0.828 [0.366, 0.993]" in report.summary()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(n=st.integers(1, 200), data=st.data(), k=st.integers(1, 40))
 def test_the_median_lies_inside_the_interval_where_the_mean_may_not(
     n: int, data: st.DataObject, k: int

@@ -261,7 +261,7 @@ def _reports(value: object, response: bool = True) -> bool:
     return isinstance(value, str) and "error" in value.lower()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(result=_json)
 def test_a_result_fails_when_it_reports_an_error_however_it_is_nested(result: object) -> None:
     call = ToolCall(name="lookup", arguments={}, result=result)

@@ -145,7 +145,7 @@ def test_skips_without_a_reference_and_refuses_bad_options() -> None:
 names = st.lists(st.sampled_from(["a", "b", "c"]), max_size=6)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     reference=names, made=names, mode=st.sampled_from(["strict", "unordered", "subset", "superset"])
 )
