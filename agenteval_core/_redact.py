@@ -154,10 +154,11 @@ DEFAULT_SECRET_FIELDS: frozenset[str] = frozenset(
     }
 )
 """Keys whose values are secrets whatever they look like (compared case-insensitively, with
-``-`` read as ``_``; also any key ending in ``_password``, ``_passwd``, ``_secret``,
-``_api_key``, ``_private_key`` or ``_access_token``, like ``db_password``)."""
+``-`` read as ``_``; also any key ending in ``password``, ``passwd``, ``_secret``,
+``_api_key``, ``_private_key`` or ``_access_token``, like ``db_password``, ``PGPASSWORD``
+or ``userPassword``)."""
 
-SECRET_SUFFIXES = ("_password", "_passwd", "_secret", "_api_key", "_private_key", "_access_token")
+SECRET_SUFFIXES = ("password", "passwd", "_secret", "_api_key", "_private_key", "_access_token")
 
 LOOKS_CHECKED_FIELDS: frozenset[str] = frozenset({"token", "secret", "key"})
 """Keys whose values are redacted only when they look like a secret (8 or more characters

@@ -401,6 +401,7 @@ def test_text_that_only_looks_like_a_secret_is_kept(text: str) -> None:
             "DB_PASSWORD=[REDACTED:secret-assignment]\nPWD=/home/bob",
         ),
         ("run with --password=S3cret!", "run with --password=[REDACTED:secret-assignment]"),
+        ("PGPASSWORD=s3cr3t psql -h db", "PGPASSWORD=[REDACTED:secret-assignment] psql -h db"),
         ("db:\n  password: hunter2x9\n", "db:\n  password: [REDACTED:secret-assignment]\n"),
         # a Python dict's repr, as a tool's result is often shown
         (
@@ -412,7 +413,18 @@ def test_text_that_only_looks_like_a_secret_is_kept(text: str) -> None:
         # shorter than any other secret: a tool argument of its own
         ("client_secret=zz", "client_secret=[REDACTED:secret-assignment]"),
     ],
-    ids=["query-string", "form", "env", "flag", "yaml", "repr", "token", "url-no-user", "short"],
+    ids=[
+        "query-string",
+        "form",
+        "env",
+        "flag",
+        "libpq-env",
+        "yaml",
+        "repr",
+        "token",
+        "url-no-user",
+        "short",
+    ],
 )
 def test_a_secret_named_key_given_a_value_in_text(text: str, expected: str) -> None:
     assert Redactor().text(text) == expected
