@@ -743,45 +743,6 @@ def test_a_batch_of_large_traces_ends_at_its_byte_budget(
         assert report.traces == 10 and batches.seen == [4, 4, 2]
 
 
-def test_cli_shows_the_lowest_scoring_sessions_of_a_large_replay(tmp_path: Path) -> None:
-    # 30 sessions of two turns; in five of them the agent says the same thing twice
-    path = tmp_path / "c.jsonl"
-    with CaptureWriter(path) as writer:
-        for n in range(30):
-            looping = n % 6 == 0
-            answers = (
-                ["Your parcel is still on its way, please wait."] * 2
-                if looping
-                else [f"Order {n} shipped on Monday.", f"Refund {n} was approved today."]
-            )
-            for turn, answer in enumerate(answers):
-                writer.write(
-                    Trace(
-                        id=f"s{n:02d}-{turn}",
-                        input=f"question {turn}",
-                        output=answer,
-                        session_id=f"s{n:02d}",
-                    )
-                )
-    result = CliRunner().invoke(
-        cli,
-        ["replay", str(path), "--metrics", "loop_detection,agent_reliability"],
-        env={"COLUMNS": "200"},
-    )
-    assert result.exit_code == 0, result.output
-    rows = [line for line in result.output.splitlines() if re.search(r"│ s\d\d ", line)]
-    assert len(rows) == 20
-    # the looping sessions score lowest and come first
-    assert [re.search(r"s\d\d", row).group() for row in rows[:5]] == [  # type: ignore[union-attr]
-        "s00",
-        "s06",
-        "s12",
-        "s18",
-        "s24",
-    ]
-    assert "the 20 lowest-scoring of 30 are shown" in result.output
-
-
 def _two_turn_sessions(path: Path, count: int, looping: range) -> None:
     """``count`` sessions of two turns; in those of ``looping`` the agent says the same
     thing twice."""
@@ -801,6 +762,29 @@ def _two_turn_sessions(path: Path, count: int, looping: range) -> None:
                         session_id=f"s{n:04d}",
                     )
                 )
+
+
+def test_cli_shows_the_lowest_scoring_sessions_of_a_large_replay(tmp_path: Path) -> None:
+    # 30 sessions of two turns; in five of them the agent says the same thing twice
+    path = tmp_path / "c.jsonl"
+    _two_turn_sessions(path, 30, looping=range(0, 30, 6))
+    result = CliRunner().invoke(
+        cli,
+        ["replay", str(path), "--metrics", "loop_detection,agent_reliability"],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if re.search(r"│ s\d{4} ", line)]
+    assert len(rows) == 20
+    # the looping sessions score lowest and come first
+    assert [re.search(r"s\d{4}", row).group() for row in rows[:5]] == [  # type: ignore[union-attr]
+        "s0000",
+        "s0006",
+        "s0012",
+        "s0018",
+        "s0024",
+    ]
+    assert "the 20 lowest-scoring of 30 are shown" in result.output
 
 
 def test_the_sessions_shown_are_the_lowest_of_all_not_of_the_first_thousand(

@@ -1124,15 +1124,9 @@ def test_a_retried_tool_call_keeps_each_runs_own_result(evaluator: OnlineEvaluat
     )
 
 
-@pytest.mark.parametrize("stop_on_loop", [True, False])
-def test_a_call_its_retry_middleware_runs_again_is_no_loop(
-    tmp_path: Path, stop_on_loop: bool
-) -> None:
-    # ToolRetryMiddleware runs a call that raised again under its id, without asking the
-    # model: three runs of one call reached the guard's threshold, so the guard raised a loop
-    # alert on a transient error and, with stop_on_loop, refused the run that would have
-    # worked and stopped a run that was going well
-    agent, runs = retrying_agent()
+def _run_retried(agent: Any, runs: list[str], tmp_path: Path, stop_on_loop: bool) -> Trace:
+    """Ask ``agent``, whose lookup ToolRetryMiddleware runs three times until it answers,
+    where A-1 is; check that it answered, with no loop alert and no stop; its trace."""
     alerts: list[Any] = []
     with OnlineEvaluator(
         capture=tmp_path / "capture.jsonl", on_alert=alerts.append, log=False
@@ -1144,6 +1138,19 @@ def test_a_call_its_retry_middleware_runs_again_is_no_loop(
     assert runs == ["A-1"] * 3 and alerts == []
     [trace] = read_capture(tmp_path / "capture.jsonl")
     assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+    return trace
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_a_call_its_retry_middleware_runs_again_is_no_loop(
+    tmp_path: Path, stop_on_loop: bool
+) -> None:
+    # ToolRetryMiddleware runs a call that raised again under its id, without asking the
+    # model: three runs of one call reached the guard's threshold, so the guard raised a loop
+    # alert on a transient error and, with stop_on_loop, refused the run that would have
+    # worked and stopped a run that was going well
+    agent, runs = retrying_agent()
+    trace = _run_retried(agent, runs, tmp_path, stop_on_loop)
     assert [(c.id, c.result, c.error) for c in trace.tool_calls(every_run=True)] == [
         ("c1", None, "ConnectionError: orders API timed out"),
         ("c1", None, "ConnectionError: orders API timed out"),
@@ -1195,20 +1202,10 @@ def test_a_retried_tool_that_calls_a_model_itself_is_still_one_call(
     )
     retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, retry_on=(ConnectionError,))
     agent = create_agent(model, tools=[lookup], middleware=[retry])
-    alerts: list[Any] = []
-    with OnlineEvaluator(
-        capture=tmp_path / "capture.jsonl", on_alert=alerts.append, log=False
-    ) as evaluator:
-        handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
-        state = agent.invoke({"messages": [("user", "Where is A-1?")]}, {"callbacks": [handler]})
-        assert evaluator.flush(10)
-    assert state["messages"][-1].content == "A-1 has shipped."
-    assert runs == ["A-1"] * 3 and alerts == []
-    [trace] = read_capture(tmp_path / "capture.jsonl")
+    trace = _run_retried(agent, runs, tmp_path, stop_on_loop)
     tools = {span.id for span in trace.spans if span.kind is SpanKind.TOOL}
     inner = [span for span in trace.spans_of(SpanKind.LLM) if span.parent_id in tools]
     assert [span.output for span in inner] == ["A-1: in transit"] * 3  # inside each run
-    assert (trace.status, trace.alerts) == (RunStatus.OK, [])
     assert [(c.id, c.result) for c in trace.tool_calls()] == [("c1", "A-1: in transit, shipped")]
     assert ToolCallLoops().measure(trace).score == 1.0
     assert ToolFailures().measure(trace).score == 1.0
