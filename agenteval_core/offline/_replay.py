@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import heapq
 import logging
 import os
 from collections import deque
@@ -22,7 +21,13 @@ from ..engine._sinks import ResultsFileSink, Sink, is_results_directory, results
 from ..engine._summary import ResultSummary
 from ..metrics._protocol import Metric, SessionMetric
 from ..schema._capture import read_numbered
-from ..schema._results import MetricResult, TraceResults, flagged_traces, lowest_score
+from ..schema._results import (
+    LowestKept,
+    MetricResult,
+    TraceResults,
+    flagged_traces,
+    lowest_score,
+)
 from ..schema._trace import Trace, text_of
 from ._line_index import OwnLines, read_own_lines
 
@@ -123,14 +128,8 @@ class ReplayReport:
     flagged_inputs: dict[str, str] = field(default_factory=dict)
     """The first words of the input of each trace a kept session's metrics flagged, by
     trace id: what a reader recognises a flagged trace by."""
-    _ranked: list[tuple[float, int, str]] = field(default_factory=list, init=False, repr=False)
-    """The kept sessions as a heap whose first is the one to give up first: the highest
-    lowest score, the last scored of equals (``(-lowest, -order, session_id)``)."""
-    _order: dict[str, int] = field(default_factory=dict, init=False, repr=False)
-    """Each kept session's place in scoring order: a heap entry of another is stale (a
-    session cut in two keeps its lower-scoring part)."""
-    _offered: int = field(default=0, init=False, repr=False)
-    """How many sessions were offered to :meth:`keep`: the next one's place."""
+    _kept: LowestKept[str] = field(init=False, repr=False)
+    """Which sessions ``session_results`` keeps."""
     bad_lines: list[CaptureFormatError] = field(default_factory=list)
     sessions_cut: int = 0
     """How many times a session was cut in two: closed to keep at most
@@ -143,6 +142,9 @@ class ReplayReport:
     processes: list[ProcessTimes] = field(default_factory=list)
     """Of a replay with workers, how each process spent it, in process order (empty in one
     process, and on Ray)."""
+
+    def __post_init__(self) -> None:
+        self._kept = LowestKept(self.keep_sessions)
 
     def merge(self, other: ReplayReport) -> None:
         """Add the report of another part of the same replay (a worker's, a Ray task's):
@@ -164,28 +166,23 @@ class ReplayReport:
         ``keep_sessions`` lowest-scoring so far, with the inputs (``inputs``: first words
         by trace id) of the traces its metrics flagged; give up the highest-scoring kept
         one for it when they are full."""
-        lowest, order = lowest_score(results), self._offered
-        self._offered += 1
+        lowest = lowest_score(results)
         if session_id in self.session_results:  # the second part of a session cut in two
             if lowest >= lowest_score(self.session_results[session_id]):
                 return
             self._give_up(session_id)
-        elif len(self.session_results) >= self.keep_sessions:
-            ranked = self._ranked
-            while ranked and self._order.get(ranked[0][2]) != -ranked[0][1]:
-                heapq.heappop(ranked)  # an entry of a part given up for its other part
-            if not ranked or -ranked[0][0] <= lowest:
-                return
-            self._give_up(heapq.heappop(ranked)[2])
-        self._order[session_id] = order
-        heapq.heappush(self._ranked, (-lowest, -order, session_id))
+        kept, given_up = self._kept.offer(session_id, lowest)
+        if given_up is not None:
+            self._give_up(given_up)
+        if not kept:
+            return
         self.session_results[session_id] = results
         for trace_id in flagged_traces(results):
             if trace_id in inputs:
                 self.flagged_inputs[trace_id] = inputs[trace_id]
 
     def _give_up(self, session_id: str) -> None:
-        del self._order[session_id]
+        self._kept.discard(session_id)
         for trace_id in flagged_traces(self.session_results.pop(session_id)):
             self.flagged_inputs.pop(trace_id, None)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import heapq
 import itertools
 import json
 import logging
@@ -28,7 +27,14 @@ from ..schema._capture import (
     rest_of_line_being_written,
     skipping_bad_lines,
 )
-from ..schema._results import MetricResult, ResultsLine, failing, flagged_traces, lowest_score
+from ..schema._results import (
+    LowestKept,
+    MetricResult,
+    ResultsLine,
+    failing,
+    flagged_traces,
+    lowest_score,
+)
 from ..schema._trace import Trace, text_of
 
 __all__ = ["ReportData", "SessionMember", "load_results", "render_html", "write_report"]
@@ -241,9 +247,7 @@ def load_results(
     # sessions with traces and no closing line yet, each with its latest scores: as many as
     # the writer had open at once (an evaluator closes past max_open_sessions)
     still_open: dict[str, dict[str, float | None]] = {}
-    # the closed sessions to show, as a heap whose first is the one to give up first (the
-    # highest lowest score, the last read of equals)
-    lowest: list[tuple[float, int, str]] = []
+    shown: LowestKept[str] = LowestKept(MAX_SESSIONS)  # the closed sessions to show
     for line in read_results(path, data.torn_lines):
         if line.trace_id is not None and line.results is not None:
             if not _first_time(seen, line.trace_id):
@@ -264,16 +268,13 @@ def load_results(
             still_open.pop(part, None)
             data.session_count += 1
             data._aggregate(data.session_summary, line.session_results)
-            ranked = (-lowest_score(line.session_results), -data.session_count, part)
-            if len(lowest) < MAX_SESSIONS:
-                heapq.heappush(lowest, ranked)
-            elif ranked > lowest[0]:
-                del data.sessions[heapq.heapreplace(lowest, ranked)[2]]
-            else:
-                continue
-            data.sessions[part] = line.session_results
+            taken, given_up = shown.offer(part, lowest_score(line.session_results))
+            if given_up is not None:
+                del data.sessions[given_up]
+            if taken:
+                data.sessions[part] = line.session_results
     if data.session_count > MAX_SESSIONS:  # the sessions that need a look, first
-        data.sessions = {part: data.sessions[part] for *_, part in sorted(lowest, reverse=True)}
+        data.sessions = {part: data.sessions[part] for part in shown.lowest_first()}
     results_read(path, bool(data.trace_count or data.session_count), data.torn_lines)
     del seen, parts  # every id of the file: freed before the capture is read
     data.open_session_count = len(still_open)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from numbers import Real
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -163,6 +164,48 @@ def lowest_score(results: Iterable[MetricResult]) -> float:
     """A session's lowest score, what ranks the sessions that need a look first; infinity
     when none of its metrics scored it (it ranks last)."""
     return min((r.score for r in results if r.score is not None), default=math.inf)
+
+
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+class LowestKept(Generic[_Key]):
+    """At most ``size`` keys: those offered with the lowest ranks, of equal ranks the first
+    offered. What keeps the sessions that need a look (:func:`lowest_score`) from a replay
+    or a results file of any size in flat memory."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        # (-rank, -order, key): the first is the one to give up first; an entry whose
+        # order is not its key's (a key discarded, or offered again) is stale
+        self._heap: list[tuple[float, int, _Key]] = []
+        self._order: dict[_Key, int] = {}
+        self._offered = 0
+
+    def offer(self, key: _Key, rank: float) -> tuple[bool, _Key | None]:
+        """Offer ``key`` (not kept now): whether it is kept, and the key given up for it."""
+        order, self._offered = self._offered, self._offered + 1
+        given_up = None
+        if len(self._order) >= self.size:
+            heap = self._heap
+            while heap and self._order.get(heap[0][2]) != -heap[0][1]:
+                heapq.heappop(heap)
+            if not heap or -heap[0][0] <= rank:
+                return False, None
+            given_up = heapq.heappop(heap)[2]
+            del self._order[given_up]
+        self._order[key] = order
+        heapq.heappush(self._heap, (-rank, -order, key))
+        return True, given_up
+
+    def discard(self, key: _Key) -> None:
+        """Stop keeping ``key``."""
+        self._order.pop(key, None)
+
+    def lowest_first(self) -> list[_Key]:
+        """The keys kept, the lowest rank first (of equal ranks, the first offered)."""
+        live = [item for item in self._heap if self._order.get(item[2]) == -item[1]]
+        return [key for *_, key in sorted(live, reverse=True)]
 
 
 RESULTS_VERSION = 1
