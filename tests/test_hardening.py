@@ -19,7 +19,7 @@ from uuid import uuid4
 
 import pytest
 from agenteval_crewai._translate import Translator
-from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
 from agenteval_langchain._handler import HOOKS
 from agenteval_langchain._scripted import ScriptedChatModel, tool_call
 from agenteval_llamaindex import LlamaIndexInstrumentation
@@ -144,7 +144,11 @@ payloads = st.one_of(
 )
 events = st.lists(
     st.tuples(
-        st.sampled_from(HOOKS), st.integers(0, 5), st.one_of(st.none(), st.integers(0, 5)), payloads
+        st.sampled_from(HOOKS),
+        st.integers(0, 5),
+        st.one_of(st.none(), st.integers(0, 5)),
+        payloads,
+        st.booleans(),  # a graph's step (its parent runs a graph: an agent when named)
     ),
     max_size=30,
 )
@@ -154,24 +158,29 @@ events = st.lists(
     max_examples=int(os.environ.get("AGENTEVAL_FUZZ_EXAMPLES", "150")),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(sequence=events)
+@given(sequence=events, stop_on_loop=st.booleans())
 def test_langchain_handler_survives_any_event_sequence(
-    sequence: list[tuple[str, int, int | None, Any]], tmp_path: Path
+    sequence: list[tuple[str, int, int | None, Any, bool]], stop_on_loop: bool, tmp_path: Path
 ) -> None:
+    # runs that claim each other as parents included: the guard's walk up a run's agents ends
     evaluator = OnlineEvaluator(capture=None, metrics=[], session_metrics=[])
-    handler = AgentEvalCallbackHandler(evaluator)
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
     ids = [uuid4() for _ in range(6)]
-    for hook, run, parent, payload in sequence:
+    for hook, run, parent, payload, step in sequence:
         kwargs: dict[str, Any] = {
             "run_id": ids[run],
             "parent_run_id": ids[parent] if parent is not None else None,
+            "tags": ["graph:step:1"] if step else [],
         }
         args: tuple[Any, ...] = (
             (payload,)
             if hook.endswith(("_end", "_error", "_action", "_finish"))
             else ({"name": "x"}, payload)
         )
-        getattr(handler, hook)(*args, **kwargs)  # must never raise into the agent
+        try:  # must never raise into the agent, but to stop a loop
+            getattr(handler, hook)(*args, **kwargs)
+        except AgentLoopError:
+            assert stop_on_loop and hook == "on_tool_start"
     assert evaluator.recorder.flush(10)
     assert handler._translator.assembler.open_traces() <= 6  # bounded by the runs started
     evaluator.close()

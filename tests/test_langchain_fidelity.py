@@ -11,6 +11,7 @@ import json
 import operator
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -30,7 +31,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import NodeTimeoutError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 from langgraph_agents import (
     ORDER_STATUS,
     Classifier,
@@ -2086,8 +2087,6 @@ def test_sub_agents_a_graph_fans_out_to_keep_their_own_steps(evaluator: OnlineEv
     # a graph sends each order to a sub-agent at once (LangGraph's Send): their steps
     # interleave, and each tool call joined whichever step had opened last, another
     # agent's (a judge read B-2's lookup as the step that answered "shipped")
-    from langgraph.types import Send
-
     @tool
     def order_status(order_id: str) -> str:
         """Status of an order."""
@@ -2129,6 +2128,99 @@ def test_sub_agents_a_graph_fans_out_to_keep_their_own_steps(evaluator: OnlineEv
     # each step with the calls its own model asked for, whatever order the agents ran in
     steps = sorted(((s.output or ""), [c.id for c in s.tool_calls]) for s in trace.steps())
     assert steps == [("", ["c-A-1"]), ("", ["c-B-2"]), ("delayed", []), ("shipped", [])]
+
+
+def pollers_sent_at_once(polls: dict[str, int]) -> Any:
+    """A graph that sends one poller per job at once (LangGraph's Send); the poller of job
+    J checks it ``polls[J]`` times, and the checks start in turn (A, B, A, B, ...) once
+    every poller has called its model."""
+    order = [f"{job}{n}" for n in range(1, max(polls.values()) + 1) for job in polls]
+    order = [check for check in order if int(check[1:]) <= polls[check[0]]]
+    started = {check: threading.Event() for check in order}
+    asked = {job: threading.Event() for job in polls}  # each poller has called its model
+    checks: dict[str, int] = dict.fromkeys(polls, 0)
+
+    @tool
+    def job_status(job: str) -> str:
+        """Status of a deploy job."""
+        checks[job] += 1
+        started[f"{job}{checks[job]}"].set()
+        return "done" if checks[job] == polls[job] else "running"
+
+    def reply(messages: Any) -> AIMessage:
+        job = str(messages[0].content).split()[-1]
+        done = sum(message.type == "tool" for message in messages)
+        if done == polls[job]:
+            return AIMessage(f"{job} is done")
+        asked[job].set()
+        check = f"{job}{done + 1}"
+        if order.index(check):  # the check before it has started
+            assert started[order[order.index(check) - 1]].wait(10)
+        else:  # every poller is running before the first check
+            assert all(event.wait(10) for event in asked.values())
+        return AIMessage("", tool_calls=[tool_call("job_status", check, job=job)])
+
+    poller = create_agent(ScriptedChatModel(reply=reply), tools=[job_status], name="poller")
+
+    class Jobs(TypedDict):
+        jobs: list[str]
+        results: Annotated[list[str], operator.add]
+
+    def poll(state: dict[str, Any]) -> dict[str, Any]:
+        return {"results": [poller.invoke(state)["messages"][-1].content]}
+
+    graph = StateGraph(Jobs)
+    graph.add_node("poll", poll)
+    graph.add_conditional_edges(
+        START,
+        lambda state: [Send("poll", {"messages": [("user", f"Watch {j}")]}) for j in state["jobs"]],
+        ["poll"],
+    )
+    graph.add_edge("poll", END)
+    return graph.compile()
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_pollers_running_at_once_are_not_a_loop_and_one_that_loops_is(
+    evaluator: OnlineEvaluator, stop_on_loop: bool
+) -> None:
+    # two pollers sent at once, each checking its own job twice: their calls, read as one
+    # sequence, closed "cycle job_status → job_status": an alert, and with stop_on_loop=True
+    # a stopped run, for a run that did its work
+    from agenteval_langchain import AgentLoopError
+
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+    state = pollers_sent_at_once({"A": 2, "B": 2}).invoke(
+        {"jobs": ["A", "B"], "results": []}, {"callbacks": [handler]}
+    )
+    assert sorted(state["results"]) == ["A is done", "B is done"]
+    # the poller of A checks it a third time while B's runs: its own loop
+    looping = pollers_sent_at_once({"A": 4, "B": 2})
+    with (
+        pytest.raises(AgentLoopError, match=r'job_status called 3 times .* \{"job": "A"\}')
+        if stop_on_loop
+        else contextlib.nullcontext()
+    ):
+        looping.invoke({"jobs": ["A", "B"], "results": []}, {"callbacks": [handler]})
+    worked, looped = evaluator.captured()
+    assert [(c.id, c.arguments, c.result) for c in worked.tool_calls()] == [
+        ("A1", {"job": "A"}, "running"),
+        ("B1", {"job": "B"}, "running"),
+        ("A2", {"job": "A"}, "done"),
+        ("B2", {"job": "B"}, "done"),
+    ]
+    assert (worked.status, worked.alerts) == (RunStatus.OK, [])
+    loops = ToolCallLoops().measure(worked)
+    assert (loops.score, loops.reason) == (1.0, "no repeated calls or cycles among 4 tool calls")
+    assert looped.status is (RunStatus.STOPPED if stop_on_loop else RunStatus.OK)
+    [alert] = looped.alerts
+    assert (alert.pattern, [(c.id, c.arguments) for c in alert.calls]) == (
+        "repeated_call",
+        [("A1", {"job": "A"}), ("A2", {"job": "A"}), ("A3", {"job": "A"})],
+    )
+    assert ToolCallLoops().measure(looped).reason == (
+        'job_status called 3 times with the same arguments {"job": "A"}'
+    )
 
 
 @pytest.mark.parametrize("streamed", [False, True])

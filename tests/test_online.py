@@ -260,6 +260,42 @@ def test_run_roots_map_spans_to_their_run_and_forget_ended_runs() -> None:
     assert len(runs) == 0
 
 
+def test_run_roots_give_agents_running_at_once_lanes_of_their_own() -> None:
+    runs = RunRoots()
+    runs.enter("root", None)
+    runs.enter("a", "root", may_be_agent=True)
+    runs.agent_found("a")
+    runs.enter("a-call-1", "a", tool=True)
+    assert runs.lane("a-call-1") is None  # one agent so far: the run's lane
+    runs.enter("b", "root", may_be_agent=True)
+    runs.agent_found("b")
+    runs.enter("node", "root", may_be_agent=True)  # named, but runs no graph: no agent
+    runs.enter("a-call-2", "a", tool=True)
+    runs.enter("b-call-1", "b", tool=True)
+    assert (runs.lane("a-call-2"), runs.lane("b-call-1")) == ("a", "b")
+    runs.ended("a")
+    runs.ended("b")
+    runs.enter("c", "root", may_be_agent=True)  # after them, alone
+    runs.agent_found("c")
+    runs.enter("c-call", "c", tool=True)
+    assert runs.lane("c-call") is None
+    runs.exit("root")
+    assert len(runs) == 0
+    # the same keys in a new run: nothing of the old run's lanes is left
+    runs.enter("root", None)
+    runs.enter("a", "root", may_be_agent=True)
+    runs.agent_found("a")
+    runs.enter("a-call", "a", tool=True)
+    assert runs.lane("a-call") is None
+    # two runs that name each other as parent (broken events): the walk up them ends
+    broken = RunRoots()
+    for key, parent in (("x", "y"), ("y", "x"), ("z", None)):
+        broken.enter(key, parent, may_be_agent=True)
+        broken.agent_found(key)
+    broken.enter("call", "x", tool=True)
+    assert broken.lane("call") is None  # each above the other: not beside each other
+
+
 # --- the loop guard --------------------------------------------------------------------------
 
 

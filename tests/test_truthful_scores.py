@@ -86,6 +86,70 @@ def test_cycles_loop_and_a_second_look_does_not() -> None:
     assert "tool_call_loops" in default_metric_names()
 
 
+def agents_run(
+    agents: dict[str, tuple[float, float]], calls: list[tuple[str, str, dict[str, Any]]]
+) -> Trace:
+    """A run whose agent spans (id → start, end) made ``calls`` (agent span, tool,
+    arguments; one a second, from t = 1), under a root agent span."""
+    spans = [Span(id="root", kind=SpanKind.AGENT, name="crew", start_time=0.0, end_time=99.0)]
+    for name, (start, end) in agents.items():
+        spans.append(
+            Span(
+                id=name,
+                parent_id="root",
+                kind=SpanKind.AGENT,
+                name=name,
+                start_time=start,
+                end_time=end,
+            )
+        )
+    for index, (agent, tool, arguments) in enumerate(calls):
+        call = ToolCall(id=f"c{index}", name=tool, arguments=arguments, result="running")
+        at = index + 1.0
+        spans.append(
+            Span(
+                parent_id=agent,
+                kind=SpanKind.TOOL,
+                name=tool,
+                start_time=at,
+                end_time=at + 0.5,
+                tool_call=call,
+            )
+        )
+    return Trace(input="Watch A and B", output="A and B are done.", spans=spans)
+
+
+def test_agents_running_at_once_loop_each_in_their_own_lane() -> None:
+    # two pollers sent at once, each checking its own job twice: read as one sequence their
+    # calls closed "cycle job_status → job_status" that neither made (and the live guard
+    # stopped the run with stop_on_loop=True)
+    loops = create_metric("tool_call_loops")
+    a, b = ("A", "job_status", {"job": "A"}), ("B", "job_status", {"job": "B"})
+    at_once = {"A": (0.5, 10.0), "B": (0.5, 10.0)}
+    result = loops.measure(agents_run(at_once, [a, b, a, b]))
+    assert (result.score, result.reason) == (1.0, "no repeated calls or cycles among 4 tool calls")
+    # three workers at once, each reading the same rules once: nobody repeated a call
+    rules = [(worker, "get_rules", {}) for worker in "ABC"]
+    three = {worker: (0.5, 10.0) for worker in "ABC"}
+    assert loops.measure(agents_run(three, rules)).score == 1.0
+    # one of them polling its job three times is its loop, with its calls only
+    result = loops.measure(agents_run(at_once, [a, b, a, b, a]))
+    assert (result.score, result.reason) == (
+        0.0,
+        'job_status called 3 times with the same arguments {"job": "A"}',
+    )
+    assert (
+        result.metadata["loops"][0]["calls"]
+        == [{"name": "job_status", "arguments": {"job": "A"}}] * 3
+    )
+    # the same calls by agents one after another (each sent back to redo its check): one
+    # sequence, and the cycle is the run's
+    one_by_one = {"A1": (0.5, 1.9), "B1": (1.9, 2.9), "A2": (2.9, 3.9), "B2": (3.9, 4.9)}
+    again = [(span, "job_status", {"job": span[0]}) for span in one_by_one]
+    result = loops.measure(agents_run(one_by_one, again))
+    assert (result.score, result.reason) == (0.0, "cycle job_status → job_status repeated 2 times")
+
+
 def test_a_case_without_a_trace_is_an_error_not_a_score() -> None:
     result = create_metric("tool_call_loops").measure(EvalCase(input="q"))
     assert result.score is None and "no trace" in (result.error or "")

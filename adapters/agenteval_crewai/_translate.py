@@ -690,7 +690,7 @@ class Translator:
                 # calls of their own, even under ids an earlier call had (a reused id)
                 self.assembler.recorder.guard.model_called(root)
                 for call in requested:
-                    self.assembler.watch(root, call, started=at)
+                    self.assembler.watch(key, call, started=at)
             self.assembler.end_span(
                 key,
                 output=text,

@@ -23,7 +23,7 @@ from agenteval_core import (
 )
 from agenteval_core.recording import RunRoots
 
-from ._translate import SESSION_KWARG, Event, Translator
+from ._translate import SESSION_KWARG, Event, Translator, graph_is_agent
 
 __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
 
@@ -93,6 +93,12 @@ class _Guard:
         self.translator = translator
         self.runs = RunRoots()
 
+    def _may_be_agent(self, args: tuple[Any, ...], kwargs: dict[str, Any], parent: Any) -> bool:
+        """Whether a chain is traced as an agent once it runs a graph's steps."""
+        serialized = args[0] if args else None
+        name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
+        return graph_is_agent(name, self.runs.inside_tool(parent))
+
     def event(
         self,
         name: str,
@@ -101,15 +107,27 @@ class _Guard:
         run_id: UUID,
         parent_run_id: UUID | None,
     ) -> None:
-        if parent_run_id is None and name.endswith(("_end", "_error")):
-            self.runs.exit(run_id)
+        if name.endswith(("_end", "_error")):
+            if parent_run_id is None:
+                self.runs.exit(run_id)
+            else:
+                self.runs.ended(run_id)
             return
-        root = self.runs.enter(run_id, parent_run_id, tool=name == "on_tool_start")
+        root = self.runs.enter(
+            run_id,
+            parent_run_id,
+            tool=name == "on_tool_start",
+            may_be_agent=name == "on_chain_start"
+            and self._may_be_agent(args, kwargs, parent_run_id),
+        )
+        if any(str(tag).startswith("graph:step:") for tag in kwargs.get("tags") or ()):
+            self.runs.agent_found(parent_run_id)  # a graph: an agent, if named (as traced)
+        agent = (kwargs.get("metadata") or {}).get("lc_agent_name")
         if name in _MODEL_STARTS:
             # what the model asks for next is a call of its own; a model a tool calls (its
             # summariser, a sub-agent) asks for none of the run's calls
             if not self.runs.inside_tool(parent_run_id):
-                self.recorder.guard.model_called(root)
+                self.recorder.guard.model_called(root, agent)
             return
         if name != "on_tool_start":
             return
@@ -123,7 +141,9 @@ class _Guard:
                 arguments=arguments,
             )
             refuse = self.translator.refuser(run_id)
-            alert = self.recorder.check_tool_call(root, call, refuse=refuse)
+            alert = self.recorder.check_tool_call(
+                root, call, refuse=refuse, agent=agent, lane=self.runs.lane(run_id)
+            )
         except Exception as exc:  # a bug of ours must never reach the agent
             self.recorder.guard_failed(exc)
             return

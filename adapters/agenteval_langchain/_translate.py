@@ -215,6 +215,13 @@ def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
 _UNNAMED_GRAPH = "LangGraph"
 """What LangGraph calls a graph compiled without a name."""
 
+
+def graph_is_agent(name: str, in_tool: bool) -> bool:
+    """Whether a graph run inside a run is an agent: one with a name of its own
+    (``create_agent(name=...)``, a supervisor's worker), or any graph a tool runs."""
+    return name != _UNNAMED_GRAPH or in_tool
+
+
 _INTERNAL_METADATA = ("langgraph_", "checkpoint_", "ls_", "__")
 
 
@@ -540,7 +547,7 @@ class Translator:
                 # a new process resuming after a crash): its first node is given the
                 # thread's state, whose last human message is the request the run answers
                 self.assembler.request_found(e.run_id, lambda: jsonable(request))
-                if name != _UNNAMED_GRAPH or self._in_tool(e):
+                if graph_is_agent(name, self._in_tool(e)):
                     self._requests[e.run_id] = request
             return
         resume = getattr(inputs, "resume", None) if type(inputs).__name__ == "Command" else None

@@ -787,9 +787,7 @@ class Translator:
         if not self.assembler.watch_loops:
             # the guard checks an agent's calls before they run; a step's own call cannot be
             # refused, so the guard watches it as it does without stop_on_loop (alerts only)
-            root = self.assembler.root_key(span_id)
-            if root is not None:
-                self.assembler.watch(root, call, started=at)
+            self.assembler.watch(span_id, call, started=at)
 
     def _switch_agent(self, agent: str, parent: Any, at: float) -> None:
         """An AgentWorkflow step names the agent it runs for: when that agent changes, end the

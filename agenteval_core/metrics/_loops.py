@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..schema._trace import EvalCase, LoopAlert, ToolCall, Trace
+from ..schema._trace import EvalCase, LoopAlert, Span, SpanKind, ToolCall, Trace
 from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
 
-__all__ = ["LoopGuard", "ToolCallLoops", "canonical_call"]
+__all__ = ["Lanes", "LoopGuard", "ToolCallLoops", "canonical_call"]
 
 
 HANDOFF_PREFIXES = ("transfer_to_", "transfer_back_to_")
@@ -36,17 +36,62 @@ def canonical_call(call: ToolCall) -> tuple[str, str]:
 
 
 @dataclass
-class _RunCalls:
+class _Lane:
+    """The calls of one lane of a run (see :class:`Lanes`), in the order they started."""
+
     signatures: list[tuple[str, str]] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
-    handoffs: Counter[tuple[str, str]] = field(default_factory=Counter)
-    """Each handoff's occurrences since the run last made a call new to it."""
+
+
+@dataclass
+class _RunCalls:
+    lanes: dict[Hashable, _Lane] = field(default_factory=dict)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    """Every call identity the run has made, in any lane."""
+    handoffs: dict[tuple[str, str], list[ToolCall]] = field(default_factory=dict)
+    """Each handoff's calls since the run last made a call new to it."""
     alerted: set[Any] = field(default_factory=set)
     stopped_by: LoopAlert | None = None
     since_model_call: dict[str, tuple[tuple[str, str], str | None]] = field(default_factory=dict)
     """Each call id run since its agent's last model call, with its call's identity and
     the agent it ran for (``None``: not said)."""
+
+
+class Lanes:
+    """Which of a run's tool calls are read as one sequence by the loop patterns.
+
+    Agents that run at once (a graph's parallel branches, sub-agents a fan-out sends,
+    CrewAI's ``async_execution`` tasks) each make their own calls: read as one sequence,
+    two pollers each checking their own job twice close a cycle neither made, and three
+    workers each reading the same rules once repeat a call none of them repeated. An agent
+    span found open beside another that is neither above nor below it has a lane of its
+    own from then on (what it called before, alone, stays where it was); a call is in the
+    lane of the nearest agent span above it that has one, else in the run's (``None``).
+    Agents that run one after another share the run's lane, so a worker sent back to redo
+    what it did is still a loop. One per run; the live guard and the metric read lanes
+    the same way.
+    """
+
+    def __init__(self) -> None:
+        self._own: set[Hashable] = set()
+
+    @property
+    def has_own(self) -> bool:
+        """Whether an agent of the run has had a lane of its own yet."""
+        return bool(self._own)
+
+    def lane(
+        self, above: Sequence[Hashable], running: Sequence[Sequence[Hashable]]
+    ) -> Hashable | None:
+        """The lane of a call made under the agent spans ``above`` (nearest first) while
+        the agent spans ``running`` are open, each given as itself followed by the agent
+        spans above it."""
+        for index, line in enumerate(running):
+            for other in running[index + 1 :]:
+                if line[0] not in other and other[0] not in line:  # beside each other
+                    self._own.update((line[0], other[0]))
+        return next((agent for agent in above if agent in self._own), None)
 
 
 class LoopGuard:
@@ -57,8 +102,9 @@ class LoopGuard:
     no call new to the run between them (a supervisor that hands each part of a task to the
     same worker, which makes new calls each time, delegates; it does not loop). ``cycle``:
     the last ``cycle_repeats`` × L calls are one sequence of L ≥ 2 distinct calls repeated
-    (L ≤ ``max_cycle_length``). Each
-    loop is reported once per run. A call run again under its id with no model call of its
+    (L ≤ ``max_cycle_length``). Both are read in the call's lane (:class:`Lanes`: the
+    calls of agents running at once are apart), handoffs across the run. Each loop is
+    reported once per run. A call run again under its id with no model call of its
     agent in between (:meth:`model_called`; another agent of the run may call its model
     meanwhile) is the same call, its framework's retry (as in :meth:`Trace.tool_calls`),
     and counts once. State is per run and dropped by :meth:`forget` when the run ends;
@@ -89,9 +135,11 @@ class LoopGuard:
         session_id: str | None = None,
         started: float | None = None,
         agent: str | None = None,
+        lane: Hashable | None = None,
     ) -> LoopAlert | None:
         """Record a tool call about to run in ``run`` (for ``agent``, when the run has
-        several); return an alert if it closes a loop."""
+        several; in ``lane``, from :class:`Lanes`, when agents of the run run at once);
+        return an alert if it closes a loop."""
         signature = canonical_call(call)
         with self._lock:
             calls = self._runs.get(run)
@@ -102,14 +150,18 @@ class LoopGuard:
                 if earlier is not None and earlier[0] == signature:
                     return None  # its framework runs the call again: no call of the agent's
                 calls.since_model_call[call.id] = (signature, agent)
-            calls.signatures.append(signature)
-            calls.calls.append(call)
-            if not calls.counts[signature]:  # new work since the handoffs before it
+            own = calls.lanes.get(lane)
+            if own is None:
+                own = calls.lanes[lane] = _Lane()
+            own.signatures.append(signature)
+            own.calls.append(call)
+            own.counts[signature] += 1
+            if signature not in calls.seen:  # new work since the handoffs before it
+                calls.seen.add(signature)
                 calls.handoffs.clear()
-            calls.counts[signature] += 1
             if call.name.startswith(HANDOFF_PREFIXES):
-                calls.handoffs[signature] += 1
-            found = self._repeat(calls, signature) or self._cycle(calls)
+                calls.handoffs.setdefault(signature, []).append(call)
+            found = self._repeat(calls, own, lane, signature) or self._cycle(calls, own, lane)
         if found is None:
             return None
         pattern, count, looped, message = found
@@ -125,20 +177,28 @@ class LoopGuard:
         )
 
     def _repeat(
-        self, run: _RunCalls, signature: tuple[str, str]
+        self, run: _RunCalls, lane: _Lane, key: Hashable | None, signature: tuple[str, str]
     ) -> tuple[Any, int, list[ToolCall], str] | None:
-        handoff = signature[0].startswith(HANDOFF_PREFIXES)
-        count = run.handoffs[signature] if handoff else run.counts[signature]
-        if count < self.repeat_threshold or signature in run.alerted:
+        handoffs = run.handoffs.get(signature)
+        alert: Hashable
+        if handoffs is not None:  # a handoff's: those since the run's last new call
+            calls, alert = handoffs, signature
+        else:
+            count = lane.counts[signature]
+            if count < self.repeat_threshold:
+                return None
+            calls = [c for c, s in zip(lane.calls, lane.signatures, strict=True) if s == signature]
+            alert = (key, signature)
+        if len(calls) < self.repeat_threshold or alert in run.alerted:
             return None
-        run.alerted.add(signature)
-        calls = [c for c, s in zip(run.calls, run.signatures, strict=True) if s == signature]
-        calls = calls[-count:]  # a handoff's: those since the run's last new call
-        message = f"{signature[0]} called {count} times with the same arguments {signature[1]}"
-        return "repeated_call", count, calls, message
+        run.alerted.add(alert)
+        message = f"{signature[0]} called {len(calls)} times with the same arguments {signature[1]}"
+        return "repeated_call", len(calls), list(calls), message
 
-    def _cycle(self, run: _RunCalls) -> tuple[Any, int, list[ToolCall], str] | None:
-        signatures = run.signatures
+    def _cycle(
+        self, run: _RunCalls, lane: _Lane, key: Hashable | None
+    ) -> tuple[Any, int, list[ToolCall], str] | None:
+        signatures = lane.signatures
         for length in range(2, self.max_cycle_length + 1):
             span = length * self.cycle_repeats
             if len(signatures) < span:
@@ -148,13 +208,13 @@ class LoopGuard:
             if len(set(pattern)) < length or tail != pattern * self.cycle_repeats:
                 continue
             # the same cycle read from another starting point is the same loop
-            key = ("cycle", frozenset(pattern))
-            if key in run.alerted:
+            alert = ("cycle", key, frozenset(pattern))
+            if alert in run.alerted:
                 return None
-            run.alerted.add(key)
+            run.alerted.add(alert)
             names = " → ".join(name for name, _ in pattern)
             message = f"cycle {names} repeated {self.cycle_repeats} times"
-            return "cycle", self.cycle_repeats, run.calls[-span:], message
+            return "cycle", self.cycle_repeats, lane.calls[-span:], message
         return None
 
     def model_called(self, run: Hashable, agent: str | None = None) -> None:
@@ -190,19 +250,67 @@ class LoopGuard:
             self._runs.pop(run, None)
 
 
+def call_lanes(trace: Trace) -> dict[int, Hashable | None]:
+    """Each tool call's lane in a finished run (:class:`Lanes`, read as the live guard read
+    them: at each call, from the agent spans open then), by the ``id`` of each span's call;
+    empty when fewer than two agent spans ran (every call is in the run's lane)."""
+    agents = [span for span in trace.spans if span.kind is SpanKind.AGENT]
+    if len(agents) < 2:
+        return {}
+    parent = {span.id: span.parent_id for span in trace.spans}
+    agent_ids = {span.id for span in agents}
+
+    def above(span_id: str | None) -> list[str]:
+        line = []
+        for _ in range(len(parent)):  # a parent chain that loops (a broken file) ends
+            if span_id is None:
+                break
+            if span_id in agent_ids:
+                line.append(span_id)
+            span_id = parent.get(span_id)
+        return line
+
+    lines = {span.id: above(span.id) for span in agents}
+    starts = deque(sorted((a for a in agents if a.start_time is not None), key=_started))
+    calls = sorted((span for span in trace.spans if span.tool_call is not None), key=_started)
+    lanes, found, running = Lanes(), {}, dict[str, Span]()
+    for span in calls:  # in the order they started, as the live guard saw them
+        at = span.start_time
+        if at is None:  # when it ran is unknown: beside no agent known
+            found[id(span.tool_call)] = lanes.lane(above(span.parent_id), [])
+            continue
+        while starts and _started(starts[0]) <= at:
+            agent = starts.popleft()
+            running[agent.id] = agent
+        for ended in [
+            a.id for a in running.values() if a.end_time is not None and a.end_time <= at
+        ]:
+            del running[ended]
+        found[id(span.tool_call)] = lanes.lane(
+            above(span.parent_id), [lines[agent_id] for agent_id in running]
+        )
+    return found
+
+
+def _started(span: Span) -> float:
+    return span.start_time if span.start_time is not None else float("-inf")
+
+
 @register_metric
 class ToolCallLoops(Metric):
     """Whether a run stayed out of loops: the live guard's patterns over its tool calls.
 
     The run's tool calls (those the guard refused included: the agent asked for them) are
     replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
-    same tool with the same arguments ``repeat_threshold`` times, or a short cycle repeated.
+    same tool with the same arguments ``repeat_threshold`` times, or a short cycle repeated,
+    in the lanes the live guard read (:func:`call_lanes`).
     1.0 when there is no loop, 0.0 when there is one; ``metadata["loops"]`` names each loop
     and the calls involved. A run with no calls that did not complete (failed, or paused for
     a human) is skipped. Its score feeds the session metrics' loop signal.
     """
 
     name = "tool_call_loops"
+    version: ClassVar[str] = "2"  # 2: the calls of agents running at once read apart
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
@@ -248,9 +356,10 @@ class ToolCallLoops(Metric):
             {canonical_call(call) for call in calls}
         ) < len(calls):
             guard = LoopGuard(**self.options)
+            lanes = call_lanes(case.trace)
             for call in calls:  # each call once already: the agent asked for each of them
                 guard.model_called("run")
-                alert = guard.observe("run", call)
+                alert = guard.observe("run", call, lane=lanes.get(id(call)))
                 if alert is not None:
                     loops.append(alert)
         if not loops:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from .._fork import renew_after_fork
 from .._sync import time_left
-from ..metrics._loops import LoopGuard
+from ..metrics._loops import Lanes, LoopGuard
 from ..schema._conversation import messages_of, share_conversation
 from ..schema._trace import (
     AGENT_NAME,
@@ -427,6 +427,8 @@ class Recorder:
         *,
         refuse: Callable[[AlertEvent], None],
         stops: bool = True,
+        agent: str | None = None,
+        lane: Hashable | None = None,
     ) -> LoopAlert | None:
         """Ask the guard about a tool call before it runs, on the agent's thread.
 
@@ -435,13 +437,15 @@ class Recorder:
         is queued with the alert, so the refusal is recorded on the trace in order with the
         run's events; a new alert also goes to the sinks (once). ``stops``: whether the
         adapter can stop this run as well (False: its looping calls are refused, the run
-        goes on, and the alert and the trace say so).
+        goes on, and the alert and the trace say so). ``agent``: the agent the call is made
+        for, when the run has several; ``lane``: its lane (:meth:`RunRoots.lane`), when
+        agents of the run run at once.
         """
         earlier = self.guard.stopped_by(run)
         if earlier is not None:
             self.put(AlertEvent(refuse, earlier.model_copy(update={"calls": [call]})))
             return earlier
-        alert = self.guard.observe(run, call, started=time.time())
+        alert = self.guard.observe(run, call, started=time.time(), agent=agent, lane=lane)
         if alert is None:
             return None
         alert.stopped = stops
@@ -527,31 +531,88 @@ class Recorder:
 
 
 class RunRoots:
-    """Which run (root span) each open span belongs to, and which spans run inside a tool,
-    kept on the agent's thread so the guard can be asked before a tool runs. A run's
-    entries go when its root ends."""
+    """Which run (root span) each open span belongs to, which spans run inside a tool, and
+    which agents of a run are running (for the lanes of :class:`Lanes`), kept on the
+    agent's thread so the guard can be asked before a tool runs. A run's entries go when
+    its root ends."""
 
     def __init__(self) -> None:
         self._roots: dict[Hashable, Hashable] = {}
+        self._parents: dict[Hashable, Hashable] = {}
         self._members: dict[Hashable, list[Hashable]] = {}
         self._tools: set[Hashable] = set()  # tool spans, and every span inside one
+        self._may_be_agents: set[Hashable] = set()
+        self._agents: dict[Hashable, set[Hashable]] = {}  # a run's agent spans open now
+        self._lanes: dict[Hashable, Lanes] = {}
 
     def __len__(self) -> int:
         return len(self._members)
 
-    def enter(self, key: Hashable, parent: Hashable | None, *, tool: bool = False) -> Hashable:
+    def enter(
+        self,
+        key: Hashable,
+        parent: Hashable | None,
+        *,
+        tool: bool = False,
+        may_be_agent: bool = False,
+    ) -> Hashable:
         """Record a span starting under ``parent`` (``None`` for a root), a tool's when
-        ``tool``; return its root."""
+        ``tool``, one that is an agent if :meth:`agent_found` says so when
+        ``may_be_agent``; return its root."""
         if tool or parent in self._tools:
             self._tools.add(key)
+        if may_be_agent:
+            self._may_be_agents.add(key)
         if parent is None:
             self._members.setdefault(key, [])
             return key
         root = self._roots.get(parent, parent)
         if key not in self._roots:
             self._roots[key] = root
+            self._parents[key] = parent
             self._members.setdefault(root, []).append(key)
         return root
+
+    def agent_found(self, key: Hashable | None) -> None:
+        """The open span ``key``, entered as one that may be an agent, is one (it runs
+        an agent's steps)."""
+        if key in self._may_be_agents:
+            self._may_be_agents.discard(key)
+            self._agents.setdefault(self._roots.get(key, key), set()).add(key)
+
+    def ended(self, key: Hashable) -> None:
+        """A span that is not a root ended."""
+        self._may_be_agents.discard(key)
+        agents = self._agents.get(self._roots.get(key, key))
+        if agents is not None:
+            agents.discard(key)
+
+    def lane(self, key: Hashable) -> Hashable | None:
+        """The lane (see :class:`Lanes`) of a call made in the open span ``key``."""
+        root = self._roots.get(key, key)
+        running = tuple(self._agents.get(root, ()))  # other agent threads add to it
+        lanes = self._lanes.get(root)
+        if lanes is None:
+            if len(running) < 2:
+                return None  # one agent at a time so far: the run's lane
+            lanes = self._lanes[root] = Lanes()
+        agents = frozenset(running)
+        return lanes.lane(
+            self._agents_above(self._parents.get(key), agents),
+            [self._agents_above(agent, agents) for agent in running],
+        )
+
+    def _agents_above(self, key: Hashable | None, agents: frozenset[Hashable]) -> list[Hashable]:
+        """The agent spans at and above ``key``, nearest first (those above an open span
+        are open, so among ``agents``)."""
+        line = []
+        for _ in range(len(self._parents) + 1):  # parents that loop (broken events) end
+            if key is None:
+                break
+            if key in agents:
+                line.append(key)
+            key = self._parents.get(key)
+        return line
 
     def inside_tool(self, parent: Hashable | None) -> bool:
         """Whether a span started under ``parent`` runs inside a tool (the tool's own
@@ -562,9 +623,14 @@ class RunRoots:
     def exit(self, key: Hashable) -> None:
         """A span ended: when it is a root, forget its run."""
         self._tools.discard(key)
+        self._may_be_agents.discard(key)
+        self._agents.pop(key, None)
+        self._lanes.pop(key, None)
         for member in self._members.pop(key, ()):
             self._roots.pop(member, None)
+            self._parents.pop(member, None)
             self._tools.discard(member)
+            self._may_be_agents.discard(member)
 
 
 @dataclass
@@ -576,6 +642,8 @@ class _OpenTrace:
     """Refused calls' spans whose framework stand-in was folded into them."""
     refusing: bool = False
     """The loop guard has refused a call of this run."""
+    lanes: Lanes = field(default_factory=Lanes)
+    """Which of the run's calls the guard reads as one sequence."""
     last_event: float = 0.0
     """When a span of this run last started or ended (the event's own time)."""
     waiting: str | None = None
@@ -763,7 +831,7 @@ class TraceAssembler:
         self._spans[key] = _OpenSpan(span, owner, parent_key if parent is not None else None)
         self.annotate(key, session_id=session_id, metadata=metadata, tools=tools)
         if tool_call is not None and self.watch_loops:
-            self.watch(owner.key, tool_call, started=span.start_time, agent=agent)
+            self.watch(key, tool_call, started=span.start_time, agent=agent)
         if parent is None and len(self._traces) > self.max_open_runs:
             self._evict_stale(at)
 
@@ -786,23 +854,49 @@ class TraceAssembler:
         started: float | None = None,
         agent: str | None = None,
     ) -> None:
-        """Check a tool call of the trace rooted at ``key`` (made for ``agent``, when the
-        run has several) with the guard (alert only)."""
-        owner = self._traces.get(key)
-        if owner is None:
+        """Check a tool call made in the open span ``key`` (the call's own tool span, or
+        the model call that asked for it) with the guard (alert only), for ``agent`` when
+        the run has several, in the lane of the agents running then."""
+        open_span = self._spans.get(key)
+        if open_span is None:
             return
+        owner = open_span.owner
         trace = owner.trace
         alert = self.recorder.guard.observe(
-            key,
+            owner.key,
             call,
             trace_id=trace.id,
             session_id=trace.session_id,
             started=started,
             agent=agent,
+            lane=self._lane(owner, key),
         )
         if alert is not None:
             trace.alerts.append(alert)
             self.recorder._on_alert(alert)  # already on the pump's thread
+
+    def _agents_above(self, key: Hashable | None) -> list[str]:
+        """The agent spans at and above the open span ``key``, nearest first."""
+        line = []
+        for _ in range(len(self._spans)):  # parents that loop (broken events) end
+            open_span = self._spans.get(key)
+            if open_span is None:
+                break
+            if open_span.span.kind is SpanKind.AGENT:
+                line.append(open_span.span.id)
+            key = open_span.parent_key
+        return line
+
+    def _lane(self, owner: _OpenTrace, key: Hashable) -> Hashable | None:
+        """The lane (see :class:`Lanes`) of a call made in the open span ``key``."""
+        running = [
+            self._agents_above(open_key)
+            for open_key in owner.open_keys
+            if self._spans[open_key].span.kind is SpanKind.AGENT
+        ]
+        if len(running) < 2 and not owner.lanes.has_own:
+            return None  # one agent at a time so far: the run's lane
+        return owner.lanes.lane(self._agents_above(key), running)
 
     def refuse(self, key: Hashable, alert: LoopAlert, *, call: ToolCall | None = None) -> None:
         """Record that the guard refused a tool call: the call's span ends as refused, the
