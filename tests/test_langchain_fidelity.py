@@ -2154,9 +2154,10 @@ def pollers_sent_at_once(polls: dict[str, int]) -> Any:
             return AIMessage(f"{job} is done")
         asked[job].set()
         check = f"{job}{done + 1}"
-        if order.index(check):  # the check before it has started
-            assert started[order[order.index(check) - 1]].wait(10)
-        else:  # every poller is running before the first check
+        before = order[order.index(check) - 1] if order.index(check) else None
+        if before is not None and before[0] != job:  # the other poller's has started
+            assert started[before].wait(10)
+        elif before is None:  # every poller is running before the first check
             assert all(event.wait(10) for event in asked.values())
         return AIMessage("", tool_calls=[tool_call("job_status", check, job=job)])
 

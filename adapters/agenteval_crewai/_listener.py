@@ -138,9 +138,14 @@ class AgentEvalListener(BaseEventListener):
             if run is None:
                 return None
             call = ToolCall(name=context.tool_name, arguments=dict(context.tool_input or {}))
-            task_id = str(context.task.id) if context.task is not None else None
+            task = context.task
+            task_id = str(task.id) if task is not None else None
             alert = self.recorder.check_tool_call(
-                run, call, refuse=self.translator.refuser(run, task_id, call)
+                run,
+                call,
+                refuse=self.translator.refuser(run, task_id, call),
+                # a task run beside the crew's others makes its calls in a lane of its own
+                lane=task_id if getattr(task, "async_execution", False) else None,
             )
         except Exception as exc:  # a bug of ours must never reach the crew
             self.recorder.guard_failed(exc)
