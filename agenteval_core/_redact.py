@@ -48,10 +48,27 @@ DEFAULT_SECRET_PATTERNS: dict[str, str] = {
     # which names count, and when, is _assigns_secret's
     "secret-assignment": r"(?i)((?:password|passwd|secret|api[_\-]?key|apikey|token|"
     r"private[_\-]?key)[\"']?\s*[=:]\s*[\"']?)([^\s&;,\"'<>(){}\[\]]+)",
+    # an HTTP request written out (a fetch tool's log, a curl -H): the header's credential,
+    # a scheme and its value or one long token, holding a digit or a symbol as tokens do
+    # ("Authorization: pending approval" is prose)
+    "authorization-header": r"(?i)\b((?:proxy-)?authorization\s*:\s*)(?!\[REDACTED)"
+    r"((?:[A-Za-z][\w\-]*\s+)?(?=[^\s\"']*[0-9_\-+/=.~])[^\s\"']{8,})",
+    "cookie-header": r"(?i)\b((?:set-)?cookie\s*:\s*)([^\s=;,\"'\[]+=[^\r\n\"']*)",
+    # a password given to a command on its command line, as a shell tool runs it
+    "command-password": r"(?i)(\b(?:curl|wget)\b[^\r\n]*?\s(?:-u|--user|--proxy-user)(?:\s+|=)?"
+    r"[\"']?[^\s:\"']+:)(?!\[REDACTED)([^\s\"']+)"
+    r"|(\bmysql(?:dump|admin|import|show|check)?\b[^\r\n]*?\s(?-i:-p))([^\s\"'\-][^\s\"']*)"
+    r"|(\b(?:sshpass|(?:docker|podman|nerdctl|helm(?:\s+registry)?|oras)\s+login)\b[^\r\n]*?"
+    r"\s(?:(?-i:-p)|--password)(?:\s+|=)[\"']?)(?!\[REDACTED)([^\s\"']+)",
+    # a payment card's number (13 to 19 digits, grouped as printed or not, with a card
+    # network's prefix and length and a valid check digit: see _card_number); not inside a
+    # longer number, a decimal or an identifier
+    "card-number": r"(?<![\w+\-.])\d(?:[ \-]?\d){12,18}(?![\w\-]|\.\d)",
 }
 """Shapes of common credentials; each match becomes ``[REDACTED:<name>]`` (in a URL, the
 user name is kept: ``postgres://app:[REDACTED:url-password]@db``; of a key given a value,
-the key: ``password=[REDACTED:secret-assignment]``)."""
+a header or a command, what names the secret: ``password=[REDACTED:secret-assignment]``,
+``Cookie: [REDACTED:cookie-header]``, ``curl -u bob:[REDACTED:command-password]``)."""
 
 _HINTS: dict[str, tuple[str, ...]] = {
     "anthropic-key": ("sk-",),
@@ -72,6 +89,9 @@ _HINTS: dict[str, tuple[str, ...]] = {
         *("password", "passwd", "secret", "api_key", "api-key", "apikey", "token"),
         *("private_key", "private-key", "privatekey"),
     ),
+    "authorization-header": ("authorization",),
+    "cookie-header": ("cookie",),
+    "command-password": ("curl", "wget", "mysql", "sshpass", "login"),
 }
 """Lower-cased text that each default pattern's match must contain: a cheap test that lets
 most strings skip the regular expressions. Patterns of the user's, and the bare AWS secret
@@ -104,6 +124,40 @@ def _entropy(text: str) -> float:
     return -sum(n / size * math.log2(n / size) for n in counts.values())
 
 
+_CARD_NETWORKS = re.compile(
+    r"4\d{12}(?:\d{3}){0,2}"  # Visa: 13, 16 or 19 digits
+    r"|(?:5[1-5]\d\d|222[1-9]|22[3-9]\d|2[3-6]\d\d|27[01]\d|2720)\d{12}"  # Mastercard
+    r"|3[47]\d{13}"  # American Express
+    r"|(?:35(?:2[89]|[3-8]\d)|6011|64[4-9]\d|65\d\d|62\d\d|3[89]\d\d|30[0-5]\d)\d{12,15}"
+    r"|36\d{12,17}"  # Diners Club
+)
+"""Card numbers by network (prefix and length): Visa, Mastercard, American Express,
+Discover, JCB, UnionPay, Diners Club. A 15-digit IMEI (35...) or a 13-digit timestamp
+(17...) is none of them."""
+
+_CARD_GROUPS = frozenset({(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 4, 1)})
+"""How card numbers are printed in groups: 4-4-4-4 (and 19 digits), 4-6-5 (American
+Express), 4-6-4 (Diners Club), 4-4-4-1 (13-digit Visa)."""
+
+
+def _card_number(found: str) -> bool:
+    """Whether a run of digits is a card number: a network's prefix and length, printed
+    whole or in its groups with one kind of separator, and a valid Luhn check digit."""
+    digits = found.replace(" ", "").replace("-", "")
+    if len(digits) != len(found):
+        separators = {c for c in found if not c.isdigit()}
+        groups = tuple(map(len, re.split("[ -]", found)))
+        if len(separators) > 1 or groups not in _CARD_GROUPS:
+            return False  # a phone number, a date, an order number of another shape
+    if _CARD_NETWORKS.fullmatch(digits) is None:
+        return False
+    total = 0
+    for index, digit in enumerate(reversed(digits)):
+        value = int(digit) * (2 if index % 2 else 1)
+        total += value - 9 if value > 9 else value
+    return total % 10 == 0
+
+
 _CHECKS: dict[str, Callable[[str], bool]] = {
     # a random id has ~3.7 bits per character; "ASIAPACIFICSUMMITXX2" has 3.28. Ids under
     # 3.3 (about 1 in 70 random ones) are missed; the id alone is not the secret
@@ -116,6 +170,7 @@ _CHECKS: dict[str, Callable[[str], bool]] = {
         and _DIGIT.search(found) is not None
         and _entropy(found) >= 4.3
     ),
+    "card-number": _card_number,
 }
 """Further tests a default pattern's match must pass to count as a secret."""
 
@@ -126,6 +181,13 @@ is 20): shorter strings, most of a trace's, skip them."""
 _SHORTEST_ASSIGNMENT = 8
 """The fewest characters ``secret-assignment`` matches (``passwd=x``): shorter strings skip
 every default pattern."""
+
+_SHORTEST: dict[str, int] = {
+    "secret-assignment": _SHORTEST_ASSIGNMENT,
+    "command-password": 9,  # mysql -px
+    "card-number": 13,
+}
+"""The default patterns that match fewer than :data:`_SHORTEST_SECRET` characters."""
 
 _CUT_MARGIN = 512
 """Characters kept past ``max_chars`` while searching, so no secret is split by the cut."""
@@ -246,7 +308,15 @@ class _Rule:
             return f"{found[0].split(':', 1)[0]}:[REDACTED:url-password]"
         if self.name == "secret-assignment":  # keep the key: only its value is secret
             return f"{found[1]}[REDACTED:secret-assignment]" if _assigns_secret(found) else found[0]
+        if self.name in _NAMED_BEFORE:  # keep what names the secret: the header, the command
+            named = next(group for group in found.groups()[::2] if group is not None)
+            return f"{named}[REDACTED:{self.name}]"
         return f"[REDACTED:{self.name}]"
+
+
+_NAMED_BEFORE = frozenset({"authorization-header", "cookie-header", "command-password"})
+"""Patterns whose odd groups (the first of each alternative's pair) name the secret, which
+the even group after it holds: only the secret is replaced."""
 
 
 def _assigns_secret(found: re.Match[str]) -> bool:
@@ -351,7 +421,7 @@ class Redactor:
                 _CHECKS.get(name),
                 True,
                 _GATES.get(name),
-                _SHORTEST_ASSIGNMENT if name == "secret-assignment" else _SHORTEST_SECRET,
+                _SHORTEST.get(name, _SHORTEST_SECRET),
             )
             if name not in custom
             else _Rule(name, re.compile(pattern), (), None, default=False)
@@ -384,8 +454,13 @@ class Redactor:
         size, limit = len(value), self.max_chars
         if (
             size < _SHORTEST_SECRET
-            # a short key given a value (passwd=x) is the one secret this short
-            and (size < _SHORTEST_ASSIGNMENT or ("=" not in value and ":" not in value))
+            # a short key given a value (passwd=x), a command's password (mysql -px) and a
+            # card number are the secrets this short
+            and (
+                size < _SHORTEST_ASSIGNMENT
+                or ("=" not in value and ":" not in value and "-p" not in value)
+            )
+            and (size < 13 or not value.replace(" ", "").replace("-", "").isdigit())
             and (limit is None or size <= limit)
             and value.isascii()
             and "{" not in value  # no JSON that could hold a secret-named field

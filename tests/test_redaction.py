@@ -379,6 +379,21 @@ def test_secrets_hidden_or_unclaimed_before_are_found(text: str, expected: str) 
         "max_tokens=512, input_tokens: 57",
         "secret_santa=bob and next_page_token=CAUQAA",
         "PWD=/home/bob",
+        # headers, commands and numbers that hold no credential
+        "Authorization: pending approval",
+        "Authorization: required for refunds over $500",
+        "cookie: chocolate chip",
+        "mysql -h db -P3306 -u root -p shop",
+        "docker login -u bob --password-stdin registry.io",
+        "docker run -u 1000:1000 app",
+        "score 0.4111111111111111",
+        "ISBN 978-3-16-148410-0",
+        "call +1 415 555 2671",
+        "IMEI 356938035643809",
+        "sent at 1796235912243",
+        "card 4111 1111 1111 1112",  # its check digit is wrong
+        "order 4111-1111-111-1111",  # not a card's groups
+        "order 4111 1111-1111 1111",  # two kinds of separator
     ],
 )
 def test_text_that_only_looks_like_a_secret_is_kept(text: str) -> None:
@@ -427,6 +442,75 @@ def test_text_that_only_looks_like_a_secret_is_kept(text: str) -> None:
     ],
 )
 def test_a_secret_named_key_given_a_value_in_text(text: str, expected: str) -> None:
+    assert Redactor().text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a fetch tool's log of the request it sent
+        (
+            "GET /v1/orders HTTP/1.1\nAuthorization: Token 9944b09199c62bcf9418ad846dd0e4bb\n"
+            "Cookie: sessionid=8f3kd92jfk2l3mf9; csrftoken=Zk2m9Xq8Lp\nAccept: */*",
+            "GET /v1/orders HTTP/1.1\nAuthorization: [REDACTED:authorization-header]\n"
+            "Cookie: [REDACTED:cookie-header]\nAccept: */*",
+        ),
+        (
+            "Set-Cookie: session=s3ss10n-v4lue; Path=/; HttpOnly",
+            "Set-Cookie: [REDACTED:cookie-header]",
+        ),
+        (
+            'curl -H "Proxy-Authorization: Digest dXNlcjpwYXNz9" https://x.io',
+            'curl -H "Proxy-Authorization: [REDACTED:authorization-header]" https://x.io',
+        ),
+        # a shell tool's command line
+        (
+            "curl -u admin:S3cretPass! https://api.example.com/v1/users",
+            "curl -u admin:[REDACTED:command-password] https://api.example.com/v1/users",
+        ),
+        (
+            "curl --user bob:hunter2 https://x.io",
+            "curl --user bob:[REDACTED:command-password] https://x.io",
+        ),
+        (
+            "mysqldump -uroot -ps3cr3tpw shop > dump.sql",
+            "mysqldump -uroot -p[REDACTED:command-password] shop > dump.sql",
+        ),
+        ("mysql -pS3cret db", "mysql -p[REDACTED:command-password] db"),
+        (
+            "sshpass -p 'R00tpass' ssh root@host",
+            "sshpass -p '[REDACTED:command-password]' ssh root@host",
+        ),
+        (
+            "docker login -u bob -p Passw0rd123 registry.io",
+            "docker login -u bob -p [REDACTED:command-password] registry.io",
+        ),
+        # a payment card, printed or whole, in prose or a form's value
+        ("Card: 4111 1111 1111 1111 exp 12/27", "Card: [REDACTED:card-number] exp 12/27"),
+        ("charged 5555-5555-5555-4444 today", "charged [REDACTED:card-number] today"),
+        ("amex 3782 822463 10005", "amex [REDACTED:card-number]"),
+        ("card_number=4242424242424242", "card_number=[REDACTED:card-number]"),
+        ("4000002760003184", "[REDACTED:card-number]"),
+    ],
+    ids=[
+        "http-log",
+        "set-cookie",
+        "curl-header",
+        "curl-u",
+        "curl-user",
+        "mysqldump",
+        "mysql-short",
+        "sshpass",
+        "docker-login",
+        "card-spaces",
+        "card-dashes",
+        "amex",
+        "card-form",
+        "card-alone",
+    ],
+)
+def test_credentials_in_requests_commands_and_card_numbers(text: str, expected: str) -> None:
+    # what a fetch tool logs and a shell tool runs reached the capture as it was
     assert Redactor().text(text) == expected
 
 
@@ -483,7 +567,7 @@ def test_tool_and_node_names_reach_the_metrics_unredacted(tmp_path: Path) -> Non
 
 @settings(max_examples=300)
 @given(
-    text=st.text(alphabet=st.sampled_from('abcXYZ019 _-:/@"{}[]%\\u=+.\ud800é'), max_size=24),
+    text=st.text(alphabet=st.sampled_from('abcpXYZ0149 _-:/@"{}[]%\\u=+.\ud800é'), max_size=24),
     max_chars=st.sampled_from([None, 5, 100_000]),
 )
 def test_short_strings_skip_no_redaction_they_need(text: str, max_chars: int | None) -> None:
