@@ -51,8 +51,8 @@ from llamaindex_models import CompletionModel, orders_index
 from pydantic import BaseModel
 from workflows.errors import WorkflowCancelledByUser
 
-from agenteval_core import REASONING, OnlineEvaluator, RunStatus, SpanKind, Trace
-from agenteval_core.metrics import Coherence, ToolFailures
+from agenteval_core import AGENT_NAME, REASONING, OnlineEvaluator, RunStatus, SpanKind, Trace
+from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
 
 
 def lookup_order(order_id: str) -> str:
@@ -498,6 +498,108 @@ def test_an_agent_a_tool_runs_is_an_agent_inside_the_tool(evaluator: OnlineEvalu
         ("A-1 shipped on Monday.", []),
         ("It shipped on Monday.", []),
     ]
+
+
+def coordinator_of_pollers(polls: dict[str, int]) -> FunctionAgent:
+    """An agent that watches jobs A and B at once: one ``watch`` tool call each, in one
+    message, each running a poller agent (``poller_a``, ``poller_b``) that checks its job
+    ``polls[J]`` times; each check waits for the other poller's check of that round to
+    start, so the checks interleave."""
+    started: dict[str, asyncio.Event] = {}
+    checks: dict[str, int] = dict.fromkeys(polls, 0)
+
+    def check_started(check: str) -> asyncio.Event:
+        return started.setdefault(check, asyncio.Event())
+
+    async def job_status(job: str) -> str:
+        """Status of a deploy job."""
+        checks[job] += 1
+        round_ = checks[job]
+        check_started(f"{job}{round_}").set()
+        other = "B" if job == "A" else "A"
+        if round_ <= polls[other]:
+            await asyncio.wait_for(check_started(f"{other}{round_}").wait(), 10)
+        return "done" if round_ >= polls[job] else "running"
+
+    def polling(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        job = str(next(m for m in messages if m.role == MessageRole.USER).content)[-1]
+        done = sum(m.role == MessageRole.TOOL for m in messages)
+        if done >= polls[job]:
+            return answer(f"{job} is done")
+        block = ToolCallBlock(
+            tool_call_id=f"{job}{done + 1}", tool_name="job_status", tool_kwargs={"job": job}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    async def watch(job: str) -> str:
+        """Watch a deploy job until it is done."""
+        poller = FunctionAgent(
+            name=f"poller_{job.lower()}",
+            tools=[FunctionTool.from_defaults(async_fn=job_status)],
+            llm=MockFunctionCallingLLM(response_generator=polling),
+        )
+        return str(await poller.run(f"Watch {job}"))
+
+    def coordinating(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if any(m.role == MessageRole.TOOL for m in messages):
+            return answer("Both are done.")
+        blocks = [
+            ToolCallBlock(tool_call_id=f"w{job}", tool_name="watch", tool_kwargs={"job": job})
+            for job in polls
+        ]
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
+
+    return FunctionAgent(
+        tools=[FunctionTool.from_defaults(async_fn=watch)],
+        llm=MockFunctionCallingLLM(response_generator=coordinating),
+    )
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_agents_a_tool_runs_at_once_are_not_a_loop_and_one_that_loops_is(
+    evaluator: OnlineEvaluator, stop_on_loop: bool
+) -> None:
+    # two pollers, each run by a tool call of one message and checking its own job twice:
+    # read as one sequence their checks closed "cycle job_status → job_status", and with
+    # stop_on_loop=True the guard refused the second poller's last check; their steps
+    # were named after the agent that ran the tool
+    instrumentation = instrument(evaluator, stop_on_loop=stop_on_loop)
+
+    async def run(polls: dict[str, int]) -> str:
+        return str(await instrumentation.guard(coordinator_of_pollers(polls).run("Watch A, B")))
+
+    try:
+        assert asyncio.run(run({"A": 2, "B": 2})) == "Both are done."
+        asyncio.run(run({"A": 4, "B": 2}))  # poller A checks its job a third time
+        worked, looped = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    checks = [s for s in worked.spans if s.name == "job_status"]
+    assert sorted(
+        (s.tool_call.id, s.tool_call.arguments, s.output, s.attributes.get(AGENT_NAME))
+        for s in checks
+        if s.tool_call is not None
+    ) == [
+        ("A1", {"job": "A"}, "running", "poller_a"),
+        ("A2", {"job": "A"}, "done", "poller_a"),
+        ("B1", {"job": "B"}, "running", "poller_b"),
+        ("B2", {"job": "B"}, "done", "poller_b"),
+    ]
+    assert (worked.status, worked.alerts) == (RunStatus.OK, [])
+    loops = ToolCallLoops().measure(worked)
+    assert (loops.score, loops.reason) == (1.0, "no repeated calls or cycles among 6 tool calls")
+    # the poller's own run was not handed to guard(): its looping checks are refused, the
+    # runs go on
+    refused = [s.tool_call.id for s in looped.spans if s.tool_call is not None and s.error]
+    assert (looped.status, refused) == (RunStatus.OK, ["A3", "A4"] if stop_on_loop else [])
+    [alert] = looped.alerts
+    assert (alert.pattern, [(c.name, c.arguments) for c in alert.calls]) == (
+        "repeated_call",
+        [("job_status", {"job": "A"})] * 3,
+    )
+    assert ToolCallLoops().measure(looped).reason == (
+        'job_status called 3 times with the same arguments {"job": "A"}'
+    )
 
 
 async def execute(code: str) -> dict[str, Any]:

@@ -273,8 +273,8 @@ def test_run_roots_give_agents_running_at_once_lanes_of_their_own() -> None:
     runs.enter("a-call-2", "a", tool=True)
     runs.enter("b-call-1", "b", tool=True)
     assert (runs.lane("a-call-2"), runs.lane("b-call-1")) == ("a", "b")
-    runs.ended("a")
-    runs.ended("b")
+    runs.exit("a")
+    runs.exit("b")
     runs.enter("c", "root", may_be_agent=True)  # after them, alone
     runs.agent_found("c")
     runs.enter("c-call", "c", tool=True)

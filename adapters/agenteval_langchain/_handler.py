@@ -108,10 +108,7 @@ class _Guard:
         parent_run_id: UUID | None,
     ) -> None:
         if name.endswith(("_end", "_error")):
-            if parent_run_id is None:
-                self.runs.exit(run_id)
-            else:
-                self.runs.ended(run_id)
+            self.runs.exit(run_id)
             return
         root = self.runs.enter(
             run_id,

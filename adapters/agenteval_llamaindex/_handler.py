@@ -22,6 +22,7 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.span import active_span_id
 from llama_index.core.instrumentation.span.simple import SimpleSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+from llama_index.core.workflow import Workflow
 
 from agenteval_core import (
     LoopAlert,
@@ -63,6 +64,11 @@ def _inside(span_id: str) -> Iterator[None]:
         yield
     finally:
         active_span_id.reset(entered)
+
+
+def _runs_an_agent(name: str, instance: Any) -> bool:
+    """Whether a span is a workflow's run (an agent's, an AgentWorkflow's)."""
+    return name.endswith(".run") and isinstance(instance, Workflow)
 
 
 class _SpanHandler(BaseSpanHandler[SimpleSpan]):
@@ -290,11 +296,16 @@ class LlamaIndexInstrumentation:
     ) -> None:
         """On the agent's thread: ask the guard about a tool call before it runs."""
         try:
-            root = self.runs.enter(span_id, parent_id)
+            name = span_id.rsplit("-", 5)[0]
+            # a workflow agent's run inside the run (an agent a tool runs): its calls have
+            # a lane of their own while another such agent runs beside it
+            agent = parent_id is not None and _runs_an_agent(name, instance)
+            root = self.runs.enter(span_id, parent_id, may_be_agent=agent)
+            if agent:
+                self.runs.agent_found(span_id)
             if isinstance(instance, BaseLLM):  # what the model asks for next is a call of its own
                 self.recorder.guard.model_called(root)
                 return
-            name = span_id.rsplit("-", 5)[0]
             arguments = bound_args.arguments if bound_args is not None else {}
             call = requested_call(name, arguments)
             if call is None:
@@ -305,6 +316,7 @@ class LlamaIndexInstrumentation:
                 call,
                 refuse=self.translator.refuser(span_id, call),
                 stops=run_id in self._handlers,
+                lane=self.runs.lane(span_id),
             )
             if alert is not None:
                 self._refuse(arguments["ev"], alert, run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 from llama_index.core.agent.workflow.prompts import DEFAULT_EARLY_STOPPING_PROMPT
@@ -814,8 +814,18 @@ class Translator:
             self.assembler.end_span(span, end_time=at)
 
     def _agent_of(self, key: str | None) -> dict[str, Any]:
-        """``gen_ai.agent.name`` of the AgentWorkflow agent running in the trace of ``key``."""
+        """``gen_ai.agent.name`` of the agent a span under ``key`` runs for: the nearest
+        agent run inside the run above it (an agent a tool runs), else the AgentWorkflow
+        agent running in the trace of ``key``."""
         root = self.assembler.root_key(key) if key is not None else None
+        above: Hashable | None = key
+        while above is not None and above != root:
+            span = self.assembler.span_of(above)
+            if span is None:
+                break
+            if span.kind is SpanKind.AGENT and span.attributes.get(AGENT_NAME):
+                return {AGENT_NAME: span.attributes[AGENT_NAME]}
+            above = self.assembler.parent_key(above)
         agent = self._agents.get(root) if root is not None else None
         return {AGENT_NAME: agent} if agent else {}
 

@@ -580,13 +580,6 @@ class RunRoots:
             self._may_be_agents.discard(key)
             self._agents.setdefault(self._roots.get(key, key), set()).add(key)
 
-    def ended(self, key: Hashable) -> None:
-        """A span that is not a root ended."""
-        self._may_be_agents.discard(key)
-        agents = self._agents.get(self._roots.get(key, key))
-        if agents is not None:
-            agents.discard(key)
-
     def lane(self, key: Hashable) -> Hashable | None:
         """The lane (see :class:`Lanes`) of a call made in the open span ``key``."""
         root = self._roots.get(key, key)
@@ -621,9 +614,14 @@ class RunRoots:
         return parent in self._tools
 
     def exit(self, key: Hashable) -> None:
-        """A span ended: when it is a root, forget its run."""
+        """A span ended: a root's run is forgotten; an agent inside a run stops running."""
         self._tools.discard(key)
         self._may_be_agents.discard(key)
+        if key not in self._members:
+            agents = self._agents.get(self._roots.get(key, key))
+            if agents is not None:
+                agents.discard(key)
+            return
         self._agents.pop(key, None)
         self._lanes.pop(key, None)
         for member in self._members.pop(key, ()):
