@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,7 +21,7 @@ from ..schema._trace import EvalCase, LoopAlert, Span, SpanKind, ToolCall, Trace
 from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
 
-__all__ = ["Lanes", "LoopGuard", "ToolCallLoops", "canonical_call"]
+__all__ = ["Lanes", "LoopGuard", "ToolCallLoops", "agents_above", "canonical_call"]
 
 
 HANDOFF_PREFIXES = ("transfer_to_", "transfer_back_to_")
@@ -92,6 +92,25 @@ class Lanes:
                 if line[0] not in other and other[0] not in line:  # beside each other
                     self._own.update((line[0], other[0]))
         return next((agent for agent in above if agent in self._own), None)
+
+
+def agents_above(
+    key: Hashable | None,
+    parent_of: Callable[[Hashable], Hashable | None],
+    is_agent: Callable[[Hashable], bool],
+    most: int,
+) -> list[Hashable]:
+    """The agent spans at and above span ``key``, nearest first, as :meth:`Lanes.lane`
+    reads them: ``parent_of`` walks up, ``is_agent`` tells an agent span; at most ``most``
+    steps (parents that name each other, in broken events or files, end)."""
+    line = []
+    for _ in range(most):
+        if key is None:
+            break
+        if is_agent(key):
+            line.append(key)
+        key = parent_of(key)
+    return line
 
 
 class LoopGuard:
@@ -257,18 +276,11 @@ def call_lanes(trace: Trace) -> dict[int, Hashable | None]:
     agents = [span for span in trace.spans if span.kind is SpanKind.AGENT]
     if len(agents) < 2:
         return {}
-    parent = {span.id: span.parent_id for span in trace.spans}
-    agent_ids = {span.id for span in agents}
+    parent: dict[Hashable, Hashable | None] = {span.id: span.parent_id for span in trace.spans}
+    agent_ids: set[Hashable] = {span.id for span in agents}
 
-    def above(span_id: str | None) -> list[str]:
-        line = []
-        for _ in range(len(parent)):  # a parent chain that loops (a broken file) ends
-            if span_id is None:
-                break
-            if span_id in agent_ids:
-                line.append(span_id)
-            span_id = parent.get(span_id)
-        return line
+    def above(span_id: str | None) -> list[Hashable]:
+        return agents_above(span_id, parent.get, agent_ids.__contains__, len(parent))
 
     lines = {span.id: above(span.id) for span in agents}
     starts = deque(sorted((a for a in agents if a.start_time is not None), key=_started))

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from .._fork import renew_after_fork
 from .._sync import time_left
-from ..metrics._loops import Lanes, LoopGuard
+from ..metrics._loops import Lanes, LoopGuard, agents_above
 from ..schema._conversation import messages_of, share_conversation
 from ..schema._trace import (
     AGENT_NAME,
@@ -589,23 +589,12 @@ class RunRoots:
             if len(running) < 2:
                 return None  # one agent at a time so far: the run's lane
             lanes = self._lanes[root] = Lanes()
-        agents = frozenset(running)
-        return lanes.lane(
-            self._agents_above(self._parents.get(key), agents),
-            [self._agents_above(agent, agents) for agent in running],
-        )
+        agents = frozenset(running)  # those above an open span are open: among them
 
-    def _agents_above(self, key: Hashable | None, agents: frozenset[Hashable]) -> list[Hashable]:
-        """The agent spans at and above ``key``, nearest first (those above an open span
-        are open, so among ``agents``)."""
-        line = []
-        for _ in range(len(self._parents) + 1):  # parents that loop (broken events) end
-            if key is None:
-                break
-            if key in agents:
-                line.append(key)
-            key = self._parents.get(key)
-        return line
+        def above(key: Hashable | None) -> list[Hashable]:
+            return agents_above(key, self._parents.get, agents.__contains__, len(self._parents) + 1)
+
+        return lanes.lane(above(self._parents.get(key)), [above(agent) for agent in running])
 
     def inside_tool(self, parent: Hashable | None) -> bool:
         """Whether a span started under ``parent`` runs inside a tool (the tool's own
@@ -873,17 +862,15 @@ class TraceAssembler:
             trace.alerts.append(alert)
             self.recorder._on_alert(alert)  # already on the pump's thread
 
-    def _agents_above(self, key: Hashable | None) -> list[str]:
+    def _agents_above(self, key: Hashable | None) -> list[Hashable]:
         """The agent spans at and above the open span ``key``, nearest first."""
-        line = []
-        for _ in range(len(self._spans)):  # parents that loop (broken events) end
-            open_span = self._spans.get(key)
-            if open_span is None:
-                break
-            if open_span.span.kind is SpanKind.AGENT:
-                line.append(open_span.span.id)
-            key = open_span.parent_key
-        return line
+        spans = self._spans
+        return agents_above(
+            key,
+            lambda above: spans[above].parent_key if above in spans else None,
+            lambda above: above in spans and spans[above].span.kind is SpanKind.AGENT,
+            len(spans),
+        )
 
     def _lane(self, owner: _OpenTrace, key: Hashable) -> Hashable | None:
         """The lane (see :class:`Lanes`) of a call made in the open span ``key``."""
