@@ -7,7 +7,9 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from agenteval_crewai import AgentEvalListener
@@ -1139,11 +1141,12 @@ def test_a_planned_crews_request_is_its_first_task_not_the_planners(
     assert tasks[1] == ("Where is A-1? Use the API.", trace.spans[0].id)
 
 
-def test_a_model_called_in_a_flow_step_is_a_run_of_the_listeners_session(
+def test_a_model_called_in_a_flow_step_is_a_step_of_the_flows_run_in_its_session(
     evaluator: OnlineEvaluator,
 ) -> None:
-    # llm.call(...) in a Flow step, outside any agent: its own trace, which had no session
-    # (neither the listener's nor that of agenteval_core.session(...))
+    # llm.call(...) in a Flow step, outside any agent: a step of the flow's run, whose
+    # request (the flow was given no inputs) is what the model was asked, in the
+    # listener's session or that of agenteval_core.session(...)
     from crewai.flow.flow import Flow, start
 
     class Summarise(Flow[Any]):
@@ -1162,10 +1165,139 @@ def test_a_model_called_in_a_flow_step_is_a_run_of_the_listeners_session(
         listener.close()
     asked = [{"role": "user", "content": "Summarise: A-1 shipped Monday"}]
     assert sorted(
-        (t.session_id, t.input, t.output, [s.kind.value for s in t.spans]) for t in traces
+        (t.session_id, t.input, t.output, [(s.kind.value, s.name) for s in t.spans]) for t in traces
     ) == [
-        ("support-chat-7", asked, "A-1 shipped on Monday.", ["llm"]),
-        ("user-1", asked, "A-1 shipped on Monday.", ["llm"]),
+        (
+            session_id,
+            asked,
+            "A-1 shipped on Monday.",
+            [("agent", "Summarise"), ("chain", "summarise"), ("llm", "scripted")],
+        )
+        for session_id in ("support-chat-7", "user-1")
+    ]
+
+
+def research_then_write(fails: bool = False) -> Any:
+    """A Flow that kicks off a research crew, then a writing crew given its facts (the
+    writer's model down when ``fails``), and returns the report."""
+    from crewai.flow.flow import Flow, listen, start
+
+    def crew(role: str, llm: ScriptedLLM) -> Crew:
+        agent = Agent(role=role, goal="g", backstory="b", llm=llm)
+        task = Task(description=f"{role}: {{topic}}", expected_output="x", agent=agent)
+        return Crew(agents=[agent], tasks=[task])
+
+    def down(messages: Any) -> str:
+        raise ConnectionError("model endpoint down")
+
+    class Report(Flow[Any]):
+        @start()
+        def research(self) -> str:
+            llm = ScriptedLLM(model="scripted", replies=["Final Answer: A-1 left on Monday."])
+            return str(crew("researcher", llm).kickoff(inputs={"topic": self.state["topic"]}))
+
+        @listen(research)
+        def write(self, facts: str) -> str:
+            llm = ScriptedLLM(
+                model="scripted", reply=down if fails else lambda _: f"Final Answer: {facts}"
+            )
+            return "Report: " + str(crew("writer", llm).kickoff(inputs={"topic": facts}))
+
+    return Report()
+
+
+def test_a_flow_is_one_run_of_its_crews(evaluator: OnlineEvaluator) -> None:
+    # a Flow that kicks off two crews: each crew was a run of its own, in a session of its
+    # own (the crew's id), and nothing held the flow's request or its report
+    listener = AgentEvalListener(evaluator)
+    try:
+        flow = research_then_write()
+        report = flow.kickoff(inputs={"topic": "order A-1"})
+        assert report == "Report: A-1 left on Monday."
+        with pytest.raises(ConnectionError):
+            research_then_write(fails=True).kickoff(inputs={"topic": "order B-2"})
+        given_no_inputs = research_then_write()
+        given_no_inputs.state["topic"] = "order C-3"
+        given_no_inputs.kickoff()
+        worked, failed, unasked = captured_by(listener)
+    finally:
+        listener.close()
+    # a flow kicked off without inputs: what its first crew was asked
+    assert (unasked.input, unasked.output) == (
+        {"topic": "order C-3"},
+        "Report: A-1 left on Monday.",
+    )
+    assert (worked.input, worked.output, worked.session_id, worked.status) == (
+        {"topic": "order A-1"},
+        "Report: A-1 left on Monday.",
+        flow.flow_id,
+        RunStatus.OK,
+    )
+    by_id = {span.id: span for span in worked.spans}
+    assert [
+        (s.kind.value, s.name, by_id[s.parent_id].name if s.parent_id else None, s.input, s.output)
+        for s in worked.spans
+        if s.kind is not SpanKind.LLM
+    ] == [
+        ("agent", "Report", None, {"topic": "order A-1"}, "Report: A-1 left on Monday."),
+        ("chain", "research", "Report", None, "A-1 left on Monday."),
+        ("agent", "crew", "research", {"topic": "order A-1"}, "A-1 left on Monday."),
+        ("task", "researcher: order A-1", "crew", "researcher: order A-1", "A-1 left on Monday."),
+        ("agent", "researcher", "researcher: order A-1", ANY, "A-1 left on Monday."),
+        # CrewAI names a method's positional arguments by place
+        ("chain", "write", "Report", {"_0": "A-1 left on Monday."}, "Report: A-1 left on Monday."),
+        ("agent", "crew", "write", {"topic": "A-1 left on Monday."}, "A-1 left on Monday."),
+        (
+            "task",
+            "writer: A-1 left on Monday.",
+            "crew",
+            "writer: A-1 left on Monday.",
+            "A-1 left on Monday.",
+        ),
+        ("agent", "writer", "writer: A-1 left on Monday.", ANY, "A-1 left on Monday."),
+    ]
+    # the writer's model down: the flow's run failed, with the error, in the flow's steps
+    assert (failed.input, failed.status) == ({"topic": "order B-2"}, RunStatus.ERROR)
+    assert failed.error is not None and "model endpoint down" in failed.error
+    assert [s.name for s in failed.spans if s.kind is SpanKind.CHAIN] == ["research", "write"]
+
+
+def test_a_flow_paused_for_a_human_is_an_interrupted_run(
+    evaluator: OnlineEvaluator, tmp_path: Path
+) -> None:
+    # @human_feedback with a provider that answers later: kickoff() returns, paused; the
+    # run's trace ends there, waiting for the human, not open until the process exits
+    from crewai.flow.async_feedback import HumanFeedbackPending, HumanFeedbackProvider
+    from crewai.flow.flow import Flow, start
+    from crewai.flow.human_feedback import human_feedback
+    from crewai.flow.persistence import SQLiteFlowPersistence
+
+    class Later(HumanFeedbackProvider):
+        def request_feedback(self, context: Any, flow: Any) -> Any:
+            raise HumanFeedbackPending(context=context)
+
+    class Review(Flow[Any]):
+        @start()
+        @human_feedback(message="Approve the refund for A-1?", provider=Later())
+        def draft(self) -> str:
+            return "Refund A-1: 40 EUR"
+
+    listener = AgentEvalListener(evaluator)
+    try:
+        flow = Review(persistence=SQLiteFlowPersistence(db_path=str(tmp_path / "flows.db")))
+        assert isinstance(flow.kickoff(inputs={"order": "A-1"}), HumanFeedbackPending)
+        [paused] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (paused.input, paused.status, paused.status_reason, paused.session_id) == (
+        {"order": "A-1"},
+        RunStatus.INTERRUPTED,
+        "the flow waits for a human: Approve the refund for A-1?",
+        flow.flow_id,
+    )
+    assert [(s.kind, s.name, s.error) for s in paused.spans] == [
+        (SpanKind.AGENT, "Review", None),
+        (SpanKind.CHAIN, "draft", None),
     ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import crewai.events as crew_events
 from crewai.events import BaseEventListener, crewai_event_bus, event_context
+from crewai.events.types import flow_events
 from crewai.hooks.llm_hooks import (
     LLMCallHookContext,
     register_before_llm_call_hook,
@@ -126,8 +127,9 @@ class AgentEvalListener(BaseEventListener):
                     )
                 )
 
-        for name in EVENT_NAMES:
-            crewai_event_bus.on(getattr(crew_events, name))(record)
+        for name in EVENT_NAMES:  # a flow's pauses are not among crewai.events' names
+            event_type = getattr(crew_events, name, None) or getattr(flow_events, name)
+            crewai_event_bus.on(event_type)(record)
 
     def _before_tool_call(self, context: ToolCallHookContext) -> bool | None:
         try:

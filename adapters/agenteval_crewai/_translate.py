@@ -34,6 +34,9 @@ from agenteval_core.recording import (
 __all__ = ["EVENT_NAMES", "BusEvent", "Translator"]
 
 STARTS = {
+    # a Flow's run: its methods, and the crews and models they call, are one run
+    "FlowStartedEvent": SpanKind.AGENT,
+    "MethodExecutionStartedEvent": SpanKind.CHAIN,
     "CrewKickoffStartedEvent": SpanKind.AGENT,
     "LiteAgentExecutionStartedEvent": SpanKind.AGENT,
     "TaskStartedEvent": SpanKind.TASK,
@@ -50,6 +53,10 @@ STARTS = {
     "KnowledgeQueryStartedEvent": SpanKind.CHAIN,
 }
 ENDS = {
+    "FlowFinishedEvent",
+    "MethodExecutionFinishedEvent",
+    "FlowPausedEvent",
+    "MethodExecutionPausedEvent",
     "CrewKickoffCompletedEvent",
     "LiteAgentExecutionCompletedEvent",
     "TaskCompletedEvent",
@@ -61,6 +68,8 @@ ENDS = {
     "KnowledgeQueryCompletedEvent",
 }
 FAILURES = {
+    "FlowFailedEvent",
+    "MethodExecutionFailedEvent",
     "CrewKickoffFailedEvent",
     "LiteAgentExecutionErrorEvent",
     "TaskFailedEvent",
@@ -71,6 +80,11 @@ FAILURES = {
     "KnowledgeQueryFailedEvent",
 }
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
+FLOW_EVENTS = frozenset(
+    name for name in EVENT_NAMES if name.startswith(("Flow", "MethodExecution"))
+)
+"""Events of a Flow's run. CrewAI runs each agent's steps in a Flow of its own as well (its
+``AgentExecutor``), whose events are not the user's flow and are left out."""
 FROM_CACHE = "agenteval.tool.from_cache"
 ATTEMPT = "agenteval.tool.attempt"
 """Which run of one requested call a tool span is, when CrewAI retried a failed call."""
@@ -286,6 +300,7 @@ class Translator:
         # crew kickoff → its tasks' ids in order, and the plan by task number that CrewAI's
         # planning (Crew(planning=True)) adds to each task's description
         self._crew_tasks: dict[str, tuple[list[str], dict[int, str]]] = {}
+        self._methods: set[str] = set()  # the open spans of flows' methods
 
     def refuser(
         self, root: str, task_id: str | None, call: ToolCall
@@ -324,6 +339,8 @@ class Translator:
         """Called on the recorder's thread with each event the listener heard."""
         payload, at, source, session = event.event, event.at, event.source, event.session
         name = type(payload).__name__
+        if name in FLOW_EVENTS and type(source).__module__.startswith("crewai."):
+            return  # an agent's executor, a flow of CrewAI's own: its steps are recorded
         at = payload.timestamp.timestamp() if getattr(payload, "timestamp", None) else at
         if name == "ToolSelectionErrorEvent":
             self._unknown_tool(payload, at, event.kickoff)
@@ -383,7 +400,12 @@ class Translator:
             # the root of the span it names (the kickoff itself, or its task); its parent
             # only when that span is gone: the parent comes from CrewAI's scope stack, which
             # a run that failed earlier on this thread may have left holding its own events
-            keys = [self.assembler.root_key(started) or event.parent_event_id or started]
+            keys = [
+                self._crew_of(started)
+                or self.assembler.root_key(started)
+                or event.parent_event_id
+                or started
+            ]
         self._forget(name, event)
         if _TIMED_OUT.search(error):
             self.assembler.mark(keys[0], RunStatus.TIMEOUT, error)
@@ -391,13 +413,15 @@ class Translator:
             self.assembler.end_span(key, error=error, end_time=at)
 
     def _forget(self, name: str, event: Any) -> None:
-        """Drop the lookup entries of an agent execution or task that ended."""
-        if name.startswith("AgentExecution"):
+        """Drop the lookup entries of an agent execution, task or flow method that ended."""
+        if name.startswith("MethodExecution"):
+            self._methods.discard(str(event.started_event_id))
+        elif name.startswith("AgentExecution"):
             self._forget_execution(self._executions.pop(_task_id(event), None))
         elif name.startswith("Task"):
             self._tasks.pop(_task_id(event), None)
         elif name.startswith("CrewKickoff"):
-            self._crew_tasks.pop(str(self.assembler.root_key(event.started_event_id)), None)
+            self._crew_tasks.pop(self._crew_of(event.started_event_id), None)
         elif name.startswith("LiteAgent"):
             execution = event.started_event_id
             if not self.assembler.is_root(execution):  # kicked off inside a run: the guard
@@ -429,11 +453,23 @@ class Translator:
                 found = self._bind_kickoff(str(parent), getattr(event, "agent_id", None), kickoff)
         return found
 
+    def _crew_of(self, key: str | None) -> str:
+        """The crew kickoff span at or above the open span ``key`` (the run's root, or a
+        crew a flow's method kicked off); "" when there is none."""
+        for _ in range(64):  # a crew's spans lie a few levels below it
+            if key is None:
+                break
+            if key in self._crew_tasks:
+                return key
+            parent = self.assembler.parent_key(key)
+            key = str(parent) if parent is not None else None
+        return ""
+
     def _request(self, key: str, task_id: str | None, description: Any) -> Any:
         """What a crew kicked off without inputs was asked: its first task's description,
         without the plan CrewAI's planning added to it; None for a task that is not one of
         the crew's (the planner's own, which runs first)."""
-        tasks, plans = self._crew_tasks.get(str(self.assembler.root_key(key)), ([], {}))
+        tasks, plans = self._crew_tasks.get(self._crew_of(key), ([], {}))
         if not tasks:
             return description
         if task_id not in tasks:
@@ -480,14 +516,48 @@ class Translator:
     ) -> None:
         key = event.event_id
         kind = STARTS[name]
-        roots = ("CrewKickoffStartedEvent", "LiteAgentExecutionStartedEvent")
+        roots = ("FlowStartedEvent", "CrewKickoffStartedEvent", "LiteAgentExecutionStartedEvent")
         parent = None if name in roots else self._parent(event, kickoff)
-        if name == "CrewKickoffStartedEvent":
+        if name == "FlowStartedEvent":
+            # the flow is the event's source; its id names the run's session, as CrewAI's
+            # persistence (@persist) names a flow's state across kickoffs
+            inputs = event.inputs if isinstance(event.inputs, dict) else {}
+            flow_id = getattr(source, "flow_id", None)
+            request = {k: v for k, v in inputs.items() if k != "session_id"}
+            self.assembler.start_span(
+                key,
+                None,
+                kind,
+                event.flow_name or "flow",
+                input=plain(request) or None,
+                start_time=at,
+                session_id=session
+                or self.session_id
+                or inputs.get("session_id")
+                or (str(flow_id) if flow_id else None),
+            )
+        elif name == "MethodExecutionStartedEvent":
+            if parent is not None:  # a method of a flow whose start was seen
+                self._methods.add(key)
+                self.assembler.start_span(
+                    key,
+                    parent,
+                    kind,
+                    event.method_name,
+                    input=plain(event.params) or None,
+                    start_time=at,
+                )
+        elif name == "CrewKickoffStartedEvent":
             # the crew is the event's source (CrewAI leaves event.crew unset)
             inputs = event.inputs if isinstance(event.inputs, dict) else {}
             crew_id = getattr(source, "id", None)
+            # kicked off in a flow's method: a step of the flow's run
+            within = event.parent_event_id
+            within = str(within) if within and self.assembler.trace_of(str(within)) else None
             session = (
-                session
+                None
+                if within
+                else session
                 or self.session_id
                 or inputs.get("session_id")
                 or (str(crew_id) if crew_id is not None else None)
@@ -497,13 +567,15 @@ class Translator:
             request = {k: v for k, v in inputs.items() if k != "session_id"}
             self.assembler.start_span(
                 key,
-                None,
+                within,
                 kind,
                 event.crew_name or "crew",
                 input=plain(request) or None,
                 start_time=at,
                 session_id=session,
             )
+            if within and request:  # a flow kicked off without inputs: what its crew was asked
+                self.assembler.request_found(key, lambda: plain(request))
             tasks = getattr(source, "tasks", None)
             if isinstance(tasks, list):
                 self._crew_tasks[key] = ([str(getattr(t, "id", "")) for t in tasks], {})
@@ -584,9 +656,11 @@ class Translator:
                 input=plain(event.messages),
                 start_time=at,
                 attributes=attributes,
-                # a model called outside any agent (in a Flow step) is a run of its own
+                # a model called outside any agent and any flow seen is a run of its own
                 session_id=(session or self.session_id) if parent is None else None,
             )
+            if parent in self._methods:  # in a flow's step: the request of a flow without inputs
+                self.assembler.request_found(key, lambda: plain(event.messages))
             shown: list[tuple[str | None, str]] = self.assembler.field(
                 "the tool results", lambda: _observations(event.messages), []
             )
@@ -710,10 +784,21 @@ class Translator:
                 end_time=at,
             )
             return
+        if name in FLOW_EVENTS:  # a flow's or a method's result; a pause for a human
+            self._forget(name, event)
+            if name == "FlowPausedEvent":
+                self.assembler.mark(
+                    key, RunStatus.INTERRUPTED, f"the flow waits for a human: {event.message}"
+                )
+            result = getattr(event, "result", None)
+            self.assembler.end_span(
+                key, output=_text(result) if hasattr(result, "raw") else plain(result), end_time=at
+            )
+            return
         output = getattr(event, "output", None)
         if name == "TaskCompletedEvent":  # the planner's plans, before the tasks they extend
             planned = getattr(getattr(output, "pydantic", None), "list_of_plans_per_task", None)
-            crew = self._crew_tasks.get(str(self.assembler.root_key(key)))
+            crew = self._crew_tasks.get(self._crew_of(key))
             if crew is not None and isinstance(planned, list):
                 for step in planned:  # CrewAI uses a task's first plan
                     crew[1].setdefault(getattr(step, "task_number", 0), str(step.plan))
