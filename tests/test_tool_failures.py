@@ -619,13 +619,18 @@ def test_a_call_asked_for_beside_a_failed_one_does_not_recover_it(
             {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
         )
         [trace] = evaluator.captured()
-    assert [(c.name, c.result, c.failed) for c in trace.tool_calls()] == [
+    # calls asked for together run at once (ToolNode's threads), either may start first
+    calls = [(c.name, c.result, c.failed) for c in trace.tool_calls()]
+    assert sorted(calls, reverse=True) == [
         ("get_weather", "503 Service Unavailable", True),
         ("get_time", "15:00", False),
     ]
-    assert [[c.name for c in step.tool_calls] for step in trace.steps() if step.tool_calls] == (
-        [["get_weather", "get_time"]] if together else [["get_weather"], ["get_time"]]
-    )
+    assert together or calls[0][0] == "get_weather"
+    assert [
+        sorted((c.name for c in step.tool_calls), reverse=True)
+        for step in trace.steps()
+        if step.tool_calls
+    ] == ([["get_weather", "get_time"]] if together else [["get_weather"], ["get_time"]])
     result = ToolFailures().measure(trace)
     # together: 1 − (1 failed + 1 unrecovered) / (2 × 2); apart: 1 − 1 / 4
     assert (result.score, result.metadata["failures"][0]["recovered"]) == (
