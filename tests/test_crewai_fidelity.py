@@ -18,6 +18,7 @@ from capture_helpers import captured_by
 from crewai import LLM, Agent, Crew, Process, Task
 from crewai.tools import tool
 from judge_server import JudgeServer, Reply
+from pollers import TakingTurns, assert_each_poller_loops_alone
 
 from agenteval_core import (
     AGENT_NAME,
@@ -30,7 +31,7 @@ from agenteval_core import (
     Trace,
     session,
 )
-from agenteval_core.metrics import ParameterCorrectness, ToolCallLoops, ToolFailures
+from agenteval_core.metrics import ParameterCorrectness, ToolFailures
 
 
 def action(name: str, **arguments: Any) -> str:
@@ -821,33 +822,21 @@ def pollers_in_tasks_run_at_once(polls: dict[str, int]) -> Crew:
     """A crew whose ``async_execution`` tasks each have a poller check its own job
     ``polls[J]`` times (native tool calls), the checks in turn (A, B, A, B, ...) once every
     poller has called its model; a writer sums up."""
-    order = [f"{job}{n}" for n in range(1, max(polls.values()) + 1) for job in polls]
-    order = [check for check in order if int(check[1:]) <= polls[check[0]]]
-    started = {check: threading.Event() for check in order}
-    asked = {job: threading.Event() for job in polls}
-    checks: dict[str, int] = dict.fromkeys(polls, 0)
+    turns = TakingTurns(polls)
 
     @tool("job_status")
     def job_status(job: str) -> str:
         """Status of a deploy job."""
-        checks[job] += 1
-        started[f"{job}{checks[job]}"].set()
-        return "done" if checks[job] >= polls[job] else "running"
+        return turns.checked(job)
 
     def poller(job: str) -> Agent:
         asked_before = [0]
 
         def reply(messages: Any) -> Any:
-            asked[job].set()
             done, asked_before[0] = asked_before[0], asked_before[0] + 1
-            if done == polls[job]:
+            check = turns.next_check(job, done)
+            if check is None:
                 return f"{job} is done"
-            check = f"{job}{done + 1}"
-            before = order[order.index(check) - 1] if order.index(check) else None
-            if before is not None and before[0] != job:  # the other poller's has started
-                assert started[before].wait(10)
-            elif before is None:  # every poller is running before the first check
-                assert all(event.wait(10) for event in asked.values())
             return [native_call(check, "job_status", job=job)]
 
         llm = ScriptedLLM(model="scripted", native=True, reply=reply)
@@ -880,23 +869,10 @@ def test_pollers_in_tasks_run_at_once_are_not_a_loop_and_one_that_loops_is(
         worked, looped = captured_by(listener)
     finally:
         listener.close()
-    assert [(c.id, c.arguments, c.result) for c in worked.tool_calls()] == [
-        ("A1", {"job": "A"}, "running"),
-        ("B1", {"job": "B"}, "running"),
-        ("A2", {"job": "A"}, "done"),
-        ("B2", {"job": "B"}, "done"),
-    ]
-    assert (worked.status, worked.alerts) == (RunStatus.OK, [])
-    loops = ToolCallLoops().measure(worked)
-    assert (loops.score, loops.reason) == (1.0, "no repeated calls or cycles among 4 tool calls")
-    assert looped.status is (RunStatus.STOPPED if stop_on_loop else RunStatus.OK)
-    [alert] = looped.alerts
+    alert = assert_each_poller_loops_alone(worked, looped, stopped=stop_on_loop)
     assert (alert.pattern, [c.arguments for c in alert.calls]) == (
         "repeated_call",
         [{"job": "A"}] * 3,
-    )
-    assert ToolCallLoops().measure(looped).reason == (
-        'job_status called 3 times with the same arguments {"job": "A"}'
     )
 
 

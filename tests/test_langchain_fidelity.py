@@ -11,7 +11,6 @@ import json
 import operator
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -39,6 +38,7 @@ from langgraph_agents import (
     functional_agent,
     retrying_agent,
 )
+from pollers import TakingTurns, assert_each_poller_loops_alone
 from pydantic import BaseModel
 
 from agenteval_core import (
@@ -2134,31 +2134,18 @@ def pollers_sent_at_once(polls: dict[str, int]) -> Any:
     """A graph that sends one poller per job at once (LangGraph's Send); the poller of job
     J checks it ``polls[J]`` times, and the checks start in turn (A, B, A, B, ...) once
     every poller has called its model."""
-    order = [f"{job}{n}" for n in range(1, max(polls.values()) + 1) for job in polls]
-    order = [check for check in order if int(check[1:]) <= polls[check[0]]]
-    started = {check: threading.Event() for check in order}
-    asked = {job: threading.Event() for job in polls}  # each poller has called its model
-    checks: dict[str, int] = dict.fromkeys(polls, 0)
+    turns = TakingTurns(polls)
 
     @tool
     def job_status(job: str) -> str:
         """Status of a deploy job."""
-        checks[job] += 1
-        started[f"{job}{checks[job]}"].set()
-        return "done" if checks[job] == polls[job] else "running"
+        return turns.checked(job)
 
     def reply(messages: Any) -> AIMessage:
         job = str(messages[0].content).split()[-1]
-        done = sum(message.type == "tool" for message in messages)
-        if done == polls[job]:
+        check = turns.next_check(job, sum(message.type == "tool" for message in messages))
+        if check is None:
             return AIMessage(f"{job} is done")
-        asked[job].set()
-        check = f"{job}{done + 1}"
-        before = order[order.index(check) - 1] if order.index(check) else None
-        if before is not None and before[0] != job:  # the other poller's has started
-            assert started[before].wait(10)
-        elif before is None:  # every poller is running before the first check
-            assert all(event.wait(10) for event in asked.values())
         return AIMessage("", tool_calls=[tool_call("job_status", check, job=job)])
 
     poller = create_agent(ScriptedChatModel(reply=reply), tools=[job_status], name="poller")
@@ -2204,23 +2191,10 @@ def test_pollers_running_at_once_are_not_a_loop_and_one_that_loops_is(
     ):
         looping.invoke({"jobs": ["A", "B"], "results": []}, {"callbacks": [handler]})
     worked, looped = evaluator.captured()
-    assert [(c.id, c.arguments, c.result) for c in worked.tool_calls()] == [
-        ("A1", {"job": "A"}, "running"),
-        ("B1", {"job": "B"}, "running"),
-        ("A2", {"job": "A"}, "done"),
-        ("B2", {"job": "B"}, "done"),
-    ]
-    assert (worked.status, worked.alerts) == (RunStatus.OK, [])
-    loops = ToolCallLoops().measure(worked)
-    assert (loops.score, loops.reason) == (1.0, "no repeated calls or cycles among 4 tool calls")
-    assert looped.status is (RunStatus.STOPPED if stop_on_loop else RunStatus.OK)
-    [alert] = looped.alerts
+    alert = assert_each_poller_loops_alone(worked, looped, stopped=stop_on_loop)
     assert (alert.pattern, [(c.id, c.arguments) for c in alert.calls]) == (
         "repeated_call",
         [("A1", {"job": "A"}), ("A2", {"job": "A"}), ("A3", {"job": "A"})],
-    )
-    assert ToolCallLoops().measure(looped).reason == (
-        'job_status called 3 times with the same arguments {"job": "A"}'
     )
 
 

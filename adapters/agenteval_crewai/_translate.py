@@ -155,6 +155,12 @@ def _text(value: Any) -> str:
     return raw if isinstance(raw, str) else str(value)
 
 
+def _inputs(event: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A flow's or crew's kickoff inputs, and its request: the inputs but the session key."""
+    inputs = event.inputs if isinstance(event.inputs, dict) else {}
+    return inputs, {k: v for k, v in inputs.items() if k != "session_id"}
+
+
 def _task_id(event: Any) -> str | None:
     """The task an event belongs to (CrewAI fills ``task_id`` on some events only)."""
     if event.task_id:
@@ -453,6 +459,23 @@ class Translator:
                 found = self._bind_kickoff(str(parent), getattr(event, "agent_id", None), kickoff)
         return found
 
+    def _session(self, session: str | None, inputs: dict[str, Any], own: Any) -> str | None:
+        """A run's session: that of ``agenteval_core.session(...)`` where it was kicked off,
+        the listener's, the kickoff's ``inputs["session_id"]``, else ``own`` (the flow's,
+        the crew's or the agent's id)."""
+        return (
+            session
+            or self.session_id
+            or inputs.get("session_id")
+            or (str(own) if own is not None else None)
+        )
+
+    def _within(self, event: Any) -> str | None:
+        """The open span of a run a kickoff was made in (a flow's method, a task's
+        guardrail, a tool), if any: it is a step of that run, not a run of its own."""
+        within = event.parent_event_id
+        return str(within) if within and self.assembler.trace_of(str(within)) else None
+
     def _crew_of(self, key: str | None) -> str:
         """The crew kickoff span at or above the open span ``key`` (the run's root, or a
         crew a flow's method kicked off); "" when there is none."""
@@ -521,9 +544,7 @@ class Translator:
         if name == "FlowStartedEvent":
             # the flow is the event's source; its id names the run's session, as CrewAI's
             # persistence (@persist) names a flow's state across kickoffs
-            inputs = event.inputs if isinstance(event.inputs, dict) else {}
-            flow_id = getattr(source, "flow_id", None)
-            request = {k: v for k, v in inputs.items() if k != "session_id"}
+            inputs, request = _inputs(event)
             self.assembler.start_span(
                 key,
                 None,
@@ -531,10 +552,7 @@ class Translator:
                 event.flow_name or "flow",
                 input=plain(request) or None,
                 start_time=at,
-                session_id=session
-                or self.session_id
-                or inputs.get("session_id")
-                or (str(flow_id) if flow_id else None),
+                session_id=self._session(session, inputs, getattr(source, "flow_id", None)),
             )
         elif name == "MethodExecutionStartedEvent":
             if parent is not None:  # a method of a flow whose start was seen
@@ -549,22 +567,10 @@ class Translator:
                 )
         elif name == "CrewKickoffStartedEvent":
             # the crew is the event's source (CrewAI leaves event.crew unset)
-            inputs = event.inputs if isinstance(event.inputs, dict) else {}
-            crew_id = getattr(source, "id", None)
-            # kicked off in a flow's method: a step of the flow's run
-            within = event.parent_event_id
-            within = str(within) if within and self.assembler.trace_of(str(within)) else None
-            session = (
-                None
-                if within
-                else session
-                or self.session_id
-                or inputs.get("session_id")
-                or (str(crew_id) if crew_id is not None else None)
-            )
             # the request is what the crew was asked, not the session key beside it (with
             # nothing else given, the first task's description is the request)
-            request = {k: v for k, v in inputs.items() if k != "session_id"}
+            inputs, request = _inputs(event)
+            within = self._within(event)  # kicked off in a flow's method: a step of its run
             self.assembler.start_span(
                 key,
                 within,
@@ -572,7 +578,9 @@ class Translator:
                 event.crew_name or "crew",
                 input=plain(request) or None,
                 start_time=at,
-                session_id=session,
+                session_id=None
+                if within
+                else self._session(session, inputs, getattr(source, "id", None)),
             )
             if within and request:  # a flow kicked off without inputs: what its crew was asked
                 self.assembler.request_found(key, lambda: plain(request))
@@ -585,8 +593,7 @@ class Translator:
             # one off), it is a step of that run, not a run of its own
             info = event.agent_info if isinstance(event.agent_info, dict) else {}
             role, agent_id = info.get("role"), info.get("id") or getattr(source, "id", None)
-            within = event.parent_event_id
-            within = str(within) if within and self.assembler.trace_of(str(within)) else None
+            within = self._within(event)
             self.assembler.start_span(
                 key,
                 within,
@@ -594,11 +601,7 @@ class Translator:
                 str(role or "agent"),
                 input=plain(event.messages),
                 start_time=at,
-                session_id=None
-                if within
-                else session
-                or self.session_id
-                or (str(agent_id) if agent_id is not None else None),
+                session_id=None if within else self._session(session, {}, agent_id),
                 tools=_tool_specs(event.tools),
                 attributes=_agent_of(role),
             )
