@@ -1238,6 +1238,32 @@ def test_a_flow_is_one_run_of_its_crews(evaluator: OnlineEvaluator) -> None:
     assert [s.name for s in failed.spans if s.kind is SpanKind.CHAIN] == ["research", "write"]
 
 
+def test_a_crew_a_flow_kicks_off_leaves_nothing_in_the_guard(evaluator: OnlineEvaluator) -> None:
+    # with stop_on_loop=True the guard checks a crew's calls by its kickoff, and forgot
+    # only runs' roots: each crew a flow kicked off (a server's every request) stayed held
+    from crewai.flow.flow import Flow, start
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Look up an order."""
+        return f"{order_id}: shipped"
+
+    class Support(Flow[Any]):
+        @start()
+        def answer(self) -> str:
+            return str(one_call_crew(lookup_order, "A-1 has shipped.").kickoff())
+
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    try:
+        for _ in range(3):
+            assert Support().kickoff() == "A-1 has shipped."
+        traces = captured_by(listener)
+    finally:
+        listener.close()
+    assert [[c.arguments for c in t.tool_calls()] for t in traces] == [[{"order_id": "A-1"}]] * 3
+    assert len(evaluator.recorder.guard) == 0
+
+
 def test_a_flow_paused_for_a_human_is_an_interrupted_run(
     evaluator: OnlineEvaluator, tmp_path: Path
 ) -> None:

@@ -427,7 +427,10 @@ class Translator:
         elif name.startswith("Task"):
             self._tasks.pop(_task_id(event), None)
         elif name.startswith("CrewKickoff"):
-            self._crew_tasks.pop(self._crew_of(event.started_event_id), None)
+            crew = self._crew_of(event.started_event_id)
+            self._crew_tasks.pop(crew, None)
+            if crew and not self.assembler.is_root(crew):  # in a flow: the guard checked its
+                self.assembler.recorder.guard.forget(crew)  # calls by the crew's kickoff
         elif name.startswith("LiteAgent"):
             execution = event.started_event_id
             if not self.assembler.is_root(execution):  # kicked off inside a run: the guard
