@@ -11,6 +11,7 @@ import json
 import operator
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -2195,6 +2196,96 @@ def test_pollers_running_at_once_are_not_a_loop_and_one_that_loops_is(
     assert (alert.pattern, [(c.id, c.arguments) for c in alert.calls]) == (
         "repeated_call",
         [("A1", {"job": "A"}), ("A2", {"job": "A"}), ("A3", {"job": "A"})],
+    )
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_same_named_agents_sent_at_once_keep_their_own_retries(
+    evaluator: OnlineEvaluator, stop_on_loop: bool
+) -> None:
+    # two checkers of one name sent at once; A's check raised twice and its retry
+    # middleware ran it again each time after B's model had been called. The agents were
+    # told apart by name only, so B's model calls read as A's model asking again: three
+    # calls where A's agent made one, two failures it had not recovered from, a loop alert,
+    # and with stop_on_loop a stopped run that worked
+    from langchain.agents.middleware import wrap_tool_call
+
+    failed = [threading.Event(), threading.Event()]  # A's first and second run raised
+    b_asked = [threading.Event(), threading.Event()]  # B's model called after each
+    runs: list[str] = []
+
+    @tool
+    def job_status(job: str) -> str:
+        """Status of a deploy job."""
+        runs.append(job)
+        if job == "A" and runs.count("A") <= 2:
+            failed[runs.count("A") - 1].set()
+            raise ConnectionError("deploy API timed out")
+        return f"{job} done" if job == "A" or runs.count("B") == 2 else f"{job} running"
+
+    @wrap_tool_call
+    def retry_twice(request: Any, handler: Any) -> Any:
+        for retry in range(2):
+            try:
+                return handler(request)
+            except ConnectionError:
+                assert b_asked[retry].wait(10)  # B's model was called since this run
+        return handler(request)
+
+    def reply(messages: Any) -> AIMessage:
+        job = str(messages[0].content).split()[-1]
+        done = sum(message.type == "tool" for message in messages)
+        if job == "B" and done:
+            assert failed[done - 1].wait(10)
+            b_asked[done - 1].set()
+        if done and messages[-1].content == f"{job} done":
+            return AIMessage(f"{job} done")
+        return AIMessage("", tool_calls=[tool_call("job_status", f"c-{job}{done}", job=job)])
+
+    checker = create_agent(
+        ScriptedChatModel(reply=reply), tools=[job_status], middleware=[retry_twice], name="checker"
+    )
+
+    class Jobs(TypedDict):
+        jobs: list[str]
+        results: Annotated[list[str], operator.add]
+
+    def check(state: dict[str, Any]) -> dict[str, Any]:
+        return {"results": [checker.invoke(state)["messages"][-1].content]}
+
+    graph = StateGraph(Jobs)
+    graph.add_node("check", check)
+    graph.add_conditional_edges(
+        START,
+        lambda state: [
+            Send("check", {"messages": [("user", f"Check {j}")]}) for j in state["jobs"]
+        ],
+        ["check"],
+    )
+    graph.add_edge("check", END)
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+    state = graph.compile().invoke({"jobs": ["A", "B"], "results": []}, {"callbacks": [handler]})
+    assert sorted(state["results"]) == ["A done", "B done"]
+    [trace] = evaluator.captured()
+    assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+    every_run = [(c.id, c.result, c.error) for c in trace.tool_calls(every_run=True)]
+    timed_out = ("c-A0", None, "ConnectionError: deploy API timed out")
+    assert [run for run in every_run if run[0] == "c-A0"] == [
+        timed_out,
+        timed_out,
+        ("c-A0", "A done", None),
+    ]
+    # A's agent made one call, its last run worked; B's made two
+    assert sorted((c.id, c.result, c.error) for c in trace.tool_calls()) == [
+        ("c-A0", "A done", None),
+        ("c-B0", "B running", None),
+        ("c-B1", "B done", None),
+    ]
+    failures = ToolFailures().measure(trace)
+    assert (failures.score, failures.reason) == (
+        1.0,
+        "none of 3 tool calls failed (the framework ran a call again 2 times: each call "
+        "counts as its last run)",
     )
 
 

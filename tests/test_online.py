@@ -380,6 +380,22 @@ def test_another_agents_model_call_leaves_a_retry_one_call() -> None:
     assert alert is not None and (alert.pattern, alert.count) == ("repeated_call", 3)
 
 
+def test_a_model_call_in_another_lane_leaves_a_retry_one_call() -> None:
+    # two agents of one name sent at once: each in its lane, so the name does not tell them
+    # apart; the other lane's model call between two runs of a call made them two calls
+    guard = LoopGuard(repeat_threshold=3)
+    lookup = ToolCall(id="c1", name="lookup", arguments={"job": "A"})
+    for _ in range(3):
+        assert guard.observe("t", lookup, agent="checker", lane="a") is None
+        guard.model_called("t", "checker", lane="b")
+    # a model call in its own lane, or in none by an agent of its name, ends the retries
+    guard.model_called("t", "checker", lane="a")
+    assert guard.observe("t", lookup, agent="checker", lane="a") is None
+    guard.model_called("t", "checker")
+    alert = guard.observe("t", lookup, agent="checker", lane="a")
+    assert alert is not None and (alert.pattern, alert.count) == ("repeated_call", 3)
+
+
 def test_short_cycles_alert() -> None:
     guard = LoopGuard(repeat_threshold=5)
     results = [guard.observe("t", call(name, n=1)) for name in ["open", "read", "open", "read"]]

@@ -664,6 +664,31 @@ def test_another_agents_model_call_beside_a_retry_leaves_it_one_call() -> None:
     assert calls(model(None).model_copy(update={"parent_id": "t1"})) == [None]
 
 
+def test_a_model_call_of_an_agent_beside_a_retry_of_its_name_leaves_it_one_call() -> None:
+    # two agents of one name sent at once (two agent spans under one graph): the other's
+    # model call between two runs of a call made them two calls
+    named = {AGENT_NAME: "checker"}
+
+    def span(span_id: str, parent: str, kind: SpanKind = SpanKind.AGENT) -> Span:
+        return Span(id=span_id, parent_id=parent, kind=kind, name="checker", attributes=named)
+
+    def run(span_id: str, error: str | None = None) -> Span:
+        call = ToolCall(id="c1", name="status", arguments={"job": "A"}, error=error)
+        return Span(id=span_id, parent_id="a", kind=SpanKind.TOOL, name="status", tool_call=call)
+
+    def calls(model_under: str, *more: Span) -> list[str | None]:
+        graph = Span(id="graph", kind=SpanKind.AGENT, name="graph")
+        model = span("m", model_under, SpanKind.LLM)
+        spans = [graph, span("a", "graph"), *more, run("t1", "timed out"), model, run("t2")]
+        return [call.error for call in Trace(spans=spans).tool_calls()]
+
+    assert calls("b", span("b", "graph")) == [None]  # B's model call: one call, its last run
+    assert calls("a") == ["timed out", None]  # A's own model asked again
+    assert calls("a2", span("a2", "a")) == ["timed out", None]  # a sub-agent A runs
+    # a model call under no agent span of its own, only the graph's
+    assert calls("node", span("node", "graph", SpanKind.CHAIN)) == ["timed out", None]
+
+
 def test_a_call_run_again_keeps_the_place_the_model_asked_for_it_in() -> None:
     # parallel calls: c1 failed and ran again after c2 had started; the model asked c1, c2
     def tool(span_id: str, call_id: str, error: str | None = None) -> Span:

@@ -53,9 +53,11 @@ class _RunCalls:
     """Each handoff's calls since the run last made a call new to it."""
     alerted: set[Any] = field(default_factory=set)
     stopped_by: LoopAlert | None = None
-    since_model_call: dict[str, tuple[tuple[str, str], str | None]] = field(default_factory=dict)
-    """Each call id run since its agent's last model call, with its call's identity and
-    the agent it ran for (``None``: not said)."""
+    since_model_call: dict[str, tuple[tuple[str, str], str | None, Hashable | None]] = field(
+        default_factory=dict
+    )
+    """Each call id run since its agent's last model call, with its call's identity, the
+    agent it ran for (``None``: not said) and its lane (:class:`Lanes`)."""
 
 
 class Lanes:
@@ -168,7 +170,7 @@ class LoopGuard:
                 earlier = calls.since_model_call.get(call.id)
                 if earlier is not None and earlier[0] == signature:
                     return None  # its framework runs the call again: no call of the agent's
-                calls.since_model_call[call.id] = (signature, agent)
+                calls.since_model_call[call.id] = (signature, agent, lane)
             own = calls.lanes.get(lane)
             if own is None:
                 own = calls.lanes[lane] = _Lane()
@@ -236,19 +238,24 @@ class LoopGuard:
             return "cycle", self.cycle_repeats, lane.calls[-span:], message
         return None
 
-    def model_called(self, run: Hashable, agent: str | None = None) -> None:
-        """A model call of ``run`` started (for ``agent``, when the run has several): a
-        call of that agent after it is the model's asking, a call of its own even under an
-        id it had before (a model server that reuses ids). Another agent's model call,
-        running beside it, leaves its calls' retries as they are; a model call that names
-        no agent ends every call's."""
+    def model_called(
+        self, run: Hashable, agent: str | None = None, lane: Hashable | None = None
+    ) -> None:
+        """A model call of ``run`` started (for ``agent``, when the run has several; in
+        ``lane`` when agents of the run run at once): a call of that agent after it is the
+        model's asking, a call of its own even under an id it had before (a model server
+        that reuses ids). The model call of another agent running beside it (of another
+        name, or in another lane: two agents of one name sent at once) leaves its calls'
+        retries as they are; a model call that names no agent and has no lane ends every
+        call's."""
         with self._lock:
             calls = self._runs.get(run)
             if calls is not None:
                 calls.since_model_call = {
-                    call_id: (signature, owner)
-                    for call_id, (signature, owner) in calls.since_model_call.items()
-                    if agent is not None and owner is not None and owner != agent
+                    call_id: (signature, owner, owner_lane)
+                    for call_id, (signature, owner, owner_lane) in calls.since_model_call.items()
+                    if (agent is not None and owner is not None and owner != agent)
+                    or (lane is not None and owner_lane is not None and owner_lane != lane)
                 }
 
     def stop(self, run: Hashable, alert: LoopAlert) -> None:

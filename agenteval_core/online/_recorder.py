@@ -798,7 +798,8 @@ class TraceAssembler:
         if kind is SpanKind.LLM and self.watch_loops and not self._inside_tool(parent_key):
             # a call after it is the model's asking; a model call a tool makes (its own
             # summariser, a sub-agent) asks for none of the run's calls
-            self.recorder.guard.model_called(owner.key, agent)
+            lane = self._lane(owner, parent_key) if parent_key is not None else None
+            self.recorder.guard.model_called(owner.key, agent, lane)
         if kind is SpanKind.LLM and parent is not None:
             messages = messages_of(input)
             if messages:  # the conversation so far, resent: held once (see share_conversation)

@@ -749,9 +749,11 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     or a LangGraph ``RetryPolicy`` after the tool raised, CrewAI's retries of a tool that
     raised). A model that asks again for the same call, even under a reused id, asks after
     a model call: that is a call of its own, and a loop when it repeats. The model call of
-    another agent (:data:`AGENT_NAME`), running beside it in the same run (CrewAI's
-    ``async_execution`` tasks, a graph's parallel branches), asks for none of its calls
-    unless it names the call's id; a model call that names no agent ends every retry. A
+    another agent running beside it in the same run (CrewAI's ``async_execution`` tasks, a
+    graph's parallel branches) asks for none of its calls unless it names the call's id:
+    an agent of another name (:data:`AGENT_NAME`), or one under an agent span that is
+    neither above nor below the call's nearest agent span (two agents of one name sent at
+    once). A model call that names no agent and is under no such span ends every retry. A
     model call inside a tool's span (the tool's own summariser, a sub-agent it runs) asks
     only for the calls made inside that span."""
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
@@ -763,10 +765,13 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     again: dict[str, ToolCall | None] | None = None
     tools: set[str] = set()  # the tool spans so far
     inside: dict[str, str | None] = {}  # each span's nearest tool span above it
+    agents: dict[str, tuple[str, ...]] = {}  # the agent spans at and above each span
     for span in spans:  # a parent starts before its children
         parent = span.parent_id
         above = None if parent is None else parent if parent in tools else inside.get(parent)
         inside[span.id] = above
+        line = agents.get(parent, ()) if parent is not None else ()
+        agents[span.id] = (span.id, *line) if span.kind is SpanKind.AGENT else line
         if span.kind is SpanKind.TOOL:
             tools.add(span.id)
         call = span.tool_call
@@ -779,9 +784,14 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
                     for call_id, run in first.items()
                     if inside.get(run.id) != above
                     or (
-                        agent is not None
-                        and run.attributes.get(AGENT_NAME) not in (None, agent)
-                        and call_id not in asked
+                        call_id not in asked
+                        and (
+                            (
+                                agent is not None
+                                and run.attributes.get(AGENT_NAME) not in (None, agent)
+                            )
+                            or _beside(agents[span.id], agents[run.id])
+                        )
                     )
                 }
             continue
@@ -801,6 +811,12 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
             continue
         first[call.id] = span
     return again
+
+
+def _beside(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """Whether spans under the agent spans ``one`` and ``other`` (each nearest first) are
+    of two agents, neither running the other: apart, as two agents a graph sends at once."""
+    return bool(one and other) and one[0] not in other and other[0] not in one
 
 
 class Trace(_Model):
