@@ -140,6 +140,10 @@ _CARD_GROUPS = frozenset({(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (
 Express), 4-6-4 (Diners Club), 4-4-4-1 (13-digit Visa)."""
 
 
+_CARD_SIZED, _CARD_OVERSIZED = 10**12, 10**19
+"""The integers of a card number's length, 13 to 19 digits."""
+
+
 def _card_number(found: str) -> bool:
     """Whether a run of digits is a card number: a network's prefix and length, printed
     whole or in its groups with one kind of separator, and a valid Luhn check digit."""
@@ -596,8 +600,20 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self._value(item, seen, kinds) for item in self._joined_pieces(list(value))]
         if type(value) is int:
-            return safe_int(value)
+            return self._int(value, seen)
         return value
+
+    def _int(self, value: int, seen: dict[str, str]) -> int | str:
+        """An integer, or its text redacted when the text holds a secret: a card number a
+        tool's schema types as an integer (13 to 19 digits) is as secret as one in text."""
+        if _CARD_SIZED <= value < _CARD_OVERSIZED:
+            text = str(value)
+            redacted = seen.get(text)
+            if redacted is None:
+                redacted = seen[text] = self.text(text)
+            if redacted != text:
+                return redacted
+        return safe_int(value)
 
     def _fields(
         self, value: dict[Any, Any], seen: dict[str, str], kinds: dict[str, int]
@@ -621,7 +637,7 @@ class Redactor:
                         redacted = seen[item] = self.text(item)
                     item = redacted
                 elif type(item) is int:
-                    item = safe_int(item)
+                    item = self._int(item, seen)
                 elif not (item is None or type(item) is float or type(item) is bool):
                     item = self._value(item, seen, kinds)
                 redacted_key = seen.get(key)

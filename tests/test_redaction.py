@@ -514,6 +514,21 @@ def test_credentials_in_requests_commands_and_card_numbers(text: str, expected: 
     assert Redactor().text(text) == expected
 
 
+def test_a_card_number_typed_as_an_integer_is_redacted() -> None:
+    # a payment tool whose schema types the card as an integer: its arguments reached the
+    # capture with the card number whole
+    arguments = {"card": 4111111111111111, "amount": 4200, "sent_at_ms": 1796235912243}
+    assert Redactor().value([arguments, 5555555555554444]) == [
+        {"card": "[REDACTED:card-number]", "amount": 4200, "sent_at_ms": 1796235912243},
+        "[REDACTED:card-number]",
+    ]
+    # numbers of a card's length that are no card: a wrong check digit, no network's prefix
+    assert Redactor().value({"id": 4111111111111112, "order": 9111111111111111}) == {
+        "id": 4111111111111112,
+        "order": 9111111111111111,
+    }
+
+
 def test_secret_named_fields_by_name_and_by_look() -> None:
     value = {
         "private_key": "k",
