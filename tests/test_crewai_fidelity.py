@@ -25,6 +25,7 @@ from agenteval_core import (
     GUARD_REFUSED,
     INTERNAL_CALL,
     CallbackSink,
+    EvalCase,
     OnlineEvaluator,
     RunStatus,
     SpanKind,
@@ -32,6 +33,7 @@ from agenteval_core import (
     session,
 )
 from agenteval_core.metrics import ParameterCorrectness, ToolFailures
+from agenteval_core.metrics._judge_base import describe_trace
 
 
 def action(name: str, **arguments: Any) -> str:
@@ -1264,13 +1266,14 @@ def test_a_crew_a_flow_kicks_off_leaves_nothing_in_the_guard(evaluator: OnlineEv
     assert len(evaluator.recorder.guard) == 0
 
 
-def test_a_flow_paused_for_a_human_is_an_interrupted_run(
+def test_a_flow_paused_for_a_human_is_an_interrupted_run_its_resume_goes_on_from(
     evaluator: OnlineEvaluator, tmp_path: Path
 ) -> None:
     # @human_feedback with a provider that answers later: kickoff() returns, paused; the
-    # run's trace ends there, waiting for the human, not open until the process exits
+    # run's trace ends there, waiting for the human, not open until the process exits. The
+    # run resume() made had no request, no link to the paused run and not the human's answer
     from crewai.flow.async_feedback import HumanFeedbackPending, HumanFeedbackProvider
-    from crewai.flow.flow import Flow, start
+    from crewai.flow.flow import Flow, listen, start
     from crewai.flow.human_feedback import human_feedback
     from crewai.flow.persistence import SQLiteFlowPersistence
 
@@ -1284,11 +1287,18 @@ def test_a_flow_paused_for_a_human_is_an_interrupted_run(
         def draft(self) -> str:
             return "Refund A-1: 40 EUR"
 
+        @listen(draft)
+        def refund(self, review: Any) -> str:
+            return f"{review.output}: {review.feedback}"
+
     listener = AgentEvalListener(evaluator)
     try:
-        flow = Review(persistence=SQLiteFlowPersistence(db_path=str(tmp_path / "flows.db")))
+        persistence = SQLiteFlowPersistence(db_path=str(tmp_path / "flows.db"))
+        flow = Review(persistence=persistence)
         assert isinstance(flow.kickoff(inputs={"order": "A-1"}), HumanFeedbackPending)
-        [paused] = captured_by(listener)
+        resumed_flow = Review.from_pending(flow.flow_id, persistence)
+        assert resumed_flow.resume("approved") == "Refund A-1: 40 EUR: approved"
+        paused, resumed = captured_by(listener)
     finally:
         listener.close()
     assert (paused.input, paused.status, paused.status_reason, paused.session_id) == (
@@ -1301,6 +1311,23 @@ def test_a_flow_paused_for_a_human_is_an_interrupted_run(
         (SpanKind.AGENT, "Review", None),
         (SpanKind.CHAIN, "draft", None),
     ]
+    # the resumed run: the paused run's request, in its session, linked to it, with the answer
+    assert (resumed.input, resumed.output, resumed.status, resumed.session_id) == (
+        {"order": "A-1"},
+        "Refund A-1: 40 EUR: approved",
+        RunStatus.OK,
+        flow.flow_id,
+    )
+    assert resumed.metadata == {"resumes_trace_id": paused.id, "resume": "approved"}
+    assert [(s.kind, s.name) for s in resumed.spans] == [
+        (SpanKind.AGENT, "Review"),
+        (SpanKind.CHAIN, "draft"),  # the review it went on from
+        (SpanKind.CHAIN, "refund"),
+    ]
+    # what a judge of the resumed run is told
+    assert "the run resumed after a pause for a human, who answered: approved\n" in (
+        describe_trace(EvalCase(input="", trace=resumed))
+    )
 
 
 @pytest.mark.parametrize(

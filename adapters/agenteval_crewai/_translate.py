@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from crewai.flow.human_feedback import HumanFeedbackResult
 from crewai.utilities.i18n import I18N_DEFAULT
 from crewai.utilities.string_utils import sanitize_tool_name
 
@@ -80,6 +81,9 @@ FAILURES = {
     "KnowledgeQueryFailedEvent",
 }
 EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
+PAUSED_FLOW = "paused flow"
+"""What a flow paused for a human is kept under, with its id, for the run that resumes it."""
+
 FLOW_EVENTS = frozenset(
     name for name in EVENT_NAMES if name.startswith(("Flow", "MethodExecution"))
 )
@@ -307,6 +311,7 @@ class Translator:
         # planning (Crew(planning=True)) adds to each task's description
         self._crew_tasks: dict[str, tuple[list[str], dict[int, str]]] = {}
         self._methods: set[str] = set()  # the open spans of flows' methods
+        self._resumed_flows: set[str] = set()  # open flows resumed after a pause for a human
 
     def refuser(
         self, root: str, task_id: str | None, call: ToolCall
@@ -422,6 +427,8 @@ class Translator:
         """Drop the lookup entries of an agent execution, task or flow method that ended."""
         if name.startswith("MethodExecution"):
             self._methods.discard(str(event.started_event_id))
+        elif name.startswith("Flow"):
+            self._resumed_flows.discard(str(event.started_event_id))
         elif name.startswith("AgentExecution"):
             self._forget_execution(self._executions.pop(_task_id(event), None))
         elif name.startswith("Task"):
@@ -548,6 +555,13 @@ class Translator:
             # the flow is the event's source; its id names the run's session, as CrewAI's
             # persistence (@persist) names a flow's state across kickoffs
             inputs, request = _inputs(event)
+            flow_id = getattr(source, "flow_id", None)
+            resumed = None
+            if getattr(source, "_pending_feedback_context", None) is not None and flow_id:
+                # resume() after a pause for a human: the paused run's request, and its trace
+                resumed = self.assembler.take_unfinished((PAUSED_FLOW, str(flow_id)))
+                if resumed is not None:
+                    request = resumed[1]
             self.assembler.start_span(
                 key,
                 None,
@@ -555,8 +569,12 @@ class Translator:
                 event.flow_name or "flow",
                 input=plain(request) or None,
                 start_time=at,
-                session_id=self._session(session, inputs, getattr(source, "flow_id", None)),
+                session_id=self._session(session, inputs, flow_id),
             )
+            if resumed is not None:
+                self.assembler.annotate(key, metadata={"resumes_trace_id": resumed[0]})
+            if getattr(source, "_pending_feedback_context", None) is not None:
+                self._resumed_flows.add(key)
         elif name == "MethodExecutionStartedEvent":
             if parent is not None:  # a method of a flow whose start was seen
                 self._methods.add(key)
@@ -796,7 +814,12 @@ class Translator:
                 self.assembler.mark(
                     key, RunStatus.INTERRUPTED, f"the flow waits for a human: {event.message}"
                 )
+                self.assembler.keep_unfinished((PAUSED_FLOW, str(event.flow_id)), key)
             result = getattr(event, "result", None)
+            root = self.assembler.root_key(key)
+            if isinstance(result, HumanFeedbackResult) and root in self._resumed_flows:
+                # the human's answer, what the resumed flow went on from
+                self.assembler.annotate(root, metadata={"resume": result.feedback})
             self.assembler.end_span(
                 key, output=_text(result) if hasattr(result, "raw") else plain(result), end_time=at
             )
