@@ -1289,3 +1289,160 @@ def test_a_run_whose_end_was_not_seen_is_neither_a_case_nor_a_reference(tmp_path
     assert (case.count, case.provenance.trace_ids) == (1, ["t1"])
     assert (case.provenance.status, case.provenance.reference_trace_id) == ("error", None)
     assert case.expected_tool_calls is None
+
+
+def _refund_agent(payments_up: bool) -> Any:
+    """A LangGraph agent that refunds A-1 once a reviewer approves the call
+    (``HumanInTheLoopMiddleware``); the payments API it calls is down unless
+    ``payments_up``."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    @tool
+    def refund(order_id: str, amount: float) -> str:
+        """Refund an order."""
+        if not payments_up:
+            raise ConnectionError("payments API down")
+        return f"refunded {amount} on {order_id}"
+
+    def reply(messages: Any) -> AIMessage:
+        if messages[-1].type == "tool":
+            return AIMessage("Refunded." if "refunded" in str(messages[-1].content) else "Failed.")
+        return AIMessage("", tool_calls=[tool_call("refund", "c1", order_id="A-1", amount=40.0)])
+
+    return create_agent(
+        ScriptedChatModel(reply=reply),
+        tools=[refund],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"refund": True})],
+        checkpointer=InMemorySaver(),
+    )
+
+
+def _run_reviewed(
+    evaluator: OnlineEvaluator, request: str, answers: list[Any], thread: str, payments_up: bool
+) -> None:
+    """Ask the refund agent ``request`` and resume it with each answer as it pauses."""
+    from langgraph.types import Command
+
+    agent = _refund_agent(payments_up)
+    config: Any = {
+        "callbacks": [AgentEvalCallbackHandler(evaluator)],
+        "configurable": {"thread_id": thread},
+    }
+    try:
+        agent.invoke({"messages": [("user", request)]}, config=config)
+        for answer in answers:
+            agent.invoke(Command(resume=answer), config=config)
+    except ConnectionError:
+        pass  # the run failed: its trace says so
+
+
+def test_a_run_resumed_after_a_humans_answer_is_a_case_that_resumes_with_it(
+    tmp_path: Path,
+) -> None:
+    # a refund a reviewer approved failed once the run resumed. Its case held the paused
+    # run as an earlier turn (the same request, no answer) and not the approval: the
+    # suite's agent paused at the review on every attempt, and the failure after the
+    # approval never ran again
+    approve = {"decisions": [{"type": "approve"}]}
+    capture = tmp_path / "capture.jsonl"
+    with OnlineEvaluator(capture=capture, log=False) as evaluator:
+        _run_reviewed(evaluator, "Refund A-1", [approve], "t-1", payments_up=False)
+    paused, failed = read_capture(capture)
+    [case] = cases_from_capture(capture, metrics=["tool_failures"])
+    assert (case.input, case.resume, case.conversation, case.tools_must_succeed) == (
+        "Refund A-1",
+        [approve],
+        None,  # the paused run is the same turn, not one before it
+        ["refund"],
+    )
+    assert (case.provenance.trace_ids, case.provenance.turns_left_out) == ([failed.id], 0)
+    assert (
+        paused.status is RunStatus.INTERRUPTED and failed.metadata["resumes_trace_id"] == paused.id
+    )
+
+    def agent(payments_up: bool) -> Any:
+        def run(request: str, resume: list[Any]) -> Trace:
+            with OnlineEvaluator(log=False) as evaluator:
+                _run_reviewed(evaluator, request, resume, "suite", payments_up)
+                return evaluator.captured()[-1]  # the run resumed last
+
+        return run
+
+    suite = EvalSuite("refunds").add_cases([case.to_eval_case()])
+    broken = suite.run(agent(payments_up=False), k=1, attempts=2, progress=False)
+    assert [(r.outcome, r.status, r.reason) for r in broken.cases[0].runs] == [
+        (
+            "incomplete",
+            "error",
+            "the run did not complete (error): ConnectionError: payments API down",
+        )
+    ] * 2
+    fixed = suite.run(agent(payments_up=True), k=1, attempts=2, progress=False)
+    assert [(r.outcome, r.output) for r in fixed.cases[0].runs] == [("passed", "Refunded.")] * 2
+
+    # an agent function that cannot be given the answers is not run: it would stop at the
+    # review, where the captured run went on
+    def asked_alone(request: str) -> Trace:
+        raise AssertionError("not to be run")
+
+    [alone] = suite.run(asked_alone, k=1, attempts=1, progress=False).cases[0].runs
+    assert (alone.outcome, alone.passed) == ("out_of_context", False)
+    assert alone.reason.startswith(
+        "not run: the case's run paused for a human and went on from the answers given"
+    )
+
+
+def test_answers_across_pauses_are_kept_in_order_and_a_paused_run_is_no_reference(
+    tmp_path: Path,
+) -> None:
+    # a run approved, paused again for the amount, then resumed and failed: its case goes
+    # on from both answers. A paused run of a failed request had been taken for a later
+    # success, and its calls so far for the trajectory the case had to follow
+    def run(trace_id: str, status: RunStatus, *calls: ToolCall, **fields: Any) -> Trace:
+        steps = [AgentStep(tool_calls=list(calls))] if calls else []
+        fields.setdefault("session_id", trace_id)
+        return Trace.from_steps(
+            fields.pop("request", "Refund A-1"), steps, id=trace_id, status=status, **fields
+        )
+
+    def resumed(
+        trace_id: str, status: RunStatus, answer: str, paused: str, *calls: ToolCall
+    ) -> Trace:
+        session = paused.rstrip("0123456789")
+        resumes = {"resume": answer, "resumes_trace_id": paused}
+        return run(trace_id, status, *calls, session_id=session, metadata=resumes)
+
+    search = ToolCall(name="find_order", arguments={"id": "A-1"}, result="A-1, 40 EUR")
+    refund = ToolCall(name="refund", arguments={"id": "A-1"}, error="payments API down")
+    refunded = ToolCall(name="refund", arguments={"id": "A-1"}, result="refunded")
+    capture = tmp_path / "capture.jsonl"
+    with CaptureWriter(capture) as writer:
+        for trace in (
+            _turn("s", "Hi", "Hello, how can I help?"),
+            run("s1", RunStatus.INTERRUPTED, search, session_id="s"),
+            resumed("s2", RunStatus.INTERRUPTED, "approve", "s1"),
+            resumed("s3", RunStatus.ERROR, "40 EUR", "s2", refund),
+            run("ok", RunStatus.OK, search, refunded),  # answered by no human: no reference
+            # a request that failed, then paused before its calls: no success yet
+            run("failed", RunStatus.ERROR, refund, request="Refund B-2"),
+            run("paused", RunStatus.INTERRUPTED, search, request="Refund B-2"),
+        ):
+            writer.write(trace)
+    case, failed = cases_from_capture(capture, metrics=["tool_failures"])
+    assert (case.resume, case.conversation, case.provenance.turns_left_out) == (
+        ["approve", "40 EUR"],
+        [{"input": "Hi", "output": "Hello, how can I help?"}],
+        0,
+    )
+    for each in (case, failed):
+        assert (each.provenance.reference_trace_id, each.expected_tool_calls) == (None, None)
+    # the same answers given again, and the run went well: the case's reference
+    with CaptureWriter(capture) as writer:
+        writer.write(run("t1", RunStatus.INTERRUPTED, search, session_id="t"))
+        writer.write(resumed("t2", RunStatus.INTERRUPTED, "approve", "t1"))
+        writer.write(resumed("t3", RunStatus.OK, "40 EUR", "t2", refunded))
+    case, _ = cases_from_capture(capture, metrics=["tool_failures"])
+    assert case.provenance.reference_trace_id == "t3"
+    assert case.expected_tool_calls == [ExpectedToolCall(name="refund", arguments={"id": "A-1"})]

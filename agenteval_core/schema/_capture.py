@@ -25,7 +25,7 @@ from pydantic_core import PydanticSerializationError
 from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from .._fork import renew_after_fork
 from .._sync import time_left
-from ._trace import NewerVersionError, RecentRuns, Trace, read_again
+from ._trace import RESUMES_TRACE_ID, NewerVersionError, RecentRuns, Trace, read_again
 from ._values import TRUNCATED, plain, truncated
 
 __all__ = [
@@ -648,9 +648,12 @@ def runs_with_turns(
     and how many turns came before it, kept or not. The turns are ``{"input", "output"}``,
     oldest first, the last ``keep`` of them (``None``: all); a run with no session has none.
     A run joins its session's turns when the next run is asked for: what reads the turns
-    reads them before that."""
+    reads them before that. A run that goes on from its session's last run (resumed after
+    a pause for a human: :data:`RESUMES_TRACE_ID`) is that turn, not one after it: it takes
+    its place."""
     earlier: dict[str, deque[dict[str, Any]]] = {}
     told: dict[str, int] = {}
+    last: dict[str, str] = {}  # the trace id of each session's last turn
     read: dict[str, dict[str, int]] = {}
     sessionless = RecentRuns()
     for trace in read_in_run_order(path, on_error=on_error):
@@ -662,7 +665,11 @@ def runs_with_turns(
             continue
         turns = earlier.setdefault(session, deque(maxlen=keep))
         before = told.get(session, 0)
-        told[session] = before + 1
+        if before and trace.metadata.get(RESUMES_TRACE_ID) == last[session]:
+            before -= 1  # the paused run's turn, which this run answers
+            if turns:
+                turns.pop()
+        told[session], last[session] = before + 1, trace.id
         yield trace, turns, before
         turns.append({"input": trace.input, "output": trace.output})
 

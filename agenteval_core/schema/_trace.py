@@ -40,6 +40,8 @@ __all__ = [
     "PROVIDER_NAME",
     "REFUSAL",
     "REQUEST_MODEL",
+    "RESUME",
+    "RESUMES_TRACE_ID",
     "SCHEMA_VERSION",
     "STEPS_UNRECORDED",
     "TOKEN_LIMIT_REASONS",
@@ -108,6 +110,13 @@ STEPS_UNRECORDED = "agenteval.steps_unrecorded"
 call and no tool call, only the run's input and output (OpenInference's and OpenLLMetry's
 CrewAI instrumentors write no others): the run's steps are unknown, not absent, so the
 metrics that check them do not score it (:attr:`Trace.steps_recorded`)."""
+
+RESUME = "resume"
+"""Trace metadata key: the answer a human gave a run that paused for one (a LangGraph
+interrupt's resume value, a CrewAI flow's feedback), in the run that went on from it."""
+
+RESUMES_TRACE_ID = "resumes_trace_id"
+"""Trace metadata key: the id of the paused (or failed) run's trace a run went on from."""
 
 PROVIDER_TOOL = "agenteval.tool.provider_run"
 """Span attribute set to ``True`` on a tool call the model's provider ran inside the model
@@ -1208,6 +1217,11 @@ class EvalCase(_Model):
     loop guard refused, or one that must never happen (``max_calls=0``)."""
     tools_must_succeed: list[str] | None = None
     """Tools the run must call, none of whose calls may fail (for ``tool_constraints``)."""
+    resume: list[Any] | None = None
+    """The answers a human gave the run each time it paused for one (a LangGraph interrupt's
+    resume value, a CrewAI flow's feedback), in order: an agent that takes a ``resume``
+    argument gets them in a suite, to resume its run with each as it pauses. A case made
+    from a captured run that went on after a pause keeps them."""
     metrics: list[str] | None = None
     """Registry names of metrics this case asks for, scored in a suite beside the suite's own
     (a regression case names the checks its failure calls for)."""

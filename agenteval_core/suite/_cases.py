@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from ..schema._capture import runs_with_turns
 from ..schema._results import MetricResult, TraceResults, failing, flagged_traces, repeats
 from ..schema._trace import (
     GUARD_REFUSED,
+    RESUME,
+    RESUMES_TRACE_ID,
     TOOL_NOT_RUN,
     EvalCase,
     ExpectedToolCall,
@@ -132,6 +135,9 @@ class RegressionCase(BaseModel):
     input: Any = None
     conversation: list[dict[str, Any]] | None = None
     """The earlier turns of the conversation, oldest first (``{"input", "output"}`` each)."""
+    resume: list[Any] | None = None
+    """The answers a human gave the run each time it paused for one, in order (see
+    :attr:`EvalCase.resume`)."""
     metrics: list[str] = Field(default_factory=list)
     expected_tool_calls: list[ExpectedToolCall] | None = None
     expected_state: dict[str, Any] | None = None
@@ -156,6 +162,7 @@ class RegressionCase(BaseModel):
             id=self.id,
             input=self.input,
             conversation=self.conversation,
+            resume=self.resume,
             metrics=list(self.metrics),
             expected_tool_calls=self.expected_tool_calls,
             expected_state=self.expected_state,
@@ -334,6 +341,25 @@ def _key(value: Any, turns: Sequence[dict[str, Any]]) -> str:
     return f"{text}\n" + " ".join(previous.split()) if previous else text
 
 
+def _answers(trace: Trace, paused: OrderedDict[str, list[Any]]) -> list[Any] | None:
+    """The answers a human gave a run resumed after pauses (:data:`RESUME`), oldest first:
+    those of the runs it goes on from that are in the capture, then its own; ``None`` for a
+    run that did not resume. ``paused`` keeps the answers of runs resumed and paused again
+    (a second approval), for the run that goes on from them."""
+    if RESUME not in trace.metadata:
+        return None
+    answers = [*paused.pop(str(trace.metadata.get(RESUMES_TRACE_ID)), []), trace.metadata[RESUME]]
+    if trace.status is RunStatus.INTERRUPTED:
+        paused[trace.id] = answers
+        if len(paused) > PAUSES_KEPT:  # runs never resumed
+            paused.popitem(last=False)
+    return answers
+
+
+PAUSES_KEPT = 10_000
+"""Runs resumed and paused again whose answers are kept for the run that resumes them."""
+
+
 def _case_id(input_key: str, signature: tuple[Any, ...]) -> str:
     """A readable, stable id: the input's first words and a hash of the input and the way it
     failed (the same failure found again gets the same id, so baselines line up)."""
@@ -372,7 +398,9 @@ def cases_from_capture(
     ``allow_refusal`` is set (an input the agent should refuse).
 
     Each case keeps the input, the earlier turns of its session (the last ``max_turns``;
-    ``None`` keeps all, and the provenance counts those left out), where it came from, and
+    ``None`` keeps all, and the provenance counts those left out), the answers a human gave
+    a run resumed after pausing for one (``resume``: a paused run and the run that resumed
+    it are one turn, and a paused run is no passing reference), where it came from, and
     the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
     that does not complete); ``tool_call_loops`` after a loop; ``tool_constraints`` for the
     tools that failed (``tools_must_succeed``: each to be called, and to succeed; a call of
@@ -407,18 +435,26 @@ def cases_from_capture(
     # earlier conversation) and the cases still waiting for a later run that passed.
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
     awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
+    paused: OrderedDict[str, list[Any]] = OrderedDict()
     for trace, turns, before in itertools.chain([first], runs):
         why = _why(trace, select, scored)
+        # a run resumed after a pause for a human went on from its answers: the same request
+        # answered otherwise (approved, rejected) is another case
+        answers = _answers(trace, paused)
+        input_key = _key(trace.input, turns)
+        if answers is not None:
+            input_key += "\n" + json.dumps(answers, sort_keys=True, default=str)
         if why is None:
             if not (
                 trace.incomplete
-                or trace.status is RunStatus.UNFINISHED  # neither failed nor passed
+                # neither failed nor passed: still going, or paused with the rest to come
+                or trace.status in (RunStatus.UNFINISHED, RunStatus.INTERRUPTED)
                 or trace.alerts
                 or scored.failing.get(trace.id)
                 or trace.id in scored.flagged
                 or trace.refusal() is not None
             ):
-                for case in awaiting.pop(_key(trace.input, turns), []):
+                for case in awaiting.pop(input_key, []):
                     _check_against(case, trace)
             continue
         failed = sorted({r.name for r in why})
@@ -433,7 +469,6 @@ def cases_from_capture(
             tuple(sorted({alert.pattern for alert in trace.alerts})),
             tuple(tools),
         )
-        input_key = _key(trace.input, turns)
         existing = groups.get((input_key, signature))
         if existing is not None:
             existing.count += 1
@@ -456,6 +491,7 @@ def cases_from_capture(
             id=_case_id(input_key, signature),
             input=trace.input,
             conversation=list(shown) or None,
+            resume=answers,
             metrics=checks,
             tools_must_succeed=tools or None,
             tool_call_limits=limits or None,

@@ -56,7 +56,9 @@ __all__ = [
 
 AgentFn = Callable[..., "str | Trace | EvalCase | Awaitable[str | Trace | EvalCase]"]
 """An agent under test: takes the case input (and, if it has a ``conversation`` parameter, the
-case's earlier turns) and returns its final output, a Trace or an EvalCase (sync or async)."""
+case's earlier turns; if it has a ``resume`` parameter, the answers a human gave the case's
+run each time it paused) and returns its final output, a Trace or an EvalCase (sync or
+async)."""
 
 SUITE_REPORT_VERSION = 1
 """Version of a saved suite report's JSON form."""
@@ -78,7 +80,8 @@ or hit a limit), ``refused`` (its answer was the model provider's refusal, and t
 not allow one: ``EvalCase.allow_refusal``), ``agent_error`` (the agent function raised),
 ``agent_timeout`` (the agent function did not return within the suite's ``timeout``),
 ``out_of_context`` (the case's request only answers its earlier turns, "Yes, please.", and
-the agent function takes no ``conversation`` to be given them: it was not run). Only
+the agent function takes no ``conversation`` to be given them; or the case's run went on
+after a human's answers, and it takes no ``resume`` to be given them: it was not run). Only
 ``passed`` is a pass."""
 
 
@@ -517,11 +520,23 @@ _OUT_OF_CONTEXT = (
 )
 
 
-def _takes_conversation(agent_fn: AgentFn) -> bool:
+_NO_RESUME = (
+    "not run: the case's run paused for a human and went on from the answers given (the "
+    "case's `resume`), and the agent function takes no `resume` parameter to be given them "
+    "(run without them, it stops where the run went on); add one, resume the agent's run "
+    "with each answer as it pauses (LangGraph: `Command(resume=answer)`; a CrewAI flow: "
+    "`resume(answer)`) and return the trace of the run resumed last"
+)
+
+
+def _optional_parameters(agent_fn: AgentFn) -> frozenset[str]:
+    """Which of the arguments a suite gives an agent that asks for them it takes:
+    ``conversation``, ``resume``."""
     try:
-        return "conversation" in inspect.signature(agent_fn).parameters
+        parameters = inspect.signature(agent_fn).parameters
     except (TypeError, ValueError):  # a builtin or a callable without a signature
-        return False
+        return frozenset()
+    return frozenset({"conversation", "resume"} & parameters.keys())
 
 
 class RunOptions(TypedDict, total=False):
@@ -644,7 +659,7 @@ class EvalSuite:
         limit = asyncio.Semaphore(max(1, concurrency))
         engines = self._engines()
         # the agent's signature is read once, not on every attempt
-        conversation = agent_fn is not None and _takes_conversation(agent_fn)
+        takes = _optional_parameters(agent_fn) if agent_fn is not None else frozenset()
         show = sys.stderr.isatty() if progress is None else progress
         with Progress(console=Console(stderr=True), disable=not show) as bar:
             task = bar.add_task(self.name, total=len(self.cases) * attempts)
@@ -652,9 +667,7 @@ class EvalSuite:
             async def attempt(case: EvalCase, index: int) -> RunResult:
                 async with limit:
                     engine = engines[tuple(case.metrics or ())]
-                    result = await self._attempt(
-                        engine, agent_fn, case, index, conversation, timeout
-                    )
+                    result = await self._attempt(engine, agent_fn, case, index, takes, timeout)
                 bar.advance(task)
                 return result
 
@@ -690,16 +703,20 @@ class EvalSuite:
         agent_fn: AgentFn | None,
         case: EvalCase,
         index: int,
-        conversation: bool,
+        takes: frozenset[str],
         timeout: float | None,
     ) -> RunResult:
         scored = case
-        if agent_fn is not None and not conversation and _follows_up(case):
+        if agent_fn is not None and "conversation" not in takes and _follows_up(case):
             return _not_run(case, index, "out_of_context", _OUT_OF_CONTEXT)
+        if agent_fn is not None and "resume" not in takes and case.resume:
+            return _not_run(case, index, "out_of_context", _NO_RESUME)
         if agent_fn is not None:
-            arguments: dict[str, Any] = (
-                {"conversation": list(case.conversation or [])} if conversation else {}
-            )
+            arguments: dict[str, Any] = {}
+            if "conversation" in takes:
+                arguments["conversation"] = list(case.conversation or [])
+            if "resume" in takes:
+                arguments["resume"] = list(case.resume or [])
 
             async def call() -> Any:
                 produced = (
