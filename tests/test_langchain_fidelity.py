@@ -2103,25 +2103,8 @@ def test_sub_agents_a_graph_fans_out_to_keep_their_own_steps(evaluator: OnlineEv
         ScriptedChatModel(reply=reply), tools=[order_status], name="order_checker"
     )
 
-    class Orders(TypedDict):
-        orders: list[str]
-        results: Annotated[list[str], operator.add]
-
-    def check(state: dict[str, Any]) -> dict[str, Any]:
-        return {"results": [checker.invoke(state)["messages"][-1].content]}
-
-    graph = StateGraph(Orders)
-    graph.add_node("check", check)
-    graph.add_conditional_edges(
-        START,
-        lambda state: [
-            Send("check", {"messages": [("user", f"Check {o}")]}) for o in state["orders"]
-        ],
-        ["check"],
-    )
-    graph.add_edge("check", END)
-    state = graph.compile().invoke(
-        {"orders": ["A-1", "B-2"], "results": []},
+    state = sent_at_once(checker, "Check").invoke(
+        {"items": ["A-1", "B-2"], "results": []},
         {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
     )
     assert sorted(state["results"]) == ["delayed", "shipped"]
@@ -2150,22 +2133,30 @@ def pollers_sent_at_once(polls: dict[str, int]) -> Any:
         return AIMessage("", tool_calls=[tool_call("job_status", check, job=job)])
 
     poller = create_agent(ScriptedChatModel(reply=reply), tools=[job_status], name="poller")
+    return sent_at_once(poller, "Watch")
 
-    class Jobs(TypedDict):
-        jobs: list[str]
+
+def sent_at_once(agent: Any, verb: str) -> Any:
+    """A graph that sends ``agent`` once per item of its state's ``items``, all at once
+    (LangGraph's Send), each asked "<verb> <item>"; their answers in ``results``."""
+
+    class Items(TypedDict):
+        items: list[str]
         results: Annotated[list[str], operator.add]
 
-    def poll(state: dict[str, Any]) -> dict[str, Any]:
-        return {"results": [poller.invoke(state)["messages"][-1].content]}
+    def run(state: dict[str, Any]) -> dict[str, Any]:
+        return {"results": [agent.invoke(state)["messages"][-1].content]}
 
-    graph = StateGraph(Jobs)
-    graph.add_node("poll", poll)
+    graph = StateGraph(Items)
+    graph.add_node("run", run)
     graph.add_conditional_edges(
         START,
-        lambda state: [Send("poll", {"messages": [("user", f"Watch {j}")]}) for j in state["jobs"]],
-        ["poll"],
+        lambda state: [
+            Send("run", {"messages": [("user", f"{verb} {i}")]}) for i in state["items"]
+        ],
+        ["run"],
     )
-    graph.add_edge("poll", END)
+    graph.add_edge("run", END)
     return graph.compile()
 
 
@@ -2180,7 +2171,7 @@ def test_pollers_running_at_once_are_not_a_loop_and_one_that_loops_is(
 
     handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
     state = pollers_sent_at_once({"A": 2, "B": 2}).invoke(
-        {"jobs": ["A", "B"], "results": []}, {"callbacks": [handler]}
+        {"items": ["A", "B"], "results": []}, {"callbacks": [handler]}
     )
     assert sorted(state["results"]) == ["A is done", "B is done"]
     # the poller of A checks it a third time while B's runs: its own loop
@@ -2190,7 +2181,7 @@ def test_pollers_running_at_once_are_not_a_loop_and_one_that_loops_is(
         if stop_on_loop
         else contextlib.nullcontext()
     ):
-        looping.invoke({"jobs": ["A", "B"], "results": []}, {"callbacks": [handler]})
+        looping.invoke({"items": ["A", "B"], "results": []}, {"callbacks": [handler]})
     worked, looped = evaluator.captured()
     alert = assert_each_poller_loops_alone(worked, looped, stopped=stop_on_loop)
     assert (alert.pattern, [(c.id, c.arguments) for c in alert.calls]) == (
@@ -2246,25 +2237,10 @@ def test_same_named_agents_sent_at_once_keep_their_own_retries(
         ScriptedChatModel(reply=reply), tools=[job_status], middleware=[retry_twice], name="checker"
     )
 
-    class Jobs(TypedDict):
-        jobs: list[str]
-        results: Annotated[list[str], operator.add]
-
-    def check(state: dict[str, Any]) -> dict[str, Any]:
-        return {"results": [checker.invoke(state)["messages"][-1].content]}
-
-    graph = StateGraph(Jobs)
-    graph.add_node("check", check)
-    graph.add_conditional_edges(
-        START,
-        lambda state: [
-            Send("check", {"messages": [("user", f"Check {j}")]}) for j in state["jobs"]
-        ],
-        ["check"],
-    )
-    graph.add_edge("check", END)
     handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
-    state = graph.compile().invoke({"jobs": ["A", "B"], "results": []}, {"callbacks": [handler]})
+    state = sent_at_once(checker, "Check").invoke(
+        {"items": ["A", "B"], "results": []}, {"callbacks": [handler]}
+    )
     assert sorted(state["results"]) == ["A done", "B done"]
     [trace] = evaluator.captured()
     assert (trace.status, trace.alerts) == (RunStatus.OK, [])
