@@ -1446,3 +1446,78 @@ def test_answers_across_pauses_are_kept_in_order_and_a_paused_run_is_no_referenc
     case, _ = cases_from_capture(capture, metrics=["tool_failures"])
     assert case.provenance.reference_trace_id == "t3"
     assert case.expected_tool_calls == [ExpectedToolCall(name="refund", arguments={"id": "A-1"})]
+
+
+def test_a_run_resumed_from_its_checkpoint_after_a_failure_is_no_reference(
+    tmp_path: Path,
+) -> None:
+    # a booking failed, and the run was resumed from its checkpoint (LangGraph's durable
+    # execution) and booked. The resumed run holds only the calls after the checkpoint:
+    # taken for the case's reference, it made the fixed agent's search an extra call, and
+    # trajectory_match failed the fix (0.5)
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    down = {"booking": True}
+
+    @tool
+    def search_hotels(city: str) -> str:
+        """Hotels with rooms free in a city."""
+        return f"Hotel {city} Central"
+
+    @tool
+    def book_hotel(hotel: str) -> str:
+        """Book a room."""
+        if down["booking"]:
+            down["booking"] = False  # back for the run that resumes
+            raise ConnectionError("booking service down")
+        return f"booked {hotel}"
+
+    def reply(messages: Any) -> AIMessage:
+        last = messages[-1]
+        if last.type == "human":
+            return AIMessage("", tool_calls=[tool_call("search_hotels", "s1", city="Rome")])
+        if last.name == "search_hotels":
+            return AIMessage("", tool_calls=[tool_call("book_hotel", "b1", hotel=last.content)])
+        return AIMessage(f"Done: {last.content}.")
+
+    def agent(checkpointer: Any = None) -> Any:
+        return create_agent(
+            ScriptedChatModel(reply=reply),
+            tools=[search_hotels, book_hotel],
+            checkpointer=checkpointer,
+        )
+
+    capture = tmp_path / "capture.jsonl"
+    with OnlineEvaluator(capture=capture, log=False) as evaluator:
+        booking = agent(InMemorySaver())
+        config: Any = {
+            "callbacks": [AgentEvalCallbackHandler(evaluator)],
+            "configurable": {"thread_id": "t-1"},
+        }
+        with pytest.raises(ConnectionError):
+            booking.invoke({"messages": [("user", "Book a hotel in Rome")]}, config)
+        booking.invoke(None, config)  # from the checkpoint, where it failed
+    failed, resumed = read_capture(capture)
+    assert (failed.status, resumed.status, resumed.metadata["resumes_trace_id"]) == (
+        RunStatus.ERROR,
+        RunStatus.OK,
+        failed.id,
+    )
+    assert [c.name for c in resumed.tool_calls()] == ["book_hotel"]  # after the checkpoint
+    [case] = cases_from_capture(capture, metrics=["tool_failures"])
+    assert (case.provenance.reference_trace_id, case.expected_tool_calls) == (None, None)
+    assert case.metrics == ["tool_failures", "tool_constraints"]
+
+    def fixed(request: str) -> Trace:
+        with OnlineEvaluator(log=False) as evaluator:
+            agent().invoke(
+                {"messages": [("user", request)]},
+                {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+            )
+            return evaluator.captured()[-1]
+
+    report = EvalSuite("bookings").add_cases([case.to_eval_case()]).run(fixed, progress=False)
+    assert [(r.outcome, r.output) for r in report.cases[0].runs] == [
+        ("passed", "Done: booked Hotel Rome Central.")
+    ]

@@ -400,7 +400,9 @@ def cases_from_capture(
     Each case keeps the input, the earlier turns of its session (the last ``max_turns``;
     ``None`` keeps all, and the provenance counts those left out), the answers a human gave
     a run resumed after pausing for one (``resume``: a paused run and the run that resumed
-    it are one turn, and a paused run is no passing reference), where it came from, and
+    it are one turn, and a paused run is no passing reference, nor is a run resumed from
+    its checkpoint after a failure, which holds only the calls after it), where it came
+    from, and
     the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
     that does not complete); ``tool_call_loops`` after a loop; ``tool_constraints`` for the
     tools that failed (``tools_must_succeed``: each to be called, and to succeed; a call of
@@ -449,6 +451,9 @@ def cases_from_capture(
                 trace.incomplete
                 # neither failed nor passed: still going, or paused with the rest to come
                 or trace.status in (RunStatus.UNFINISHED, RunStatus.INTERRUPTED)
+                # went on from a checkpoint after a failure: only the calls after it, where
+                # a suite runs the request from its start
+                or (RESUMES_TRACE_ID in trace.metadata and answers is None)
                 or trace.alerts
                 or scored.failing.get(trace.id)
                 or trace.id in scored.flagged
