@@ -194,6 +194,42 @@ def test_compare_matches_a_follow_up_by_the_request_before_it(
     assert "4 shared requests" in done.stdout and "asked a request again" not in done.stdout
 
 
+def test_compare_judges_a_run_resumed_after_a_failure_by_its_answer(
+    judge_server: JudgeServer, tmp_path: Any
+) -> None:
+    # agent_a's run failed and was resumed from its checkpoint, and answered well: the
+    # failed run's empty answer was judged as agent_a's, a tie with agent_b's poor one, and
+    # the resumed run was left out as the request asked again
+    def respond(request: dict[str, Any]) -> Reply:
+        text = request["messages"][1]["content"]
+        a = text.split("<<<DATA answer_A\n")[1].split("\nDATA>>>")[0]
+        b = text.split("<<<DATA answer_B\n")[1].split("\nDATA>>>")[0]
+        winner = "tie" if ("good" in a) == ("good" in b) else ("A" if "good" in a else "B")
+        return Reply(json.dumps({"winner": winner, "reason": "r"}))
+
+    judge_server.responder = respond
+    failed = Trace(id="f1", input="q1", session_id="s", status=RunStatus.ERROR, error="down")
+    resumed = Trace(
+        input="q1", output="good 1", session_id="s", metadata={"resumes_trace_id": "f1"}
+    )
+    again = Trace(input="q1", output="poor again", session_id="s")  # asked again: left out
+    with CaptureWriter(tmp_path / "agent_a.jsonl") as writer:
+        for trace in (failed, resumed, again):
+            writer.write(trace)
+    _capture(tmp_path / "agent_b.jsonl", [("q1", "poor 1")])
+    done = _compare(judge_server, tmp_path / "agent_a.jsonl", tmp_path / "agent_b.jsonl")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("│")[1:5] for line in done.stdout.splitlines() if "│ agent_" in line]
+    assert [[cell.strip() for cell in row] for row in rows] == [
+        ["agent_a", "1.000", "1", "0"],
+        ["agent_b", "0.000", "0", "0"],
+    ]
+    assert (
+        "runs that asked a request again were left out (each request's first answer is "
+        "judged): agent_a 1" in done.stdout
+    )
+
+
 def test_compare_needs_a_judge_and_shared_requests(tmp_path: Any) -> None:
     _capture(tmp_path / "a.jsonl", [("q1", "x")])
     _capture(tmp_path / "b.jsonl", [("q2", "y")])

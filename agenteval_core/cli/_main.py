@@ -910,13 +910,14 @@ def compare_command(
     judge that favours a position decides nothing), and each agent's win rate is printed. A request asked again
     counts once, with its first answer (the others are counted and said); a run with no
     answer yet (paused for a human, or still going when captured) is left out, its resumed
-    run answering. An agent is named after its capture file.
+    run answering, and a run resumed from its checkpoint after a failure answers in the
+    failed run's place. An agent is named after its capture file.
     """
     import asyncio
 
     from ..metrics._best_of import abest_of
     from ..schema._capture import runs_with_turns, skipping_bad_lines
-    from ..schema._trace import RunStatus
+    from ..schema._trace import RESUMES_TRACE_ID, RunStatus
 
     if len(captures) < 2:
         raise UserError("compare needs the captures of at least two agents")
@@ -929,16 +930,23 @@ def compare_command(
         path = Path(capture)
         capture_files(path)  # a file or a capture directory, or a clear error
         name = path.stem if path.stem not in answers else f"{path.stem}#{len(answers) + 1}"
-        runs: dict[str, str] = {}
+        runs: dict[str, tuple[str, str]] = {}  # request → the run that answered, its answer
         read = waiting = 0
         with skipping_bad_lines() as skipped:  # each request's first answer counts
             for trace, turns, _ in runs_with_turns(path, keep=1, on_error=skipped.append):
                 if trace.status in (RunStatus.INTERRUPTED, RunStatus.UNFINISHED):
                     waiting += 1  # its answer, if any, is a later run's (the resumed one)
                     continue
-                runs.setdefault(_compared_request(trace.input, turns), text_of(trace.output))
-                read += 1
-        answers[name], repeated[name], unanswered[name] = runs, read - len(runs), waiting
+                request = _compared_request(trace.input, turns)
+                first = runs.get(request)
+                if first is not None and first[0] != trace.metadata.get(RESUMES_TRACE_ID):
+                    read += 1  # asked again: the first answer stands
+                    continue
+                # a run resumed from its checkpoint after a failure answers in its place
+                runs[request] = (trace.id, text_of(trace.output))
+                read += first is None
+        answers[name] = {request: answer for request, (_, answer) in runs.items()}
+        repeated[name], unanswered[name] = read - len(runs), waiting
     agents = list(answers)
     shared = [
         request for request in answers[agents[0]] if all(request in answers[a] for a in agents)
