@@ -1266,6 +1266,47 @@ def test_a_crew_a_flow_kicks_off_leaves_nothing_in_the_guard(evaluator: OnlineEv
     assert len(evaluator.recorder.guard) == 0
 
 
+def test_a_humans_feedback_given_while_a_flow_runs_is_what_a_judge_is_told(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # @human_feedback answered by its provider while the flow ran: the reviewer halved the
+    # refund, and a judge of the run saw only the request and "refunded 20 EUR"
+    from crewai.flow.async_feedback import HumanFeedbackProvider
+    from crewai.flow.flow import Flow, listen, start
+    from crewai.flow.human_feedback import human_feedback
+
+    class Reviewer(HumanFeedbackProvider):
+        def request_feedback(self, context: Any, flow: Any) -> Any:
+            return "no, refund 20 EUR only"
+
+    class Review(Flow[Any]):
+        @start()
+        @human_feedback(message="Approve the refund for A-1?", provider=Reviewer())
+        def draft(self) -> str:
+            return "Refund A-1: 40 EUR"
+
+        @listen(draft)
+        def refund(self, review: Any) -> str:
+            return "refunded 20 EUR" if "20" in review.feedback else "refunded 40 EUR"
+
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert Review().kickoff(inputs={"order": "A-1"}) == "refunded 20 EUR"
+        [run] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (run.status, run.output, run.metadata) == (
+        RunStatus.OK,
+        "refunded 20 EUR",
+        {"human_answers": ["no, refund 20 EUR only"]},
+    )
+    assert describe_trace(EvalCase.of(run)).splitlines() == [
+        'user input: {"order": "A-1"}',
+        "a human answered while the run went on: no, refund 20 EUR only",
+        "final answer: refunded 20 EUR",
+    ]
+
+
 def test_a_flow_paused_for_a_human_is_an_interrupted_run_its_resume_goes_on_from(
     evaluator: OnlineEvaluator, tmp_path: Path
 ) -> None:

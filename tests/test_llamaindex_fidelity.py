@@ -51,8 +51,17 @@ from llamaindex_models import CompletionModel, orders_index
 from pydantic import BaseModel
 from workflows.errors import WorkflowCancelledByUser
 
-from agenteval_core import AGENT_NAME, REASONING, OnlineEvaluator, RunStatus, SpanKind, Trace
+from agenteval_core import (
+    AGENT_NAME,
+    REASONING,
+    EvalCase,
+    OnlineEvaluator,
+    RunStatus,
+    SpanKind,
+    Trace,
+)
 from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
+from agenteval_core.metrics._judge_base import describe_trace
 
 
 def lookup_order(order_id: str) -> str:
@@ -986,6 +995,11 @@ def test_a_workflow_stopped_while_it_asks_a_human_is_paused(tmp_path: Path, stop
         "ApproveRefund.ask",
         "ApproveRefund.act",
     ]
+    # the human's answer, which a judge of the run is told: it had been left out
+    assert done.metadata == {"human_answers": ["yes"]}
+    assert describe_trace(EvalCase.of(done)).splitlines()[1] == (
+        "a human answered while the run went on: yes"
+    )
     assert (paused.input, paused.status, paused.status_reason, paused.output, paused.error) == (
         {"order": "A-2"},
         RunStatus.INTERRUPTED,

@@ -1417,6 +1417,7 @@ def test_answers_across_pauses_are_kept_in_order_and_a_paused_run_is_no_referenc
     search = ToolCall(name="find_order", arguments={"id": "A-1"}, result="A-1, 40 EUR")
     refund = ToolCall(name="refund", arguments={"id": "A-1"}, error="payments API down")
     refunded = ToolCall(name="refund", arguments={"id": "A-1"}, result="refunded")
+    answered = {"human_answers": ["no", "20 EUR"]}
     capture = tmp_path / "capture.jsonl"
     with CaptureWriter(capture) as writer:
         for trace in (
@@ -1428,9 +1429,12 @@ def test_answers_across_pauses_are_kept_in_order_and_a_paused_run_is_no_referenc
             # a request that failed, then paused before its calls: no success yet
             run("failed", RunStatus.ERROR, refund, request="Refund B-2"),
             run("paused", RunStatus.INTERRUPTED, search, request="Refund B-2"),
+            # answered while it ran (a CrewAI flow's reviewer), then failed
+            run("asked", RunStatus.ERROR, refund, request="Refund C-3", metadata=answered),
         ):
             writer.write(trace)
-    case, failed = cases_from_capture(capture, metrics=["tool_failures"])
+    case, failed, asked = cases_from_capture(capture, metrics=["tool_failures"])
+    assert (asked.input, asked.resume) == ("Refund C-3", ["no", "20 EUR"])
     assert (case.resume, case.conversation, case.provenance.turns_left_out) == (
         ["approve", "40 EUR"],
         [{"input": "Hi", "output": "Hello, how can I help?"}],
@@ -1443,7 +1447,7 @@ def test_answers_across_pauses_are_kept_in_order_and_a_paused_run_is_no_referenc
         writer.write(run("t1", RunStatus.INTERRUPTED, search, session_id="t"))
         writer.write(resumed("t2", RunStatus.INTERRUPTED, "approve", "t1"))
         writer.write(resumed("t3", RunStatus.OK, "40 EUR", "t2", refunded))
-    case, _ = cases_from_capture(capture, metrics=["tool_failures"])
+    case, _, _ = cases_from_capture(capture, metrics=["tool_failures"])
     assert case.provenance.reference_trace_id == "t3"
     assert case.expected_tool_calls == [ExpectedToolCall(name="refund", arguments={"id": "A-1"})]
 

@@ -816,10 +816,11 @@ class Translator:
                 )
                 self.assembler.keep_unfinished((PAUSED_FLOW, str(event.flow_id)), key)
             result = getattr(event, "result", None)
-            root = self.assembler.root_key(key)
-            if isinstance(result, HumanFeedbackResult) and root in self._resumed_flows:
-                # the human's answer, what the resumed flow went on from
-                self.assembler.annotate(root, metadata={"resume": result.feedback})
+            if isinstance(result, HumanFeedbackResult):  # what the flow went on from
+                root = self.assembler.root_key(key)
+                self.assembler.human_answered(
+                    key, result.feedback, resumed=root in self._resumed_flows
+                )
             self.assembler.end_span(
                 key, output=_text(result) if hasattr(result, "raw") else plain(result), end_time=at
             )

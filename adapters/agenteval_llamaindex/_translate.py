@@ -618,8 +618,13 @@ class Translator:
         parent = self._parent(parent_id)
         if "ev" in arguments and parent is not None and self.assembler.is_root(parent):
             self.assembler.stop_waiting(parent)  # the workflow's next step: it goes on
+            answer = _human_answer(arguments["ev"])
+            if answer is not None:
+                self.assembler.human_answered(
+                    parent, plain(answer), resumed=parent in self._resumed
+                )
             if parent in self._resumed:
-                self._resumed_step(parent, arguments["ev"])
+                self._resumed_step(parent, arguments["ev"], answer)
         in_tool = parent is not None and (parent in self._in_tool or self._is_tool(parent))
         if in_tool:
             self._in_tool.add(span_id)
@@ -727,14 +732,12 @@ class Translator:
                 attributes=attributes,
             )
 
-    def _resumed_step(self, root: str, event: Any) -> None:
+    def _resumed_step(self, root: str, event: Any, answer: Any) -> None:
         """A step of a run resumed from a saved context (started with no request): the
-        request its event carries, and the human's answer it takes up (LangGraph's
-        ``metadata["resume"]``; when no request is known, the answer is all there is)."""
+        request its event carries, else the human's answer it takes up (when no request is
+        known, the answer is all there is)."""
         self.assembler.request_found(root, lambda: _request_in(event))
-        answer = _human_answer(event)
         if answer is not None:
-            self.assembler.annotate(root, metadata={"resume": plain(answer)})
             self.assembler.request_found(root, lambda: plain(answer))
 
     def _is_tool(self, key: str | None) -> bool:

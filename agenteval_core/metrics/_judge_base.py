@@ -20,7 +20,7 @@ from .._errors import (
 from .._redact import redact_text
 from ..judges._pricing import cost_usd
 from ..judges._protocol import Judge, JudgeRequest
-from ..schema._trace import RESUME, EvalCase, ToolCall, Trace, last_answer, text_of
+from ..schema._trace import HUMAN_ANSWERS, RESUME, EvalCase, ToolCall, Trace, last_answer, text_of
 from ._protocol import Metric, MetricKind, Score
 
 __all__ = ["JudgeMetric", "Prompt", "data_block", "describe_trace", "field_limit"]
@@ -79,9 +79,13 @@ def describe_trace(case: EvalCase) -> str:
     media = case.trace.request_media() if case.trace is not None else []
     if media:  # what the agent saw that the judge does not
         lines.append(f"the user's request also held {_media_words(media)}, not shown here")
-    resume = case.trace.metadata.get(RESUME) if case.trace is not None else None
+    metadata = case.trace.metadata if case.trace is not None else {}
+    resume = metadata.get(RESUME)
     if resume is not None:  # what the human decided is what the run went on from
         lines.append(f"the run resumed after a pause for a human, who answered: {text_of(resume)}")
+    answers = metadata.get(HUMAN_ANSWERS)
+    for answer in answers if isinstance(answers, list) else ():
+        lines.append(f"a human answered while the run went on: {text_of(answer)}")
     for index, step in enumerate(case.steps, start=1):
         if step.thought:
             lines.append(f"step {index} thought: {step.thought}")

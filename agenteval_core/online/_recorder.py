@@ -29,6 +29,8 @@ from ..schema._conversation import messages_of, share_conversation
 from ..schema._trace import (
     AGENT_NAME,
     GUARD_REFUSED,
+    HUMAN_ANSWERS,
+    RESUME,
     LoopAlert,
     RunStatus,
     Span,
@@ -1030,6 +1032,18 @@ class TraceAssembler:
         """The trace id and request of the run kept under ``link``, forgotten here (a run
         resumes it, or starts afresh there), or ``None``."""
         return self.recorder.unfinished.pop((self.framework, link), None)
+
+    def human_answered(self, key: Hashable, answer: Any, *, resumed: bool = False) -> None:
+        """A human answered the run ``key`` belongs to: in a run that ``resumed`` after a
+        pause for a human, its first answer is the one it resumed with (:data:`RESUME`);
+        any other is one given while it ran (:data:`HUMAN_ANSWERS`, in order)."""
+        trace = self.trace_of(key)
+        if trace is None:
+            return
+        if resumed and RESUME not in trace.metadata:
+            trace.metadata[RESUME] = answer
+        else:
+            trace.metadata.setdefault(HUMAN_ANSWERS, []).append(answer)
 
     def request_found(self, key: Hashable, request: Callable[[], Any]) -> None:
         """The request of the run ``key`` belongs to, found after its start (a run that goes

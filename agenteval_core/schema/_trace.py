@@ -31,6 +31,7 @@ __all__ = [
     "FINISH_REASONS",
     "GUARD_REFUSED",
     "HANDOFF_TARGET",
+    "HUMAN_ANSWERS",
     "INCOMPLETE_STATUSES",
     "INPUT_TOKENS",
     "INTERNAL_CALL",
@@ -114,6 +115,11 @@ metrics that check them do not score it (:attr:`Trace.steps_recorded`)."""
 RESUME = "resume"
 """Trace metadata key: the answer a human gave a run that paused for one (a LangGraph
 interrupt's resume value, a CrewAI flow's feedback), in the run that went on from it."""
+
+HUMAN_ANSWERS = "human_answers"
+"""Trace metadata key: the answers a human gave a run while it ran, in order (a CrewAI
+flow's ``@human_feedback`` its provider answered, a LlamaIndex workflow's step given a
+``HumanResponseEvent``); the answer a resumed run went on from is :data:`RESUME`."""
 
 RESUMES_TRACE_ID = "resumes_trace_id"
 """Trace metadata key: the id of the paused (or failed) run's trace a run went on from."""

@@ -34,6 +34,7 @@ from ..schema._capture import runs_with_turns
 from ..schema._results import MetricResult, TraceResults, failing, flagged_traces, repeats
 from ..schema._trace import (
     GUARD_REFUSED,
+    HUMAN_ANSWERS,
     RESUME,
     RESUMES_TRACE_ID,
     TOOL_NOT_RUN,
@@ -342,13 +343,18 @@ def _key(value: Any, turns: Sequence[dict[str, Any]]) -> str:
 
 
 def _answers(trace: Trace, paused: OrderedDict[str, list[Any]]) -> list[Any] | None:
-    """The answers a human gave a run resumed after pauses (:data:`RESUME`), oldest first:
-    those of the runs it goes on from that are in the capture, then its own; ``None`` for a
-    run that did not resume. ``paused`` keeps the answers of runs resumed and paused again
-    (a second approval), for the run that goes on from them."""
-    if RESUME not in trace.metadata:
+    """The answers a human gave a run, oldest first: those of the runs it goes on from that
+    are in the capture, the one it resumed with (:data:`RESUME`), then those given while it
+    ran (:data:`HUMAN_ANSWERS`); ``None`` for a run no human answered. ``paused`` keeps the
+    answers of runs resumed and paused again (a second approval), for the run that goes on
+    from them."""
+    metadata = trace.metadata
+    given = metadata.get(HUMAN_ANSWERS)
+    given = given if isinstance(given, list) else []
+    if RESUME not in metadata and not given:
         return None
-    answers = [*paused.pop(str(trace.metadata.get(RESUMES_TRACE_ID)), []), trace.metadata[RESUME]]
+    earlier = paused.pop(str(metadata.get(RESUMES_TRACE_ID)), []) if RESUME in metadata else []
+    answers = [*earlier, *([metadata[RESUME]] if RESUME in metadata else []), *given]
     if trace.status is RunStatus.INTERRUPTED:
         paused[trace.id] = answers
         if len(paused) > PAUSES_KEPT:  # runs never resumed
