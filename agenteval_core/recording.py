@@ -59,12 +59,15 @@ from .online._recorder import (
 )
 from .schema._trace import (
     FINISH_REASONS,
+    HUMAN_ANSWERS,
     INPUT_TOKENS,
     MEDIA_BLOCK_TYPES,
     OPERATION_NAME,
     OUTPUT_TOKENS,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    RESUME,
+    RESUMES_TRACE_ID,
     media_kind,
 )
 
@@ -72,12 +75,15 @@ __all__ = [
     "CANCELLED_BY_CALLER",
     "CLASSIC_STOPS",
     "FINISH_REASONS",
+    "HUMAN_ANSWERS",
     "INPUT_TOKENS",
     "MEDIA_BLOCK_TYPES",
     "OPERATION_NAME",
     "OUTPUT_TOKENS",
     "PROVIDER_NAME",
     "REQUEST_MODEL",
+    "RESUME",
+    "RESUMES_TRACE_ID",
     "UNPARSED_REPLY",
     "UNSET",
     "AlertEvent",

@@ -283,6 +283,14 @@ def test_a_run_paused_for_a_human_imports_as_paused(spans_file: Path, tmp_path: 
         ("r1", "refund", {"order_id": "A-1"}, "refunded")
     ]
     assert resumed.tool_calls() == ours_resumed.tool_calls()
+    # the reviewer's answer, and the paused run it goes on from, as ours has them: neither
+    # had come through (a judge was not told the answer, a regression case lost it)
+    assert resumed.metadata == {
+        "thread_id": "t-1",
+        "resume": {"decisions": [{"type": "approve"}]},
+        "resumes_trace_id": paused.id,
+    }
+    assert ours_resumed.metadata == {**resumed.metadata, "resumes_trace_id": ours_paused.id}
 
 
 def test_a_langgraph_run_that_failed_in_its_tool(spans_file: Path, tmp_path: Path) -> None:

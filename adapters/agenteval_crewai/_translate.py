@@ -26,6 +26,7 @@ from agenteval_core.recording import (
     OUTPUT_TOKENS,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    RESUMES_TRACE_ID,
     AlertEvent,
     Recorder,
     json_arguments,
@@ -572,7 +573,7 @@ class Translator:
                 session_id=self._session(session, inputs, flow_id),
             )
             if resumed is not None:
-                self.assembler.annotate(key, metadata={"resumes_trace_id": resumed[0]})
+                self.assembler.annotate(key, metadata={RESUMES_TRACE_ID: resumed[0]})
             if getattr(source, "_pending_feedback_context", None) is not None:
                 self._resumed_flows.add(key)
         elif name == "MethodExecutionStartedEvent":

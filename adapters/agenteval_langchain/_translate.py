@@ -34,6 +34,8 @@ from agenteval_core.recording import (
     OUTPUT_TOKENS,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    RESUME,
+    RESUMES_TRACE_ID,
     UNPARSED_REPLY,
     AlertEvent,
     Recorder,
@@ -559,10 +561,10 @@ class Translator:
         if resume is not None:
             # a run resumed after an interrupt carries on the paused run's request (the
             # resume value is the human's answer, beside it); linked to the paused trace
-            kept["resume"] = jsonable(resume)
+            kept[RESUME] = jsonable(resume)
             paused = self.assembler.take_unfinished(thread) if thread is not None else None
             if paused is not None:
-                kept["resumes_trace_id"], request = paused
+                kept[RESUMES_TRACE_ID], request = paused
             else:  # its pause was not seen here (another process): its first node is given
                 request = None  # the thread's state, whose last human message is the request
         elif thread is not None:
@@ -571,7 +573,7 @@ class Translator:
             if inputs is None and unfinished is not None:
                 # invoke(None, config): the run goes on from the thread's checkpoint, after
                 # a failure (LangGraph's durable execution) or a pause, with that request
-                kept["resumes_trace_id"], request = unfinished
+                kept[RESUMES_TRACE_ID], request = unfinished
         self._start(e, SpanKind.AGENT, name, jsonable(request))
         self.assembler.annotate(e.run_id, metadata=kept)
 

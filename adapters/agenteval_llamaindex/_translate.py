@@ -46,6 +46,7 @@ from agenteval_core.recording import (
     OPERATION_NAME,
     OUTPUT_TOKENS,
     REQUEST_MODEL,
+    RESUMES_TRACE_ID,
     AlertEvent,
     Recorder,
     error_text,
@@ -693,7 +694,7 @@ class Translator:
             paused = self.assembler.take_unfinished((WAITING_IN_TOOL, call.id))
             root = self.assembler.root_key(span_id)
             if paused is not None and root in self._resumed:
-                self.assembler.annotate(root, metadata={"resumes_trace_id": paused[0]})
+                self.assembler.annotate(root, metadata={RESUMES_TRACE_ID: paused[0]})
                 self.assembler.request_found(root, lambda: paused[1])
         elif (
             parent is None

@@ -19,7 +19,7 @@ import itertools
 import json
 import os
 import re
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
@@ -47,6 +47,8 @@ from agenteval_core.recording import (
     OPERATION_NAME,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    RESUME,
+    RESUMES_TRACE_ID,
     UNPARSED_REPLY,
     limit_or_timeout,
     stopped_by_caller,
@@ -1050,6 +1052,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
     metadata = {k: v for k, v in metadata.items() if not str(k).startswith(_BOOKKEEPING)}
     if a.get("user.id"):
         metadata["user_id"] = a["user.id"]
+    resume = _resume_value(_json(a.get("input.value")))
+    if resume is not None:  # a LangGraph run resumed with Command(resume=...)
+        metadata[RESUME] = resume
     if not any(span.kind in (SpanKind.LLM, SpanKind.TOOL) for span in spans):
         # OpenInference's and OpenLLMetry's CrewAI spans: the crew's input and output only
         metadata[STEPS_UNRECORDED] = True
@@ -1093,6 +1098,18 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         # last message is the model's call waiting for approval); the resumed run answers
         trace.status, trace.status_reason, trace.output = RunStatus.INTERRUPTED, paused, None
     return trace
+
+
+_COMMAND_FIELDS = frozenset({"graph", "update", "resume", "goto"})
+"""The fields of LangGraph's ``Command`` as OpenInference writes a run's input."""
+
+
+def _resume_value(value: Any) -> Any:
+    """The answer a run was resumed with, when its input is a LangGraph ``Command`` with a
+    ``resume`` value (a human's answer to an interrupt), else None."""
+    if isinstance(value, dict) and value.keys() == _COMMAND_FIELDS:
+        return value["resume"]
+    return None
 
 
 def _crew_request(raws: list[RawSpan]) -> str | None:
@@ -1248,19 +1265,39 @@ def iter_otlp(
 
 
 def _runs(
-    found: Iterator[tuple[str, Trace | None]], on_left_out: Callable[[str], None] | None
+    found: Iterator[tuple[str, Trace | None, bool]], on_left_out: Callable[[str], None] | None
 ) -> Iterator[Trace]:
-    """The traces found, each one left out as no run said to ``on_left_out``."""
-    for trace_id, trace in found:
-        if trace is not None:
-            yield trace
-        elif on_left_out is not None:
-            on_left_out(trace_id)
+    """The traces found, each one left out as no run said to ``on_left_out``. A run another
+    instrumentor recorded as resumed after a pause for a human names the paused run of its
+    session before it (:data:`RESUMES_TRACE_ID`), as agenteval's LangChain adapter does (a
+    run agenteval exported says itself what it resumed)."""
+    paused: OrderedDict[str, str] = OrderedDict()  # session → its paused run, not resumed yet
+    for trace_id, trace, foreign in found:
+        if trace is None:
+            if on_left_out is not None:
+                on_left_out(trace_id)
+            continue
+        session = trace.session_id
+        if session is not None:
+            earlier = paused.pop(session, None)
+            if earlier is not None and foreign and RESUME in trace.metadata:
+                trace.metadata.setdefault(RESUMES_TRACE_ID, earlier)
+            if trace.status is RunStatus.INTERRUPTED:
+                paused[session] = trace.id
+                if len(paused) > PAUSES_KEPT:  # sessions never resumed
+                    paused.popitem(last=False)
+        yield trace
+
+
+PAUSES_KEPT = 10_000
+"""Sessions whose paused run :func:`iter_otlp` keeps for the run that resumes it."""
 
 
 def _grouped(
     batches: Iterator[list[RawSpan]], last: dict[str, int]
-) -> Iterator[tuple[str, Trace | None]]:
+) -> Iterator[tuple[str, Trace | None, bool]]:
+    """Each trace id's run (None when its spans record none), as soon as its last span is
+    read, and whether another instrumentor than agenteval's export wrote it."""
     held: dict[str, list[RawSpan]] = {}
     order: deque[str] = deque()  # held trace ids, by first span
     for document, batch in enumerate(batches, start=1):
@@ -1272,9 +1309,14 @@ def _grouped(
             group.append(raw)
         while order and last.get(order[0], document) <= document:
             trace_id = order.popleft()
-            yield trace_id, _run(trace_id, held.pop(trace_id))
+            yield _found(trace_id, held.pop(trace_id))
     for trace_id in order:  # only if the file changed between the passes: nothing is lost
-        yield trace_id, _run(trace_id, held[trace_id])
+        yield _found(trace_id, held[trace_id])
+
+
+def _found(trace_id: str, raws: list[RawSpan]) -> tuple[str, Trace | None, bool]:
+    run = _run(trace_id, raws)  # puts the root first
+    return trace_id, run, "agenteval.trace.id" not in raws[0].attributes
 
 
 def _run(trace_id: str, raws: list[RawSpan]) -> Trace | None:
