@@ -1307,6 +1307,50 @@ def test_a_humans_feedback_given_while_a_flow_runs_is_what_a_judge_is_told(
     ]
 
 
+def test_feedback_a_model_routes_is_the_humans_answer_and_no_request_or_step(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # @human_feedback(emit=...): CrewAI asks a model which outcome the feedback means. That
+    # call was a step of the run and, for a flow kicked off without inputs, its request
+    # ("Based on the following human feedback, ..."); the human's answer was kept nowhere
+    from crewai.flow.async_feedback import HumanFeedbackProvider
+    from crewai.flow.flow import Flow, listen, start
+    from crewai.flow.human_feedback import human_feedback
+
+    class Reviewer(HumanFeedbackProvider):
+        def request_feedback(self, context: Any, flow: Any) -> Any:
+            return "looks good, go ahead"
+
+    router = ScriptedLLM(model="scripted", replies=["approved"])
+
+    class Review(Flow[Any]):
+        @start()
+        @human_feedback(
+            message="Approve?", provider=Reviewer(), emit=["approved", "rejected"], llm=router
+        )
+        def draft(self) -> str:
+            return "Refund A-1: 40 EUR"
+
+        @listen("approved")
+        def refund(self) -> str:
+            return "refunded 40 EUR"
+
+    listener = AgentEvalListener(evaluator)
+    try:
+        assert Review().kickoff() == "refunded 40 EUR"
+        [run] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (run.input, run.output, run.metadata) == (
+        None,
+        "refunded 40 EUR",
+        {"human_answers": ["looks good, go ahead"]},
+    )
+    [routing] = run.spans_of(SpanKind.LLM)
+    assert (routing.output, routing.attributes[INTERNAL_CALL]) == ("approved", True)
+    assert run.steps() == []
+
+
 def test_a_flow_paused_for_a_human_is_an_interrupted_run_its_resume_goes_on_from(
     evaluator: OnlineEvaluator, tmp_path: Path
 ) -> None:

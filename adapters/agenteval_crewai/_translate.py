@@ -6,7 +6,6 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from crewai.flow.human_feedback import HumanFeedbackResult
 from crewai.utilities.i18n import I18N_DEFAULT
 from crewai.utilities.string_utils import sanitize_tool_name
 
@@ -107,6 +106,10 @@ MEMORY_PROMPTS = frozenset(
 extract memories from a task's result, place and consolidate them): its calls name no task,
 and the saves run on a background thread, outside the agent's scope."""
 
+FEEDBACK_COLLAPSE = I18N_DEFAULT.slice("human_feedback_collapse").split("{feedback}")[0]
+"""How CrewAI asks a model which of a ``@human_feedback(emit=...)`` method's outcomes a
+human's feedback means: the flow's own routing, no step of its run."""
+
 OBSERVATION = "Observation:"
 
 
@@ -132,6 +135,18 @@ def _forced_final_answer(messages: Any) -> bool:
 def _memory_call(messages: Any) -> bool:
     """Whether an LLM call is CrewAI's memory at work (see :data:`MEMORY_PROMPTS`)."""
     return isinstance(messages, list) and bool(messages) and _content(messages[0]) in MEMORY_PROMPTS
+
+
+def _feedback_history(flow: Any) -> list[Any]:
+    """The human feedback a flow keeps (``HumanFeedbackResult`` each, oldest first)."""
+    history = getattr(flow, "human_feedback_history", None)
+    return history if isinstance(history, list) else []
+
+
+def _feedback_collapse(messages: Any) -> bool:
+    """Whether an LLM call is CrewAI routing a human's feedback (:data:`FEEDBACK_COLLAPSE`)."""
+    first = _content(messages[0]) if isinstance(messages, list) and messages else None
+    return isinstance(first, str) and first.startswith(FEEDBACK_COLLAPSE)
 
 
 def _observations(messages: Any) -> list[tuple[str | None, str]]:
@@ -313,6 +328,7 @@ class Translator:
         self._crew_tasks: dict[str, tuple[list[str], dict[int, str]]] = {}
         self._methods: set[str] = set()  # the open spans of flows' methods
         self._resumed_flows: set[str] = set()  # open flows resumed after a pause for a human
+        self._feedback_seen: dict[str, int] = {}  # each open flow's human answers recorded
 
     def refuser(
         self, root: str, task_id: str | None, call: ToolCall
@@ -359,7 +375,7 @@ class Translator:
         elif name in STARTS:
             self._start(name, payload, at, source, session, event.kickoff)
         elif name in ENDS:
-            self._end(name, payload, at)
+            self._end(name, payload, at, source)
         elif name in FAILURES:
             self._fail(name, payload, at)
 
@@ -430,6 +446,7 @@ class Translator:
             self._methods.discard(str(event.started_event_id))
         elif name.startswith("Flow"):
             self._resumed_flows.discard(str(event.started_event_id))
+            self._feedback_seen.pop(str(event.started_event_id), None)
         elif name.startswith("AgentExecution"):
             self._forget_execution(self._executions.pop(_task_id(event), None))
         elif name.startswith("Task"):
@@ -576,6 +593,8 @@ class Translator:
                 self.assembler.annotate(key, metadata={RESUMES_TRACE_ID: resumed[0]})
             if getattr(source, "_pending_feedback_context", None) is not None:
                 self._resumed_flows.add(key)
+            # the human's answers this run gets are those the flow keeps from now on
+            self._feedback_seen[key] = len(_feedback_history(source))
         elif name == "MethodExecutionStartedEvent":
             if parent is not None:  # a method of a flow whose start was seen
                 self._methods.add(key)
@@ -669,9 +688,12 @@ class Translator:
                 if parent is None and kickoff is not None and self.assembler.trace_of(kickoff):
                     parent = kickoff
             owner = self.assembler.span_of(parent) if parent is not None else None
-            if owner is not None and owner.kind is SpanKind.TASK:
-                # a task's own call after its agent answered: CrewAI converting the answer
-                # into the task's output_pydantic / output_json, no step of the agent
+            if (owner is not None and owner.kind is SpanKind.TASK) or _feedback_collapse(
+                event.messages
+            ):
+                # a task's own call after its agent answered (CrewAI converting the answer
+                # into the task's output_pydantic / output_json), or a flow's routing of a
+                # human's feedback: no step of the run
                 attributes[INTERNAL_CALL] = True
             self.assembler.start_span(
                 key,
@@ -684,7 +706,8 @@ class Translator:
                 # a model called outside any agent and any flow seen is a run of its own
                 session_id=(session or self.session_id) if parent is None else None,
             )
-            if parent in self._methods:  # in a flow's step: the request of a flow without inputs
+            if parent in self._methods and not attributes.get(INTERNAL_CALL):
+                # in a flow's step: the request of a flow without inputs
                 self.assembler.request_found(key, lambda: plain(event.messages))
             shown: list[tuple[str | None, str]] = self.assembler.field(
                 "the tool results", lambda: _observations(event.messages), []
@@ -763,7 +786,22 @@ class Translator:
         if call_id is not None:
             self.assembler.shown_to_model(key, call_id, text)
 
-    def _end(self, name: str, event: Any, at: float) -> None:
+    def _human_answers(self, key: str, flow: Any) -> None:
+        """The answers a human gave the flow's ``@human_feedback`` methods since the last
+        event of its run (a provider's or the console's, routed by ``emit`` or not): in the
+        order given, the first of a resumed run the one it resumed with."""
+        root = str(self.assembler.root_key(key))
+        seen = self._feedback_seen.get(root)
+        if seen is None:  # no flow of this run, or its start was not seen
+            return
+        given = _feedback_history(flow)[seen:]
+        self._feedback_seen[root] = seen + len(given)
+        for feedback in given:
+            self.assembler.human_answered(
+                root, getattr(feedback, "feedback", None), resumed=root in self._resumed_flows
+            )
+
+    def _end(self, name: str, event: Any, at: float, source: Any = None) -> None:
         key = event.started_event_id
         if name == "LLMCallCompletedEvent":
             native = _native_tool_calls(event.response)
@@ -816,12 +854,8 @@ class Translator:
                     key, RunStatus.INTERRUPTED, f"the flow waits for a human: {event.message}"
                 )
                 self.assembler.keep_unfinished((PAUSED_FLOW, str(event.flow_id)), key)
+            self._human_answers(key, source)
             result = getattr(event, "result", None)
-            if isinstance(result, HumanFeedbackResult):  # what the flow went on from
-                root = self.assembler.root_key(key)
-                self.assembler.human_answered(
-                    key, result.feedback, resumed=root in self._resumed_flows
-                )
             self.assembler.end_span(
                 key, output=_text(result) if hasattr(result, "raw") else plain(result), end_time=at
             )
