@@ -405,17 +405,16 @@ def cases_from_capture(
 
     Each case keeps the input, the earlier turns of its session (the last ``max_turns``;
     ``None`` keeps all, and the provenance counts those left out), the answers a human gave
-    a run resumed after pausing for one (``resume``: a paused run and the run that resumed
-    it are one turn, and a paused run is no passing reference, nor is a run resumed from
-    its checkpoint after a failure, which holds only the calls after it), where it came
-    from, and
-    the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
+    the run (``resume``: those it resumed with after pausing for one, a paused run and the
+    run that resumed it being one turn, and those given while it ran), where it came from,
+    and the checks its failure calls for: ``tool_failures`` always (the suite also fails a run
     that does not complete); ``tool_call_loops`` after a loop; ``tool_constraints`` for the
     tools that failed (``tools_must_succeed``: each to be called, and to succeed; a call of
     a tool the agent does not have ran no tool) and the calls the guard refused
     (``tool_call_limits``: at most one fewer than the count that was refused); the trace
     metrics it failed; and, when a later trace with the same input passed,
-    ``trajectory_match`` against that trace's tool calls.
+    ``trajectory_match`` against that trace's tool calls (not a paused run's, nor those of
+    a run resumed from its checkpoint after a failure, which holds only the calls after it).
     """
     if max_turns is not None and max_turns < 0:
         raise MetricInputError(f"max_turns must be >= 0 (or None: all), got {max_turns}")
