@@ -353,8 +353,10 @@ def _answers(trace: Trace, paused: OrderedDict[str, list[Any]]) -> list[Any] | N
     given = given if isinstance(given, list) else []
     if RESUME not in metadata and not given:
         return None
-    earlier = paused.pop(str(metadata.get(RESUMES_TRACE_ID)), []) if RESUME in metadata else []
-    answers = [*earlier, *([metadata[RESUME]] if RESUME in metadata else []), *given]
+    resumed = [metadata[RESUME]] if RESUME in metadata else []
+    goes_on_from = metadata.get(RESUMES_TRACE_ID) if resumed else None
+    earlier = paused.pop(str(goes_on_from), []) if goes_on_from is not None else []
+    answers = [*earlier, *resumed, *given]
     if trace.status is RunStatus.INTERRUPTED:
         paused[trace.id] = answers
         if len(paused) > PAUSES_KEPT:  # runs never resumed
