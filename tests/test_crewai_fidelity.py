@@ -1307,6 +1307,42 @@ def test_a_humans_feedback_given_while_a_flow_runs_is_what_a_judge_is_told(
     ]
 
 
+def test_what_a_flow_asks_and_is_answered_is_the_humans_answer(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # a flow's ask(): which order and how much were the human's to say; the trace kept
+    # neither, and a judge saw "refunded 20 EUR on A-1" answer no request at all
+    from crewai.flow.flow import Flow, listen, start
+
+    class Answers:
+        def request_input(self, message: str, flow: Any, metadata: Any = None) -> str | None:
+            return {"Which order?": "A-1", "How much?": "20 EUR"}.get(message)
+
+    class Refund(Flow[Any]):
+        @start()
+        def which(self) -> str | None:
+            return self.ask("Which order?")
+
+        @listen(which)
+        def how_much(self, order: str) -> str:
+            unasked = self.ask("Anything else?")  # no answer: the provider gave None
+            return f"refunded {self.ask('How much?')} on {order}" + (unasked or "")
+
+    listener = AgentEvalListener(evaluator)
+    try:
+        flow = Refund()
+        flow.input_provider = Answers()
+        assert flow.kickoff() == "refunded 20 EUR on A-1"
+        [run] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (run.status, run.metadata) == (RunStatus.OK, {"human_answers": ["A-1", "20 EUR"]})
+    assert describe_trace(EvalCase.of(run)).splitlines()[1:3] == [
+        "a human answered while the run went on: A-1",
+        "a human answered while the run went on: 20 EUR",
+    ]
+
+
 def test_feedback_a_model_routes_is_the_humans_answer_and_no_request_or_step(
     evaluator: OnlineEvaluator,
 ) -> None:

@@ -80,7 +80,8 @@ FAILURES = {
     "KnowledgeSearchQueryFailedEvent",
     "KnowledgeQueryFailedEvent",
 }
-EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES)
+ANSWERS = {"FlowInputReceivedEvent"}  # a flow's ask(): the human's answer, within its run
+EVENT_NAMES = sorted(set(STARTS) | ENDS | FAILURES | ANSWERS)
 PAUSED_FLOW = "paused flow"
 """What a flow paused for a human is kept under, with its id, for the run that resumes it."""
 
@@ -378,6 +379,10 @@ class Translator:
             self._end(name, payload, at, source)
         elif name in FAILURES:
             self._fail(name, payload, at)
+        elif name in ANSWERS:
+            parent = self._parent(payload)
+            if parent is not None and payload.response is not None:  # None: no answer came
+                self.assembler.human_answered(parent, payload.response)
 
     def offered(self, item: tuple[Any, str, list[Any]]) -> None:
         """The tools an agent executor of run ``key`` offers its model (what CrewAI's
