@@ -28,6 +28,7 @@ from agenteval_core.recording import (
     RESUMES_TRACE_ID,
     AlertEvent,
     Recorder,
+    error_text,
     json_arguments,
     react_actions,
 )
@@ -423,7 +424,13 @@ class Translator:
         (a failed task names its agent execution, a failed kickoff its task: one level too
         deep), so task and kickoff failures end their own span, found by task and by trace;
         the spans still open under them end with the same error."""
-        error = str(getattr(event, "error", None) or "failed")
+        raised = getattr(event, "error", None)
+        # a flow's failure is the exception that ended it (its type said, as every adapter
+        # says a run's); a tool's keeps the text CrewAI shows the model
+        if name in FLOW_EVENTS and isinstance(raised, BaseException):
+            error = error_text(raised)
+        else:
+            error = str(raised or "failed")
         started = event.started_event_id
         keys: list[Any] = [started]
         if name == "TaskFailedEvent":
