@@ -1224,10 +1224,10 @@ class EvalCase(_Model):
     tools_must_succeed: list[str] | None = None
     """Tools the run must call, none of whose calls may fail (for ``tool_constraints``)."""
     resume: list[Any] | None = None
-    """The answers a human gave the run each time it paused for one (a LangGraph interrupt's
-    resume value, a CrewAI flow's feedback), in order: an agent that takes a ``resume``
-    argument gets them in a suite, to resume its run with each as it pauses. A case made
-    from a captured run that went on after a pause keeps them."""
+    """The answers a human gave the run, in order: each time it paused for one (a LangGraph
+    interrupt's resume value, a CrewAI flow's feedback) and while it ran (a flow's
+    ``ask()``): an agent that takes a ``resume`` argument gets them in a suite, to give
+    each as its run asks. A case made from a captured run a human answered keeps them."""
     metrics: list[str] | None = None
     """Registry names of metrics this case asks for, scored in a suite beside the suite's own
     (a regression case names the checks its failure calls for)."""
