@@ -1358,6 +1358,13 @@ def test_a_run_resumed_after_a_humans_answer_is_a_case_that_resumes_with_it(
         ["refund"],
     )
     assert (case.provenance.trace_ids, case.provenance.turns_left_out) == ([failed.id], 0)
+    listed = CliRunner().invoke(
+        cli,
+        ["cases", str(capture), "--metrics", "tool_failures", "-o", str(tmp_path / "c.jsonl")],
+        env={"COLUMNS": "200"},
+    )
+    assert listed.exit_code == 0, listed.output
+    assert "│ Refund A-1; answered: {'decisions': [{'type': 'approve'}]} │" in listed.output
     assert (
         paused.status is RunStatus.INTERRUPTED and failed.metadata["resumes_trace_id"] == paused.id
     )

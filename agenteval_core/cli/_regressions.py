@@ -166,13 +166,10 @@ def cases_command(
                 "holds every case"
             )
         for case in shown:
-            table.add_row(
-                case.id,
-                str(case.count),
-                first_words(str(case.input)),
-                _why(case),
-                ", ".join(case.metrics),
-            )
+            asked = first_words(str(case.input))
+            if case.resume:  # the same request answered otherwise is another case
+                asked += "; answered: " + first_words("; ".join(map(str, case.resume)))
+            table.add_row(case.id, str(case.count), asked, _why(case), ", ".join(case.metrics))
         show(console, table)
     failures = sum(case.count for case in cases)
     click.echo(f"wrote {written} case(s) for {failures} failed run(s) to {output}")
