@@ -85,17 +85,25 @@ def _compare(server: JudgeServer, *captures: Path) -> subprocess.CompletedProces
     )  # fmt: skip
 
 
+def good_wins(request: dict[str, Any]) -> Reply:
+    """A judge that prefers an answer that says "good" (a tie when both or neither do)."""
+    text = request["messages"][1]["content"]
+    a = text.split("<<<DATA answer_A\n")[1].split("\nDATA>>>")[0]
+    b = text.split("<<<DATA answer_B\n")[1].split("\nDATA>>>")[0]
+    winner = "tie" if ("good" in a) == ("good" in b) else ("A" if "good" in a else "B")
+    return Reply(json.dumps({"winner": winner, "reason": "r"}))
+
+
+def win_rates(stdout: str) -> list[list[str]]:
+    """The rows of ``agenteval compare``'s table: agent, win rate, wins, ties."""
+    rows = [line.split("│")[1:5] for line in stdout.splitlines() if "│ agent_" in line]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
 def test_compare_command_runs_the_tournament_over_captures(
     judge_server: JudgeServer, tmp_path: Any
 ) -> None:
-    def respond(request: dict[str, Any]) -> Reply:
-        text = request["messages"][1]["content"]
-        a = text.split("<<<DATA answer_A\n")[1].split("\nDATA>>>")[0]
-        b = text.split("<<<DATA answer_B\n")[1].split("\nDATA>>>")[0]
-        winner = "tie" if ("good" in a) == ("good" in b) else ("A" if "good" in a else "B")
-        return Reply(json.dumps({"winner": winner, "reason": "r"}))
-
-    judge_server.responder = respond
+    judge_server.responder = good_wins
     # q1, q2: only agent_a answers well (a win each); q3: both do (a tie); q4: only agent_b ran it
     _capture(tmp_path / "agent_a.jsonl", [("q1", "good 1"), ("q2", "good 2"), ("q3", "good 3")])
     # agent_a paused q1 for a human's approval first: the paused run has no answer yet (it
@@ -128,8 +136,7 @@ def test_compare_command_runs_the_tournament_over_captures(
         "stopped mid-line)\n"
     )
     assert len(judge_server.completions) == 6  # 3 shared requests x 1 pair x 2 orders
-    rows = [line.split("│")[1:5] for line in done.stdout.splitlines() if "│ agent_" in line]
-    assert [[cell.strip() for cell in row] for row in rows] == [
+    assert win_rates(done.stdout) == [
         ["agent_a", "0.833", "2", "1"],  # (2 wins + 1 tie / 2) / 3
         ["agent_b", "0.167", "0", "1"],  # (0 + 1 / 2) / 3
     ]
@@ -200,14 +207,7 @@ def test_compare_judges_a_run_resumed_after_a_failure_by_its_answer(
     # agent_a's run failed and was resumed from its checkpoint, and answered well: the
     # failed run's empty answer was judged as agent_a's, a tie with agent_b's poor one, and
     # the resumed run was left out as the request asked again
-    def respond(request: dict[str, Any]) -> Reply:
-        text = request["messages"][1]["content"]
-        a = text.split("<<<DATA answer_A\n")[1].split("\nDATA>>>")[0]
-        b = text.split("<<<DATA answer_B\n")[1].split("\nDATA>>>")[0]
-        winner = "tie" if ("good" in a) == ("good" in b) else ("A" if "good" in a else "B")
-        return Reply(json.dumps({"winner": winner, "reason": "r"}))
-
-    judge_server.responder = respond
+    judge_server.responder = good_wins
     failed = Trace(id="f1", input="q1", session_id="s", status=RunStatus.ERROR, error="down")
     resumed = Trace(
         input="q1", output="good 1", session_id="s", metadata={"resumes_trace_id": "f1"}
@@ -219,8 +219,7 @@ def test_compare_judges_a_run_resumed_after_a_failure_by_its_answer(
     _capture(tmp_path / "agent_b.jsonl", [("q1", "poor 1")])
     done = _compare(judge_server, tmp_path / "agent_a.jsonl", tmp_path / "agent_b.jsonl")
     assert done.returncode == 0, done.stderr
-    rows = [line.split("│")[1:5] for line in done.stdout.splitlines() if "│ agent_" in line]
-    assert [[cell.strip() for cell in row] for row in rows] == [
+    assert win_rates(done.stdout) == [
         ["agent_a", "1.000", "1", "0"],
         ["agent_b", "0.000", "0", "0"],
     ]

@@ -1267,22 +1267,33 @@ def test_a_crew_a_flow_kicks_off_leaves_nothing_in_the_guard(evaluator: OnlineEv
     assert len(evaluator.recorder.guard) == 0
 
 
+def reviewer(answer: str | None) -> Any:
+    """A ``@human_feedback`` provider whose reviewer answers ``answer`` at once, or, given
+    None, later: the flow pauses (``kickoff()`` returns ``HumanFeedbackPending``)."""
+    from crewai.flow.async_feedback import HumanFeedbackPending, HumanFeedbackProvider
+
+    class Reviewer(HumanFeedbackProvider):
+        def request_feedback(self, context: Any, flow: Any) -> Any:
+            if answer is None:
+                raise HumanFeedbackPending(context=context)
+            return answer
+
+    return Reviewer()
+
+
 def test_a_humans_feedback_given_while_a_flow_runs_is_what_a_judge_is_told(
     evaluator: OnlineEvaluator,
 ) -> None:
     # @human_feedback answered by its provider while the flow ran: the reviewer halved the
     # refund, and a judge of the run saw only the request and "refunded 20 EUR"
-    from crewai.flow.async_feedback import HumanFeedbackProvider
     from crewai.flow.flow import Flow, listen, start
     from crewai.flow.human_feedback import human_feedback
 
-    class Reviewer(HumanFeedbackProvider):
-        def request_feedback(self, context: Any, flow: Any) -> Any:
-            return "no, refund 20 EUR only"
-
     class Review(Flow[Any]):
         @start()
-        @human_feedback(message="Approve the refund for A-1?", provider=Reviewer())
+        @human_feedback(
+            message="Approve the refund for A-1?", provider=reviewer("no, refund 20 EUR only")
+        )
         def draft(self) -> str:
             return "Refund A-1: 40 EUR"
 
@@ -1350,20 +1361,18 @@ def test_feedback_a_model_routes_is_the_humans_answer_and_no_request_or_step(
     # @human_feedback(emit=...): CrewAI asks a model which outcome the feedback means. That
     # call was a step of the run and, for a flow kicked off without inputs, its request
     # ("Based on the following human feedback, ..."); the human's answer was kept nowhere
-    from crewai.flow.async_feedback import HumanFeedbackProvider
     from crewai.flow.flow import Flow, listen, start
     from crewai.flow.human_feedback import human_feedback
-
-    class Reviewer(HumanFeedbackProvider):
-        def request_feedback(self, context: Any, flow: Any) -> Any:
-            return "looks good, go ahead"
 
     router = ScriptedLLM(model="scripted", replies=["approved"])
 
     class Review(Flow[Any]):
         @start()
         @human_feedback(
-            message="Approve?", provider=Reviewer(), emit=["approved", "rejected"], llm=router
+            message="Approve?",
+            provider=reviewer("looks good, go ahead"),
+            emit=["approved", "rejected"],
+            llm=router,
         )
         def draft(self) -> str:
             return "Refund A-1: 40 EUR"
@@ -1394,18 +1403,14 @@ def test_a_flow_paused_for_a_human_is_an_interrupted_run_its_resume_goes_on_from
     # @human_feedback with a provider that answers later: kickoff() returns, paused; the
     # run's trace ends there, waiting for the human, not open until the process exits. The
     # run resume() made had no request, no link to the paused run and not the human's answer
-    from crewai.flow.async_feedback import HumanFeedbackPending, HumanFeedbackProvider
+    from crewai.flow.async_feedback import HumanFeedbackPending
     from crewai.flow.flow import Flow, listen, start
     from crewai.flow.human_feedback import human_feedback
     from crewai.flow.persistence import SQLiteFlowPersistence
 
-    class Later(HumanFeedbackProvider):
-        def request_feedback(self, context: Any, flow: Any) -> Any:
-            raise HumanFeedbackPending(context=context)
-
     class Review(Flow[Any]):
         @start()
-        @human_feedback(message="Approve the refund for A-1?", provider=Later())
+        @human_feedback(message="Approve the refund for A-1?", provider=reviewer(None))
         def draft(self) -> str:
             return "Refund A-1: 40 EUR"
 
