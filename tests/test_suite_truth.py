@@ -222,6 +222,39 @@ def test_stopped_runs_fail_their_attempt_interrupted_ones_do_not() -> None:
     assert run.outcome == "not_scored"
 
 
+def test_a_run_still_paused_after_the_cases_answers_is_no_pass() -> None:
+    # a case whose captured run went on after the reviewer's approval; the agent now asks
+    # for a second approval and its run ends paused there. Scored on what it did, its
+    # lookup passed tool_failures: a pass that never reached the refund the case is about
+    lookup = ToolCall(name="lookup_order", arguments={"id": "A-1"}, result="shipped")
+    paused = Trace.from_steps(
+        "Refund order A-1",
+        [AgentStep(tool_calls=[lookup])],
+        status=RunStatus.INTERRUPTED,
+        status_reason="waiting for a human: approve 40 EUR?",
+    )
+    given: list[Any] = []
+
+    def agent(request: str, resume: list[Any]) -> Trace:
+        given.append(resume)
+        return paused
+
+    case = EvalCase(id="refund", input="Refund order A-1", resume=["approve"])
+    report = EvalSuite("s").add_cases(case).add_evaluators("tool_failures").run(agent)
+    [run] = report.cases[0].runs
+    assert (given, run.outcome, run.passed) == ([["approve"]], "incomplete", False)
+    assert run.reason == (
+        "the run paused for a human again after the case's 1 answer(s), where the captured "
+        "run went on (waiting for a human: approve 40 EUR?): what the case checks was not "
+        "reached; give the agent each answer its run asks for"
+    )
+    # a case made from a run that itself ended paused may end paused again: scored
+    captured = {"provenance": {"status": "interrupted"}}
+    again = case.model_copy(update={"metadata": captured})
+    report = EvalSuite("s").add_cases(again).add_evaluators("tool_failures").run(agent)
+    assert report.cases[0].runs[0].outcome == "passed"
+
+
 def _suite_of(cases: int, passes: int, attempts: int = 10) -> Any:
     """``cases`` cases, each passing its first ``passes`` of ``attempts`` attempts."""
     seen: dict[str, int] = {}

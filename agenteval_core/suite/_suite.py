@@ -37,7 +37,7 @@ from ..metrics._statistics import (
     mean_pass_k,
 )
 from ..schema._results import MetricResult, failing, passes
-from ..schema._trace import EvalCase, Trace, known_version, text_of
+from ..schema._trace import EvalCase, RunStatus, Trace, known_version, text_of
 from ._cases import RegressionCase
 
 __all__ = [
@@ -413,6 +413,13 @@ def attempt_outcome(case: EvalCase, results: Sequence[MetricResult]) -> tuple[At
             f": {trace.status_reason or trace.error}" if trace.status_reason or trace.error else ""
         )
         return "incomplete", f"the run did not complete ({trace.status or 'error'}){why}"
+    if trace is not None and _paused_past_its_answers(case, trace):
+        # scored on what it did before that pause, it could pass what it never reached
+        return "incomplete", (
+            f"the run paused for a human again after the case's {len(case.resume or [])} "
+            f"answer(s), where the captured run went on ({trace.status_reason or 'paused'}): "
+            "what the case checks was not reached; give the agent each answer its run asks for"
+        )
     refused = trace.refusal() if trace is not None and not case.allow_refusal else None
     if refused is not None:  # no answer: what metrics say of the rest checks no task done
         said = f": {refused}" if refused else ""
@@ -428,6 +435,17 @@ def attempt_outcome(case: EvalCase, results: Sequence[MetricResult]) -> tuple[At
         return "not_scored", "no metric scored this run (" + "; ".join(reasons) + ")"
     scored = [r.name for r in results if r.score is not None]
     return "passed", "scored by " + ", ".join(scored) + "; none failed"
+
+
+def _paused_past_its_answers(case: EvalCase, trace: Trace) -> bool:
+    """Whether a run given a human's answers (``case.resume``) still waits for a human at
+    its end, where the run the case was made from went on (a regression case made from a
+    paused run says so in its provenance, and may end paused again)."""
+    if not case.resume or trace.status is not RunStatus.INTERRUPTED:
+        return False
+    provenance = case.metadata.get("provenance")
+    captured = provenance.get("status") if isinstance(provenance, dict) else None
+    return captured != RunStatus.INTERRUPTED
 
 
 def case_label(case: EvalCase, limit: int = 48) -> str:
