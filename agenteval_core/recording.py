@@ -68,6 +68,7 @@ from .schema._trace import (
     REQUEST_MODEL,
     RESUME,
     RESUMES_TRACE_ID,
+    LatestKept,
     media_kind,
 )
 
@@ -88,6 +89,7 @@ __all__ = [
     "UNSET",
     "AlertEvent",
     "EventPump",
+    "LatestKept",
     "Recorder",
     "RunRoots",
     "TraceAssembler",

@@ -19,7 +19,7 @@ import itertools
 import json
 import os
 import re
-from collections import OrderedDict, defaultdict, deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
@@ -50,6 +50,7 @@ from agenteval_core.recording import (
     RESUME,
     RESUMES_TRACE_ID,
     UNPARSED_REPLY,
+    LatestKept,
     limit_or_timeout,
     stopped_by_caller,
     unreadable_call,
@@ -1271,7 +1272,7 @@ def _runs(
     instrumentor recorded as resumed after a pause for a human names the paused run of its
     session before it (:data:`RESUMES_TRACE_ID`), as agenteval's LangChain adapter does (a
     run agenteval exported says itself what it resumed)."""
-    paused: OrderedDict[str, str] = OrderedDict()  # session → its paused run, not resumed yet
+    paused = LatestKept[str, str](PAUSES_KEPT)  # session → its paused run, not resumed yet
     for trace_id, trace, foreign in found:
         if trace is None:
             if on_left_out is not None:
@@ -1284,8 +1285,6 @@ def _runs(
                 trace.metadata.setdefault(RESUMES_TRACE_ID, earlier)
             if trace.status is RunStatus.INTERRUPTED:
                 paused[session] = trace.id
-                if len(paused) > PAUSES_KEPT:  # sessions never resumed
-                    paused.popitem(last=False)
         yield trace
 
 

@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -49,6 +49,7 @@ __all__ = [
     "AgentStep",
     "EvalCase",
     "ExpectedToolCall",
+    "LatestKept",
     "LoopAlert",
     "NewerVersionError",
     "RecentRuns",
@@ -235,19 +236,34 @@ def read_again(runs: dict[str, int], trace: Trace) -> bool:
     return False
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
 SESSIONLESS_KEPT = 65_536
 """Runs with no session a reader remembers to tell a repeat (the latest; a shipper's retry
 repeats a line soon after it): about 7 MiB."""
 
 
-class RecentRuns(OrderedDict[str, int]):
+class LatestKept(OrderedDict[_K, _V], Generic[_K, _V]):
+    """A dict that keeps its latest ``most`` entries: one more set, the oldest goes (what a
+    reader remembers of a stream of runs, for runs that may never come back)."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.most = most
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        super().__setitem__(key, value)
+        if len(self) > self.most:
+            self.popitem(last=False)
+
+
+class RecentRuns(LatestKept[str, int]):
     """The runs :func:`read_again` keeps for traces with no session: the latest
     :data:`SESSIONLESS_KEPT` (the oldest go first)."""
 
-    def __setitem__(self, trace_id: str, fingerprint: int) -> None:
-        super().__setitem__(trace_id, fingerprint)
-        if len(self) > SESSIONLESS_KEPT:
-            self.popitem(last=False)
+    def __init__(self) -> None:
+        super().__init__(SESSIONLESS_KEPT)
 
 
 def text_of(value: Any) -> str:

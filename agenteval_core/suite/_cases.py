@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from ..schema._trace import (
     TOOL_NOT_RUN,
     EvalCase,
     ExpectedToolCall,
+    LatestKept,
     RunStatus,
     ToolCallLimit,
     Trace,
@@ -342,7 +342,7 @@ def _key(value: Any, turns: Sequence[dict[str, Any]]) -> str:
     return f"{text}\n" + " ".join(previous.split()) if previous else text
 
 
-def _answers(trace: Trace, paused: OrderedDict[str, list[Any]]) -> list[Any] | None:
+def _answers(trace: Trace, paused: LatestKept[str, list[Any]]) -> list[Any] | None:
     """The answers a human gave a run, oldest first: those of the runs it goes on from that
     are in the capture, the one it resumed with (:data:`RESUME`), then those given while it
     ran (:data:`HUMAN_ANSWERS`); ``None`` for a run no human answered. ``paused`` keeps the
@@ -359,8 +359,6 @@ def _answers(trace: Trace, paused: OrderedDict[str, list[Any]]) -> list[Any] | N
     answers = [*earlier, *resumed, *given]
     if trace.status is RunStatus.INTERRUPTED:
         paused[trace.id] = answers
-        if len(paused) > PAUSES_KEPT:  # runs never resumed
-            paused.popitem(last=False)
     return answers
 
 
@@ -444,7 +442,7 @@ def cases_from_capture(
     # earlier conversation) and the cases still waiting for a later run that passed.
     groups: dict[tuple[str, tuple[Any, ...]], RegressionCase] = {}
     awaiting: dict[str, list[RegressionCase]] = {}  # by input: no later passing run yet
-    paused: OrderedDict[str, list[Any]] = OrderedDict()
+    paused = LatestKept[str, list[Any]](PAUSES_KEPT)  # runs never resumed go
     for trace, turns, before in itertools.chain([first], runs):
         why = _why(trace, select, scored)
         # a run resumed after a pause for a human went on from its answers: the same request
