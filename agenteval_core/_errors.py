@@ -221,6 +221,7 @@ class JudgeUsage:
     never known, and a budget counts this estimate."""
 
     def add(self, other: JudgeUsage) -> None:
+        """Count ``other``'s calls and tokens in these."""
         self.calls += other.calls
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens

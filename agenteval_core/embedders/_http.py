@@ -108,6 +108,9 @@ class HTTPEmbedder:
         return run_sync(self.aembed(texts))
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """One L2-normalised vector per text, in order (a zero vector stays zero), of its
+        first ``max_chars`` characters: read from the cache, or asked of the server in
+        batches under the traffic control."""
         sent = [text[: self.max_chars] for text in texts]  # what is embedded, and cached
         keys = [cache_key("embedding", self.model, text) for text in sent]
         found: dict[str, list[float]] = {}

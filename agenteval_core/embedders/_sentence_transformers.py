@@ -73,5 +73,6 @@ class SentenceTransformerEmbedder:
         return vectors
 
     async def aembed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """:meth:`embed` in a worker thread, so the event loop goes on meanwhile."""
         # model inference holds a core for a while: keep it off the event loop
         return await asyncio.to_thread(self.embed, texts)

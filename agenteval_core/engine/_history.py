@@ -66,6 +66,7 @@ class SessionHistory(Sequence[Trace]):
         return list(self._kept)[-count:] if count > 0 else []
 
     def append(self, trace: Trace) -> None:
+        """The session's next trace: counted, and kept when it has an output."""
         if self._kept.maxlen and text_of(trace.output).strip():
             if self.fields is not None:
                 # a copy of the few fields read: the whole trace is freed now, while it is

@@ -48,6 +48,7 @@ class MetricSummary:
         return self.passed / self.scored if self.scored else None
 
     def add(self, result: MetricResult) -> None:
+        """Count one result of this metric."""
         self.count += 1
         self.input_tokens += result.input_tokens or 0
         self.output_tokens += result.output_tokens or 0
@@ -86,6 +87,7 @@ class MetricSummary:
         self.error_kinds.update(other.error_kinds)
 
     def as_dict(self) -> dict[str, Any]:
+        """The aggregate as plain JSON values (a replay's ``--json`` summary)."""
         return {
             "metric": self.name,
             "count": self.count,
@@ -109,6 +111,7 @@ class ResultSummary:
         self.metrics: dict[str, MetricSummary] = {}
 
     def add(self, results: Sequence[MetricResult]) -> None:
+        """Count one trace's results, each in its metric's aggregate."""
         for result in results:
             summary = self.metrics.get(result.name)
             if summary is None:
@@ -124,4 +127,5 @@ class ResultSummary:
             ours.merge(theirs)
 
     def as_dicts(self) -> list[dict[str, Any]]:
+        """Each metric's :meth:`MetricSummary.as_dict`, in the order first seen."""
         return [summary.as_dict() for summary in self.metrics.values()]

@@ -53,6 +53,8 @@ class JudgeCache:
         self.misses = 0
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The value stored under ``key`` (counted in ``hits``), else ``None`` (counted in
+        ``misses``)."""
         with self._lock:
             row = self._db.execute("SELECT value FROM replies WHERE key = ?", (key,)).fetchone()
         if row is None:
@@ -63,6 +65,7 @@ class JudgeCache:
         return value
 
     def put(self, key: str, value: dict[str, Any]) -> None:
+        """Store ``value`` (JSON) under ``key``, replacing what was there."""
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO replies (key, value) VALUES (?, ?)",
@@ -115,6 +118,7 @@ class JudgeCache:
             return int(self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0])
 
     def close(self) -> None:
+        """Close the database; the cache is unusable after."""
         with self._lock:
             self._db.close()
 

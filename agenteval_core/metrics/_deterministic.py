@@ -115,6 +115,8 @@ class _ExpectationMetric(Metric):
     def compare(
         self, case: EvalCase, expected: list[ExpectedToolCall], calls: list[ToolCall]
     ) -> Score:
+        """The score of ``calls`` (those of the case's run, in order) against the
+        ``expected`` ones; :meth:`compute` has checked that the case has both."""
         raise NotImplementedError
 
 

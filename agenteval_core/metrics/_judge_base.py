@@ -128,6 +128,9 @@ class Prompt:
         return hashlib.sha256(f"{self.stage}:{self.instructions}".encode()).hexdigest()[:12]
 
     def messages(self, *, max_input_tokens: int | None = None, **data: Any) -> list[dict[str, str]]:
+        """The chat messages that ask this stage: the system prompt, then the
+        instructions and one labelled block per ``data`` item, each cut to an equal share
+        of ``max_input_tokens`` when given."""
         limit = field_limit(len(data), max_input_tokens)
         blocks = "\n\n".join(data_block(label, value, limit) for label, value in data.items())
         return [

@@ -360,6 +360,8 @@ class _PerItemMetric(JudgeMetric):
     empty_reason: ClassVar[str] = ""
 
     def items(self, case: EvalCase) -> list[dict[str, Any]]:
+        """What is judged yes or no, one entry each (the fields its prompt is given);
+        empty: nothing to judge."""
         raise NotImplementedError
 
     async def evaluate(self, case: EvalCase, accounting: _Accounting) -> Score:

@@ -352,6 +352,9 @@ class SessionMetric(MetricBase):
     def compute_session(
         self, trace_ids: Sequence[str], signals: Sequence[Mapping[str, float | None]]
     ) -> Score:
+        """The session's score from its traces' ids and, for each, its signals (the scores
+        of :attr:`signal_names`, ``None`` where a trace has none), oldest first. Override
+        this; :meth:`measure_session` calls it and makes a result of what it returns."""
         raise NotImplementedError
 
     def measure_session(

@@ -517,6 +517,9 @@ class IncrementalSession(SessionAccumulator):
         return len(self._ids)
 
     def update(self, trace_id: str, signals: Mapping[str, float | None]) -> None:
+        """Record a trace's signals: a new trace adds a row; a trace seen already (a
+        later metric's score of it) has the signals given set on its row, those given as
+        ``None`` left as they were."""
         row = self._index.get(trace_id)
         if row is None:
             row = len(self._ids)
@@ -534,6 +537,7 @@ class IncrementalSession(SessionAccumulator):
             self._updated.append(row)
 
     def result(self, session_id: str | None = None) -> MetricResult:
+        """The session metric's result over the rows so far."""
         return self._signal_metric.measure_matrix(
             self._ids, self._matrix[: len(self._ids)], session_id=session_id
         )

@@ -143,6 +143,8 @@ class TrajectoryMatch(_ExpectationMetric):
     def match(
         self, case: EvalCase, reference: list[ExpectedToolCall], groups: list[list[ToolCall]]
     ) -> Score:
+        """The score of the calls made, ``groups`` of them per model step in order,
+        against the ``reference`` trajectory, in this metric's mode."""
         calls = [call for group in groups for call in group]
         references = [case.reference_for(expected) for expected in reference]
         agree = np.array(
