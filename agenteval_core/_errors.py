@@ -109,6 +109,10 @@ class UnknownMetricError(AgentEvalError, KeyError):
         self.known = known
         super().__init__(name)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # raised where a replay's worker builds its metrics (a Ray actor), and sent back
+        return (type(self), (self.name, self.known))
+
     def __str__(self) -> str:
         close = difflib.get_close_matches(self.name, self.known, n=3, cutoff=0.6)
         if close:
@@ -291,6 +295,10 @@ class JudgeParseError(JudgeError):
     def __init__(self, message: str, raw_reply: str) -> None:
         super().__init__(message)
         self.raw_reply = raw_reply
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a worker process or Ray actor sends it back: its usage goes with it
+        return (type(self), (self.args[0], self.raw_reply), self.__dict__)
 
 
 class JudgeInvalidAnswerError(JudgeParseError):

@@ -473,3 +473,49 @@ def test_a_killed_writers_fragment_is_closed_off_and_a_glued_line_is_recovered(
     [fragment] = errors
     assert (fragment.line, fragment.truncated) == (1, True)
     assert "the trace written after it on the same line was recovered" in str(fragment)
+
+
+def test_every_error_survives_the_trip_back_from_a_worker() -> None:
+    # a replay's worker processes and Ray actors send their errors back pickled: one that
+    # cannot be rebuilt reached the caller as Ray's UnserializableException, its words lost
+    import inspect
+    import pickle
+
+    from agenteval_core import _errors
+
+    usage = _errors.JudgeUsage(calls=2, input_tokens=30, output_tokens=4)
+    raised = [
+        _errors.AgentEvalError("x"),
+        _errors.MetricInputError("threshold must be in [0, 1]"),
+        _errors.UnknownMetricError("tool_failurez", ["tool_failures", "coherence"]),
+        _errors.CaptureError("no capture file matches 'x/*.jsonl'"),
+        _errors.ClusterUnreachableError("no Ray cluster at ray://head:10001"),
+        _errors.ResultsWriteError("r.jsonl", 3, OSError(28, "No space left on device")),
+        _errors.CaptureFormatError("c.jsonl", 2, "spans.0.kind", "bad kind", truncated=True),
+        _errors.SchemaVersionError("c.jsonl", 1, None, "schema version 9 is newer"),
+        _errors.JudgeError("gpt-4o-mini: boom"),
+        _errors.JudgeConfigError("gpt-4o-mini: no API key"),
+        _errors.JudgeUnavailableError("gpt-4o-mini: 503"),
+        _errors.JudgeBudgetError("budget exhausted"),
+        _errors.JudgeContextOverflowError("gpt-4o-mini: context overflow"),
+        _errors.JudgeUnsupportedRequestError("gpt-4o-mini: 401"),
+        _errors.JudgeParseError("not JSON after 2 re-asks", raw_reply="sure!"),
+        _errors.JudgeInvalidAnswerError("3 verdicts for 2 items", raw_reply='{"v": [1,1,1]}'),
+    ]
+    every = {
+        cls
+        for cls in vars(_errors).values()
+        if inspect.isclass(cls)
+        and issubclass(cls, BaseException)
+        and cls.__module__ == _errors.__name__
+    }
+    assert {type(error) for error in raised} == every  # a new error is added here
+    for error in raised:
+        if isinstance(error, _errors.JudgeError):
+            error.usage.add(usage)
+        back = pickle.loads(pickle.dumps(error))
+        assert (type(back), str(back)) == (type(error), str(error))
+        fields = {k: v for k, v in vars(error).items() if k not in ("report", "cause")}
+        assert {k: v for k, v in vars(back).items() if k in fields} == fields
+    written = pickle.loads(pickle.dumps(raised[5]))
+    assert (written.cause.errno, written.report) == (28, None)  # its report stays behind

@@ -22,6 +22,7 @@ from agenteval_core import (
     CaptureWriter,
     ResultsLine,
     Trace,
+    UnknownMetricError,
     read_capture,
     replay,
 )
@@ -684,3 +685,51 @@ def test_scorers_start_with_the_replay_only_where_the_shuffle_keeps_a_whole_cpu(
     # scorers that reserve nothing (a single one-CPU node) never hold a CPU back
     assert scorers_at_start([1.0], 1, 0.0, blocks=64) == 1
     assert scorers_at_start([2.0, 2.0], 8, 0.0, blocks=64) == 8
+
+
+def test_a_metric_the_caller_registered_is_scored_by_name_on_every_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a metric registered in the caller's script or notebook: no Ray worker imports it, so
+    # replaying it by name failed on every worker ("unknown metric 'answer_words'")
+    from agenteval_core import EvalCase, Metric, MetricKind, Score, register_metric
+    from agenteval_core.metrics import _registry
+
+    monkeypatch.setattr(_registry, "_REGISTRY", dict(_registry._REGISTRY))
+
+    @register_metric
+    class AnswerWords(Metric):
+        name = "answer_words"
+        kind = MetricKind.DETERMINISTIC
+
+        def compute(self, case: EvalCase, history: Any = ()) -> Score:
+            return Score(min(1.0, len(str(case.actual_output).split()) / 10), "words")
+
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 2}", turn) for turn in range(6)])
+    replay(capture, ["answer_words"], output=tmp_path / "one.results")
+    replay([capture], ["answer_words"], engine="ray", output=tmp_path / "ray.results")
+    assert timeless(tmp_path / "ray.results") == timeless(tmp_path / "one.results")
+    scores = [
+        result["score"]
+        for line in (tmp_path / "ray.results").read_text().splitlines()
+        for result in json.loads(line).get("results", [])
+    ]
+    assert scores == [0.6] * 6  # "order 3 ships on day 0": 6 words of 10
+
+
+def test_a_misspelt_metric_is_refused_before_ray_runs_anything(tmp_path: Path) -> None:
+    # it was refused by every worker as it started, and reached the caller as Ray's
+    # UnserializableException (the command: 370 lines of tracebacks, exit 1)
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace("s", 0)])
+    with pytest.raises(UnknownMetricError) as raised:
+        replay([capture], ["tool_failurez"], engine="ray")
+    assert str(raised.value) == "unknown metric 'tool_failurez'; did you mean tool_failures?"
+    done = CliRunner().invoke(
+        cli, ["replay", str(capture), "--engine", "ray", "--metrics", "tool_failurez"]
+    )
+    assert (done.exit_code, done.output) == (
+        2,
+        "agenteval: error: unknown metric 'tool_failurez'; did you mean tool_failures?\n",
+    )

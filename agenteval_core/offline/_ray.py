@@ -41,7 +41,7 @@ from typing import IO, Any, Unpack
 import numpy as np
 
 from .._errors import CaptureError, CaptureFormatError, ClusterUnreachableError, os_error_at
-from ..engine._engine import MAX_OPEN_SESSIONS, Engine
+from ..engine._engine import MAX_OPEN_SESSIONS, Engine, resolve_metrics
 from ..engine._sinks import (
     Sink,
     encode_record,
@@ -50,7 +50,8 @@ from ..engine._sinks import (
     session_record,
     trace_record,
 )
-from ..metrics._protocol import Metric, SessionMetric
+from ..metrics._protocol import Metric, MetricBase, SessionMetric
+from ..metrics._registry import metric_class, register_metric
 from ..schema._capture import (
     MAX_LINE_BYTES,
     is_capture_shard,
@@ -442,6 +443,7 @@ class _SessionScorer:
         self,
         names: list[str],
         metrics: Sequence[str | Metric | SessionMetric] | None,
+        registered: dict[str, type[MetricBase]],
         judge: Any,
         embedder: Any,
         concurrency: int | None,
@@ -451,6 +453,8 @@ class _SessionScorer:
     ) -> None:
         if judge is not None and limiter is not None:
             judge.traffic.pace = _SharedPace(limiter)
+        for cls in registered.values():  # the classes the driver's names stand for
+            register_metric(cls)
         self.names = names
         self.collect = _Collect()
         self.filling = _ReportSink(ReplayReport(path=""), on_trace=None)
@@ -666,6 +670,11 @@ def replay_on_ray(
     concurrency, output = options.get("concurrency"), options.get("output")
     on_bad_line, on_progress = options.get("on_bad_line"), options.get("on_progress")
     files = capture_files(paths)
+    # the names resolve here, before Ray starts: a misspelt one is said at once in one line,
+    # and a metric the caller registered (its class in their script or notebook, which no
+    # worker imports) travels to the workers with its name
+    resolve_metrics(metrics, judge=judge, embedder=embedder)
+    registered = {item: metric_class(item) for item in metrics or () if isinstance(item, str)}
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every worker
         asyncio.run(preflight())
@@ -695,6 +704,7 @@ def replay_on_ray(
             "fn_constructor_kwargs": {
                 "names": files,
                 "metrics": metrics,
+                "registered": registered,
                 "judge": judge,
                 "embedder": embedder,
                 "concurrency": concurrency,
