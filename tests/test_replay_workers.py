@@ -893,3 +893,41 @@ def test_workers_hold_the_open_sessions_limit_each_and_count_the_cuts(tmp_path: 
         *[("c", 4)] + [("c", 32)] * 3,
         ("d", 100),
     ]
+
+
+def test_a_metric_workers_cannot_import_is_said_before_any_process_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # registered inside a function: each worker, which never ran it, refused the name as
+    # "unknown metric 'answer_words'" after every process had started; and given as an
+    # instance, the advice was to pass it by name
+    from agenteval_core import UnknownMetricError, register_metric
+    from agenteval_core.metrics import _registry
+
+    monkeypatch.setattr(_registry, "_REGISTRY", dict(_registry._REGISTRY))
+
+    @register_metric
+    class AnswerWords(Metric):
+        name = "answer_words"
+        kind = MetricKind.DETERMINISTIC
+
+        def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
+            return Score(1.0, "words")
+
+    path = _capture(tmp_path / "capture.jsonl")
+    said = (
+        "replay with workers=2: the metrics, embedder or judge cannot be sent to another "
+        "process (AttributeError: Can't pickle local object 'test_a_metric_workers_cannot_"
+        "import_is_said_before_any_process_starts.<locals>.AnswerWords'); a worker imports "
+        "each one's class by its module and name (define it at the top level of a module "
+        "or of your script, not inside a function or a notebook) and receives its "
+        "attributes pickled (no locks or open clients); or replay with workers=1"
+    )
+    for metrics in (["answer_words"], [AnswerWords()]):
+        with pytest.raises(ValueError) as refused:
+            replay(path, metrics, workers=2)
+        assert str(refused.value) == said
+    assert replay(path, ["answer_words"]).summary.metrics["answer_words"].mean == 1.0
+    with pytest.raises(UnknownMetricError, match="did you mean tool_failures"):
+        replay(path, ["tool_failurez"], workers=2)
+    assert multiprocessing.active_children() == []

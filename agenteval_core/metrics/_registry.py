@@ -5,6 +5,7 @@ is resolved here."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
@@ -69,6 +70,14 @@ def metric_class(name: str) -> type[MetricBase]:
         return _REGISTRY[name]
     except KeyError:
         raise UnknownMetricError(name, sorted(_REGISTRY)) from None
+
+
+def classes_of(metrics: Sequence[Any] | None) -> dict[str, type[MetricBase]]:
+    """The class each registry name among ``metrics`` stands for (metric instances are left
+    out); raises ``UnknownMetricError`` for a name none stands for. A replay's worker
+    registers these before it builds the metrics by name: it has not run the script,
+    notebook or function that registered a metric of the caller's own."""
+    return {item: metric_class(item) for item in metrics or () if isinstance(item, str)}
 
 
 def create_metric(name: str, **options: Any) -> Any:

@@ -23,6 +23,7 @@ from .._options import check_options
 from ..engine._engine import MAX_OPEN_SESSIONS, checked_open_sessions_limit
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..metrics._protocol import Metric, SessionMetric
+from ..metrics._registry import classes_of, register_metric
 from ..schema._capture import capture_parts
 from ._line_index import (
     RangeIndex,
@@ -181,13 +182,17 @@ def replay_in_workers(
     output, on_bad_line = options.get("output"), options.get("on_bad_line")
     on_progress, judge = options.get("on_progress"), options.get("judge")
     max_open_sessions = options.get("max_open_sessions", MAX_OPEN_SESSIONS)
-    try:  # before any process starts: what cannot be sent is said here, with its cause
-        payload = pickle.dumps((metrics, embedder, judge))
+    # before any process starts: a misspelt name, and what cannot be sent, are said here
+    registered = classes_of(metrics)
+    try:
+        payload = pickle.dumps((metrics, registered, embedder, judge))
     except Exception as exc:
         raise ValueError(
             f"replay with workers={workers}: the metrics, embedder or judge cannot be sent "
-            f"to another process ({type(exc).__name__}: {exc}); pass metrics by registry "
-            "name, or replay with workers=1"
+            f"to another process ({type(exc).__name__}: {exc}); a worker imports each "
+            "one's class by its module and name (define it at the top level of a module or "
+            "of your script, not inside a function or a notebook) and receives its "
+            "attributes pickled (no locks or open clients); or replay with workers=1"
         ) from exc
     numbered = output is not None and not is_results_directory(output)
     clock = _Clock(began=time.monotonic(), process=0)
@@ -477,7 +482,9 @@ def _worker(
             del own  # freed before scoring, as this process's own is
             tasks = connection.recv()  # before anything can fail: this process is sending
         assert tasks is not None
-        metrics, embedder, judge = pickle.loads(payload)
+        metrics, registered, embedder, judge = pickle.loads(payload)
+        for cls in registered.values():  # the classes the caller's names stand for
+            register_metric(cls)
         with _paced(judge, pace):
             report = _run_tasks(
                 path,

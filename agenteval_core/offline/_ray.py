@@ -51,7 +51,7 @@ from ..engine._sinks import (
     trace_record,
 )
 from ..metrics._protocol import Metric, MetricBase, SessionMetric
-from ..metrics._registry import metric_class, register_metric
+from ..metrics._registry import classes_of, register_metric
 from ..schema._capture import (
     MAX_LINE_BYTES,
     is_capture_shard,
@@ -674,7 +674,7 @@ def replay_on_ray(
     # and a metric the caller registered (its class in their script or notebook, which no
     # worker imports) travels to the workers with its name
     resolve_metrics(metrics, judge=judge, embedder=embedder)
-    registered = {item: metric_class(item) for item in metrics or () if isinstance(item, str)}
+    registered = classes_of(metrics)
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every worker
         asyncio.run(preflight())
