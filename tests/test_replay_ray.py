@@ -733,3 +733,24 @@ def test_a_misspelt_metric_is_refused_before_ray_runs_anything(tmp_path: Path) -
         2,
         "agenteval: error: unknown metric 'tool_failurez'; did you mean tool_failures?\n",
     )
+
+
+def test_a_judge_ray_cannot_send_is_refused_before_ray_starts(tmp_path: Path) -> None:
+    # a LangChainJudge's chat model holds its HTTP client: Ray refused it as "Could not
+    # serialize the put value <...MapTransformer object at 0x...>", naming nothing of ours
+    from langchain_openai import ChatOpenAI
+
+    from agenteval_core.judges import LangChainJudge
+
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace("s", 0)])
+    model = ChatOpenAI(model="gpt-4o-mini", api_key="sk-test", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError) as refused:
+        replay([capture], ["task_completion"], engine="ray", judge=LangChainJudge(model))
+    assert str(refused.value) == (
+        "replay on Ray: the metrics, embedder or judge cannot be sent to Ray's workers "
+        "(TypeError: cannot pickle '_thread.RLock' object); each is sent pickled with its "
+        "attributes, so none may hold a lock or an open client (a LangChain chat model "
+        "holds its HTTP client: judge with OpenAIJudge(model, base_url=...) on its "
+        "OpenAI-compatible API instead); or replay in one process"
+    )

@@ -921,7 +921,9 @@ def test_a_metric_workers_cannot_import_is_said_before_any_process_starts(
         "import_is_said_before_any_process_starts.<locals>.AnswerWords'); a worker imports "
         "each one's class by its module and name (define it at the top level of a module "
         "or of your script, not inside a function or a notebook) and receives its "
-        "attributes pickled (no locks or open clients); or replay with workers=1"
+        "attributes pickled, so none may hold a lock or an open client (a LangChain chat "
+        "model holds its HTTP client: judge with OpenAIJudge(model, base_url=...) on its "
+        "OpenAI-compatible API instead); or replay in one process"
     )
     for metrics in (["answer_words"], [AnswerWords()]):
         with pytest.raises(ValueError) as refused:

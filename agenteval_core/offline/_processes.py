@@ -40,6 +40,7 @@ from ._replay import (
     areplay,
     fewer_collections,
     replay_lines,
+    unsendable,
     warn_at_end,
 )
 
@@ -187,13 +188,8 @@ def replay_in_workers(
     try:
         payload = pickle.dumps((metrics, registered, embedder, judge))
     except Exception as exc:
-        raise ValueError(
-            f"replay with workers={workers}: the metrics, embedder or judge cannot be sent "
-            f"to another process ({type(exc).__name__}: {exc}); a worker imports each "
-            "one's class by its module and name (define it at the top level of a module or "
-            "of your script, not inside a function or a notebook) and receives its "
-            "attributes pickled (no locks or open clients); or replay with workers=1"
-        ) from exc
+        replay = f"replay with workers={workers}"
+        raise unsendable(replay, exc, workers="another process", imports=True) from exc
     numbered = output is not None and not is_results_directory(output)
     clock = _Clock(began=time.monotonic(), process=0)
     with contextlib.ExitStack() as cleanup:

@@ -70,7 +70,14 @@ from ._line_index import (
     lines_by_shard,
     read_own_lines,
 )
-from ._replay import ReplayOptions, ReplayReport, _batch_size, _ReportSink, fewer_collections
+from ._replay import (
+    ReplayOptions,
+    ReplayReport,
+    _batch_size,
+    _ReportSink,
+    fewer_collections,
+    unsendable,
+)
 
 logger = logging.getLogger("agenteval")
 
@@ -675,6 +682,10 @@ def replay_on_ray(
     # worker imports) travels to the workers with its name
     resolve_metrics(metrics, judge=judge, embedder=embedder)
     registered = classes_of(metrics)
+    try:  # as Ray will send them, to every scorer: else Ray's words name none of them
+        ray.cloudpickle.dumps((metrics, registered, judge, embedder))
+    except Exception as exc:
+        raise unsendable("replay on Ray", exc, workers="Ray's workers", imports=False) from exc
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every worker
         asyncio.run(preflight())

@@ -41,6 +41,7 @@ __all__ = [
     "areplay",
     "fewer_collections",
     "replay_lines",
+    "unsendable",
     "warn_at_end",
 ]
 
@@ -324,6 +325,25 @@ async def areplay(
     report = await replay_lines(path, metrics, **options)
     warn_at_end(report, options, elsewhere=True)
     return report
+
+
+def unsendable(replay: str, exc: Exception, *, workers: str, imports: bool) -> ValueError:
+    """The error of a replay whose metrics, embedder or judge cannot be pickled for its
+    ``workers``: the cause, and what to do. ``imports``: the workers import each class by
+    its module and name (processes), rather than receiving it whole (Ray)."""
+    where = (
+        "a worker imports each one's class by its module and name (define it at the top "
+        "level of a module or of your script, not inside a function or a notebook) and "
+        "receives its attributes pickled"
+        if imports
+        else "each is sent pickled with its attributes"
+    )
+    return ValueError(
+        f"{replay}: the metrics, embedder or judge cannot be sent to {workers} "
+        f"({type(exc).__name__}: {exc}); {where}, so none may hold a lock or an open client "
+        "(a LangChain chat model holds its HTTP client: judge with OpenAIJudge(model, "
+        "base_url=...) on its OpenAI-compatible API instead); or replay in one process"
+    )
 
 
 def warn_at_end(report: ReplayReport, options: ReplayOptions, *, elsewhere: bool) -> None:
