@@ -516,7 +516,7 @@ def test_the_cli_ends_a_ray_replay_as_it_ends_one_process(
     tmp_path: Path, judge_server: JudgeServer
 ) -> None:
     """Results the judge left unscored fail the run (exit 1, with what will help), and the
-    judge's spend is said, with the budget per worker, as one process with workers says."""
+    judge's spend is said, with the budget the whole replay shares, as one process says."""
     capture, results = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
     write_capture(capture, [a_trace(f"s{turn % 2}", turn) for turn in range(4)])
     answered: list[dict[str, Any]] = []
@@ -537,7 +537,7 @@ def test_the_cli_ends_a_ray_replay_as_it_ends_one_process(
     lines = done.output.strip().splitlines()
     # the one scored result's tokens (the server's 100 in, 20 out) at gpt-4o-mini's price
     # ($0.15 and $0.60 a million: $0.000027)
-    assert "judge gpt-4o-mini: 120 tokens, $0.0000 of a $5.0000 budget per worker" in lines
+    assert "judge gpt-4o-mini: 120 tokens, $0.0000 of a $5.0000 budget" in lines
     assert lines[-1] == (
         "agenteval: error: judge unavailable: 3 result(s) not scored (see the table); the "
         f"rest is in {results}; replay again to score them (raise --judge-timeout for a "
@@ -754,3 +754,28 @@ def test_a_judge_ray_cannot_send_is_refused_before_ray_starts(tmp_path: Path) ->
         "holds its HTTP client: judge with OpenAIJudge(model, base_url=...) on its "
         "OpenAI-compatible API instead); or replay in one process"
     )
+
+
+def test_a_judge_budget_holds_for_the_whole_cluster(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    # each scorer had the whole budget: a $5 budget on 64 scorers could spend $320
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 6}", turn) for turn in range(24)])
+    # a call is 100 prompt tokens at $1,000 a million: $0.10; the budget allows 4 calls
+    # ($0.40 reaches it), and one each scorer had started as the fourth was paid for
+    judge = OpenAIJudge(
+        "judge-model",
+        base_url=judge_server.base_url,
+        cache=None,
+        max_concurrency=1,
+        prices={"judge-model": (1000.0, 0.0)},
+        budget_usd=0.35,
+    )
+    report = replay_on_ray([capture], ["confidence"], judge=judge, scorers=2)
+    asked = len(judge_server.requests)
+    assert 4 <= asked <= 5
+    confidence = report.summary.metrics["confidence"]
+    assert (confidence.scored, confidence.errors) == (asked, 24 - asked)
+    assert confidence.error_kinds == {"budget": 24 - asked}

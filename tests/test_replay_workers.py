@@ -933,3 +933,28 @@ def test_a_metric_workers_cannot_import_is_said_before_any_process_starts(
     with pytest.raises(UnknownMetricError, match="did you mean tool_failures"):
         replay(path, ["tool_failurez"], workers=2)
     assert multiprocessing.active_children() == []
+
+
+def test_a_judge_budget_holds_for_every_worker_together(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    # each worker had the whole budget: --judge-budget-usd 5 with 4 workers could spend $20
+    judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
+    capture = _sessions(tmp_path / "c.jsonl", traces=24, sessions=6)
+    # a call is 100 prompt tokens at $1,000 a million: $0.10; the budget allows 4 calls
+    # ($0.40 reaches it), and one each process had started as the fourth was paid for
+    judge = OpenAIJudge(
+        "judge-model",
+        base_url=judge_server.base_url,
+        cache=None,
+        max_concurrency=1,
+        prices={"judge-model": (1000.0, 0.0)},
+        budget_usd=0.35,
+    )
+    report = replay(capture, ["confidence"], judge=judge, workers=2)
+    asked = len(judge_server.requests)
+    assert 4 <= asked <= 5
+    confidence = report.summary.metrics["confidence"]
+    assert (confidence.scored, confidence.errors) == (asked, 24 - asked)
+    assert confidence.error_kinds == {"budget": 24 - asked}
+    assert judge.shared_spend is None  # the caller's judge, as it was

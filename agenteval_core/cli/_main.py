@@ -512,8 +512,8 @@ def _make_judge(
     show_default=True,
     envvar="AGENTEVAL_REPLAY_WORKERS",
     help="Processes that score at once, each taking whole sessions as it goes; up to one "
-    "per CPU core speeds up a large capture. A judge's rate limit holds for all of them "
-    "together (its concurrency and budget per process); no export (also "
+    "per CPU core speeds up a large capture. A judge's rate limit and budget hold for all "
+    "of them together (its concurrency per process); no export (also "
     "$AGENTEVAL_REPLAY_WORKERS).",
 )
 @click.option(
@@ -649,14 +649,14 @@ def _conclude_replay(
     """How a replay ends, however it ran: the judge's spend, where the results went, and
     the exit status a CI job reads (bad lines, no traces, results the judge left unscored).
     ``per_worker``: several processes scored, each with its own copy of the judge (its
-    budget and cache counts hold per worker); ``cache_hits``: this process's judge's, where
-    it scored."""
+    cache counts hold per worker; its budget, for all of them); ``cache_hits``: this
+    process's judge's, where it scored."""
     if judge is not None:
         tokens = sum(m.input_tokens + m.output_tokens for m in report.summary.metrics.values())
         cost = sum(m.cost_usd for m in report.summary.metrics.values())
         budget = ""
         if judge.budget_usd is not None:
-            budget = f" of a ${judge.budget_usd:.4f} budget" + (" per worker" if per_worker else "")
+            budget = f" of a ${judge.budget_usd:.4f} budget"
         hits = ""
         if cache_hits is not None:
             hits = f"; {cache_hits} cache hits" + (" in this process" if per_worker else "")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import load_export
 
 if TYPE_CHECKING:
-    from ._base import DEFAULT_CACHE, BaseJudge, Completion, JudgeStats
+    from ._base import DEFAULT_CACHE, BaseJudge, Completion, JudgeStats, SharedSpend
     from ._cache import JudgeCache, default_cache_path
     from ._langchain import LangChainJudge
     from ._openai import OUTPUT_MODES, OpenAIJudge, OutputMode, default_max_tokens
@@ -28,6 +28,7 @@ _EXPORTS = {
     "BaseJudge": "._base",
     "Completion": "._base",
     "JudgeStats": "._base",
+    "SharedSpend": "._base",
     "JudgeCache": "._cache",
     "default_cache_path": "._cache",
     "LangChainJudge": "._langchain",

@@ -10,7 +10,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -28,7 +28,7 @@ from ._parse import ReplyError, parse_reply
 from ._pricing import DEFAULT_PRICES, Price, cost_usd
 from ._protocol import JudgeReply, JudgeRequest
 
-__all__ = ["DEFAULT_CACHE", "BaseJudge", "Completion", "JudgeStats", "json_schema"]
+__all__ = ["DEFAULT_CACHE", "BaseJudge", "Completion", "JudgeStats", "SharedSpend", "json_schema"]
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -121,6 +121,19 @@ def _checked_prices(prices: dict[str, Price]) -> dict[str, Price]:
     return dict(prices)
 
 
+class SharedSpend(Protocol):
+    """A judge's spend kept for several processes at once (a replay's workers, its Ray
+    scorers), so that one ``budget_usd`` holds for all of them together."""
+
+    async def total(self) -> float:
+        """What every process has spent so far, in US dollars."""
+        ...
+
+    def add(self, usd: float) -> None:
+        """Add this process's spend on one call."""
+        ...
+
+
 class BaseJudge(ABC):
     """Caching, parsing and re-asking, written once; subclasses only move text (``_complete``)."""
 
@@ -140,6 +153,9 @@ class BaseJudge(ABC):
         self.share_stages = share_stages
         self.budget_usd = budget_usd
         self.budget_usd_per_hour = budget_usd_per_hour
+        self.shared_spend: SharedSpend | None = None
+        """Set by a replay that sends this judge to several processes: ``budget_usd`` then
+        holds for their spend together."""
         self.stats = JudgeStats()
         self._spent_lately: deque[tuple[float, float]] = deque()  # (when, USD) in the last hour
         # answers to shared stages: asked once, handed to every metric that asks the same
@@ -147,9 +163,11 @@ class BaseJudge(ABC):
         self._shared_pending: dict[tuple[int, str], asyncio.Future[JudgeReply[Any]]] = {}
 
     # A judge goes to other processes (replay workers, Ray actors) as its settings: answers
-    # being shared, counts and spend start afresh there (a budget holds per process)
+    # being shared, counts and spend start afresh there (the replay shares its spend with
+    # them, where a budget is kept)
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        state["shared_spend"] = None
         state["stats"] = JudgeStats()
         state["_spent_lately"] = deque()
         state["_shared"] = OrderedDict()
@@ -226,14 +244,19 @@ class BaseJudge(ABC):
             self._shared.popitem(last=False)
         return reply
 
-    def _check_budget(self) -> None:
-        """Refuse a new call once the budget is used up (calls in flight finish)."""
-        if self.budget_usd is not None and self.stats.spent_usd >= self.budget_usd:
-            self.stats.over_budget += 1
-            raise JudgeBudgetError(
-                f"budget exhausted: the judge spent ${self.stats.spent_usd:.6f} of its "
-                f"${self.budget_usd:.6f} budget"
-            )
+    async def _check_budget(self) -> None:
+        """Refuse a new call once the budget is used up (calls in flight finish): the spend
+        of every process the judge was sent to, where a replay shares it."""
+        if self.budget_usd is not None:
+            shared = self.shared_spend
+            spent = self.stats.spent_usd if shared is None else await shared.total()
+            if spent >= self.budget_usd:
+                self.stats.over_budget += 1
+                everyone = "" if shared is None else " (every process of the replay together)"
+                raise JudgeBudgetError(
+                    f"budget exhausted: the judge spent ${spent:.6f} of its "
+                    f"${self.budget_usd:.6f} budget{everyone}"
+                )
         if self.budget_usd_per_hour is not None:
             hour_ago = time.monotonic() - 3600
             while self._spent_lately and self._spent_lately[0][0] < hour_ago:
@@ -251,6 +274,8 @@ class BaseJudge(ABC):
         if usd is None:
             return
         self.stats.spent_usd += usd
+        if self.shared_spend is not None:
+            self.shared_spend.add(usd)
         if self.budget_usd_per_hour is not None:
             self._spent_lately.append((time.monotonic(), usd))
 
@@ -291,7 +316,7 @@ class BaseJudge(ABC):
                         cached=True,
                         calls=0,
                     )
-        self._check_budget()
+        await self._check_budget()
         messages = list(request.messages)
         usage = JudgeUsage()  # every call's cost, whatever comes of the answer
         problem: ReplyError | None = None

@@ -511,7 +511,7 @@ class OpenAIJudge(BaseJudge):
             if not calls:
                 # checked again once the request has its slot: calls queued behind the
                 # concurrency bound were admitted while the spend was still below the budget
-                self._check_budget()
+                await self._check_budget()
             calls += 1
             return await _bounded_post(
                 client, url, payload, timeout=self.timeout, max_bytes=self.max_response_bytes

@@ -206,6 +206,7 @@ def replay_in_workers(
             parts = [os.fspath(part) for part in results_shards(output, workers)]
         context = _start_method()
         pace = _ProcessPace.of(judge, context)
+        spend = _ProcessSpend.of(judge, context)
         progress = _SharedProgress(context.Value("q", 0)) if on_progress is not None else None
         taken = context.Value("i", 0)  # how many tasks the processes have taken
         # a capture file is cut by byte ranges, one per process, each indexed by its
@@ -239,6 +240,7 @@ def replay_in_workers(
                         "concurrency": concurrency,
                         "max_open_sessions": max_open_sessions,
                         "pace": pace,
+                        "spend": spend,
                         "progress": progress,
                         "numbered": numbered,
                         "environ": dict(os.environ),
@@ -271,7 +273,7 @@ def replay_in_workers(
                 others.check()  # a worker that failed stops this one too
                 report_progress()
 
-            with _paced(judge, pace):
+            with _shared_with_workers(judge, pace, spend):
                 try:
                     own = _run_tasks(
                         os.fspath(path),
@@ -455,6 +457,7 @@ def _worker(
     concurrency: int | None,
     max_open_sessions: int,
     pace: _ProcessPace | None,
+    spend: _ProcessSpend | None,
     progress: _SharedProgress | None,
     numbered: bool,
     environ: dict[str, str],
@@ -481,7 +484,7 @@ def _worker(
         metrics, registered, embedder, judge = pickle.loads(payload)
         for cls in registered.values():  # the classes the caller's names stand for
             register_metric(cls)
-        with _paced(judge, pace):
+        with _shared_with_workers(judge, pace, spend):
             report = _run_tasks(
                 path,
                 metrics,
@@ -644,6 +647,29 @@ class _ProcessPace:
             await asyncio.sleep(delay)
 
 
+class _ProcessSpend:
+    """One judge's spend for every process of a replay, in shared memory: its
+    ``budget_usd`` holds for all of them together (see :class:`~agenteval_core.judges.
+    SharedSpend`)."""
+
+    def __init__(self, spent: Any) -> None:
+        self.spent = spent  # a multiprocessing.Value("d"), inherited by the workers
+
+    @classmethod
+    def of(cls, judge: Any, context: Any) -> _ProcessSpend | None:
+        """The shared spend of ``judge``, or None for no judge (or one with no budget)."""
+        if getattr(judge, "budget_usd", None) is None or not hasattr(judge, "shared_spend"):
+            return None
+        return cls(context.Value("d", 0.0))
+
+    async def total(self) -> float:
+        return float(self.spent.value)
+
+    def add(self, usd: float) -> None:
+        with self.spent.get_lock():
+            self.spent.value += usd
+
+
 class _SharedProgress:
     """The bytes of the capture file the workers have read, in shared memory, so that this
     process's ``on_progress`` tells of every process's: each worker adds its count after
@@ -671,16 +697,25 @@ class _SharedProgress:
 
 
 @contextlib.contextmanager
-def _paced(judge: Any, pace: _ProcessPace | None) -> Iterator[None]:
-    """``judge`` waits on ``pace`` before each request while this lasts."""
-    if judge is None or pace is None:
+def _shared_with_workers(
+    judge: Any, pace: _ProcessPace | None, spend: _ProcessSpend | None
+) -> Iterator[None]:
+    """While this lasts, ``judge`` waits on ``pace`` before each request and keeps its
+    spend in ``spend``, which every process of the replay shares."""
+    if judge is None:
         yield
         return
-    own, judge.traffic.pace = judge.traffic.pace, pace
+    if pace is not None:
+        own_pace, judge.traffic.pace = judge.traffic.pace, pace
+    if spend is not None:
+        own_spend, judge.shared_spend = judge.shared_spend, spend
     try:
         yield
     finally:
-        judge.traffic.pace = own
+        if pace is not None:
+            judge.traffic.pace = own_pace
+        if spend is not None:
+            judge.shared_spend = own_spend
 
 
 def _line_of(error: CaptureFormatError) -> int:

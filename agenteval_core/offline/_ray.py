@@ -410,6 +410,34 @@ class _RateLimiter:
         return delay
 
 
+class _ClusterSpend:
+    """A judge's spend kept by the ledger every worker shares: its ``budget_usd`` holds
+    for the whole cluster (see :class:`~agenteval_core.judges.SharedSpend`)."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+
+    async def total(self) -> float:
+        spent: float = await self.ledger.total.remote()
+        return spent
+
+    def add(self, usd: float) -> None:
+        self.ledger.add.remote(usd)  # not waited for: the call goes on meanwhile
+
+
+class _SpendLedger:
+    """One judge's spend over the whole cluster, in US dollars."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+
+    def add(self, usd: float) -> None:
+        self.spent += usd
+
+    def total(self) -> float:
+        return self.spent
+
+
 def reserve_slot(next_free: float, interval: float) -> tuple[float, float]:
     """A request's turn under a rate limit kept as the next free slot: how long it waits
     (0 when the slot is free now) and the slot after it, ``interval`` later. Every limiter
@@ -455,11 +483,14 @@ class _SessionScorer:
         embedder: Any,
         concurrency: int | None,
         limiter: Any,
+        ledger: Any,
         results_lines: bool,
         max_open_sessions: int,
     ) -> None:
         if judge is not None and limiter is not None:
             judge.traffic.pace = _SharedPace(limiter)
+        if judge is not None and ledger is not None:
+            judge.shared_spend = _ClusterSpend(ledger)
         for cls in registered.values():  # the classes the driver's names stand for
             register_metric(cls)
         self.names = names
@@ -707,6 +738,12 @@ def replay_on_ray(
             if traffic is not None
             else None
         )
+        budgeted = getattr(judge, "budget_usd", None) is not None
+        ledger = (
+            ray.remote(num_cpus=0)(_SpendLedger).remote()
+            if budgeted and hasattr(judge, "shared_spend")
+            else None
+        )
         nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
         total = _total_bytes(files)
         size = scorers or scorer_count(nodes, total)
@@ -720,6 +757,7 @@ def replay_on_ray(
                 "embedder": embedder,
                 "concurrency": concurrency,
                 "limiter": limiter,
+                "ledger": ledger,
                 "results_lines": output is not None,
                 "max_open_sessions": options.get("max_open_sessions", MAX_OPEN_SESSIONS),
             },
