@@ -630,6 +630,35 @@ def test_the_cache_never_stalls_the_event_loop(judge_server: JudgeServer, tmp_pa
     assert len(cache) == 1
 
 
+def test_a_cache_another_process_holds_locked_costs_a_call_never_a_result(
+    judge_server: JudgeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # another replay (another worker) writing to the same cache held its lock past SQLite's
+    # 5 s wait: the answer, paid for, became "OperationalError: database is locked"
+    import sqlite3
+
+    judge_server.reply({"score": 0.4, "reason": "first"}, {"score": 0.7, "reason": "again"})
+    cache = JudgeCache(tmp_path / "judge.sqlite")
+    other = sqlite3.connect(tmp_path / "judge.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a writer that does not let go
+    j = judge(judge_server, cache=cache)
+    with caplog.at_level("WARNING", logger="agenteval"):
+        reply = ask(j)
+    assert reply.parsed == Verdict(score=0.4, reason="first")  # type: ignore[attr-defined]
+    assert cache.errors == 1 and len(caplog.records) == 1
+    assert caplog.records[0].getMessage() == (
+        f"agenteval: judge cache {tmp_path / 'judge.sqlite'}: database is locked; answers "
+        "go on being asked of the judge and those it cannot keep are left out (further "
+        "refusals are counted in the cache's errors, not logged)"
+    )
+    other.execute("ROLLBACK")
+    other.close()
+    assert len(cache) == 0  # the answer was not kept: asked again, and kept now
+    again = ask(j)
+    assert again.parsed == Verdict(score=0.7, reason="again") and len(cache) == 1  # type: ignore[attr-defined]
+    assert len(judge_server.requests) == 2 and cache.errors == 1
+
+
 def test_rate_limit_is_honoured(judge_server: JudgeServer) -> None:
     judge_server.responder = lambda _: Reply(json.dumps({"score": 1, "reason": "ok"}))
     j = judge(judge_server, requests_per_period=5, period=0.5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["JudgeCache", "cache_key", "default_cache_path"]
+
+logger = logging.getLogger("agenteval")
 
 
 def default_cache_path() -> Path:
@@ -34,7 +37,10 @@ class JudgeCache:
     A hit makes no call. Safe to share between threads; WAL mode lets several processes
     read while one writes. Judges use :meth:`aget` and :meth:`aput`, which run SQLite on a
     worker thread: a commit waits on the disk, and on the event loop it would stall every
-    judge call in flight.
+    judge call in flight. Those forms never fail a result: a read the database refuses
+    (another process holding its lock past the 5 s wait, a damaged or unwritable file) is a
+    miss, and a write it refuses is left out; each is counted in ``errors`` and the first
+    is logged. The blocking :meth:`get` and :meth:`put` raise as SQLite does.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
@@ -51,6 +57,9 @@ class JudgeCache:
         )
         self.hits = 0
         self.misses = 0
+        self.errors = 0
+        """Reads and writes of :meth:`aget`, :meth:`aput` and their batch forms the database
+        refused (the answers were asked of the judge, or not kept)."""
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The value stored under ``key`` (counted in ``hits``), else ``None`` (counted in
@@ -91,20 +100,39 @@ class JudgeCache:
             self._db.execute("COMMIT")
 
     async def aget(self, key: str) -> dict[str, Any] | None:
-        """:meth:`get` on a worker thread."""
-        return await asyncio.to_thread(self.get, key)
+        """:meth:`get` on a worker thread; a read the database refuses is a miss."""
+        found = await self._unfailing(self.get, key)
+        return found if isinstance(found, dict) else None
 
     async def aput(self, key: str, value: dict[str, Any]) -> None:
-        """:meth:`put` on a worker thread."""
-        await asyncio.to_thread(self.put, key, value)
+        """:meth:`put` on a worker thread; a write the database refuses is left out."""
+        await self._unfailing(self.put, key, value)
 
     async def aget_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """:meth:`get_many` on a worker thread."""
-        return await asyncio.to_thread(self.get_many, list(keys))
+        """:meth:`get_many` on a worker thread; a read the database refuses finds none."""
+        found = await self._unfailing(self.get_many, list(keys))
+        return found if isinstance(found, dict) else {}
 
     async def aput_many(self, values: Mapping[str, dict[str, Any]]) -> None:
-        """:meth:`put_many` on a worker thread."""
-        await asyncio.to_thread(self.put_many, dict(values))
+        """:meth:`put_many` on a worker thread; a write the database refuses is left out."""
+        await self._unfailing(self.put_many, dict(values))
+
+    async def _unfailing(self, call: Any, *arguments: Any) -> Any:
+        """``call(*arguments)`` on a worker thread, or ``None`` when SQLite refuses it: a
+        cache that cannot be read or written costs calls, never a result."""
+        try:
+            return await asyncio.to_thread(call, *arguments)
+        except sqlite3.Error as exc:
+            self.errors += 1
+            if self.errors == 1:
+                logger.warning(
+                    "agenteval: judge cache %s: %s; answers go on being asked of the judge "
+                    "and those it cannot keep are left out (further refusals are counted in "
+                    "the cache's errors, not logged)",
+                    self.path,
+                    exc,
+                )
+            return None
 
     def clear(self) -> int:
         """Delete every cached reply; returns how many there were."""
