@@ -659,6 +659,34 @@ def test_a_cache_another_process_holds_locked_costs_a_call_never_a_result(
     assert len(judge_server.requests) == 2 and cache.errors == 1
 
 
+def test_a_cache_that_cannot_be_opened_says_where_and_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a container whose home is read-only: the judge failed to start with
+    # "agenteval: error: /home/app/.cache: read-only file system", naming no cache
+    from click.testing import CliRunner
+
+    from agenteval_core.cli import cli
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("AGENTEVAL_CACHE_DIR", str(blocked / "cache"))
+    said = (
+        f"the judge cache {blocked / 'cache' / 'judge.sqlite'} cannot be opened (Not a "
+        "directory): set AGENTEVAL_CACHE_DIR to a writable directory, or judge without a "
+        "cache (--no-cache, cache=None)"
+    )
+    with pytest.raises(JudgeConfigError) as refused:
+        OpenAIJudge("gpt-4o-mini", api_key="sk-test")
+    assert str(refused.value) == said
+    capture = tmp_path / "c.jsonl"
+    capture.write_text(Trace(input="q", output="a").model_dump_json() + "\n")
+    done = CliRunner().invoke(
+        cli, ["replay", str(capture), "--metrics", "confidence", "--judge-model", "gpt-4o-mini"]
+    )
+    assert (done.exit_code, done.output) == (2, f"agenteval: error: {said}\n")
+
+
 def test_rate_limit_is_honoured(judge_server: JudgeServer) -> None:
     judge_server.responder = lambda _: Reply(json.dumps({"score": 1, "reason": "ok"}))
     j = judge(judge_server, requests_per_period=5, period=0.5)

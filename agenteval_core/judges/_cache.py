@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._errors import JudgeConfigError
+
 __all__ = ["JudgeCache", "cache_key", "default_cache_path"]
 
 logger = logging.getLogger("agenteval")
@@ -45,16 +47,24 @@ class JudgeCache:
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else default_cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # with WAL, NORMAL syncs at checkpoints, not on every commit: a power cut may lose
-        # the last replies (a cache: they are asked again), never the file
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-        )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # with WAL, NORMAL syncs at checkpoints, not on every commit: a power cut may
+            # lose the last replies (a cache: they are asked again), never the file
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+        except (OSError, sqlite3.Error) as exc:  # a read-only home in a container, say
+            cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise JudgeConfigError(
+                f"the judge cache {self.path} cannot be opened ({cause}): set "
+                "AGENTEVAL_CACHE_DIR to a writable directory, or judge without a cache "
+                "(--no-cache, cache=None)"
+            ) from exc
         self.hits = 0
         self.misses = 0
         self.errors = 0
