@@ -66,6 +66,8 @@ class JudgeServer:
         self.embedding_headers: list[dict[str, str]] = []
         """The HTTP headers of each embeddings request, names lower-cased."""
         self.arrivals: list[float] = []
+        self.embedding_arrivals: list[float] = []
+        """When each embeddings request arrived (``time.monotonic``)."""
         self.completions: list[float] = []
         self.unsupported_formats: set[str] = set()
         self.format_refusal: Callable[[str], Reply] = lambda kind: Reply(
@@ -196,6 +198,7 @@ class JudgeServer:
 
             def _embeddings(self, request: dict[str, Any]) -> None:
                 # a vector each text determines: (length, count of "a", 1)
+                server.embedding_arrivals.append(time.monotonic())
                 server.embedding_requests.append(request)
                 server.embedding_headers.append({k.lower(): v for k, v in self.headers.items()})
                 texts, status = request["input"], 200

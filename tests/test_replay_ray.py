@@ -779,3 +779,26 @@ def test_a_judge_budget_holds_for_the_whole_cluster(
     confidence = report.summary.metrics["confidence"]
     assert (confidence.scored, confidence.errors) == (asked, 24 - asked)
     assert confidence.error_kinds == {"budget": 24 - asked}
+
+
+def test_an_http_embedders_rate_limit_holds_for_the_whole_cluster(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    from agenteval_core import HTTPEmbedder
+
+    capture = tmp_path / "c.jsonl"
+    write_capture(capture, [a_trace(f"s{turn % 4}", turn) for turn in range(12)])
+    embedder = HTTPEmbedder(
+        "emb-model",
+        base_url=judge_server.base_url,
+        batch_size=1,
+        requests_per_period=20,
+        period=1.0,
+        cache=None,
+    )
+    report = replay_on_ray([capture], ["coherence"], embedder=embedder, scorers=2)
+    assert report.summary.metrics["coherence"].scored == 12
+    arrived = sorted(judge_server.embedding_arrivals)
+    # 24 texts, each its own request, through one limit of 20 a second: the last at least
+    # 23/20 s after the first (two scorers each at their own 20 a second: within 0.1 s)
+    assert len(arrived) == 24 and arrived[-1] - arrived[0] >= 23 / 20 - 0.05

@@ -958,3 +958,29 @@ def test_a_judge_budget_holds_for_every_worker_together(
     assert (confidence.scored, confidence.errors) == (asked, 24 - asked)
     assert confidence.error_kinds == {"budget": 24 - asked}
     assert judge.shared_spend is None  # the caller's judge, as it was
+
+
+def test_an_http_embedders_rate_limit_holds_for_every_worker_together(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
+    # each worker kept the embedder's 20 requests a second to itself: two workers sent
+    # the server 24 requests within 50 ms
+    from agenteval_core import HTTPEmbedder
+
+    with CaptureWriter(tmp_path / "c.jsonl") as writer:
+        for index in range(12):  # 24 texts, each its own request
+            question, answer = f"question {index} {'a' * index}", f"answer {index} {'b' * index}"
+            writer.write(Trace(input=question, output=answer, session_id=f"s{index % 4}"))
+    embedder = HTTPEmbedder(
+        "emb-model",
+        base_url=judge_server.base_url,
+        batch_size=1,
+        requests_per_period=20,
+        period=1.0,
+        cache=None,
+    )
+    report = replay(tmp_path / "c.jsonl", ["coherence"], embedder=embedder, workers=2)
+    assert report.summary.metrics["coherence"].scored == 12
+    arrived = sorted(judge_server.embedding_arrivals)
+    # one limit of 20 a second, slot by slot: the last of 24 at least 23/20 s after the first
+    assert len(arrived) == 24 and arrived[-1] - arrived[0] >= 23 / 20 - 0.05

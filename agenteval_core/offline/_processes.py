@@ -205,8 +205,7 @@ def replay_in_workers(
         elif output is not None:
             parts = [os.fspath(part) for part in results_shards(output, workers)]
         context = _start_method()
-        pace = _ProcessPace.of(judge, context)
-        spend = _ProcessSpend.of(judge, context)
+        limits = _SharedLimits.of(judge, embedder, context)
         progress = _SharedProgress(context.Value("q", 0)) if on_progress is not None else None
         taken = context.Value("i", 0)  # how many tasks the processes have taken
         # a capture file is cut by byte ranges, one per process, each indexed by its
@@ -239,8 +238,7 @@ def replay_in_workers(
                         "taken": taken,
                         "concurrency": concurrency,
                         "max_open_sessions": max_open_sessions,
-                        "pace": pace,
-                        "spend": spend,
+                        "limits": limits,
                         "progress": progress,
                         "numbered": numbered,
                         "environ": dict(os.environ),
@@ -273,7 +271,7 @@ def replay_in_workers(
                 others.check()  # a worker that failed stops this one too
                 report_progress()
 
-            with _shared_with_workers(judge, pace, spend):
+            with _shared_with_workers(judge, embedder, limits):
                 try:
                     own = _run_tasks(
                         os.fspath(path),
@@ -456,8 +454,7 @@ def _worker(
     taken: Any,
     concurrency: int | None,
     max_open_sessions: int,
-    pace: _ProcessPace | None,
-    spend: _ProcessSpend | None,
+    limits: _SharedLimits,
     progress: _SharedProgress | None,
     numbered: bool,
     environ: dict[str, str],
@@ -484,7 +481,7 @@ def _worker(
         metrics, registered, embedder, judge = pickle.loads(payload)
         for cls in registered.values():  # the classes the caller's names stand for
             register_metric(cls)
-        with _shared_with_workers(judge, pace, spend):
+        with _shared_with_workers(judge, embedder, limits):
             report = _run_tasks(
                 path,
                 metrics,
@@ -624,18 +621,19 @@ class _Clock:
 
 
 class _ProcessPace:
-    """One judge endpoint's rate limit for every process of a replay: the next free request
-    slot, in shared memory. Each request takes the next slot, ``period / requests`` after
-    the last one given out, and waits for it (on top of its own process's limits)."""
+    """One endpoint's rate limit (a judge's, an HTTP embedder's) for every process of a
+    replay: the next free request slot, in shared memory. Each request takes the next slot,
+    ``period / requests`` after the last one given out, and waits for it (on top of its own
+    process's limits)."""
 
     def __init__(self, next_free: Any, interval: float) -> None:
         self.next_free = next_free  # a multiprocessing.Value("d"), inherited by the workers
         self.interval = interval
 
     @classmethod
-    def of(cls, judge: Any, context: Any) -> _ProcessPace | None:
-        """The shared limit of ``judge``'s rate, or None for no judge (or one without)."""
-        traffic = getattr(judge, "traffic", None)
+    def of(cls, client: Any, context: Any) -> _ProcessPace | None:
+        """The shared limit of ``client``'s rate, or None for none (or a client without)."""
+        traffic = getattr(client, "traffic", None)
         if traffic is None:
             return None
         return cls(context.Value("d", 0.0), traffic.period / traffic.requests_per_period)
@@ -696,26 +694,47 @@ class _SharedProgress:
             self.reported = read
 
 
+@dataclass(frozen=True)
+class _SharedLimits:
+    """What every process of a replay keeps together: the rate limit of the judge's
+    endpoint and of the embedder's (an HTTP embedder), and the judge's spend."""
+
+    judge_pace: _ProcessPace | None
+    embedder_pace: _ProcessPace | None
+    spend: _ProcessSpend | None
+
+    @classmethod
+    def of(cls, judge: Any, embedder: Any, context: Any) -> _SharedLimits:
+        return cls(
+            _ProcessPace.of(judge, context),
+            _ProcessPace.of(embedder, context),
+            _ProcessSpend.of(judge, context),
+        )
+
+
 @contextlib.contextmanager
-def _shared_with_workers(
-    judge: Any, pace: _ProcessPace | None, spend: _ProcessSpend | None
-) -> Iterator[None]:
-    """While this lasts, ``judge`` waits on ``pace`` before each request and keeps its
-    spend in ``spend``, which every process of the replay shares."""
-    if judge is None:
+def _shared_with_workers(judge: Any, embedder: Any, limits: _SharedLimits) -> Iterator[None]:
+    """While this lasts, the judge and the embedder wait on the limits every process of
+    the replay shares before each request, and the judge keeps its spend with theirs."""
+    with contextlib.ExitStack() as stack:
+        if limits.judge_pace is not None:
+            stack.enter_context(_replaced(judge.traffic, "pace", limits.judge_pace))
+        if limits.embedder_pace is not None:
+            stack.enter_context(_replaced(embedder.traffic, "pace", limits.embedder_pace))
+        if limits.spend is not None:
+            stack.enter_context(_replaced(judge, "shared_spend", limits.spend))
         yield
-        return
-    if pace is not None:
-        own_pace, judge.traffic.pace = judge.traffic.pace, pace
-    if spend is not None:
-        own_spend, judge.shared_spend = judge.shared_spend, spend
+
+
+@contextlib.contextmanager
+def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` is ``value`` while this lasts, then what it was."""
+    own = getattr(owner, name)
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        if pace is not None:
-            judge.traffic.pace = own_pace
-        if spend is not None:
-            judge.shared_spend = own_spend
+        setattr(owner, name, own)
 
 
 def _line_of(error: CaptureFormatError) -> int:

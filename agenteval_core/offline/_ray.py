@@ -13,7 +13,7 @@ tasks instead, and a groupby on a stable hash of the session brings each session
 one partition.
 The shards of a capture directory need neither: each is scored whole by one scorer task.
 Judge requests from every worker go through one limiter per judge endpoint (a zero-CPU
-actor). A scorer's output is the data of its task, never a side effect, so a task that Ray
+actor), as do an HTTP embedder's, and a judge's spend is kept by one ledger. A scorer's output is the data of its task, never a side effect, so a task that Ray
 retries after a failure neither loses nor doubles a result. Each scorer task also returns
 its part of the report (counts, summaries, sessions, bad lines); the driver writes the
 results lines as they are and adds the parts up as they stream back, parsing no line, so
@@ -398,8 +398,9 @@ class _SharedPace:
 
 
 class _RateLimiter:
-    """One judge endpoint's rate limit for the whole cluster: each request is given the
-    next free slot, ``period / requests`` apart, and told how long to wait for it."""
+    """One endpoint's rate limit (a judge's, an HTTP embedder's) for the whole cluster: each
+    request is given the next free slot, ``period / requests`` apart, and told how long to
+    wait for it."""
 
     def __init__(self, requests: int, period: float) -> None:
         self.interval = period / requests
@@ -408,6 +409,18 @@ class _RateLimiter:
     def reserve(self) -> float:
         delay, self.next_free = reserve_slot(self.next_free, self.interval)
         return delay
+
+
+def _limiter(client: Any) -> Any:
+    """The cluster's one limiter of ``client``'s rate (an actor), or None for none or a
+    client without one."""
+    import ray
+
+    traffic = getattr(client, "traffic", None)
+    if traffic is None:
+        return None
+    limits = ray.remote(num_cpus=0)(_RateLimiter)
+    return limits.remote(traffic.requests_per_period, traffic.period)
 
 
 class _ClusterSpend:
@@ -483,12 +496,15 @@ class _SessionScorer:
         embedder: Any,
         concurrency: int | None,
         limiter: Any,
+        embedder_limiter: Any,
         ledger: Any,
         results_lines: bool,
         max_open_sessions: int,
     ) -> None:
         if judge is not None and limiter is not None:
             judge.traffic.pace = _SharedPace(limiter)
+        if embedder is not None and embedder_limiter is not None:
+            embedder.traffic.pace = _SharedPace(embedder_limiter)
         if judge is not None and ledger is not None:
             judge.shared_spend = _ClusterSpend(ledger)
         for cls in registered.values():  # the classes the driver's names stand for
@@ -732,12 +748,7 @@ def replay_on_ray(
         )
     report = ReplayReport(path=", ".join(files))
     try:
-        traffic = getattr(judge, "traffic", None)
-        limiter = (
-            ray.remote(num_cpus=0)(_RateLimiter).remote(traffic.requests_per_period, traffic.period)
-            if traffic is not None
-            else None
-        )
+        limiter, embedder_limiter = _limiter(judge), _limiter(embedder)
         budgeted = getattr(judge, "budget_usd", None) is not None
         ledger = (
             ray.remote(num_cpus=0)(_SpendLedger).remote()
@@ -757,6 +768,7 @@ def replay_on_ray(
                 "embedder": embedder,
                 "concurrency": concurrency,
                 "limiter": limiter,
+                "embedder_limiter": embedder_limiter,
                 "ledger": ledger,
                 "results_lines": output is not None,
                 "max_open_sessions": options.get("max_open_sessions", MAX_OPEN_SESSIONS),
