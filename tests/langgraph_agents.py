@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from langchain_core.decisions import BaseDecisionModel, ClassifierResponse
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command
 
 
 @tool
@@ -131,3 +133,60 @@ class Classifier(BaseDecisionModel):
             for key, question in questions.items()
         }  # fmt: skip
         return ClassifierResponse.model_validate({"model": self.model, "answers": answers})
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    """Status of an order."""
+    return "shipped"
+
+
+def orders_agent(builder: Any) -> Any:
+    """A worker named orders_agent that looks A-1 up once and answers."""
+    return builder(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("lookup_order", "o1", order_id="A-1")]),
+                AIMessage("A-1 has shipped."),
+            ]
+        ),
+        tools=[lookup_order],
+        name="orders_agent",
+    )
+
+
+def handoff(agent: str) -> Any:
+    """A handoff tool as langgraph-supervisor builds one: it sends the parent graph to
+    ``agent`` with a tool message saying so."""
+
+    @tool(f"transfer_to_{agent}")
+    def transfer(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:  # type: ignore[type-arg]
+        """Hand the conversation over."""
+        said = ToolMessage(f"Transferred to {agent}", tool_call_id=tool_call_id)
+        return Command(goto=agent, graph=Command.PARENT, update={"messages": [said]})
+
+    return transfer
+
+
+def supervised_team(builder: Any) -> Any:
+    """langgraph-supervisor's layout, built with ``builder`` (``create_agent`` or
+    ``create_react_agent``): a node named supervisor with a handoff tool to orders_agent,
+    a worker node of that name that reports back; asked "Where is A-1?", the supervisor
+    hands over (call h1), the worker looks A-1 up (call o1), and the supervisor answers
+    "Your order A-1 has shipped."."""
+    supervisor = builder(
+        ScriptedChatModel(
+            replies=[
+                AIMessage("", tool_calls=[tool_call("transfer_to_orders_agent", "h1")]),
+                AIMessage("Your order A-1 has shipped."),
+            ]
+        ),
+        tools=[handoff("orders_agent")],
+        name="supervisor",
+    )
+    team = StateGraph(MessagesState)
+    team.add_node(supervisor, destinations=("orders_agent", END))
+    team.add_node(orders_agent(builder))
+    team.add_edge(START, "supervisor")
+    team.add_edge("orders_agent", "supervisor")
+    return team.compile()

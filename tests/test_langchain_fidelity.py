@@ -37,7 +37,11 @@ from langgraph_agents import (
     Classifier,
     answered_by_its_tool,
     functional_agent,
+    handoff,
+    lookup_order,
+    orders_agent,
     retrying_agent,
+    supervised_team,
 )
 from pollers import TakingTurns, assert_each_poller_loops_alone
 from pydantic import BaseModel
@@ -61,12 +65,6 @@ from agenteval_core import (
 )
 from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
 from agenteval_core.metrics._judge_base import describe_trace
-
-
-@tool
-def lookup_order(order_id: str) -> str:
-    """Status of an order."""
-    return "shipped"
 
 
 def test_requested_calls_carry_their_arguments_and_the_run_its_metadata(
@@ -382,23 +380,9 @@ def _agent_of(trace: Trace, span: Span) -> str | None:
     return None
 
 
-def _orders_agent(builder: Any) -> Any:
-    """A worker named orders_agent that looks A-1 up once and answers."""
-    return builder(
-        ScriptedChatModel(
-            replies=[
-                AIMessage("", tool_calls=[tool_call("lookup_order", "o1", order_id="A-1")]),
-                AIMessage("A-1 has shipped."),
-            ]
-        ),
-        tools=[lookup_order],
-        name="orders_agent",
-    )
-
-
 def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEvaluator) -> None:
     # a supervisor-style graph: two create_agent(name=...) workers run one after the other
-    orders = _orders_agent(create_agent)
+    orders = orders_agent(create_agent)
     refunds = create_agent(
         ScriptedChatModel(
             replies=[
@@ -450,42 +434,13 @@ def test_sub_agents_are_agent_spans_their_steps_nest_under(evaluator: OnlineEval
     assert trace.output == "Refunded A-1."
 
 
-def _handoff(agent: str) -> Any:
-    """A handoff tool as langgraph-supervisor builds one: it sends the parent graph to
-    ``agent`` with a tool message saying so."""
-
-    @tool(f"transfer_to_{agent}")
-    def transfer(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
-        """Hand the conversation over."""
-        said = ToolMessage(f"Transferred to {agent}", tool_call_id=tool_call_id)
-        return Command(goto=agent, graph=Command.PARENT, update={"messages": [said]})
-
-    return transfer
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # create_react_agent moved in v1
 def test_a_supervisors_react_agents_get_agent_spans_and_names(
     evaluator: OnlineEvaluator,
 ) -> None:
     # langgraph-supervisor's layout: a create_react_agent(name="supervisor") node with
     # handoff tools, workers that are create_react_agent(name=...) nodes reporting back
-    orders = _orders_agent(create_react_agent)
-    supervisor = create_react_agent(
-        ScriptedChatModel(
-            replies=[
-                AIMessage("", tool_calls=[tool_call("transfer_to_orders_agent", "h1")]),
-                AIMessage("Your order A-1 has shipped."),
-            ]
-        ),
-        tools=[_handoff("orders_agent")],
-        name="supervisor",
-    )
-    team = StateGraph(MessagesState)
-    team.add_node(supervisor, destinations=("orders_agent", END))
-    team.add_node(orders)
-    team.add_edge(START, "supervisor")
-    team.add_edge("orders_agent", "supervisor")
-    result = team.compile().invoke(
+    result = supervised_team(create_react_agent).invoke(
         {"messages": [("user", "Where is A-1?")]},
         config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
     )
@@ -557,7 +512,7 @@ def _delegating_team(orders: list[str | None]) -> Any:
     ]
     supervisor = create_agent(
         ScriptedChatModel(replies=[*handoffs, AIMessage("All three have shipped.")]),
-        tools=[_handoff("orders_agent")],
+        tools=[handoff("orders_agent")],
         name="supervisor",
     )
     team = StateGraph(MessagesState)

@@ -13,7 +13,7 @@ import base64
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from agenteval_langchain import AgentEvalCallbackHandler
@@ -21,9 +21,9 @@ from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from agenteval_llamaindex import instrument
 from agenteval_otel import import_otlp
 from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
+from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
@@ -34,6 +34,7 @@ from langgraph_agents import (
     answered_by_its_tool,
     functional_agent,
     retrying_agent,
+    supervised_team,
 )
 from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ToolCallBlock
@@ -56,7 +57,15 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 from pydantic import BaseModel
 from workflows.errors import WorkflowCancelledByUser
 
-from agenteval_core import INTERNAL_CALL, OnlineEvaluator, RunStatus, SpanKind, ToolCall, Trace
+from agenteval_core import (
+    AGENT_NAME,
+    INTERNAL_CALL,
+    OnlineEvaluator,
+    RunStatus,
+    SpanKind,
+    ToolCall,
+    Trace,
+)
 from agenteval_core.metrics import ToolCallLoops, ToolFailures
 
 
@@ -683,6 +692,115 @@ def scripted_llm(messages: list[ChatMessage], **_: object) -> ChatMessage:
 def weather(city: str) -> str:
     """Current weather for a city."""
     return {"Paris": "sunny, 21°C"}.get(city, "unknown")
+
+
+class _BeforeAgent(AgentMiddleware):  # type: ignore[type-arg]
+    """A middleware with a hook before the agent runs (as deep agents' PatchToolCalls has)."""
+
+    def before_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+
+def test_a_sub_agent_a_tool_runs_imports_as_the_handler_records_it(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # a supervisor's tool that asks a sub-agent and answers with a Command (as deep agents'
+    # task tool does): the import had the sub-agent as a chain, its calls as the
+    # supervisor's, the call's result as the serialised Command, and the middleware's
+    # before_agent hook as an agent
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Look up an order."""
+        return f"{order_id}: shipped"
+
+    checker_model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("lookup_order", "l1", order_id="A-1")], (10, 2)),
+            reply("A-1 shipped.", [], (12, 3)),
+        ]
+    )
+    checker = create_agent(checker_model, tools=[lookup_order], name="order-checker")
+
+    @tool
+    def check_order(request: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:  # type: ignore[type-arg]
+        """Ask the order checker."""
+        answer = checker.invoke({"messages": [("user", request)]})["messages"][-1].content
+        return Command(update={"messages": [ToolMessage(answer, tool_call_id=tool_call_id)]})
+
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("check_order", "k1", request="Where is A-1?")], (20, 4)),
+            reply("Your order A-1 shipped.", [], (30, 5)),
+        ]
+    )
+    agent = create_agent(model, tools=[check_order], middleware=[_BeforeAgent()])
+    ours, theirs = both_ways(agent, [("user", "Where is my order A-1?")], spans_file, tmp_path)
+    assert view(theirs) == view(ours)
+
+    def sub_agent(trace: Trace) -> list[tuple[Any, ...]]:
+        spans = [s for s in trace.spans if s.attributes.get(AGENT_NAME) == "order-checker"]
+        # (an LLM span is named after the model by us, after its class by OpenInference)
+        kinds = [(s.kind, s.name if s.kind is not SpanKind.LLM else "") for s in spans]
+        return [(spans[0].input, spans[0].output), *kinds]
+
+    assert sub_agent(theirs) == sub_agent(ours)
+    assert sub_agent(ours)[:3] == [
+        ("Where is A-1?", "A-1 shipped."),
+        (SpanKind.AGENT, "order-checker"),
+        (SpanKind.CHAIN, "model"),
+    ]
+    assert [(s.kind, s.name) for s in theirs.spans if s.name.endswith("before_agent")] == [
+        (SpanKind.CHAIN, "_BeforeAgent.before_agent")
+    ]
+    assert [(c.id, c.name, c.result) for c in theirs.tool_calls()] == [
+        ("k1", "check_order", "A-1 shipped."),
+        ("l1", "lookup_order", "A-1: shipped"),
+    ]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # create_react_agent moved in v1
+@pytest.mark.parametrize("builder", [create_agent, create_react_agent])
+def test_a_supervised_team_imports_with_its_agents_as_the_handler_records_them(
+    builder: Any, spans_file: Path, tmp_path: Path
+) -> None:
+    # OpenInference calls a run an agent when its name holds "agent": the supervisor's
+    # handoff tool transfer_to_orders_agent imported as an agent span (its call "not run"),
+    # every "agent" node and subgraph node as another agent, and no span had its agent's
+    # name
+    ours, theirs = both_ways(
+        supervised_team(builder), [("user", "Where is A-1?")], spans_file, tmp_path
+    )
+    assert view(theirs) == view(ours)
+
+    def agents(trace: Trace) -> list[tuple[Any, ...]]:
+        return [
+            (s.kind, s.name if s.kind is not SpanKind.LLM else "", s.attributes.get(AGENT_NAME))
+            for s in trace.spans
+            if s.kind is not SpanKind.CHAIN
+        ]
+
+    assert agents(theirs) == agents(ours)
+    assert agents(ours) == [
+        (SpanKind.AGENT, "LangGraph", None),
+        (SpanKind.AGENT, "supervisor", "supervisor"),
+        (SpanKind.LLM, "", "supervisor"),
+        (SpanKind.TOOL, "transfer_to_orders_agent", "supervisor"),
+        (SpanKind.AGENT, "orders_agent", "orders_agent"),
+        (SpanKind.LLM, "", "orders_agent"),
+        (SpanKind.TOOL, "lookup_order", "orders_agent"),
+        (SpanKind.LLM, "", "orders_agent"),
+        (SpanKind.AGENT, "supervisor", "supervisor"),
+        (SpanKind.LLM, "", "supervisor"),
+    ]
+    [transfer] = [s for s in theirs.spans if s.name == "transfer_to_orders_agent"]
+    assert transfer.attributes == {
+        "gen_ai.agent.name": "supervisor",
+        "agenteval.handoff.goto": "orders_agent",
+    }
+    assert [(c.id, c.name, c.result) for c in theirs.tool_calls()] == [
+        ("h1", "transfer_to_orders_agent", "Transferred to orders_agent"),
+        ("o1", "lookup_order", "shipped"),
+    ]
 
 
 def test_a_llamaindex_function_agent_run(spans_file: Path, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from agenteval_core import (
     AGENT_NAME,
+    HANDOFF_TARGET,
     INTERNAL_CALL,
     OTEL_OPERATION_NAMES,
     REASONING,
@@ -140,6 +141,8 @@ def _kind(raw: RawSpan) -> SpanKind:
     if "agenteval.span.kind" in a:
         return SpanKind(a["agenteval.span.kind"])
     kind = FROM_OPENINFERENCE_KIND.get(str(a.get("openinference.span.kind", "")).upper())
+    if kind is SpanKind.AGENT and "tool.name" in a:
+        return SpanKind.TOOL  # a LangChain tool named "...agent...": OpenInference says agent
     if kind is not None:
         return kind
     if "tool.name" in a and TOOL_ARGUMENTS in a:
@@ -312,11 +315,26 @@ def _object_repr(value: Any) -> bool:
     return isinstance(value, str) and _OBJECT_REPR.fullmatch(value) is not None
 
 
-def _tool_result(value: Any) -> tuple[Any, str | None]:
+def _tool_result(value: Any, call_id: str | None = None) -> tuple[Any, str | None]:
     """Tool output as the tool returned it: a serialised ToolMessage's content (and its
-    ``tool_call_id``), LlamaIndex's ``raw_output`` (of its step that ran the call too, with
-    the call's id), or the value."""
+    ``tool_call_id``), of a LangGraph ``Command`` the tool message in its update that
+    answers call ``call_id`` (else its only one), LlamaIndex's ``raw_output`` (of its step
+    that ran the call too, with the call's id), or the value."""
     if isinstance(value, dict):
+        if value.keys() == _COMMAND_FIELDS:  # what the model is shown is its tool message
+            update = value["update"]
+            messages = update.get("messages") if isinstance(update, dict) else None
+            replies = [
+                message
+                for message in map(_message_of, _listed(messages))
+                if "tool_call_id" in message and "content" in message
+            ]
+            answering = [m for m in replies if m["tool_call_id"] == call_id] or (
+                replies if len(replies) == 1 else []
+            )
+            if answering:
+                return answering[-1]["content"], answering[-1]["tool_call_id"]
+            return value, None
         if isinstance(value.get("tool_output"), dict) and "tool_id" in value:
             return _tool_result(value["tool_output"])[0], value["tool_id"]
         if "raw_output" in value and "tool_name" in value:
@@ -327,6 +345,19 @@ def _tool_result(value: Any) -> tuple[Any, str | None]:
         if "tool_call_id" in message and "content" in message:
             return message["content"], message.get("tool_call_id")
     return value, None
+
+
+def _listed(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [] if value is None else [value]
+
+
+def _handoff(value: Any) -> dict[str, Any]:
+    """Where a tool's LangGraph ``Command`` sends the graph next (a handoff), as span
+    attributes, as the LangChain adapter records it."""
+    goto = (
+        value.get("goto") if isinstance(value, dict) and value.keys() == _COMMAND_FIELDS else None
+    )
+    return {HANDOFF_TARGET: goto} if goto else {}
 
 
 def _failed_output(value: Any) -> str | None:
@@ -624,12 +655,15 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
                 inputs, output = a.get(TOOL_ARGUMENTS), _json(a.get(ENTITY_OUTPUT))
                 error = error or _failed_output(output)
             arguments, call_id, exact = _tool_arguments(a.get("gen_ai.tool.call.arguments", inputs))
-            result, result_id = _tool_result(
+            returned = (
                 _json(a["gen_ai.tool.call.result"]) if "gen_ai.tool.call.result" in a else output
             )
+            own_id = a.get("gen_ai.tool.call.id") or a.get("tool_call.id") or call_id
+            result, result_id = _tool_result(returned, own_id)
+            attributes |= _handoff(returned)
             inputs, output = arguments, result
             tool_call = ToolCall(
-                id=a.get("gen_ai.tool.call.id") or a.get("tool_call.id") or call_id or result_id,
+                id=own_id or result_id,
                 name=str(name),
                 arguments=arguments,
                 result=None if error else result,
@@ -652,6 +686,59 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
         tool_call=tool_call,
         requested_tool_calls=_requested_calls(a) if kind is SpanKind.LLM else [],
     )
+
+
+def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
+    """LangGraph's agents as the LangChain adapter records them, where OpenInference calls
+    any run an agent whose name holds "agent" (a node ``agent``, a middleware's
+    ``before_agent`` hook, a subgraph's node around it): a graph run below the root is an
+    agent span when it has a name of its own (``create_agent(name=...)``, a supervisor's
+    worker) or a tool runs it (a sub-agent, a deep agent's ``task``), given the request its
+    input ends with and answering its last AI message, its name (unless LangGraph's
+    default) on every span below it; any other LangGraph run is no agent."""
+    by_id = {span.id: span for span in spans}
+    depth = {span.id: _graph_depth(raw) for raw, span in zip(raws, spans, strict=True)}
+    runs_graph = {  # a child one graph further down: the run is a graph's
+        span.parent_id
+        for span in spans
+        if span.parent_id is not None
+        and (own := depth[span.id]) is not None
+        and own > (depth.get(span.parent_id) or 0)
+    }
+    named: dict[str, str] = {}  # the spans of a named agent, to its name
+    for span in spans[1:]:  # a parent before its children; the root is the run's agent
+        parent = by_id.get(span.parent_id) if span.parent_id is not None else None
+        if depth[span.id] is None:  # no LangGraph run: its kind stands
+            pass
+        elif (
+            span.id in runs_graph
+            and span.kind is not SpanKind.TOOL
+            and (
+                span.name != _UNNAMED_GRAPH or (parent is not None and parent.kind is SpanKind.TOOL)
+            )
+        ):
+            span.kind = SpanKind.AGENT
+            span.input = _last(span.input, ("human", "user"))
+            span.output = _last(span.output, ("ai", "assistant"))
+            if span.name != _UNNAMED_GRAPH:
+                named[span.id] = span.name
+        elif span.kind is SpanKind.AGENT:
+            span.kind = SpanKind.CHAIN
+        if span.id not in named and span.parent_id in named:
+            named[span.id] = named[span.parent_id]
+        if span.id in named:
+            span.attributes[AGENT_NAME] = named[span.id]
+
+
+def _graph_depth(raw: RawSpan) -> int | None:
+    """How many graphs deep a LangGraph run is (its ``langgraph_checkpoint_ns`` has one
+    part a graph); None for a span of no LangGraph run."""
+    metadata = raw.attributes.get("metadata")
+    if not isinstance(metadata, str) or "langgraph_checkpoint_ns" not in metadata:
+        return None  # most spans: no JSON parsed
+    parsed = _json(metadata)
+    namespace = parsed.get("langgraph_checkpoint_ns") if isinstance(parsed, dict) else None
+    return len(namespace.split("|")) if isinstance(namespace, str) and namespace else None
 
 
 def _link_calls(spans: list[Span], guessed: set[str]) -> None:
@@ -1030,6 +1117,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
             # output_cls: no tool of the agent ran
             span.kind, span.tool_call = SpanKind.CHAIN, None
     _link_calls(spans, guessed)
+    _graph_agents(raws, spans)
     if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
     inputs, output = _conversation(root, spans, raws)
@@ -1100,6 +1188,9 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
         trace.status, trace.status_reason, trace.output = RunStatus.INTERRUPTED, paused, None
     return trace
 
+
+_UNNAMED_GRAPH = "LangGraph"
+"""The name LangChain gives a graph run that was given none."""
 
 _COMMAND_FIELDS = frozenset({"graph", "update", "resume", "goto"})
 """The fields of LangGraph's ``Command`` as OpenInference writes a run's input."""
