@@ -1397,7 +1397,8 @@ def test_a_run_resumed_after_a_humans_answer_is_a_case_that_resumes_with_it(
     [alone] = suite.run(asked_alone, k=1, attempts=1, progress=False).cases[0].runs
     assert (alone.outcome, alone.passed) == ("out_of_context", False)
     assert alone.reason.startswith(
-        "not run: the case's run paused for a human and went on from the answers given"
+        "not run: the case's run went on from a human's answers (the case's `resume`: "
+        "given at a pause, or while it ran)"
     )
 
 

@@ -57,8 +57,9 @@ __all__ = [
 AgentFn = Callable[..., "str | Trace | EvalCase | Awaitable[str | Trace | EvalCase]"]
 """An agent under test: takes the case input (and, if it has a ``conversation`` parameter, the
 case's earlier turns; if it has a ``resume`` parameter, the answers a human gave the case's
-run each time it paused) and returns its final output, a Trace or an EvalCase (sync or
-async)."""
+run, oldest first: each time it paused, and while it went on, as a CrewAI flow's
+``@human_feedback`` or ``ask()`` is answered) and returns its final output, a Trace or an
+EvalCase (sync or async)."""
 
 SUITE_REPORT_VERSION = 1
 """Version of a saved suite report's JSON form."""
@@ -539,11 +540,12 @@ _OUT_OF_CONTEXT = (
 
 
 _NO_RESUME = (
-    "not run: the case's run paused for a human and went on from the answers given (the "
-    "case's `resume`), and the agent function takes no `resume` parameter to be given them "
-    "(run without them, it stops where the run went on); add one, resume the agent's run "
-    "with each answer as it pauses (LangGraph: `Command(resume=answer)`; a CrewAI flow: "
-    "`resume(answer)`) and return the trace of the run resumed last"
+    "not run: the case's run went on from a human's answers (the case's `resume`: given "
+    "at a pause, or while it ran), and the agent function takes no `resume` parameter to "
+    "be given them (run without them, it stops or goes otherwise where the run went on); "
+    "add one, give the agent's run each answer where it asks (LangGraph: "
+    "`Command(resume=answer)` at each pause; a CrewAI flow: `resume(answer)`, or its "
+    "feedback provider) and return the trace of the run resumed last"
 )
 
 
