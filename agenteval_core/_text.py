@@ -79,6 +79,8 @@ def words(text: str) -> list[str]:
     lowered = text.lower()
     if lowered.isascii():
         return lowered.encode("ascii").translate(_NOT_WORD).decode("ascii").split()
+    if "\u0307" in lowered:  # Turkish "İ" lowers to "i" and a combining dot, no \w: a split
+        lowered = lowered.replace("i\u0307", "i")
     if _UNSPACED.search(lowered):
         lowered = _UNSPACED.sub(r" \g<0> ", lowered)
     return _WORD.findall(lowered)
@@ -165,6 +167,38 @@ FOLLOW_UP_WORDS = frozenset(
 
     mais curto resuma explique exemplo exemplos detalhes traduza novamente
 
+    да нет ага угу ок окей хорошо ладно давай давайте пожалуйста спасибо конечно согласен
+    согласна продолжай продолжайте дальше ещё еще раз первый первая первое первую второй
+    вторая второе вторую третий третья третье третью последний последняя последнее
+    последнюю вариант вариантом этот эта это этого эту тот та то его её ее их короче
+    кратко покороче подробнее подробней объясни объясните поясни перескажи сократи
+    переведи переведите пример примеры источник источники снова сделай сделайте так и а в
+    на с одном одно предложении
+
+    ja nee graag alsjeblieft alstublieft dank bedankt oké prima goed doe maar het dat die deze
+    dit eerste tweede derde laatste optie korter vat samen leg uit uitleg voorbeeld
+    voorbeelden bron bronnen meer opnieuw nog eens vertaal ga door verder een zin
+
+    tak nie proszę poproszę dzięki dziękuję okej dobrze jasne zgoda pierwszy pierwsza
+    pierwsze drugi druga drugie trzeci trzecia ostatni ostatnia opcja opcję ten tę go
+    krócej streść wyjaśnij przykład przykłady źródło jeszcze przetłumacz kontynuuj dalej
+    zrób w jednym zdaniu
+
+    evet hayır lütfen tamam teşekkürler teşekkür ederim sağol olur peki birinci ilk ikinci
+    üçüncü sonuncu son seçenek bu şu onu bunu daha kısa özetle açıkla örnek kaynak tekrar
+    çevir devam et yap bir cümlede
+
+    ya tidak tolong silakan terima kasih oke baik boleh setuju lanjut lanjutkan yang pertama
+    kedua ketiga terakhir pilihan itu ini lebih pendek singkat ringkas ringkaskan jelaskan
+    contoh sumber lagi terjemahkan dong saja aja dalam satu kalimat
+
+    vâng dạ có không ừ được làm ơn cảm cái thứ nhất hai ba cuối cùng đầu tiên tiếp tục
+    ngắn hơn gọn tóm tắt giải thích ví dụ nguồn lại nữa dịch đi nhé nha đó này câu
+
+    نعم لا من فضلك شكرا شكراً حسنا حسناً موافق تمام الأول الأولى الثاني الثانية الثالث
+    الثالثة الأخير الأخيرة الخيار هذا هذه ذلك أكثر أقصر باختصار لخص اشرح مثال المصدر مرة
+    أخرى ترجم استمر واصل أرجوك رجاء
+
     네 예 응 좋아요 좋아 좋습니다 좋네요 감사합니다 고마워요 고맙습니다 그래요 그래 그럼 맞아요
     맞아 계속 계속해 계속해주세요 진행 진행해 진행해주세요 해주세요 해줘 해 주세요 부탁해요
     부탁합니다 첫 첫번째 첫번째로 번째 번째로 번째요 번째것 두 세 마지막 마지막으로 그거
@@ -177,8 +211,10 @@ FOLLOW_UP_WORDS = frozenset(
 answer ("Make it shorter.", "Summarize that in one sentence.", "Give me a source for
 that.", "Tell me more."), beside the stop words; and their like in Spanish, French,
 German, Italian and Portuguese ("Sí, por favor.", "Oui, s'il vous plaît.", "Ja, bitte.",
-"Sì, grazie.", "Sim, o primeiro.", "Explícalo otra vez.") and Korean ("네, 두 번째로
-해주세요"), with the articles and pronouns such a request holds. Any other word says
+"Sì, grazie.", "Sim, o primeiro.", "Explícalo otra vez."), Russian ("Да, пожалуйста."),
+Dutch ("Ja, graag."), Polish ("Tak, poproszę."), Turkish ("Evet, lütfen."), Indonesian
+("Ya, tolong."), Vietnamese ("Vâng, làm ơn."), Arabic ("نعم من فضلك") and Korean ("네, 두
+번째로 해주세요"), with the articles and pronouns such a request holds. Any other word says
 something: "Reserva el hotel Roma" does, and so does "Explain recursion."."""
 
 
