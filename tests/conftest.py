@@ -33,4 +33,11 @@ os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["OTEL_SDK_DISABLED"] = "true"
 
 # the scripted OpenAI-API server fixture, and pytest's own fixture for running inner sessions
-pytest_plugins = ["judge_server", "capture_helpers", "otel_round_trip", "otlp_receiver", "pytester"]
+pytest_plugins = [
+    "judge_server",
+    "capture_helpers",
+    "otel_round_trip",
+    "otlp_receiver",
+    "replay_helpers",
+    "pytester",
+]

@@ -43,9 +43,13 @@ from ray_helpers import (  # noqa: E402  (after the skip)
     write_capture,
 )
 from replay_helpers import (  # noqa: E402
+    assert_one_limit_spaced,
+    assert_the_budget_held_for_two,
+    four_calls_budget,
     session_parts,
     sessions_taking_turns,
     shipped_twice,
+    twenty_a_second,
 )
 
 TESTS = str(Path(__file__).parent)
@@ -688,23 +692,10 @@ def test_scorers_start_with_the_replay_only_where_the_shuffle_keeps_a_whole_cpu(
 
 
 def test_a_metric_the_caller_registered_is_scored_by_name_on_every_worker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, callers_metric: Any
 ) -> None:
     # a metric registered in the caller's script or notebook: no Ray worker imports it, so
     # replaying it by name failed on every worker ("unknown metric 'answer_words'")
-    from agenteval_core import EvalCase, Metric, MetricKind, Score, register_metric
-    from agenteval_core.metrics import _registry
-
-    monkeypatch.setattr(_registry, "_REGISTRY", dict(_registry._REGISTRY))
-
-    @register_metric
-    class AnswerWords(Metric):
-        name = "answer_words"
-        kind = MetricKind.DETERMINISTIC
-
-        def compute(self, case: EvalCase, history: Any = ()) -> Score:
-            return Score(min(1.0, len(str(case.actual_output).split()) / 10), "words")
-
     capture = tmp_path / "c.jsonl"
     write_capture(capture, [a_trace(f"s{turn % 2}", turn) for turn in range(6)])
     replay(capture, ["answer_words"], output=tmp_path / "one.results")
@@ -763,42 +754,17 @@ def test_a_judge_budget_holds_for_the_whole_cluster(
     judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
     capture = tmp_path / "c.jsonl"
     write_capture(capture, [a_trace(f"s{turn % 6}", turn) for turn in range(24)])
-    # a call is 100 prompt tokens at $1,000 a million: $0.10; the budget allows 4 calls
-    # ($0.40 reaches it), and one each scorer had started as the fourth was paid for
-    judge = OpenAIJudge(
-        "judge-model",
-        base_url=judge_server.base_url,
-        cache=None,
-        max_concurrency=1,
-        prices={"judge-model": (1000.0, 0.0)},
-        budget_usd=0.35,
-    )
+    judge = four_calls_budget(judge_server.base_url)
     report = replay_on_ray([capture], ["confidence"], judge=judge, scorers=2)
-    asked = len(judge_server.requests)
-    assert 4 <= asked <= 5
-    confidence = report.summary.metrics["confidence"]
-    assert (confidence.scored, confidence.errors) == (asked, 24 - asked)
-    assert confidence.error_kinds == {"budget": 24 - asked}
+    assert_the_budget_held_for_two(report, len(judge_server.requests), 24)
 
 
 def test_an_http_embedders_rate_limit_holds_for_the_whole_cluster(
     tmp_path: Path, judge_server: JudgeServer
 ) -> None:
-    from agenteval_core import HTTPEmbedder
-
-    capture = tmp_path / "c.jsonl"
+    capture = tmp_path / "c.jsonl"  # 24 texts
     write_capture(capture, [a_trace(f"s{turn % 4}", turn) for turn in range(12)])
-    embedder = HTTPEmbedder(
-        "emb-model",
-        base_url=judge_server.base_url,
-        batch_size=1,
-        requests_per_period=20,
-        period=1.0,
-        cache=None,
-    )
+    embedder = twenty_a_second(judge_server.base_url)
     report = replay_on_ray([capture], ["coherence"], embedder=embedder, scorers=2)
     assert report.summary.metrics["coherence"].scored == 12
-    arrived = sorted(judge_server.embedding_arrivals)
-    # 24 texts, each its own request, through one limit of 20 a second: the last at least
-    # 23/20 s after the first (two scorers each at their own 20 a second: within 0.1 s)
-    assert len(arrived) == 24 and arrived[-1] - arrived[0] >= 23 / 20 - 0.05
+    assert_one_limit_spaced(judge_server.embedding_arrivals, 24)

@@ -22,7 +22,14 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from judge_server import JudgeServer, Reply
-from replay_helpers import session_parts, sessions_taking_turns
+from replay_helpers import (
+    assert_one_limit_spaced,
+    assert_the_budget_held_for_two,
+    four_calls_budget,
+    session_parts,
+    sessions_taking_turns,
+    twenty_a_second,
+)
 
 from agenteval_core import (
     AgentStep,
@@ -896,40 +903,29 @@ def test_workers_hold_the_open_sessions_limit_each_and_count_the_cuts(tmp_path: 
 
 
 def test_a_metric_workers_cannot_import_is_said_before_any_process_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, callers_metric: type[Metric]
 ) -> None:
     # registered inside a function: each worker, which never ran it, refused the name as
     # "unknown metric 'answer_words'" after every process had started; and given as an
     # instance, the advice was to pass it by name
-    from agenteval_core import UnknownMetricError, register_metric
-    from agenteval_core.metrics import _registry
-
-    monkeypatch.setattr(_registry, "_REGISTRY", dict(_registry._REGISTRY))
-
-    @register_metric
-    class AnswerWords(Metric):
-        name = "answer_words"
-        kind = MetricKind.DETERMINISTIC
-
-        def compute(self, case: EvalCase, history: Sequence[Trace] = ()) -> Score:
-            return Score(1.0, "words")
+    from agenteval_core import UnknownMetricError
 
     path = _capture(tmp_path / "capture.jsonl")
     said = (
         "replay with workers=2: the metrics, embedder or judge cannot be sent to another "
-        "process (AttributeError: Can't pickle local object 'test_a_metric_workers_cannot_"
-        "import_is_said_before_any_process_starts.<locals>.AnswerWords'); a worker imports "
+        "process (AttributeError: Can't pickle local object 'callers_metric.<locals>."
+        "AnswerWords'); a worker imports "
         "each one's class by its module and name (define it at the top level of a module "
         "or of your script, not inside a function or a notebook) and receives its "
         "attributes pickled, so none may hold a lock or an open client (a LangChain chat "
         "model holds its HTTP client: judge with OpenAIJudge(model, base_url=...) on its "
         "OpenAI-compatible API instead); or replay in one process"
     )
-    for metrics in (["answer_words"], [AnswerWords()]):
+    for metrics in (["answer_words"], [callers_metric()]):
         with pytest.raises(ValueError) as refused:
             replay(path, metrics, workers=2)
         assert str(refused.value) == said
-    assert replay(path, ["answer_words"]).summary.metrics["answer_words"].mean == 1.0
+    assert replay(path, ["answer_words"]).summary.metrics["answer_words"].scored == 61
     with pytest.raises(UnknownMetricError, match="did you mean tool_failures"):
         replay(path, ["tool_failurez"], workers=2)
     assert multiprocessing.active_children() == []
@@ -941,22 +937,9 @@ def test_a_judge_budget_holds_for_every_worker_together(
     # each worker had the whole budget: --judge-budget-usd 5 with 4 workers could spend $20
     judge_server.responder = lambda request: Reply(json.dumps({"score": 1, "reason": "ok"}))
     capture = _sessions(tmp_path / "c.jsonl", traces=24, sessions=6)
-    # a call is 100 prompt tokens at $1,000 a million: $0.10; the budget allows 4 calls
-    # ($0.40 reaches it), and one each process had started as the fourth was paid for
-    judge = OpenAIJudge(
-        "judge-model",
-        base_url=judge_server.base_url,
-        cache=None,
-        max_concurrency=1,
-        prices={"judge-model": (1000.0, 0.0)},
-        budget_usd=0.35,
-    )
+    judge = four_calls_budget(judge_server.base_url)
     report = replay(capture, ["confidence"], judge=judge, workers=2)
-    asked = len(judge_server.requests)
-    assert 4 <= asked <= 5
-    confidence = report.summary.metrics["confidence"]
-    assert (confidence.scored, confidence.errors) == (asked, 24 - asked)
-    assert confidence.error_kinds == {"budget": 24 - asked}
+    assert_the_budget_held_for_two(report, len(judge_server.requests), 24)
     assert judge.shared_spend is None  # the caller's judge, as it was
 
 
@@ -965,22 +948,11 @@ def test_an_http_embedders_rate_limit_holds_for_every_worker_together(
 ) -> None:
     # each worker kept the embedder's 20 requests a second to itself: two workers sent
     # the server 24 requests within 50 ms
-    from agenteval_core import HTTPEmbedder
-
     with CaptureWriter(tmp_path / "c.jsonl") as writer:
-        for index in range(12):  # 24 texts, each its own request
+        for index in range(12):  # 24 texts
             question, answer = f"question {index} {'a' * index}", f"answer {index} {'b' * index}"
             writer.write(Trace(input=question, output=answer, session_id=f"s{index % 4}"))
-    embedder = HTTPEmbedder(
-        "emb-model",
-        base_url=judge_server.base_url,
-        batch_size=1,
-        requests_per_period=20,
-        period=1.0,
-        cache=None,
-    )
+    embedder = twenty_a_second(judge_server.base_url)
     report = replay(tmp_path / "c.jsonl", ["coherence"], embedder=embedder, workers=2)
     assert report.summary.metrics["coherence"].scored == 12
-    arrived = sorted(judge_server.embedding_arrivals)
-    # one limit of 20 a second, slot by slot: the last of 24 at least 23/20 s after the first
-    assert len(arrived) == 24 and arrived[-1] - arrived[0] >= 23 / 20 - 0.05
+    assert_one_limit_spaced(judge_server.embedding_arrivals, 24)
