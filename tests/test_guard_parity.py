@@ -23,6 +23,7 @@ from agenteval_core import (
     Trace,
     read_capture,
 )
+from agenteval_core.metrics import ToolCallLoops
 
 # lookup, note, lookup, note, lookup: no call repeats the one just before it (CrewAI answers
 # an immediate repeat itself) and the notes differ (no cycle), so the 5th call is the 3rd
@@ -39,15 +40,18 @@ MESSAGE = 'lookup_order called 3 times with the same arguments {"order_id": "A-2
 
 
 class Tools:
-    """The two tools, recording every time their body runs."""
+    """The two tools, recording every time their body runs; the order's status is each of
+    ``statuses`` in turn, then the last (by default "processing", every time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, statuses: tuple[str, ...] = ("processing",)) -> None:
         self.ran: list[str] = []
+        self.statuses = statuses
 
     def lookup_order(self, order_id: str) -> str:
         """Status of an order by id."""
         self.ran.append("lookup_order")
-        return "processing"
+        looked = self.ran.count("lookup_order")
+        return self.statuses[min(looked, len(self.statuses)) - 1]
 
     def note(self, text: str) -> str:
         """Write a note."""
@@ -127,20 +131,31 @@ def langchain_agent(tools: Tools) -> Any:
     )
 
 
-def test_langchain(evaluator: OnlineEvaluator) -> None:
-    from agenteval_langchain import AgentEvalCallbackHandler, AgentLoopError
+def run_langchain(evaluator: OnlineEvaluator, tools: Tools) -> None:
+    """The LangChain agent under the guard, until it answers or is stopped (it raises)."""
+    from agenteval_langchain import AgentEvalCallbackHandler
 
-    tools = Tools()
     agent = langchain_agent(tools)
     handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
-    with pytest.raises(AgentLoopError, match="lookup_order called 3 times"):
+    try:
         agent.invoke({"messages": [("user", "Is A-2 ready?")]}, config={"callbacks": [handler]})
+    finally:
+        assert len(handler._guard.runs) == 0  # type: ignore[union-attr]
+
+
+def test_langchain(evaluator: OnlineEvaluator) -> None:
+    from agenteval_langchain import AgentLoopError
+
+    tools = Tools()
+    with pytest.raises(AgentLoopError, match="lookup_order called 3 times"):
+        run_langchain(evaluator, tools)
     trace = check_stopped_trace(evaluator, tools)
     assert trace.error is not None and "AgentLoopError" in trace.error
-    assert len(handler._guard.runs) == 0  # type: ignore[union-attr]
 
 
-def test_llamaindex(evaluator: OnlineEvaluator) -> None:
+def run_llamaindex(evaluator: OnlineEvaluator, tools: Tools) -> BaseException | None:
+    """The LlamaIndex agent under the guard, until it answers or is stopped; what its run
+    raised (``None`` when it answered)."""
     from agenteval_llamaindex import instrument
     from llama_index.core.agent.workflow import FunctionAgent
     from llama_index.core.base.llms.types import ToolCallBlock
@@ -148,7 +163,6 @@ def test_llamaindex(evaluator: OnlineEvaluator) -> None:
     from llama_index.core.llms.mock import MockFunctionCallingLLM
     from llama_index.core.tools import FunctionTool
 
-    tools = Tools()
     replies = [
         ChatMessage(
             role=MessageRole.ASSISTANT,
@@ -171,26 +185,35 @@ def test_llamaindex(evaluator: OnlineEvaluator) -> None:
     instrumentation = instrument(evaluator, stop_on_loop=True)
     try:
 
-        async def main() -> None:
+        async def main() -> BaseException | None:
             run = instrumentation.guard(agent.run("Is A-2 ready?", max_iterations=50))
-            with pytest.raises(BaseException) as stopped:
+            try:
                 await run
-            assert type(stopped.value).__name__ == "WorkflowCancelledByUser"
+            except BaseException as stopped:
+                return stopped
+            return None
 
-        asyncio.run(main())
-        check_stopped_trace(evaluator, tools)
+        raised = asyncio.run(main())
+        assert evaluator.flush(20)
         assert len(instrumentation.runs) == 0
+        return raised
     finally:
         instrumentation.uninstrument()
 
 
-def test_crewai(evaluator: OnlineEvaluator) -> None:
+def test_llamaindex(evaluator: OnlineEvaluator) -> None:
+    tools = Tools()
+    stopped = run_llamaindex(evaluator, tools)
+    assert type(stopped).__name__ == "WorkflowCancelledByUser"
+    check_stopped_trace(evaluator, tools)
+
+
+def run_crewai(evaluator: OnlineEvaluator, tools: Tools) -> None:
+    """The CrewAI crew under the guard, until it answers or is stopped."""
     from agenteval_crewai import AgentEvalListener
     from agenteval_crewai._scripted import ScriptedLLM
     from crewai import Agent, Crew, Task
     from crewai.tools import tool
-
-    tools = Tools()
 
     def crew_tool(function: Callable[..., str]) -> Any:
         return tool(function.__name__)(function)
@@ -226,7 +249,31 @@ def test_crewai(evaluator: OnlineEvaluator) -> None:
         assert listener.flush(20)
     finally:
         listener.close()
+
+
+def test_crewai(evaluator: OnlineEvaluator) -> None:
+    tools = Tools()
+    run_crewai(evaluator, tools)
     check_stopped_trace(evaluator, tools)
+
+
+@pytest.mark.parametrize("run", [run_langchain, run_llamaindex, run_crewai])
+def test_a_call_that_finds_its_order_moved_on_is_no_loop(
+    evaluator: OnlineEvaluator, run: Callable[[OnlineEvaluator, Tools], Any]
+) -> None:
+    # the same lookup three times, its answer new each time (a file read again after each
+    # edit, a status that moves on): the agent sees what its work did. The guard counted
+    # the calls alone and stopped the run at the third
+    tools = Tools(statuses=("processing", "packed", "shipped"))
+    run(evaluator, tools)
+    assert evaluator.flush(20)
+    assert tools.ran == [name for name, _ in SCRIPT]  # every call ran
+    assert evaluator.capture_path is not None
+    [trace] = list(read_capture(evaluator.capture_path))
+    assert (trace.status, trace.alerts, evaluator.alerts) == (RunStatus.OK, [], [])  # type: ignore[attr-defined]
+    looked = [c.result for c in trace.tool_calls() if c.name == "lookup_order"]
+    assert looked == ["processing", "packed", "shipped"]
+    assert ToolCallLoops().measure(trace).score == 1.0
 
 
 def test_the_guard_forgets_a_stopped_run_for_the_next_one(evaluator: OnlineEvaluator) -> None:

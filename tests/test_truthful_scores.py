@@ -10,6 +10,7 @@ from test_judge_metrics import judge
 
 from agenteval_core import (
     STEPS_UNRECORDED,
+    AgentStep,
     Engine,
     EvalCase,
     RunStatus,
@@ -84,6 +85,37 @@ def test_cycles_loop_and_a_second_look_does_not() -> None:
     twice = create_metric("tool_call_loops").measure(run([SAME, ("refund", {}), SAME]))
     assert (twice.score, twice.reason) == (1.0, "no repeated calls or cycles among 3 tool calls")
     assert "tool_call_loops" in default_metric_names()
+
+
+def test_a_call_that_finds_something_new_each_time_is_no_loop() -> None:
+    # a coding agent reads its file again after each edit: the same read three times, each
+    # finding the edit it made. Counted alone, the calls were a loop (and stop_on_loop=True
+    # stopped the agent at its third read)
+    def read(content: str) -> ToolCall:
+        return ToolCall(name="read_file", arguments={"path": "notes.md"}, result=content)
+
+    def edit(old: str, new: str) -> ToolCall:
+        return ToolCall(
+            name="edit_file", arguments={"path": "notes.md", "old": old, "new": new}, result="ok"
+        )
+
+    def measured(*calls: ToolCall) -> Any:
+        steps = [AgentStep(tool_calls=[call]) for call in calls] + [AgentStep(output="Fixed.")]
+        return create_metric("tool_call_loops").measure(Trace.from_steps("Fix notes.md", steps))
+
+    edits = [read("teh cat"), edit("teh", "the"), read("the cat"), edit("cat", "dog")]
+    assert measured(*edits, read("the dog")).score == 1.0
+    # what the same read finds again and again is still a loop: three times unchanged
+    stuck = measured(read("teh cat"), read("teh cat"), read("teh cat"))
+    assert (stuck.score, stuck.reason) == (
+        0.0,
+        'read_file called 3 times with the same arguments {"path": "notes.md"}',
+    )
+    # counted from the last change: the three reads that found "the cat" loop, with the
+    # one before them left out of the loop's calls
+    after = measured(read("teh cat"), read("the cat"), read("the cat"), read("the cat"))
+    [loop] = after.metadata["loops"]
+    assert (after.score, loop["count"], len(loop["calls"])) == (0.0, 3, 3)
 
 
 def agents_run(

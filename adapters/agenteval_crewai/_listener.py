@@ -22,13 +22,15 @@ from crewai.hooks.llm_hooks import (
 )
 from crewai.hooks.tool_hooks import (
     ToolCallHookContext,
+    register_after_tool_call_hook,
     register_before_tool_call_hook,
+    unregister_after_tool_call_hook,
     unregister_before_tool_call_hook,
 )
 
-from agenteval_core import OnlineEvaluator, ToolCall, current_session, default_evaluator
+from agenteval_core import OnlineEvaluator, ToolCall, current_session, default_evaluator, plain
 
-from ._translate import EVENT_NAMES, BusEvent, Translator
+from ._translate import EVENT_NAMES, BusEvent, Translator, tool_result
 
 __all__ = ["AgentEvalListener"]
 
@@ -93,6 +95,7 @@ class AgentEvalListener(BaseEventListener):
         self._guarded = stop_on_loop
         if stop_on_loop:
             register_before_tool_call_hook(self._before_tool_call)
+            register_after_tool_call_hook(self._after_tool_call)
         # the tools an agent is offered: its own, and those a crew adds to a task (MCP
         # servers', delegation), which CrewAI's events do not list
         self._offering: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -148,11 +151,22 @@ class AgentEvalListener(BaseEventListener):
                 refuse=self.translator.refuser(run, task_id, call),
                 # a task run beside the crew's others makes its calls in a lane of its own
                 lane=task_id if getattr(task, "async_execution", False) else None,
+                key=_run_of(context),
             )
         except Exception as exc:  # a bug of ours must never reach the crew
             self.recorder.guard_failed(exc)
             return None
         return False if alert is not None else None
+
+    def _after_tool_call(self, context: ToolCallHookContext) -> str | None:
+        """A call the guard let through ended: the guard reads what it gave the agent."""
+        try:
+            # what the tool returned, as the trace records it
+            returned = tool_result(context.tool_result)
+            self.recorder.tool_returned(_run_of(context), plain(returned))
+        except Exception as exc:  # a bug of ours must never reach the crew
+            self.recorder.guard_failed(exc)
+        return None  # the result as it is
 
     def _before_llm_call(self, context: LLMCallHookContext) -> bool | None:
         try:
@@ -179,3 +193,10 @@ class AgentEvalListener(BaseEventListener):
         unregister_before_llm_call_hook(self._before_llm_call)
         if self._guarded:
             unregister_before_tool_call_hook(self._before_tool_call)
+            unregister_after_tool_call_hook(self._after_tool_call)
+
+
+def _run_of(context: ToolCallHookContext) -> int:
+    """One tool run's key in the hooks before and after it: CrewAI gives both the same
+    arguments dict (each hook a context of its own)."""
+    return id(context.tool_input)

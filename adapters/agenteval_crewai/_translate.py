@@ -262,6 +262,19 @@ NOT_FOUND = "Tool not found"
 """What CrewAI answers a native call of a tool the agent does not have with (it runs no tool,
 and reports the text as the call's output)."""
 
+TOOLS_REMINDER = "\n\n" + I18N_DEFAULT.slice("tools").split("{tools}")[0]
+"""What CrewAI adds to every few tool results of a ReAct agent: a reminder of its tools and
+its format, the agent's prompt and not what the tool returned (it is left out of the
+result; the model call that follows shows what the model was sent)."""
+
+
+def tool_result(output: Any) -> Any:
+    """A tool's result without CrewAI's :data:`TOOLS_REMINDER`."""
+    if isinstance(output, str) and (at := output.find(TOOLS_REMINDER)) >= 0:
+        return output[:at]
+    return output
+
+
 BLOCKED = "Tool execution blocked by hook"
 """How CrewAI answers a tool call a before-tool-call hook refused (with native tool calling
 it runs this stand-in through its tool events)."""
@@ -901,4 +914,5 @@ class Translator:
             return
         # a result CrewAI's tool cache answered: the tool itself did not run
         cached = {FROM_CACHE: True} if getattr(event, "from_cache", False) else None
-        self.assembler.end_span(key, output=plain(output), end_time=at, attributes=cached)
+        result = tool_result(output)
+        self.assembler.end_span(key, output=plain(result), end_time=at, attributes=cached)

@@ -21,9 +21,9 @@ from agenteval_core import (
     current_session,
     default_evaluator,
 )
-from agenteval_core.recording import RunRoots
+from agenteval_core.recording import RunRoots, error_text
 
-from ._translate import SESSION_KWARG, Event, Translator, graph_is_agent
+from ._translate import SESSION_KWARG, Event, Translator, graph_is_agent, tool_returned
 
 __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
 
@@ -109,6 +109,14 @@ class _Guard:
     ) -> None:
         if name.endswith(("_end", "_error")):
             self.runs.exit(run_id)
+            try:
+                if name == "on_tool_error":
+                    self.recorder.tool_returned(run_id, error=error_text(args[0]))
+                elif name == "on_tool_end":
+                    call_id = kwargs.get("tool_call_id")
+                    self.recorder.tool_returned(run_id, *tool_returned(args[0], call_id))
+            except Exception as exc:  # a bug of ours must never reach the agent
+                self.recorder.guard_failed(exc)
             return
         root = self.runs.enter(
             run_id,
@@ -139,7 +147,7 @@ class _Guard:
             )
             refuse = self.translator.refuser(run_id)
             alert = self.recorder.check_tool_call(
-                root, call, refuse=refuse, agent=agent, lane=self.runs.lane(run_id)
+                root, call, refuse=refuse, agent=agent, lane=self.runs.lane(run_id), key=run_id
             )
         except Exception as exc:  # a bug of ours must never reach the agent
             self.recorder.guard_failed(exc)

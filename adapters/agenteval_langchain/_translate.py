@@ -273,6 +273,18 @@ def _command_reply(command: Any, call_id: str | None) -> tuple[Any, dict[str, An
     return (answering[-1] if answering else command), _goto(command)
 
 
+def tool_returned(output: Any, call_id: str | None) -> tuple[Any, str | None]:
+    """What a tool's run gave its model, as the trace records it: the result (a tool
+    message's content, of a ``Command`` the tool message that answers call ``call_id``) and
+    the error a tool message with status "error" says."""
+    if type(output).__name__ == "Command":
+        output = _command_reply(output, call_id)[0]
+    if isinstance(output, ToolMessage):
+        error = _text(output.content) if output.status == "error" else None
+        return jsonable(output.content), error
+    return jsonable(output), None
+
+
 def _session(metadata: dict[str, Any] | None) -> str | None:
     if not metadata:
         return None

@@ -30,7 +30,7 @@ from agenteval_core import (
     current_session,
     default_evaluator,
 )
-from agenteval_core.recording import RunRoots
+from agenteval_core.recording import RunRoots, error_text
 
 from ._translate import (
     SESSION_TAG,
@@ -42,6 +42,7 @@ from ._translate import (
     Translator,
     reply_text,
     requested_call,
+    tool_returned,
 )
 
 __all__ = ["LlamaIndexInstrumentation", "instrument"]
@@ -129,6 +130,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
             self._pump.put(SpanExited(self._on_exit, id_, result, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
+            self._guard.returned(id_, result)
         return None
 
     def _read(self, span_id: str, stream: Iterator[Any]) -> Generator[Any, None, None]:
@@ -188,6 +190,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         self._pump.put(SpanDropped(self._on_drop, id_, err, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
+            self._guard.recorder.tool_returned(id_, error=error_text(err) if err else "dropped")
         return None
 
 
@@ -317,11 +320,21 @@ class LlamaIndexInstrumentation:
                 refuse=self.translator.refuser(span_id, call),
                 stops=run_id in self._handlers,
                 lane=self.runs.lane(span_id),
+                key=span_id,
             )
             if alert is not None:
                 self._refuse(arguments["ev"], alert, run_id)
         except Exception as exc:  # a bug of ours must never reach the agent
             self.recorder.guard_failed(exc)
+
+    def returned(self, span_id: str, result: Any) -> None:
+        """On the agent's thread: a span ends; a ``call_tool`` step's tells the guard what
+        its call gave the model."""
+        if span_id.rsplit("-", 5)[0].endswith("call_tool"):
+            try:
+                self.recorder.tool_returned(span_id, *tool_returned(result))
+            except Exception as exc:  # a bug of ours must never reach the agent
+                self.recorder.guard_failed(exc)
 
     def _refuse(self, request: Any, alert: LoopAlert, run_id: str | None) -> None:
         # LlamaIndex swallows handler exceptions, so the call is refused through the request

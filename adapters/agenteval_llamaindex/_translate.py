@@ -295,6 +295,15 @@ def requested_call(name: str, arguments: dict[str, Any]) -> ToolCall | None:
     )
 
 
+def tool_returned(result: Any) -> tuple[Any, str | None]:
+    """What a ``call_tool`` step gave its model, as the trace records it: its output's
+    content, and that content as the error when the output says it is one."""
+    output = getattr(result, "tool_output", None)
+    content = getattr(output, "content", None) if output is not None else None
+    failed = output is not None and getattr(output, "is_error", False)
+    return plain(content), (str(content or "tool error") if failed else None)
+
+
 def _native_calls(message: ChatMessage | None) -> list[ToolCall]:
     return [
         ToolCall(

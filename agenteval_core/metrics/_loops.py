@@ -115,11 +115,43 @@ def agents_above(
     return line
 
 
+def _unchanged_since(calls: list[ToolCall]) -> list[ToolCall]:
+    """The last of ``calls`` (one call made again and again, the last one about to run)
+    since one returned other than the one before it: a call that finds the world changed
+    (a file read again after an edit, a listing after a write, a status that moved on) is
+    the agent seeing what its work did, not going round in circles. A result not known yet
+    (the call still running, or its end not yet seen) counts as unchanged."""
+    start = 0
+    for index in range(1, len(calls) - 1):
+        before, after = calls[index - 1], calls[index]
+        if _returned(before) != _returned(after) and None not in (
+            _returned(before),
+            _returned(after),
+        ):
+            start = index
+    return calls[start:]
+
+
+def _returned(call: ToolCall) -> Any:
+    """What a call returned, its error included; ``None`` when not known."""
+    if call.error is not None:
+        return ("error", call.error)
+    return (
+        None
+        if call.result is None
+        else ("result", json.dumps(call.result, sort_keys=True, default=str))
+    )
+
+
 class LoopGuard:
     """Watches each run's tool calls and reports a loop the moment a call closes one.
 
     ``repeated_call``: a call (same tool, same canonical arguments) reaches
-    ``repeat_threshold`` occurrences in one run; a handoff (:data:`HANDOFF_PREFIXES`) with
+    ``repeat_threshold`` occurrences in one run since it last returned something new (a
+    run of it that returned other than the one before it starts the count again: a file
+    read again after an edit is the agent seeing its work; the guard reads what each call
+    returned from the call it was given, which the adapters fill in when the tool ends);
+    a handoff (:data:`HANDOFF_PREFIXES`) with
     no call new to the run between them (a supervisor that hands each part of a task to the
     same worker, which makes new calls each time, delegates; it does not loop). ``cycle``:
     the last ``cycle_repeats`` × L calls are one sequence of L ≥ 2 distinct calls repeated
@@ -208,7 +240,8 @@ class LoopGuard:
             count = lane.counts[signature]
             if count < self.repeat_threshold:
                 return None
-            calls = [c for c, s in zip(lane.calls, lane.signatures, strict=True) if s == signature]
+            same = [c for c, s in zip(lane.calls, lane.signatures, strict=True) if s == signature]
+            calls = _unchanged_since(same)
             alert = (key, signature)
         if len(calls) < self.repeat_threshold or alert in run.alerted:
             return None
@@ -321,7 +354,8 @@ class ToolCallLoops(Metric):
 
     The run's tool calls (those the guard refused included: the agent asked for them) are
     replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
-    same tool with the same arguments ``repeat_threshold`` times, or a short cycle repeated,
+    same tool with the same arguments ``repeat_threshold`` times since it last returned
+    something new, or a short cycle repeated,
     in the lanes the live guard read (:func:`call_lanes`).
     1.0 when there is no loop, 0.0 when there is one; ``metadata["loops"]`` names each loop
     and the calls involved. A run with no calls that did not complete (failed, or paused for
@@ -329,7 +363,9 @@ class ToolCallLoops(Metric):
     """
 
     name = "tool_call_loops"
-    version: ClassVar[str] = "2"  # 2: the calls of agents running at once read apart
+    version: ClassVar[str] = "3"
+    """2: the calls of agents running at once read apart; 3: a call that returned something
+    new starts its count again."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 

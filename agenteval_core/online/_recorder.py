@@ -31,6 +31,7 @@ from ..schema._trace import (
     GUARD_REFUSED,
     HUMAN_ANSWERS,
     RESUME,
+    LatestKept,
     LoopAlert,
     RunStatus,
     Span,
@@ -318,6 +319,11 @@ DRAIN_WAIT = 30.0
 pending events (CrewAI's own flush waits as long by default); then it is queued anyway."""
 
 
+TOOLS_RUNNING = 10_000
+"""Tool runs :meth:`Recorder.check_tool_call` keeps for their end at most (a run whose end
+never comes goes first)."""
+
+
 class Recorder:
     """The live path of one evaluator, shared by every adapter attached to it.
 
@@ -329,7 +335,8 @@ class Recorder:
     Adapters use three things: ``pump.put`` (the hot path; keep the pump, not its ``put``,
     which is renewed after a fork and at close), :meth:`assembler` (one per adapter object,
     used only on the pump's thread) and :meth:`check_tool_call` (on the agent's thread,
-    before a tool runs, when the adapter stops loops).
+    before a tool runs, when the adapter stops loops; then :meth:`tool_returned` when it
+    ends).
     """
 
     def __init__(
@@ -350,6 +357,10 @@ class Recorder:
         """The thread holding the latest event queued by :meth:`put_after_drains`."""
         self._waiting_lock = threading.Lock()
         self._assemblers: weakref.WeakSet[TraceAssembler] = weakref.WeakSet()
+        self._running: LatestKept[Hashable, ToolCall] = LatestKept(TOOLS_RUNNING)
+        """The calls :meth:`check_tool_call` let run, by the adapter's key of each run,
+        until :meth:`tool_returned`."""
+        self._running_lock = threading.Lock()
         self.unfinished: OrderedDict[Hashable, tuple[str, Any]] = OrderedDict()
         """Runs that paused or failed, for the run that resumes one, by what that run shows
         (see :meth:`TraceAssembler.keep_unfinished`): kept here, for every adapter object
@@ -361,6 +372,7 @@ class Recorder:
     def _after_fork(self) -> None:
         self._waiting_on_drains = None  # its thread is not in the child
         self._waiting_lock = threading.Lock()
+        self._running_lock = threading.Lock()
         for assembler in list(self._assemblers):
             assembler.forget_open_runs()  # the parent's, which the parent records
 
@@ -431,6 +443,7 @@ class Recorder:
         stops: bool = True,
         agent: str | None = None,
         lane: Hashable | None = None,
+        key: Hashable | None = None,
     ) -> LoopAlert | None:
         """Ask the guard about a tool call before it runs, on the agent's thread.
 
@@ -441,7 +454,8 @@ class Recorder:
         adapter can stop this run as well (False: its looping calls are refused, the run
         goes on, and the alert and the trace say so). ``agent``: the agent the call is made
         for, when the run has several; ``lane``: its lane (:meth:`RunRoots.lane`), when
-        agents of the run run at once.
+        agents of the run run at once. ``key``: the adapter's key of the tool's run, to give
+        :meth:`tool_returned` when it ends.
         """
         earlier = self.guard.stopped_by(run)
         if earlier is not None:
@@ -449,12 +463,25 @@ class Recorder:
             return earlier
         alert = self.guard.observe(run, call, started=time.time(), agent=agent, lane=lane)
         if alert is None:
+            if key is not None:
+                with self._running_lock:
+                    self._running[key] = call
             return None
         alert.stopped = stops
         self.guard.stop(run, alert)
         self.put(AlertEvent(refuse, alert))
         self.put(AlertEvent(self._alert_event, alert))
         return alert
+
+    def tool_returned(self, key: Hashable, result: Any = None, error: str | None = None) -> None:
+        """The tool run ``key`` that :meth:`check_tool_call` let through ended, on the
+        agent's thread, with what it gave the model (``result`` as the trace records it, or
+        ``error``): the guard reads it, since a call made again that finds something else
+        (a file read again after an edit) is the agent seeing its work, not a loop."""
+        with self._running_lock:
+            call = self._running.pop(key, None)
+        if call is not None:
+            call.result, call.error = result, error
 
     def guard_failed(self, exc: BaseException) -> None:
         """An adapter's guard check raised (a bug of ours, kept from the agent): counted in
