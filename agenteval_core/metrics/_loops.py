@@ -121,13 +121,11 @@ def _unchanged_since(calls: list[ToolCall]) -> list[ToolCall]:
     (a file read again after an edit, a listing after a write, a status that moved on) is
     the agent seeing what its work did, not going round in circles. A result not known yet
     (the call still running, or its end not yet seen) counts as unchanged."""
+    returned = [_returned(call) for call in calls[:-1]]
     start = 0
-    for index in range(1, len(calls) - 1):
-        before, after = calls[index - 1], calls[index]
-        if _returned(before) != _returned(after) and None not in (
-            _returned(before),
-            _returned(after),
-        ):
+    for index in range(1, len(returned)):
+        before, after = returned[index - 1], returned[index]
+        if before is not None and after is not None and before != after:
             start = index
     return calls[start:]
 
