@@ -26,7 +26,6 @@ __all__ = [
     "words",
 ]
 
-_WORD = re.compile(r"\w+")
 _NOT_SPACE = re.compile(r"\S")
 
 STOP_WORDS: frozenset[str] = frozenset(
@@ -60,7 +59,7 @@ library's version."""
 # every ASCII character \w does not match, as a space: on ASCII text, the runs of word
 # characters are then what str.split finds (a third faster than the regular expression).
 # A table of bytes: translating the encoded text takes a fifth of str.translate's time.
-_NOT_WORD = bytes(c if c < 128 and _WORD.fullmatch(chr(c)) else 32 for c in range(256))
+_NOT_WORD = bytes(c if c < 128 and re.fullmatch(r"\w", chr(c)) else 32 for c in range(256))
 
 
 # scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, Japanese kana and
@@ -70,6 +69,16 @@ _NOT_WORD = bytes(c if c < 128 and _WORD.fullmatch(chr(c)) else 32 for c in rang
 _UNSPACED = re.compile(
     "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
 )
+
+
+_WORD = re.compile(
+    f"{_UNSPACED.pattern}|"
+    # \w and the combining marks it leaves out: Latin accents written apart (NFD), and the
+    # vowel signs of the Indic scripts ("हाँ" had read as "ह"), their dandas aside
+    "[\\w\u0300-\u036f\u0900-\u0963\u0966-\u0dff]+"
+)
+"""A word: a run of a script written without spaces whole (its vowel signs and tone marks
+included: \\w stops at them), else a run of word characters and combining marks."""
 
 
 def words(text: str) -> list[str]:
@@ -195,6 +204,10 @@ FOLLOW_UP_WORDS = frozenset(
     vâng dạ có không ừ được làm ơn cảm cái thứ nhất hai ba cuối cùng đầu tiên tiếp tục
     ngắn hơn gọn tóm tắt giải thích ví dụ nguồn lại nữa dịch đi nhé nha đó này câu
 
+    हाँ हां जी नहीं ठीक है धन्यवाद शुक्रिया कृपया ज़रूर जरूर पहला पहली पहले दूसरा दूसरी दूसरे
+    तीसरा तीसरी आखिरी अंतिम वाला वाली वाले विकल्प यह वह इसे उसे और छोटा संक्षेप में समझाओ
+    समझाइए उदाहरण स्रोत फिर से अनुवाद करो करें कीजिए आगे बढ़ो चलो
+
     نعم لا من فضلك شكرا شكراً حسنا حسناً موافق تمام الأول الأولى الثاني الثانية الثالث
     الثالثة الأخير الأخيرة الخيار هذا هذه ذلك أكثر أقصر باختصار لخص اشرح مثال المصدر مرة
     أخرى ترجم استمر واصل أرجوك رجاء
@@ -212,6 +225,7 @@ answer ("Make it shorter.", "Summarize that in one sentence.", "Give me a source
 that.", "Tell me more."), beside the stop words; and their like in Spanish, French,
 German, Italian and Portuguese ("Sí, por favor.", "Oui, s'il vous plaît.", "Ja, bitte.",
 "Sì, grazie.", "Sim, o primeiro.", "Explícalo otra vez."), Russian ("Да, пожалуйста."),
+Hindi ("हाँ, कृपया"),
 Dutch ("Ja, graag."), Polish ("Tak, poproszę."), Turkish ("Evet, lütfen."), Indonesian
 ("Ya, tolong."), Vietnamese ("Vâng, làm ơn."), Arabic ("نعم من فضلك") and Korean ("네, 두
 번째로 해주세요"), with the articles and pronouns such a request holds. Any other word says
@@ -229,12 +243,16 @@ UNSPACED_FOLLOW_UPS = frozenset(
     それ それで これ あれ この その あの 番目 最初 最後 一つ 二つ 三つ 目 もっと 短く 簡単
     詳しく 説明 要約 翻訳 続けて 続き 例 出典 英語 日本語 ありがとう ございます 了解 大丈夫
     いい 良い
+
+    ใช่ ครับ ค่ะ คะ จ้ะ จ้า นะ ได้ เลย โอเค ตกลง ขอบคุณ ไม่ อัน แรก ที่ หนึ่ง สอง สาม
+    สุดท้าย ตัวเลือก นั้น นี้ เอา ช่วย หน่อย สั้น ลง กว่า อธิบาย สรุป แปล เป็น ภาษา อังกฤษ
+    ตัวอย่าง ต่อ อีก ครั้ง
     """.split()
 )
-""":data:`FOLLOW_UP_WORDS` in Chinese and Japanese, written without spaces: a run of these
-scripts says nothing alone when it can be cut into these from start to end ("好的，就订第二个吧"
-is 好的 and 就 订 第二 个 吧; "二番目でお願いします" is 二 番目 で お願い します; "订一家酒店"
-is not)."""
+""":data:`FOLLOW_UP_WORDS` in Chinese, Japanese and Thai, written without spaces: a run of
+these scripts says nothing alone when it can be cut into these from start to end
+("好的，就订第二个吧" is 好的 and 就 订 第二 个 吧; "二番目でお願いします" is 二 番目 で お願い
+します; "อันที่สองครับ" is อัน ที่ สอง ครับ; "订一家酒店" is not)."""
 _LONGEST_FOLLOW_UP = max(map(len, UNSPACED_FOLLOW_UPS))
 
 

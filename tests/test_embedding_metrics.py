@@ -233,6 +233,10 @@ def test_coherence_reads_a_follow_up_after_the_answer_it_accepts() -> None:
         ("Pesan hotel di Roma", False),
         ("Đặt khách sạn ở Roma", False),
         ("احجز فندقا في روما", False),
+        # Hindi's vowel signs are no \w: "हाँ, कृपया" read as "ह", "क", "पय"
+        ("हाँ, कृपया", True),
+        ("दूसरा वाला", True),
+        ("दिल्ली में होटल बुक करो", False),
     ],
 )
 def test_a_follow_up_in_another_language_says_nothing_alone(request_text: str, alone: bool) -> None:
@@ -258,9 +262,14 @@ def test_a_follow_up_in_another_language_says_nothing_alone(request_text: str, a
         ("第二个酒店在哪里", False),
         ("ローマのホテルを探して", False),
         ("로마 호텔 찾아줘", False),
+        # Thai's vowel signs and tone marks are no \w: "ใช่ครับ" read as ใช, คร, บ
+        ("ใช่ครับ", True),
+        ("อันที่สองครับ", True),
+        ("ช่วยสรุปหน่อย", True),
+        ("จองโรงแรมที่โรม", False),
     ],
 )
-def test_a_follow_up_in_chinese_japanese_or_korean_says_nothing_alone(
+def test_a_follow_up_in_chinese_japanese_korean_or_thai_says_nothing_alone(
     request_text: str, alone: bool
 ) -> None:
     # "好的，就订第二个吧" ("OK, book the second one") is one \w+ run, no word of the lists:
@@ -840,13 +849,18 @@ def test_loop_detection_decides_what_an_unreadable_output_cannot_change() -> Non
 )
 def test_words_are_the_regular_expressions_word_runs(text: str) -> None:
     # the ASCII path cuts with bytes.translate and str.split; \w+ is what it must equal.
-    # A run of a script written without spaces is also cut from what stands beside it
-    # ("订单12" is 订单 and 12): the same characters, each word of one kind
-    runs = re.findall(r"\w+", text.lower())
-    unspaced = re.compile(  # Thai, Lao, Myanmar, Khmer, kana, CJK ideographs
-        "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
-        "\u4e00-\u9fff\uf900-\ufaff]"
+    # Elsewhere a word holds the combining marks \w leaves out (accents written apart, the
+    # vowel signs of Indic scripts, Thai's tone marks), and a run of a script written
+    # without spaces is cut from what stands beside it ("订单12" is 订单 and 12): the same
+    # characters, each word of one kind. Turkish "İ" lowers to "i"
+    unspaced_blocks = (
+        "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+        "\u4e00-\u9fff\uf900-\ufaff"
     )
+    marks = "\u0300-\u036f\u0900-\u0963\u0966-\u0dff"
+    lowered = text.lower().replace("i\u0307", "i")
+    runs = re.findall(f"[\\w{marks}{unspaced_blocks}]+", lowered)
+    unspaced = re.compile(f"[{unspaced_blocks}]")  # Thai, Lao, Myanmar, Khmer, kana, CJK
     if not any(unspaced.search(run) for run in runs):
         assert words(text) == runs
     else:
