@@ -279,6 +279,12 @@ def tool_returned(output: Any, call_id: str | None) -> tuple[Any, str | None]:
     the error a tool message with status "error" says."""
     if type(output).__name__ == "Command":
         output = _command_reply(output, call_id)[0]
+    return _message_returned(output)
+
+
+def _message_returned(output: Any) -> tuple[Any, str | None]:
+    """A tool's output once a ``Command`` is read: a tool message's content, and its text as
+    the error when its status is "error"; any other output as it is."""
     if isinstance(output, ToolMessage):
         error = _text(output.content) if output.status == "error" else None
         return jsonable(output.content), error
@@ -756,7 +762,6 @@ class Translator:
             told = _text(output)
             self.assembler.end_span(e.run_id, output=told, error=told, end_time=e.at)
             return
-        error: str | None = None
         attributes: dict[str, Any] | None = None
         if type(output).__name__ == "Command":  # a LangGraph tool that updates the state
             span = self.assembler.span_of(e.run_id)
@@ -766,19 +771,15 @@ class Translator:
             output, attributes = self.assembler.field(
                 "the command's tool message", lambda: _command_reply(command, call_id), unread
             )
-        if isinstance(output, ToolMessage):
-            if output.status == "error":
-                error = _text(output.content)
-            if output.artifact is not None:  # what the tool returned beside its text, in brief
-                artifact = output.artifact
-                summary = self.assembler.field(
-                    "the tool's artifact", lambda: _summary(artifact), None
-                )
-                if summary:
-                    attributes = {**(attributes or {}), "agenteval.tool.artifact": summary}
-            output = output.content
+        if isinstance(output, ToolMessage) and output.artifact is not None:
+            # what the tool returned beside its text, in brief
+            artifact = output.artifact
+            summary = self.assembler.field("the tool's artifact", lambda: _summary(artifact), None)
+            if summary:
+                attributes = {**(attributes or {}), "agenteval.tool.artifact": summary}
+        result, error = _message_returned(output)
         self.assembler.end_span(
-            e.run_id, output=jsonable(output), error=error, end_time=e.at, attributes=attributes
+            e.run_id, output=result, error=error, end_time=e.at, attributes=attributes
         )
 
     def _retriever_start(self, e: Event) -> None:

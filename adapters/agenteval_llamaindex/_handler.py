@@ -130,7 +130,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
             self._pump.put(SpanExited(self._on_exit, id_, result, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
-            self._guard.returned(id_, result)
+            self._guard.returned(id_, result, None)
         return None
 
     def _read(self, span_id: str, stream: Iterator[Any]) -> Generator[Any, None, None]:
@@ -190,7 +190,7 @@ class _SpanHandler(BaseSpanHandler[SimpleSpan]):
         self._pump.put(SpanDropped(self._on_drop, id_, err, time.time()))
         if self._guard is not None:
             self._guard.runs.exit(id_)
-            self._guard.recorder.tool_returned(id_, error=error_text(err) if err else "dropped")
+            self._guard.returned(id_, None, err)
         return None
 
 
@@ -327,12 +327,15 @@ class LlamaIndexInstrumentation:
         except Exception as exc:  # a bug of ours must never reach the agent
             self.recorder.guard_failed(exc)
 
-    def returned(self, span_id: str, result: Any) -> None:
-        """On the agent's thread: a span ends; a ``call_tool`` step's tells the guard what
-        its call gave the model."""
+    def returned(self, span_id: str, result: Any, err: BaseException | None) -> None:
+        """On the agent's thread: a span ends (or is dropped, with ``err``); a ``call_tool``
+        step's tells the guard what its call gave the model."""
         if span_id.rsplit("-", 5)[0].endswith("call_tool"):
             try:
-                self.recorder.tool_returned(span_id, *tool_returned(result))
+                if err is not None:
+                    self.recorder.tool_returned(span_id, error=error_text(err))
+                else:
+                    self.recorder.tool_returned(span_id, *tool_returned(result))
             except Exception as exc:  # a bug of ours must never reach the agent
                 self.recorder.guard_failed(exc)
 

@@ -880,13 +880,11 @@ class Translator:
         elif name.endswith("call_tool"):
             self.assembler.stop_waiting(span_id)
             output = getattr(result, "tool_output", None)
-            content = getattr(output, "content", None) if output is not None else None
-            error = self._tool_errors.pop(span_id, None)
-            if output is not None and getattr(output, "is_error", False):
-                error = error or content or "tool error"
+            content, flagged = tool_returned(result)
+            error = self._tool_errors.pop(span_id, None) or flagged
             if _refused_handoff(output, content):
                 error = error or str(content)  # no error flag: the agent stays in control
-            self.assembler.end_span(span_id, output=plain(content), error=error, end_time=at)
+            self.assembler.end_span(span_id, output=content, error=error, end_time=at)
         elif self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
             self.assembler.stop_waiting(span_id)

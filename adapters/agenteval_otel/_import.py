@@ -320,21 +320,21 @@ def _tool_result(value: Any, call_id: str | None = None) -> tuple[Any, str | Non
     ``tool_call_id``), of a LangGraph ``Command`` the tool message in its update that
     answers call ``call_id`` (else its only one), LlamaIndex's ``raw_output`` (of its step
     that ran the call too, with the call's id), or the value."""
+    if _command(value) is not None:  # what the model is shown is its tool message
+        update = value["update"]
+        messages = update.get("messages") if isinstance(update, dict) else None
+        replies = [
+            message
+            for message in map(_message_of, _listed(messages))
+            if "tool_call_id" in message and "content" in message
+        ]
+        answering = [m for m in replies if m["tool_call_id"] == call_id] or (
+            replies if len(replies) == 1 else []
+        )
+        if answering:
+            return answering[-1]["content"], answering[-1]["tool_call_id"]
+        return value, None
     if isinstance(value, dict):
-        if value.keys() == _COMMAND_FIELDS:  # what the model is shown is its tool message
-            update = value["update"]
-            messages = update.get("messages") if isinstance(update, dict) else None
-            replies = [
-                message
-                for message in map(_message_of, _listed(messages))
-                if "tool_call_id" in message and "content" in message
-            ]
-            answering = [m for m in replies if m["tool_call_id"] == call_id] or (
-                replies if len(replies) == 1 else []
-            )
-            if answering:
-                return answering[-1]["content"], answering[-1]["tool_call_id"]
-            return value, None
         if isinstance(value.get("tool_output"), dict) and "tool_id" in value:
             return _tool_result(value["tool_output"])[0], value["tool_id"]
         if "raw_output" in value and "tool_name" in value:
@@ -354,9 +354,8 @@ def _listed(value: Any) -> list[Any]:
 def _handoff(value: Any) -> dict[str, Any]:
     """Where a tool's LangGraph ``Command`` sends the graph next (a handoff), as span
     attributes, as the LangChain adapter records it."""
-    goto = (
-        value.get("goto") if isinstance(value, dict) and value.keys() == _COMMAND_FIELDS else None
-    )
+    command = _command(value)
+    goto = command["goto"] if command is not None else None
     return {HANDOFF_TARGET: goto} if goto else {}
 
 
@@ -708,10 +707,10 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
     named: dict[str, str] = {}  # the spans of a named agent, to its name
     for span in spans[1:]:  # a parent before its children; the root is the run's agent
         parent = by_id.get(span.parent_id) if span.parent_id is not None else None
-        if depth[span.id] is None:  # no LangGraph run: its kind stands
-            pass
-        elif (
-            span.id in runs_graph
+        langgraph = depth[span.id] is not None  # a span of no LangGraph run keeps its kind
+        if (
+            langgraph
+            and span.id in runs_graph
             and span.kind is not SpanKind.TOOL
             and (
                 span.name != _UNNAMED_GRAPH or (parent is not None and parent.kind is SpanKind.TOOL)
@@ -722,7 +721,7 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
             span.output = _last(span.output, ("ai", "assistant"))
             if span.name != _UNNAMED_GRAPH:
                 named[span.id] = span.name
-        elif span.kind is SpanKind.AGENT:
+        elif langgraph and span.kind is SpanKind.AGENT:
             span.kind = SpanKind.CHAIN
         if span.id not in named and span.parent_id in named:
             named[span.id] = named[span.parent_id]
@@ -1193,15 +1192,20 @@ _UNNAMED_GRAPH = "LangGraph"
 """The name LangChain gives a graph run that was given none."""
 
 _COMMAND_FIELDS = frozenset({"graph", "update", "resume", "goto"})
-"""The fields of LangGraph's ``Command`` as OpenInference writes a run's input."""
+"""The fields of LangGraph's ``Command`` as OpenInference writes it (a run's input, a
+tool's output)."""
+
+
+def _command(value: Any) -> dict[str, Any] | None:
+    """``value`` when it is a LangGraph ``Command`` as OpenInference writes it, else None."""
+    return value if isinstance(value, dict) and value.keys() == _COMMAND_FIELDS else None
 
 
 def _resume_value(value: Any) -> Any:
     """The answer a run was resumed with, when its input is a LangGraph ``Command`` with a
     ``resume`` value (a human's answer to an interrupt), else None."""
-    if isinstance(value, dict) and value.keys() == _COMMAND_FIELDS:
-        return value["resume"]
-    return None
+    command = _command(value)
+    return command["resume"] if command is not None else None
 
 
 def _crew_request(raws: list[RawSpan]) -> str | None:

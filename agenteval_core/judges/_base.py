@@ -28,7 +28,15 @@ from ._parse import ReplyError, parse_reply
 from ._pricing import DEFAULT_PRICES, Price, cost_usd
 from ._protocol import JudgeReply, JudgeRequest
 
-__all__ = ["DEFAULT_CACHE", "BaseJudge", "Completion", "JudgeStats", "SharedSpend", "json_schema"]
+__all__ = [
+    "DEFAULT_CACHE",
+    "BaseJudge",
+    "Completion",
+    "JudgeStats",
+    "SharedSpend",
+    "json_schema",
+    "spends_against_budget",
+]
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -132,6 +140,12 @@ class SharedSpend(Protocol):
     def add(self, usd: float) -> None:
         """Add this process's spend on one call."""
         ...
+
+
+def spends_against_budget(judge: Any) -> bool:
+    """Whether ``judge`` keeps a ``budget_usd`` that a replay sending it to several
+    processes should hold for all of them (see :class:`SharedSpend`)."""
+    return getattr(judge, "budget_usd", None) is not None and hasattr(judge, "shared_spend")
 
 
 class BaseJudge(ABC):

@@ -22,6 +22,7 @@ from .._errors import CaptureFormatError, ResultsWriteError, os_error_at
 from .._options import check_options
 from ..engine._engine import MAX_OPEN_SESSIONS, checked_open_sessions_limit
 from ..engine._sinks import Sink, is_results_directory, results_shards
+from ..judges._base import spends_against_budget
 from ..metrics._protocol import Metric, SessionMetric
 from ..metrics._registry import classes_of, register_metric
 from ..schema._capture import capture_parts
@@ -656,7 +657,7 @@ class _ProcessSpend:
     @classmethod
     def of(cls, judge: Any, context: Any) -> _ProcessSpend | None:
         """The shared spend of ``judge``, or None for no judge (or one with no budget)."""
-        if getattr(judge, "budget_usd", None) is None or not hasattr(judge, "shared_spend"):
+        if not spends_against_budget(judge):
             return None
         return cls(context.Value("d", 0.0))
 

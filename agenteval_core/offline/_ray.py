@@ -13,8 +13,8 @@ tasks instead, and a groupby on a stable hash of the session brings each session
 one partition.
 The shards of a capture directory need neither: each is scored whole by one scorer task.
 Judge requests from every worker go through one limiter per judge endpoint (a zero-CPU
-actor), as do an HTTP embedder's, and a judge's spend is kept by one ledger. A scorer's output is the data of its task, never a side effect, so a task that Ray
-retries after a failure neither loses nor doubles a result. Each scorer task also returns
+actor), as do an HTTP embedder's, and a judge's spend is kept by one ledger. A scorer's
+output is the data of its task, never a side effect, so a task that Ray retries after a failure neither loses nor doubles a result. Each scorer task also returns
 its part of the report (counts, summaries, sessions, bad lines); the driver writes the
 results lines as they are and adds the parts up as they stream back, parsing no line, so
 that one driver keeps up with a cluster.
@@ -50,6 +50,7 @@ from ..engine._sinks import (
     session_record,
     trace_record,
 )
+from ..judges._base import spends_against_budget
 from ..metrics._protocol import Metric, MetricBase, SessionMetric
 from ..metrics._registry import classes_of, register_metric
 from ..schema._capture import (
@@ -749,11 +750,8 @@ def replay_on_ray(
     report = ReplayReport(path=", ".join(files))
     try:
         limiter, embedder_limiter = _limiter(judge), _limiter(embedder)
-        budgeted = getattr(judge, "budget_usd", None) is not None
         ledger = (
-            ray.remote(num_cpus=0)(_SpendLedger).remote()
-            if budgeted and hasattr(judge, "shared_spend")
-            else None
+            ray.remote(num_cpus=0)(_SpendLedger).remote() if spends_against_budget(judge) else None
         )
         nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
         total = _total_bytes(files)
