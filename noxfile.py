@@ -12,6 +12,7 @@ nox.options.sessions = ["tests", "interop", "lint", "types"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
+NEWEST = "3.13"
 
 
 def _install_chromium(session: nox.Session) -> None:
@@ -45,13 +46,24 @@ def _install_ray(session: nox.Session) -> None:
         session.run("python", "-m", "pip", "install", "--quiet", *wanted, success_codes=range(256))
 
 
-@nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
-    """The default test suite: every metric, capture/replay, adapters with real frameworks."""
+def _test_suite(session: nox.Session) -> None:
     _install_chromium(session)
     session.install("-e", ".[dev,all]")
     _install_ray(session)
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The default test suite: every metric, capture/replay, adapters with real frameworks."""
+    _test_suite(session)
+
+
+@nox.session(python=NEWEST)
+def tests_newest(session: nox.Session) -> None:
+    """The default test suite on the newest Python that every extra installs on: pickle's
+    and asyncio's messages, and warnings, change between versions."""
+    _test_suite(session)
 
 
 PHOENIX = "arize-phoenix==20.26.1"

@@ -781,7 +781,10 @@ def test_a_forked_child_scores_its_own_traces(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import os
+        import warnings
         from agenteval_core import OnlineEvaluator, Trace
+        # Python 3.12+ warns on any fork of a process with threads: the case under test
+        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
         evaluator = OnlineEvaluator(capture={str(tmp_path / "c.jsonl")!r}, log=False)
         evaluator.submit(Trace(input="q", output="parent", session_id="p"))
         assert evaluator.flush(30)
