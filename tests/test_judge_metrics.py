@@ -134,14 +134,14 @@ def test_a_run_paused_for_a_human_is_not_judged_on_its_end(judge_server: JudgeSe
 
 
 def test_the_judge_reads_a_follow_up_after_the_answer_it_accepts(
-    judge_server: JudgeServer,
+    judge_server: JudgeServer, tmp_path: Path
 ) -> None:
     # a LangGraph thread's second turn: the judge was shown "user input: Yes, please." and
     # nothing of the offer it accepts, so the task it extracted was "yes, please"
     offer = "Hotel Roma has a room on Friday. Shall I book it?"
     model = ScriptedChatModel(replies=[AIMessage(offer), AIMessage("Booked Hotel Roma.")])
     agent = create_agent(model, tools=[], checkpointer=InMemorySaver())
-    with OnlineEvaluator(log=False) as evaluator:
+    with OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False) as evaluator:
         config = {
             "configurable": {"thread_id": "t1"},
             "callbacks": [AgentEvalCallbackHandler(evaluator)],

@@ -1060,7 +1060,7 @@ def test_close_honours_its_deadline_when_the_backend_hangs(tmp_path: Path) -> No
             exporter.shutdown(timeout=0.5)  # not the 60 s the request could take
         # an online evaluator's close deadline reaches its OpenTelemetry sink
         sink = OTelSink(endpoint=silent.url, timeout=60, score_events="none")
-        with OnlineEvaluator(sinks=[sink], log=False) as evaluator:
+        with OnlineEvaluator(capture=None, sinks=[sink], log=False) as evaluator:
             evaluator.submit(sample_trace())
             assert evaluator.flush(30)
             evaluator.close(timeout=1)

@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import uuid
 import xml.etree.ElementTree as ET
 from collections import Counter
 from fractions import Fraction
@@ -1319,6 +1320,13 @@ def _refund_agent(payments_up: bool) -> Any:
     )
 
 
+def attempt_capture(directory: Path) -> Path:
+    """A capture file of its own for one attempt of a suite's agent, in the test's directory
+    (the default, ``agenteval-capture.jsonl`` in the working directory, is shared by every
+    test running at once, and the last trace in it may be another test's)."""
+    return directory / f"attempt-{uuid.uuid4().hex}.jsonl"
+
+
 def _run_reviewed(
     evaluator: OnlineEvaluator, request: str, answers: list[Any], thread: str, payments_up: bool
 ) -> None:
@@ -1371,7 +1379,7 @@ def test_a_run_resumed_after_a_humans_answer_is_a_case_that_resumes_with_it(
 
     def agent(payments_up: bool) -> Any:
         def run(request: str, resume: list[Any]) -> Trace:
-            with OnlineEvaluator(log=False) as evaluator:
+            with OnlineEvaluator(capture=attempt_capture(tmp_path), log=False) as evaluator:
                 _run_reviewed(evaluator, request, resume, "suite", payments_up)
                 return evaluator.captured()[-1]  # the run resumed last
 
@@ -1522,7 +1530,7 @@ def test_a_run_resumed_from_its_checkpoint_after_a_failure_is_no_reference(
     assert case.metrics == ["tool_failures", "tool_constraints"]
 
     def fixed(request: str) -> Trace:
-        with OnlineEvaluator(log=False) as evaluator:
+        with OnlineEvaluator(capture=attempt_capture(tmp_path), log=False) as evaluator:
             agent().invoke(
                 {"messages": [("user", request)]},
                 {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
