@@ -245,6 +245,40 @@ def test_concurrent_writers_produce_whole_lines(tmp_path: Path) -> None:
     assert len(list(read_capture(path))) == 100
 
 
+def test_a_writer_reads_back_its_own_lines_from_a_file_it_shares(tmp_path: Path) -> None:
+    # two writers of one file (two evaluators, or another process), a fragment a killed
+    # third one left, and a line of 200 kB: each writer reads back its own lines, in order
+    path = tmp_path / "c.jsonl"
+    ours, theirs = CaptureWriter(path), CaptureWriter(path)
+    mine: list[Trace] = []
+    for index, writer in enumerate("ootootto"):
+        written = make_trace(f"{index} {'x' * (200_000 if index == 4 else 10)}")
+        if writer == "o":
+            ours.write(written)
+            mine.append(written)
+        else:
+            theirs.write(written)
+        if index == 2:
+            with path.open("ab") as killed:
+                killed.write(b'{"schema_version": 3, "id": "cut sh')
+    assert [t.id for t in ours.read_written()] == [t.id for t in mine]
+    assert [t.output for t in theirs.read_written()] == [f"{i} {'x' * 10}" for i in (2, 5, 6)]
+    assert len(list(read_capture(path, on_error=lambda _: None))) == 8
+    assert list(CaptureWriter(path).read_written()) == []  # a writer that wrote nothing
+    # a capture directory: each shard's own lines, shard by shard
+    sharded, other = (
+        CaptureWriter(tmp_path / "d", shards=3),
+        CaptureWriter(tmp_path / "d", shards=3),
+    )
+    for index in range(12):
+        (sharded if index % 3 else other).write(make_trace(f"{index}", session=f"s{index}"))
+    assert sorted(t.output for t in sharded.read_written()) == sorted(
+        f"{index}" for index in range(12) if index % 3
+    )
+    for writer in (ours, theirs, sharded, other):
+        writer.close()
+
+
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 
 

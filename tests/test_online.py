@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from agenteval_core import (
     GUARD_REFUSED,
     CallbackSink,
+    CaptureFormatError,
     ConsoleSink,
     EvalCase,
     LoopAlert,
@@ -654,20 +655,28 @@ def test_an_evaluator_captures_into_a_directory_of_shards(tmp_path: Path) -> Non
     assert ev.stats.captured == 20 and ev.stats.scored == 20
 
 
-def test_captured_reads_past_a_fragment_an_earlier_killed_process_left(
+def test_captured_holds_the_evaluators_own_runs_past_what_earlier_processes_left(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # an earlier process's run, and the fragment of one it was killed writing: the file's,
+    # not this evaluator's
     capture = tmp_path / "c.jsonl"
-    capture.write_text(trace("before the kill").model_dump_json()[:50])
+    earlier = trace("before the kill")
+    capture.write_text(earlier.model_dump_json() + "\n" + earlier.model_dump_json()[:50])
     with OnlineEvaluator(capture=capture, log=False) as ev:
         submitted = trace("after the restart", session="s")
         ev.submit(submitted)
         with caplog.at_level("WARNING", logger="agenteval"):
             [captured] = ev.captured()
     assert (captured.id, captured.output) == (submitted.id, "after the restart")
-    assert [r.getMessage() for r in caplog.records] == [
-        "agenteval: 1 capture line(s) could not be read and were skipped, as a replay skips "
-        f"them; the first: {capture}:1: truncated line (its writer stopped mid-line)"
+    assert caplog.records == []
+    problems: list[CaptureFormatError] = []
+    assert [t.output for t in read_capture(capture, on_error=problems.append)] == [
+        "before the kill",
+        "after the restart",
+    ]
+    assert [str(problem) for problem in problems] == [
+        f"{capture}:2: truncated line (its writer stopped mid-line)"
     ]
 
 

@@ -38,7 +38,7 @@ from ..engine._engine import (
 from ..engine._sinks import CallbackSink, LoggingSink, ResultsFileSink, Sink, close_sink
 from ..metrics._loops import LoopGuard, ToolCallLoops
 from ..metrics._protocol import Metric, SessionMetric
-from ..schema._capture import CaptureWriter, read_capture, skipping_bad_lines
+from ..schema._capture import CaptureWriter, skipping_bad_lines
 from ..schema._results import MetricResult, TraceResults
 from ..schema._trace import LoopAlert, Trace
 from ._recorder import Recorder
@@ -626,19 +626,23 @@ class OnlineEvaluator:
             return self._idle.wait_for(scored, remaining())
 
     def captured(self, timeout: float = 20.0) -> list[Trace]:
-        """Every trace in this evaluator's capture file, once everything recorded so far is
-        captured (waiting up to ``timeout``): the way to get a run's ``Trace`` in a test.
+        """The traces this evaluator captured, in the order they were written, read back from
+        its capture file once everything recorded so far is captured (waiting up to
+        ``timeout``): the way to get a run's ``Trace`` in a test, or in a suite's agent
+        function. What other writers append to the same file (evaluators of other attempts
+        run at once, other processes, earlier runs) is left out: ``read_capture(path)`` reads
+        the whole file.
 
         Raises:
             ValueError: the evaluator captures nothing (``capture=None``).
             TimeoutError: what was recorded was not handled within ``timeout``.
         """
-        if self.capture_path is None:
+        if self._capture is None:
             raise ValueError("this evaluator has no capture file: give it capture=PATH")
         if not self.flush(timeout):
             raise TimeoutError(f"agenteval: the recorded runs were not captured in {timeout} s")
-        with skipping_bad_lines() as skipped:  # a fragment an earlier, killed process left
-            return list(read_capture(self.capture_path, on_error=skipped.append))
+        with skipping_bad_lines() as skipped:
+            return list(self._capture.read_written(on_error=skipped.append))
 
     def _on_own_thread(self) -> bool:
         """Whether the caller is a callback on the scoring loop's thread or the recorder's."""

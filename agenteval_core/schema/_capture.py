@@ -68,6 +68,9 @@ class CaptureWriter:
     logged once per reopening. After ``fork()`` the child reopens the file and renews its
     lock, so a lock held by a parent thread at the fork never blocks the child. Thread-safe.
 
+    The writer knows which lines of the file are its own (:meth:`read_written`): where
+    other writers share the file, its runs are told apart from theirs.
+
     ``shards=N`` makes ``path`` a capture directory of ``N`` files,
     ``part-00000-of-0000N.jsonl`` and on, each trace in the file its session picks (a stable
     hash of the session id; the trace id for a trace without one), so every session lies in
@@ -94,6 +97,10 @@ class CaptureWriter:
         self._file = self._open()
         self._path_checked = time.monotonic()
         self._end = -1  # where this writer's last line ended
+        # the byte ranges [start, end) of the open file that this writer's lines fill, one
+        # range while nobody else appends between them: a writer alone holds one range
+        # however many lines it writes
+        self._ranges: list[list[int]] = []
         renew_after_fork(self)
 
     def _open(self) -> IO[bytes]:
@@ -106,6 +113,11 @@ class CaptureWriter:
             self._follow_path()
             with appending(self._file):
                 self._end = append_line(self._file, line, self._end)
+            start = self._end - len(line)
+            if self._ranges and self._ranges[-1][1] == start:
+                self._ranges[-1][1] = self._end
+            else:
+                self._ranges.append([start, self._end])
             if self.fsync:
                 os.fsync(self._file.fileno())
             self.written += 1
@@ -129,6 +141,7 @@ class CaptureWriter:
         self._file.close()
         self._file = self._open()
         self._end = -1
+        self._ranges = []  # a new file: the lines written so far are in the one moved away
         self._reopened += 1
         logger.warning(
             "agenteval: the capture file %s was deleted or renamed; reopened it at that path "
@@ -140,6 +153,34 @@ class CaptureWriter:
     def reopened(self) -> int:
         """How many times the file was reopened because its path had moved on."""
         return self._reopened
+
+    def read_written(
+        self, *, on_error: Callable[[CaptureFormatError], None] | None = None
+    ) -> Iterator[Trace]:
+        """The traces this writer wrote, read back from the file at ``path`` in the order
+        they were written; the lines other writers appended to the same file (another
+        evaluator or process sharing it, the runs of earlier ones) are left out. After the
+        file was moved away (see above), those written to the new file. A bad line is raised
+        as :class:`CaptureFormatError`, or passed to ``on_error``."""
+        with self._lock:
+            ranges = [(start, end) for start, end in reversed(self._ranges)]
+        if not ranges:
+            return
+
+        def own(lines: Iterable[tuple[int, bytes, int]]) -> Iterator[tuple[int, bytes, int]]:
+            position = 0
+            for number, line, oversize in lines:
+                start, position = position, position + (oversize or len(line))
+                while ranges[-1][1] <= start:  # ranges ascend from the end of the list
+                    ranges.pop()
+                    if not ranges:
+                        return
+                if ranges[-1][0] <= start:
+                    yield number, line, oversize
+
+        with open(self.path, "rb") as handle:
+            for _, trace in parse_lines(os.fspath(self.path), own(split_lines(handle)), on_error):
+                yield trace
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the file; later writes raise ``ValueError``. Waits at most ``timeout``
@@ -218,6 +259,12 @@ class _ShardedCaptureWriter(CaptureWriter):
     def reopened(self) -> int:
         """How many times a shard's file was reopened because its path had moved on."""
         return sum(part.reopened for part in self.parts)
+
+    def read_written(
+        self, *, on_error: Callable[[CaptureFormatError], None] | None = None
+    ) -> Iterator[Trace]:
+        for part in self.parts:  # shard by shard, as read_capture reads the directory
+            yield from part.read_written(on_error=on_error)
 
     def close(self, timeout: float = 5.0) -> None:
         remaining = time_left(timeout)
