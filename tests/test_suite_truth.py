@@ -8,22 +8,30 @@ import contextvars
 import itertools
 import math
 import threading
+import uuid
+from pathlib import Path
 from typing import Any
 
 import hotel_agent
 import pytest
+from agenteval_langchain import AgentEvalCallbackHandler
+from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from agenteval_core import (
     AgentStep,
     EvalCase,
     EvalSuite,
     MetricInputError,
+    OnlineEvaluator,
     RunStatus,
     ToolCall,
     Trace,
     estimate_pass_k,
+    read_capture,
 )
 from agenteval_core.pytest_plugin import assert_eval, assert_pass_k
 
@@ -493,3 +501,101 @@ def test_a_request_that_stands_alone_runs_without_its_earlier_turns() -> None:
     report = EvalSuite("s").add_cases(case).run(stateless, k=1, attempts=2)
     assert asked == [case.input] * 2
     assert [r.outcome for r in report.cases[0].runs] == ["passed", "passed"]
+
+
+def refunds_agent() -> Any:
+    """A LangGraph agent that refunds the order it is asked about: A-1 three times over (a
+    loop), any other once."""
+
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return f"refunded {order_id}"
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        request, last = str(messages[0].content), messages[-1]
+        done = sum(isinstance(message, ToolMessage) for message in messages)
+        order = request.split()[-1]
+        if isinstance(last, HumanMessage) or (order == "A-1" and done < 3):
+            return AIMessage("", tool_calls=[tool_call("refund", f"c{done}", order_id=order)])
+        return AIMessage(f"Done: {last.content}")
+
+    return create_agent(ScriptedChatModel(reply=reply), tools=[refund])
+
+
+REFUNDS = [
+    EvalCase(id="loops", input="Refund A-1", metrics=["tool_call_loops"]),
+    EvalCase(id="refunds", input="Refund A-2", metrics=["tool_call_loops"]),
+]
+
+
+def test_an_evaluator_per_attempt_returns_its_own_run_while_others_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/regressions.md's agent function: an evaluator per attempt, on the default
+    # capture file, which the attempts run at once share. captured() read the whole file, so
+    # its last trace was whichever attempt's ended last: the looping case passed on the
+    # other's run
+    monkeypatch.chdir(tmp_path)
+    both_ran = threading.Barrier(2, timeout=30)
+
+    def run_agent(request: str) -> Trace:
+        with OnlineEvaluator(log=False) as evaluator:
+            config: Any = {
+                "callbacks": [AgentEvalCallbackHandler(evaluator)],
+                "configurable": {"thread_id": str(uuid.uuid4())},
+            }
+            refunds_agent().invoke({"messages": [("user", request)]}, config)
+            assert evaluator.flush(30)
+            both_ran.wait()  # both runs are on file before either is read back
+            return evaluator.captured()[-1]
+
+    report = EvalSuite("refunds").add_cases(REFUNDS).run(run_agent, concurrency=2)
+    assert [
+        (run.case_id, run.outcome, run.output, run.reason)
+        for case in report.cases
+        for run in case.runs
+    ] == [
+        (
+            "loops",
+            "failed",
+            "Done: refunded A-1",
+            "tool_call_loops 0.000 < 0.5: refund called 3 times with the same arguments "
+            '{"order_id": "A-1"}',
+        ),
+        ("refunds", "passed", "Done: refunded A-2", "scored by tool_call_loops; none failed"),
+    ]
+    shared = read_capture(tmp_path / "agenteval-capture.jsonl")
+    assert sorted(t.input for t in shared) == ["Refund A-1", "Refund A-2"]
+
+
+def test_a_trace_returned_for_another_case_is_no_run_of_this_one() -> None:
+    # an agent function that hands back a run it returned before, another case's: scored as
+    # this case's run, the other case's pass was this one's
+    shared = looked_up("Where is A-1?")
+    cases = [
+        EvalCase(id="first", input="Where is A-1?", expected_tool_calls=["lookup"]),
+        EvalCase(id="second", input="Where is A-2?", expected_tool_calls=["lookup"]),
+    ]
+    report = (
+        EvalSuite("s")
+        .add_cases(cases)
+        .add_evaluators("tool_call_accuracy")
+        .run(lambda question: shared, k=2, concurrency=1)
+    )
+    said = (
+        "the agent function returned a trace it had returned for another case (first; trace "
+        f"{shared.id}): each attempt returns the trace of its own run. Attempts run at once "
+        "(concurrency), and an evaluator they share holds all their runs, its last one perhaps "
+        "another attempt's: give each attempt an OnlineEvaluator of its own (its captured() "
+        "holds only its runs), or find the run by a session id of its own"
+    )
+    assert [
+        (run.case_id, run.outcome, run.reason, run.error)
+        for case in report.cases
+        for run in case.runs
+    ] == [
+        ("first", "passed", "scored by tool_call_accuracy; none failed", None),
+        ("first", "passed", "scored by tool_call_accuracy; none failed", None),
+        ("second", "agent_error", said, "another case's run"),
+        ("second", "agent_error", said, "another case's run"),
+    ]

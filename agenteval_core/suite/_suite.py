@@ -78,8 +78,8 @@ AttemptOutcome = Literal[
 metric failed its threshold or errored), ``not_scored`` (every metric skipped it: there was
 nothing to check), ``incomplete`` (the run ended in error, was stopped, cancelled, timed out
 or hit a limit), ``refused`` (its answer was the model provider's refusal, and the case does
-not allow one: ``EvalCase.allow_refusal``), ``agent_error`` (the agent function raised),
-``agent_timeout`` (the agent function did not return within the suite's ``timeout``),
+not allow one: ``EvalCase.allow_refusal``), ``agent_error`` (the agent function raised, or
+returned a trace it had returned for another case), ``agent_timeout`` (the agent function did not return within the suite's ``timeout``),
 ``out_of_context`` (the case's request only answers its earlier turns, "Yes, please.", and
 the agent function takes no ``conversation`` to be given them; or the case's run went on
 after a human's answers, and it takes no ``resume`` to be given them: it was not run). Only
@@ -539,6 +539,15 @@ _OUT_OF_CONTEXT = (
 )
 
 
+_ANOTHER_CASES_RUN = (
+    "the agent function returned a trace it had returned for another case ({case}; trace "
+    "{trace}): each attempt returns the trace of its own run. Attempts run at once "
+    "(concurrency), and an evaluator they share holds all their runs, its last one perhaps "
+    "another attempt's: give each attempt an OnlineEvaluator of its own (its captured() "
+    "holds only its runs), or find the run by a session id of its own"
+)
+
+
 _NO_RESUME = (
     "not run: the case's run went on from a human's answers (the case's `resume`: given "
     "at a pause, or while it ran), and the agent function takes no `resume` parameter to "
@@ -684,10 +693,14 @@ class EvalSuite:
         with Progress(console=Console(stderr=True), disable=not show) as bar:
             task = bar.add_task(self.name, total=len(self.cases) * attempts)
 
+            owners: dict[str, EvalCase] = {}
+
             async def attempt(case: EvalCase, index: int) -> RunResult:
                 async with limit:
                     engine = engines[tuple(case.metrics or ())]
-                    result = await self._attempt(engine, agent_fn, case, index, takes, timeout)
+                    result = await self._attempt(
+                        engine, agent_fn, case, index, takes, timeout, owners
+                    )
                 bar.advance(task)
                 return result
 
@@ -725,7 +738,10 @@ class EvalSuite:
         index: int,
         takes: frozenset[str],
         timeout: float | None,
+        owners: dict[str, EvalCase],
     ) -> RunResult:
+        """One attempt of ``case``, scored. ``owners``: the case each trace the agent
+        returned so far was returned for (a trace is the run of one case)."""
         scored = case
         if agent_fn is not None and "conversation" not in takes and _follows_up(case):
             return _not_run(case, index, "out_of_context", _OUT_OF_CONTEXT)
@@ -747,13 +763,19 @@ class EvalSuite:
                 return await produced if inspect.isawaitable(produced) else produced
 
             try:
-                scored = _with_output(case, await asyncio.wait_for(call(), timeout))
+                produced = await asyncio.wait_for(call(), timeout)
             except TimeoutError:
                 why = f"the agent did not return within {timeout:g} s"
                 return _not_run(case, index, "agent_timeout", why, f"timed out after {timeout:g} s")
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 return _not_run(case, index, "agent_error", f"the agent raised {error}", error)
+            run = produced.trace if isinstance(produced, EvalCase) else produced
+            if isinstance(run, Trace) and owners.setdefault(run.id, case) is not case:
+                # scored as this case's run, another case's pass would be this one's
+                why = _ANOTHER_CASES_RUN.format(trace=run.id, case=owners[run.id].id)
+                return _not_run(case, index, "agent_error", why, "another case's run")
+            scored = _with_output(case, produced)
         # runs of a case are independent attempts, not a session: score each on its own
         alone = (
             scored.model_copy(
