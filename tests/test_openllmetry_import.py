@@ -21,7 +21,15 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from test_openinference_import import CLASSIC_RUNS, assert_classic_run, view
 
-from agenteval_core import Engine, RunStatus, SpanKind, Trace, read_capture
+from agenteval_core import (
+    AGENT_NAME,
+    HANDOFF_TARGET,
+    Engine,
+    RunStatus,
+    SpanKind,
+    Trace,
+    read_capture,
+)
 from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
 
 _INSTRUMENTED = """
@@ -108,6 +116,25 @@ with OnlineEvaluator(capture=capture, log=False) as evaluator:
         engine.query("When did A-1 ship?")
     else:
         asyncio.run(run())
+provider.shutdown()
+"""
+)
+
+TEAM = (
+    _INSTRUMENTED
+    + """
+from langchain.agents import create_agent
+from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+from agenteval_langchain import AgentEvalCallbackHandler
+from langgraph_agents import supervised_team
+
+LangchainInstrumentor().instrument(tracer_provider=provider)
+team = supervised_team(create_agent)  # made under the instrumentor, as an application makes it
+with OnlineEvaluator(capture=capture, log=False) as evaluator:
+    team.invoke(
+        {"messages": [("user", "Where is A-1?")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
 provider.shutdown()
 """
 )
@@ -440,3 +467,54 @@ def test_an_openllmetry_classic_agent_executor_run_imports_as_the_handler_captur
     [theirs] = imported
     for trace in (ours, theirs):
         assert_classic_run(trace, kind)
+
+
+def test_an_openllmetry_supervised_team_imports_with_its_agents_and_handoff(
+    tmp_path: Path,
+) -> None:
+    # OpenLLMetry writes each named graph (the supervisor, its worker) as a task beside an
+    # empty invoke_agent span naming it, and the handoff's goto as an empty span: no span
+    # below an agent had its name, the agents had no request or answer, and no call said
+    # where it handed the run
+    ours, imported = both_ways(TEAM, None, tmp_path)
+    [theirs] = imported
+
+    def agents(trace: Trace) -> list[tuple[Any, ...]]:
+        return [
+            (s.kind, s.name if s.kind is not SpanKind.LLM else "", s.attributes.get(AGENT_NAME))
+            + ((s.input, s.output) if s.kind is SpanKind.AGENT else ())
+            for s in trace.spans
+            if s.kind is not SpanKind.CHAIN and s.attributes.get(AGENT_NAME) != "LangGraph"
+        ]
+
+    named = [span for span in agents(ours) if span[2] is not None]
+    assert named == agents(theirs)
+    assert named == [
+        (SpanKind.AGENT, "supervisor", "supervisor", "Where is A-1?", None),
+        (SpanKind.LLM, "", "supervisor"),
+        (SpanKind.TOOL, "transfer_to_orders_agent", "supervisor"),
+        (SpanKind.AGENT, "orders_agent", "orders_agent", "Where is A-1?", "A-1 has shipped."),
+        (SpanKind.LLM, "", "orders_agent"),
+        (SpanKind.TOOL, "lookup_order", "orders_agent"),
+        (SpanKind.LLM, "", "orders_agent"),
+        (
+            SpanKind.AGENT,
+            "supervisor",
+            "supervisor",
+            "Where is A-1?",
+            "Your order A-1 has shipped.",
+        ),
+        (SpanKind.LLM, "", "supervisor"),
+    ]
+    [transfer] = [s for s in theirs.spans if s.name == "transfer_to_orders_agent"]
+    assert transfer.attributes[HANDOFF_TARGET] == "orders_agent"
+    assert [s.name for s in theirs.spans if s.name.startswith("goto")] == []
+    assert [(c.id, c.name, c.result) for c in theirs.tool_calls()] == [
+        ("h1", "transfer_to_orders_agent", "Transferred to orders_agent"),
+        ("o1", "lookup_order", "shipped"),
+    ]
+    assert (theirs.input, theirs.output, theirs.status) == (
+        "Where is A-1?",
+        "Your order A-1 has shipped.",
+        RunStatus.OK,
+    )

@@ -729,6 +729,76 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
             span.attributes[AGENT_NAME] = named[span.id]
 
 
+def _chain_io(a: dict[str, Any]) -> tuple[Any, Any]:
+    """What OpenLLMetry's LangChain instrumentor says a chain was given and returned (its
+    callback's inputs and outputs), each None when it says nothing."""
+    given, ended = _json(a.get(TASK_INPUT)), _json(a.get(TASK_OUTPUT))
+    return (
+        given["inputs"] if isinstance(given, dict) and "inputs" in given else None,
+        ended["outputs"] if isinstance(ended, dict) and "outputs" in ended else None,
+    )
+
+
+def _traceloop_graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
+    """OpenLLMetry's LangGraph agents as the LangChain adapter records them. Its LangChain
+    instrumentor writes a named graph's run (``create_agent(name=...)``, a supervisor's
+    worker) as a task span of that name beside an empty ``invoke_agent`` span naming the
+    agent, and a ``Command``'s ``goto`` as an empty span under the span that returned it
+    (a handoff tool, the tool node). The task is the agent span, given the request its
+    input ends with and answering its last AI message, with the agent's name on every span
+    below it; the tool and node that sent the run on hold the target
+    (:data:`HANDOFF_TARGET`); the empty spans go."""
+    children: defaultdict[str | None, list[int]] = defaultdict(list)
+    for index, span in enumerate(spans):
+        children[span.parent_id].append(index)
+    dropped: set[int] = set()
+    named: dict[str, str] = {}  # an agent's spans, to its name
+    by_id = {span.id: span for span in spans}
+    for index, (raw, span) in enumerate(zip(raws, spans, strict=True)):
+        a = raw.attributes
+        if index == 0 or children[span.id]:
+            continue
+        goto = a.get(_GOTO_NODE)
+        if goto is not None and span.parent_id in by_id:
+            by_id[span.parent_id].attributes[HANDOFF_TARGET] = goto
+            dropped.add(index)
+            continue
+        name = a.get(AGENT_NAME)
+        if a.get(OPERATION_NAME) != "invoke_agent" or not isinstance(name, str):
+            continue
+        task = next(
+            (
+                other
+                for other in children[span.parent_id]
+                if raws[other].attributes.get(_ENTITY_NAME) == name
+                and raws[other].attributes.get(_TRACELOOP_KIND) == "task"
+            ),
+            None,
+        )
+        if task is None:
+            continue
+        agent, (given, ended) = spans[task], _chain_io(raws[task].attributes)
+        agent.kind, agent.name = SpanKind.AGENT, name
+        agent.input = _last(given if agent.input is None else agent.input, _HUMAN)
+        agent.output = _last(ended if agent.output is None else agent.output, _AI)
+        named[agent.id] = name
+        dropped.add(index)
+    if not dropped:
+        return
+    for index, span in enumerate(spans):  # a parent before its children
+        if span.id not in named and span.parent_id in named:
+            named[span.id] = named[span.parent_id]
+        if span.id in named and index not in dropped:
+            span.attributes[AGENT_NAME] = named[span.id]
+    raws[:] = [raw for index, raw in enumerate(raws) if index not in dropped]
+    spans[:] = [span for index, span in enumerate(spans) if index not in dropped]
+
+
+_GOTO_NODE = "langgraph.command.goto_node"
+_ENTITY_NAME = "traceloop.entity.name"
+_TRACELOOP_KIND = "traceloop.span.kind"
+
+
 def _graph_depth(raw: RawSpan) -> int | None:
     """How many graphs deep a LangGraph run is (its ``langgraph_checkpoint_ns`` has one
     part a graph); None for a span of no LangGraph run."""
@@ -935,12 +1005,9 @@ def _conversation(root: Span, spans: list[Span], raws: list[RawSpan]) -> tuple[A
         return query, _query_text(_json(a.get(ENTITY_OUTPUT)))
     if CREW_INPUTS in a:  # OpenInference's CrewAI kickoff: its inputs, the session key too
         given = None
-    task_input, task_output = _json(a.get(TASK_INPUT)), _json(a.get(TASK_OUTPUT))
-    if given is None and isinstance(task_input, dict) and "inputs" in task_input:
-        given = task_input["inputs"]  # OpenLLMetry's LangChain run: its chain's inputs
-    ended = root.output
-    if ended is None and isinstance(task_output, dict) and "outputs" in task_output:
-        ended = task_output["outputs"]
+    chain_input, chain_output = _chain_io(a)
+    given = chain_input if given is None else given
+    ended = chain_output if root.output is None else root.output
     if isinstance(given, dict) and "init_state" in given:
         # a LlamaIndex workflow's run: its bookkeeping (the broker's state, a start event's
         # repr without the fields it was run with), no request
@@ -1117,6 +1184,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
             span.kind, span.tool_call = SpanKind.CHAIN, None
     _link_calls(spans, guessed)
     _graph_agents(raws, spans)
+    _traceloop_graph_agents(raws, spans)
     if root.kind is SpanKind.CHAIN and "openinference.span.kind" in a:
         root.kind = SpanKind.AGENT  # the whole run of a graph or workflow agent, as ours say
     inputs, output = _conversation(root, spans, raws)
