@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -31,7 +32,9 @@ def time_left(timeout: float | None) -> Callable[[], float | None]:
 
 
 def run_sync(coroutine: Coroutine[Any, Any, Any], *, closing: Iterable[object] = ()) -> Any:
-    """Run a coroutine to completion from sync code, even when called inside a running loop.
+    """Run a coroutine to completion from sync code, even when called inside a running loop
+    (a notebook's, an async test's): then on a thread of its own, in a copy of the caller's
+    context (its ``session(...)``).
 
     It runs on an event loop of its own, which ends with it: what ``closing`` (judges)
     opened on that loop, their connections, is closed first (see
@@ -42,8 +45,9 @@ def run_sync(coroutine: Coroutine[Any, Any, Any], *, closing: Iterable[object] =
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(run)
+    context = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, run).result()
+        return pool.submit(context.run, asyncio.run, run).result()
 
 
 async def _then_close(coroutine: Coroutine[Any, Any, Any], owners: list[object]) -> Any:

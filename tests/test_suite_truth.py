@@ -599,3 +599,31 @@ def test_a_trace_returned_for_another_case_is_no_run_of_this_one() -> None:
         ("second", "agent_error", said, "another case's run"),
         ("second", "agent_error", said, "another case's run"),
     ]
+
+
+def test_the_blocking_forms_run_inside_a_running_event_loop(tmp_path: Path) -> None:
+    # a notebook's cell, or an async test, runs in an event loop: suite.run, replay and
+    # cases_from_capture raised "asyncio.run() cannot be called from a running event loop"
+    from agenteval_core import cases_from_capture, replay
+
+    seen: list[str | None] = []
+
+    def agent(question: str) -> Trace:
+        seen.append(CALLER.get())  # the caller's context reaches the agent, as outside a loop
+        return looked_up(question)
+
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text(looked_up("Where is A-1?").model_dump_json() + "\n")
+    case = EvalCase(id="c", input="q", expected_tool_calls=["lookup"])
+
+    async def cell() -> tuple[list[str], int, int]:
+        CALLER.set("the notebook")
+        report = EvalSuite("s").add_cases(case).add_evaluators("tool_call_accuracy").run(agent, k=2)
+        return (
+            [run.outcome for run in report.cases[0].runs],
+            replay(capture, ["tool_failures"]).traces,
+            len(cases_from_capture(capture, metrics=["tool_failures"])),
+        )
+
+    assert asyncio.run(cell()) == (["passed", "passed"], 1, 0)
+    assert seen == ["the notebook"] * 2

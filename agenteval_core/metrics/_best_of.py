@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .._errors import MetricInputError
+from .._sync import run_sync
 from ..judges._protocol import Judge, JudgeRequest
 from ._judge_base import Prompt
 
@@ -132,4 +133,4 @@ def best_of(
     inputs: Sequence[str], answers: Mapping[str, Sequence[str]], judge: Judge
 ) -> BestOfResult:
     """Blocking form of :func:`abest_of`."""
-    return asyncio.run(abest_of(inputs, answers, judge))
+    return run_sync(abest_of(inputs, answers, judge))

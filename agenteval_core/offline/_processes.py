@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from .._errors import CaptureFormatError, ResultsWriteError, os_error_at
 from .._options import check_options
+from .._sync import run_sync
 from ..engine._engine import MAX_OPEN_SESSIONS, checked_open_sessions_limit
 from ..engine._sinks import Sink, is_results_directory, results_shards
 from ..judges._base import spends_against_budget
@@ -146,7 +147,7 @@ def replay(
         warn_at_end(report, options, elsewhere=False)
         return report
     with fewer_collections():
-        return asyncio.run(areplay(Path(path), metrics, **options))
+        return run_sync(areplay(Path(path), metrics, **options))
 
 
 def _check_workers(workers: int, *, sinks: Sequence[Sink], on_trace: Any) -> None:
@@ -566,7 +567,7 @@ def _run_tasks(
     scoring = time.monotonic()
     mine: list[int] = []
     with fewer_collections():
-        report = asyncio.run(
+        report = run_sync(
             replay_lines(
                 path,
                 metrics,

@@ -41,6 +41,7 @@ from typing import IO, Any, Unpack
 import numpy as np
 
 from .._errors import CaptureError, CaptureFormatError, ClusterUnreachableError, os_error_at
+from .._sync import run_sync
 from ..engine._engine import MAX_OPEN_SESSIONS, Engine, resolve_metrics
 from ..engine._sinks import (
     Sink,
@@ -736,7 +737,7 @@ def replay_on_ray(
         raise unsendable("replay on Ray", exc, workers="Ray's workers", imports=False) from exc
     preflight = getattr(judge, "preflight", None)
     if preflight is not None:  # a misconfigured judge fails now, not on every worker
-        asyncio.run(preflight())
+        run_sync(preflight())
     started_here = not ray.is_initialized()
     if started_here:
         address = address or os.environ.get("RAY_ADDRESS")

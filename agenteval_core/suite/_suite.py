@@ -23,6 +23,7 @@ from rich.progress import Progress
 
 from .._errors import CaptureError, MetricInputError, describe_validation
 from .._options import check_options
+from .._sync import run_sync
 from .._tables import TextTable, show, unscored_note
 from .._text import says_nothing_alone
 from ..engine._engine import Engine, resolve_metrics
@@ -637,7 +638,7 @@ class EvalSuite:
     ) -> SuiteReport:
         """Run every case k times and score each run; see :meth:`arun` (the same
         ``options``)."""
-        return asyncio.run(self.arun(agent_fn, k, **options))
+        return run_sync(self.arun(agent_fn, k, **options))
 
     async def arun(
         self, agent_fn: AgentFn | None = None, k: int = 1, **options: Unpack[RunOptions]
