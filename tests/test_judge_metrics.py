@@ -164,6 +164,39 @@ def test_the_judge_reads_a_follow_up_after_the_answer_it_accepts(
     )
 
 
+def test_the_judge_reads_what_a_crew_kicked_off_with_inputs_was_asked(
+    judge_server: JudgeServer, tmp_path: Path
+) -> None:
+    # a crew's request is its kickoff inputs; its tasks say what they ask of them. The judge
+    # was shown "user input: {"order_id": "A-1"}" alone, and had to guess the task
+    from agenteval_crewai import AgentEvalListener
+    from agenteval_crewai._scripted import ScriptedLLM
+    from crewai import Agent, Crew, Task
+
+    llm = ScriptedLLM(model="scripted", replies=["Thought: I know it.\nFinal Answer: Refunded."])
+    agent = Agent(role="support", goal="help", backstory="careful", llm=llm, verbose=False)
+    tasks = [
+        Task(description="Check order {order_id}.", expected_output="its status", agent=agent),
+        Task(description="Refund order {order_id}.", expected_output="a receipt", agent=agent),
+    ]
+    with OnlineEvaluator(capture=tmp_path / "capture.jsonl", log=False) as evaluator:
+        listener = AgentEvalListener(evaluator)
+        Crew(agents=[agent], tasks=tasks, verbose=False).kickoff(inputs={"order_id": "A-1"})
+        assert listener.flush(20)
+        [crew] = evaluator.captured()
+        listener.close()
+    judge_server.reply(
+        {"task": "check and refund order A-1", "outcome": "refunded"},
+        {"verdict": 1.0, "reason": "refunded as asked"},
+    )
+    assert run_metric("task_completion", judge_server, crew).score == 1.0
+    sent = judge_server.requests[0]["messages"][1]["content"]
+    assert (
+        'user input: {"order_id": "A-1"}\na task the run was given: Check order A-1.\n'
+        "a task the run was given: Refund order A-1.\n"
+    ) in sent
+
+
 def test_argument_correctness_counts_verdicts(judge_server: JudgeServer) -> None:
     judge_server.reply(
         {

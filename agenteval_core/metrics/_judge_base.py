@@ -20,7 +20,16 @@ from .._errors import (
 from .._redact import redact_text
 from ..judges._pricing import cost_usd
 from ..judges._protocol import Judge, JudgeRequest
-from ..schema._trace import HUMAN_ANSWERS, RESUME, EvalCase, ToolCall, Trace, last_answer, text_of
+from ..schema._trace import (
+    HUMAN_ANSWERS,
+    RESUME,
+    EvalCase,
+    SpanKind,
+    ToolCall,
+    Trace,
+    last_answer,
+    text_of,
+)
 from ._protocol import Metric, MetricKind, Score
 
 __all__ = ["JudgeMetric", "Prompt", "data_block", "describe_trace", "field_limit"]
@@ -69,13 +78,15 @@ def _call_line(call: ToolCall) -> str:
 
 def describe_trace(case: EvalCase) -> str:
     """A compact account of the run: the agent's previous answer in the conversation (up to
-    500 characters, when known), the request, each step's thought and tool calls, the answer."""
+    500 characters, when known), the request and the tasks the run was given, each step's
+    thought and tool calls, the answer."""
     lines = []
     previous = case.trace.previous_answer() if case.trace is not None else ""
     previous = previous or last_answer(case.conversation or [])
     if previous:  # "Yes, please." says what it accepts only after the offer
         lines.append(f"the agent's previous answer in this conversation: {previous[:500]}")
     lines.append(f"user input: {text_of(case.input)}")
+    lines.extend(f"a task the run was given: {task[:1000]}" for task in _tasks_given(case))
     media = case.trace.request_media() if case.trace is not None else []
     if media:  # what the agent saw that the judge does not
         lines.append(f"the user's request also held {_media_words(media)}, not shown here")
@@ -99,6 +110,19 @@ def describe_trace(case: EvalCase) -> str:
     if case.trace is not None and case.trace.error:
         lines.append(f"run error: {case.trace.error}")
     return "\n".join(lines)
+
+
+def _tasks_given(case: EvalCase) -> list[str]:
+    """What each task span of the run asked (a CrewAI crew's tasks, as their agents were
+    told), where the request does not say it: a crew kicked off with inputs has them as its
+    request (``{"order_id": "A-1"}``), and what it was asked to do is in its tasks."""
+    asked = text_of(case.input)
+    tasks: list[str] = []
+    for span in case.trace.spans if case.trace is not None else ():
+        task = text_of(span.input) if span.kind is SpanKind.TASK else ""
+        if task and task != asked and task not in tasks:
+            tasks.append(task)
+    return tasks
 
 
 def _media_words(media: list[str]) -> str:
