@@ -626,12 +626,12 @@ class OnlineEvaluator:
             return self._idle.wait_for(scored, remaining())
 
     def captured(self, timeout: float = 20.0) -> list[Trace]:
-        """The traces this evaluator captured, in the order they were written, read back from
-        its capture file once everything recorded so far is captured (waiting up to
-        ``timeout``): the way to get a run's ``Trace`` in a test, or in a suite's agent
-        function. What other writers append to the same file (evaluators of other attempts
-        run at once, other processes, earlier runs) is left out: ``read_capture(path)`` reads
-        the whole file.
+        """The traces this evaluator captured, in the order they were written (a capture
+        directory's shard by shard, each session's in order), read back from its capture
+        once everything recorded so far is captured (waiting up to ``timeout``): the way to
+        get a run's ``Trace`` in a test, or in a suite's agent function. What other writers
+        append to the same file (evaluators of other attempts run at once, other processes,
+        earlier runs) is left out: ``read_capture(path)`` reads the whole file.
 
         Raises:
             ValueError: the evaluator captures nothing (``capture=None``).

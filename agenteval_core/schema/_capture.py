@@ -158,7 +158,7 @@ class CaptureWriter:
         self, *, on_error: Callable[[CaptureFormatError], None] | None = None
     ) -> Iterator[Trace]:
         """The traces this writer wrote, read back from the file at ``path`` in the order
-        they were written; the lines other writers appended to the same file (another
+        they were written (a capture directory's shard by shard); the lines other writers appended to the same file (another
         evaluator or process sharing it, the runs of earlier ones) are left out. After the
         file was moved away (see above), those written to the new file. A bad line is raised
         as :class:`CaptureFormatError`, or passed to ``on_error``."""
