@@ -265,6 +265,13 @@ def test_a_writer_reads_back_its_own_lines_from_a_file_it_shares(tmp_path: Path)
     assert [t.output for t in theirs.read_written()] == [f"{i} {'x' * 10}" for i in (2, 5, 6)]
     assert len(list(read_capture(path, on_error=lambda _: None))) == 8
     assert list(CaptureWriter(path).read_written()) == []  # a writer that wrote nothing
+    # truncated in place (logrotate's copytruncate): what it wrote since
+    with path.open("r+b") as rotated:
+        rotated.truncate(0)
+    after = make_trace("after the rotation")
+    ours.write(after)
+    theirs.write(make_trace("theirs, after"))
+    assert [t.id for t in ours.read_written()] == [after.id]
     # a capture directory: each shard's own lines, shard by shard
     sharded, other = (
         CaptureWriter(tmp_path / "d", shards=3),

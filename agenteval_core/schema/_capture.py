@@ -114,6 +114,8 @@ class CaptureWriter:
             with appending(self._file):
                 self._end = append_line(self._file, line, self._end)
             start = self._end - len(line)
+            if self._ranges and start < self._ranges[-1][1]:
+                self._ranges = []  # truncated in place (copytruncate): those lines are gone
             if self._ranges and self._ranges[-1][1] == start:
                 self._ranges[-1][1] = self._end
             else:
