@@ -415,9 +415,14 @@ class _Workers:
         for process, connection in self.started:
             try:
                 connection.send(tasks)
-            except OSError:  # it stopped after sending its index: what it said, or its end
-                _received(process, connection, "error")
-                raise
+                continue
+            except OSError:  # it stopped after sending its index
+                pass
+            # what it said, or its end, raised here and not in the handler: chained to the
+            # failed send, the error kept that send's frames and the pickling buffer they
+            # hold, which Python 3.12.1's garbage collector crashes on (CPython gh-111049)
+            _received(process, connection, "error")
+            raise RuntimeError(f"replay worker {process.name} stopped before it was sent its tasks")
         return tasks
 
     def check(self) -> None:
