@@ -160,10 +160,11 @@ class CaptureWriter:
         self, *, on_error: Callable[[CaptureFormatError], None] | None = None
     ) -> Iterator[Trace]:
         """The traces this writer wrote, read back from the file at ``path`` in the order
-        they were written (a capture directory's shard by shard); the lines other writers appended to the same file (another
-        evaluator or process sharing it, the runs of earlier ones) are left out. After the
-        file was moved away (see above), those written to the new file. A bad line is raised
-        as :class:`CaptureFormatError`, or passed to ``on_error``."""
+        they were written (a capture directory's shard by shard); the lines other writers
+        appended to the same file (another evaluator or process sharing it, the runs of
+        earlier ones) are left out. After the file was moved away or truncated (see above),
+        those written since. A bad line is raised as :class:`CaptureFormatError`, or passed
+        to ``on_error``."""
         with self._lock:
             ranges = [(start, end) for start, end in reversed(self._ranges)]
         if not ranges:

@@ -80,7 +80,8 @@ metric failed its threshold or errored), ``not_scored`` (every metric skipped it
 nothing to check), ``incomplete`` (the run ended in error, was stopped, cancelled, timed out
 or hit a limit), ``refused`` (its answer was the model provider's refusal, and the case does
 not allow one: ``EvalCase.allow_refusal``), ``agent_error`` (the agent function raised, or
-returned a trace it had returned for another case), ``agent_timeout`` (the agent function did not return within the suite's ``timeout``),
+returned a trace it had returned for another case), ``agent_timeout`` (the agent function
+did not return within the suite's ``timeout``),
 ``out_of_context`` (the case's request only answers its earlier turns, "Yes, please.", and
 the agent function takes no ``conversation`` to be given them; or the case's run went on
 after a human's answers, and it takes no ``resume`` to be given them: it was not run). Only
@@ -643,7 +644,8 @@ class EvalSuite:
     async def arun(
         self, agent_fn: AgentFn | None = None, k: int = 1, **options: Unpack[RunOptions]
     ) -> SuiteReport:
-        """Run every case ``attempts`` times (default k; at most ``concurrency`` at once) and score each run.
+        """Run every case ``attempts`` times (default k; at most ``concurrency`` at once) and
+        score each run.
 
         ``agent_fn`` gets the case input and returns the final output (the case's recorded
         trace is kept with that output), a ``Trace`` or an ``EvalCase``; it may be async.
