@@ -45,25 +45,44 @@ exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=Non
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 """
 
-LANGCHAIN = (
-    _INSTRUMENTED
-    + """
+
+def langchain_script(imports: str, app: str, request: str) -> str:
+    """A script that makes the LangChain app ``app`` (an expression, after ``imports``)
+    under OpenLLMetry's instrumentor, as an application makes it, and invokes it with
+    ``request`` under agenteval's handler too (a run that raises ends there: its trace says
+    how)."""
+    return (
+        _INSTRUMENTED
+        + f"""
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 from agenteval_langchain import AgentEvalCallbackHandler
-from test_openllmetry_import import lookup_agent
+{imports}
 
 LangchainInstrumentor().instrument(tracer_provider=provider)
-agent = lookup_agent(orders)  # made under the instrumentor, as an application makes it
+app = {app}
 with OnlineEvaluator(capture=capture, log=False) as evaluator:
     try:
-        agent.invoke(
-            {"messages": [("user", "Where is A-1?")]},
-            config={"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-        )
+        app.invoke({request}, {{"callbacks": [AgentEvalCallbackHandler(evaluator)]}})
     except ValueError:
         pass
 provider.shutdown()
 """
+    )
+
+
+ASKED = '{"messages": [("user", "Where is A-1?")]}'
+LANGCHAIN = langchain_script(
+    "from test_openllmetry_import import lookup_agent", "lookup_agent(orders)", ASKED
+)
+TEAM = langchain_script(
+    "from langchain.agents import create_agent\nfrom langgraph_agents import supervised_team",
+    "supervised_team(create_agent)",
+    ASKED,
+)
+CLASSIC = langchain_script(
+    "from test_openinference_import import classic_executor",
+    "classic_executor(orders)",
+    '{"input": "Where is A-1?"}',
 )
 
 CREWAI = (
@@ -116,42 +135,6 @@ with OnlineEvaluator(capture=capture, log=False) as evaluator:
         engine.query("When did A-1 ship?")
     else:
         asyncio.run(run())
-provider.shutdown()
-"""
-)
-
-TEAM = (
-    _INSTRUMENTED
-    + """
-from langchain.agents import create_agent
-from opentelemetry.instrumentation.langchain import LangchainInstrumentor
-from agenteval_langchain import AgentEvalCallbackHandler
-from langgraph_agents import supervised_team
-
-LangchainInstrumentor().instrument(tracer_provider=provider)
-team = supervised_team(create_agent)  # made under the instrumentor, as an application makes it
-with OnlineEvaluator(capture=capture, log=False) as evaluator:
-    team.invoke(
-        {"messages": [("user", "Where is A-1?")]},
-        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
-    )
-provider.shutdown()
-"""
-)
-
-CLASSIC = (
-    _INSTRUMENTED
-    + """
-from opentelemetry.instrumentation.langchain import LangchainInstrumentor
-from agenteval_langchain import AgentEvalCallbackHandler
-from test_openinference_import import classic_executor
-
-LangchainInstrumentor().instrument(tracer_provider=provider)
-executor = classic_executor(orders)  # made under the instrumentor, as an application makes it
-with OnlineEvaluator(capture=capture, log=False) as evaluator:
-    executor.invoke(
-        {"input": "Where is A-1?"}, {"callbacks": [AgentEvalCallbackHandler(evaluator)]}
-    )
 provider.shutdown()
 """
 )
