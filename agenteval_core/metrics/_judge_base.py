@@ -118,8 +118,8 @@ def _tasks_given(case: EvalCase) -> list[str]:
     request (``{"order_id": "A-1"}``), and what it was asked to do is in its tasks."""
     asked = text_of(case.input)
     tasks: list[str] = []
-    for span in case.trace.spans if case.trace is not None else ():
-        task = text_of(span.input) if span.kind is SpanKind.TASK else ""
+    for span in case.trace.spans_of(SpanKind.TASK) if case.trace is not None else ():
+        task = text_of(span.input)
         if task and task != asked and task not in tasks:
             tasks.append(task)
     return tasks

@@ -14,10 +14,11 @@ one partition.
 The shards of a capture directory need neither: each is scored whole by one scorer task.
 Judge requests from every worker go through one limiter per judge endpoint (a zero-CPU
 actor), as do an HTTP embedder's, and a judge's spend is kept by one ledger. A scorer's
-output is the data of its task, never a side effect, so a task that Ray retries after a failure neither loses nor doubles a result. Each scorer task also returns
-its part of the report (counts, summaries, sessions, bad lines); the driver writes the
-results lines as they are and adds the parts up as they stream back, parsing no line, so
-that one driver keeps up with a cluster.
+output is the data of its task, never a side effect, so a task that Ray retries after a
+failure neither loses nor doubles a result. Each scorer task also returns its part of the
+report (counts, summaries, sessions, bad lines); the driver writes the results lines as
+they are and adds the parts up as they stream back, parsing no line, so that one driver
+keeps up with a cluster.
 
 Ray is imported only here, and only when a replay asks for it.
 """
