@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import operator
+from typing import Annotated, Any, TypedDict
 
 from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from langchain_core.decisions import BaseDecisionModel, ClassifierResponse
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.types import Command
+from langgraph.types import Command, Send
 
 
 @tool
@@ -190,3 +191,33 @@ def supervised_team(builder: Any) -> Any:
     team.add_edge(START, "supervisor")
     team.add_edge("orders_agent", "supervisor")
     return team.compile()
+
+
+@tool
+def style_guide() -> str:
+    """The house style guide."""
+    return "Short sentences."
+
+
+def summarisers_sent_at_once(reads: dict[str, int]) -> Any:
+    """A graph that sends one plain summariser node per document at once (LangGraph's
+    Send, map-reduce); the summariser of document D reads the style guide ``reads[D]``
+    times."""
+
+    class Documents(TypedDict):
+        docs: list[str]
+        summaries: Annotated[list[str], operator.add]
+
+    def summarise(state: dict[str, Any]) -> dict[str, Any]:
+        guide = ""
+        for _ in range(reads[state["doc"]]):
+            guide = style_guide.invoke({})
+        return {"summaries": [f"{state['doc']}: summarised ({guide})"]}
+
+    graph = StateGraph(Documents)
+    graph.add_node("summarise", summarise)
+    graph.add_conditional_edges(
+        START, lambda state: [Send("summarise", {"doc": d}) for d in state["docs"]], ["summarise"]
+    )
+    graph.add_edge("summarise", END)
+    return graph.compile()

@@ -41,12 +41,14 @@ from langgraph_agents import (
     lookup_order,
     orders_agent,
     retrying_agent,
+    summarisers_sent_at_once,
     supervised_team,
 )
 from pollers import TakingTurns, assert_each_poller_loops_alone
 from pydantic import BaseModel
 
 from agenteval_core import (
+    GRAPH_STEP,
     INTERNAL_CALL,
     PROVIDER_TOOL,
     REASONING,
@@ -2218,6 +2220,149 @@ def test_same_named_agents_sent_at_once_keep_their_own_retries(
         "none of 3 tool calls failed (the framework ran a call again 2 times: each call "
         "counts as its last run)",
     )
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_nodes_sent_at_once_that_each_make_a_call_once_are_not_a_loop(
+    evaluator: OnlineEvaluator, stop_on_loop: bool
+) -> None:
+    # a map-reduce graph sends three summarisers at once, each reading the style guide
+    # once: three identical calls in one sequence were "style_guide called 3 times", and
+    # with stop_on_loop=True the third summariser was stopped in a run that did its work
+    from agenteval_langchain import AgentLoopError
+
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+    state = summarisers_sent_at_once({"a": 1, "b": 1, "c": 1}).invoke(
+        {"docs": ["a", "b", "c"], "summaries": []}, {"callbacks": [handler]}
+    )
+    assert sorted(state["summaries"]) == [f"{d}: summarised (Short sentences.)" for d in "abc"]
+    # the summariser of b reads it three times itself: its own loop
+    with (
+        pytest.raises(AgentLoopError, match=r"style_guide called 3 times with the same arguments")
+        if stop_on_loop
+        else contextlib.nullcontext()
+    ):
+        summarisers_sent_at_once({"a": 1, "b": 3, "c": 1}).invoke(
+            {"docs": ["a", "b", "c"], "summaries": []}, {"callbacks": [handler]}
+        )
+    worked, looped = evaluator.captured()
+    assert (worked.status, worked.alerts) == (RunStatus.OK, [])
+    # each task of the step says its step, its calls under it
+    tasks = [s for s in worked.spans if s.name == "summarise"]
+    assert [s.attributes.get(GRAPH_STEP) for s in tasks] == [1, 1, 1]
+    assert sorted(
+        (c.parent_id, c.tool_call.name, c.tool_call.arguments)
+        for c in worked.spans
+        if c.tool_call is not None
+    ) == sorted((s.id, "style_guide", {}) for s in tasks)
+    loops = ToolCallLoops().measure(worked)
+    assert (loops.score, loops.reason) == (1.0, "no repeated calls or cycles among 3 tool calls")
+    [alert] = looped.alerts
+    assert (alert.pattern, alert.count, alert.stopped) == ("repeated_call", 3, stop_on_loop)
+    assert looped.status == (RunStatus.STOPPED if stop_on_loop else RunStatus.OK)
+    if not stop_on_loop:  # scored as the live guard read it: b's three reads
+        loops = ToolCallLoops().measure(looped)
+        assert (loops.score, loops.metadata["loops"][0]["count"]) == (0.0, 3)
+
+
+def test_parallel_nodes_that_each_make_a_call_once_are_not_a_loop_and_steps_in_turn_are(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # three analysts on parallel edges, each reading the customer's profile once: no loop;
+    # a node that reads it again on each of three rounds of the graph (a cycle of steps,
+    # one task each) still is one
+    @tool
+    def customer_profile(customer_id: str) -> str:
+        """A customer's profile."""
+        return f"{customer_id}: gold tier"
+
+    class Notes(TypedDict):
+        rounds: int
+        notes: Annotated[list[str], operator.add]
+
+    def analyst(name: str) -> Any:
+        def analyse(state: dict[str, Any]) -> dict[str, Any]:
+            return {"notes": [f"{name}: {customer_profile.invoke({'customer_id': 'C-7'})}"]}
+
+        return analyse
+
+    team = StateGraph(Notes)
+    for name in ("risk", "churn", "upsell"):
+        team.add_node(name, analyst(name))
+        team.add_edge(START, name)
+        team.add_edge(name, END)
+
+    def again(state: dict[str, Any]) -> dict[str, Any]:
+        customer_profile.invoke({"customer_id": "C-7"})
+        return {"rounds": state["rounds"] + 1}
+
+    rounds = StateGraph(Notes)
+    rounds.add_node("check", again)
+    rounds.add_edge(START, "check")
+    rounds.add_conditional_edges("check", lambda s: END if s["rounds"] == 3 else "check")
+
+    handler = AgentEvalCallbackHandler(evaluator)
+    state = team.compile().invoke({"rounds": 0, "notes": []}, {"callbacks": [handler]})
+    assert sorted(state["notes"]) == [
+        "churn: C-7: gold tier",
+        "risk: C-7: gold tier",
+        "upsell: C-7: gold tier",
+    ]
+    assert rounds.compile().invoke({"rounds": 0, "notes": []}, {"callbacks": [handler]}) == {
+        "rounds": 3,
+        "notes": [],
+    }
+    analysed, checked = evaluator.captured()
+    assert sorted(
+        s.attributes.get(GRAPH_STEP)
+        for s in analysed.spans
+        if s.name != "__start__" and GRAPH_STEP in s.attributes
+    ) == [1, 1, 1]
+    assert (analysed.alerts, ToolCallLoops().measure(analysed).score) == ([], 1.0)
+    assert [s.attributes[GRAPH_STEP] for s in checked.spans if s.name == "check"] == [1, 2, 3]
+    [alert] = checked.alerts
+    assert (alert.pattern, alert.count) == ("repeated_call", 3)
+    assert ToolCallLoops().measure(checked).score == 0.0
+
+
+def test_sub_agents_sent_at_once_that_each_make_a_call_once_are_not_a_loop(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # unnamed create_agent sub-agents sent at once by a plain node (no agent spans, so no
+    # lanes of their own), each asking for the refund policy once: not a loop. A model that
+    # asks for one call three times in one reply is read as in every framework (each call
+    # runs as a task of one step of its own agent's graph): a repeated call
+    @tool
+    def refund_policy() -> str:
+        """The refund policy."""
+        return "30 days."
+
+    def reply(messages: Any) -> AIMessage:
+        if messages[-1].type == "tool":
+            return AIMessage(f"{messages[0].content}: {messages[-1].content}")
+        order = str(messages[0].content).split()[-1]
+        return AIMessage("", tool_calls=[tool_call("refund_policy", f"p-{order}")])
+
+    checker = create_agent(ScriptedChatModel(reply=reply), tools=[refund_policy])
+    handler = AgentEvalCallbackHandler(evaluator)
+    state = sent_at_once(checker, "Refund").invoke(
+        {"items": ["A-1", "B-2", "C-3"], "results": []}, {"callbacks": [handler]}
+    )
+    assert sorted(state["results"]) == [f"Refund {o}: 30 days." for o in ("A-1", "B-2", "C-3")]
+    thrice = AIMessage("", tool_calls=[tool_call("refund_policy", f"p{n}") for n in range(3)])
+    create_agent(
+        ScriptedChatModel(replies=[thrice, AIMessage("30 days.")]), tools=[refund_policy]
+    ).invoke({"messages": [("user", "Refund policy?")]}, {"callbacks": [handler]})
+    fanned, asked_thrice = evaluator.captured()
+    assert sorted((c.id, c.result) for c in fanned.tool_calls()) == [
+        ("p-A-1", "30 days."),
+        ("p-B-2", "30 days."),
+        ("p-C-3", "30 days."),
+    ]
+    assert (fanned.alerts, ToolCallLoops().measure(fanned).score) == ([], 1.0)
+    [alert] = asked_thrice.alerts
+    assert sorted(c.id for c in alert.calls) == ["p0", "p1", "p2"]  # run in any order
+    assert ToolCallLoops().measure(asked_thrice).score == 0.0
 
 
 @pytest.mark.parametrize("streamed", [False, True])

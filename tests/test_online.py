@@ -347,6 +347,34 @@ def test_a_handoff_repeats_only_while_nothing_new_happens() -> None:
     assert found is not None and found.pattern == "repeated_call"
 
 
+def test_a_call_made_side_by_side_counts_as_the_task_that_made_it_most() -> None:
+    # three tasks of one graph step (the graph's span "g", step 1) each read the guide once:
+    # one read. Task b reads it twice more (3 in all, the most of any task): three reads,
+    # and the alert holds the reads that counted
+    guard = LoopGuard(repeat_threshold=3)
+    guide = call("style_guide")
+    for task in ("a", "b", "c"):
+        assert guard.observe("t", guide, branches=[(("g", 1), task)]) is None
+    assert guard.observe("t", guide, branches=[(("g", 1), "b")]) is None
+    alert = guard.observe("t", guide, branches=[(("g", 1), "b")])
+    assert alert is not None and (alert.pattern, alert.count) == ("repeated_call", 3)
+    # the same reads in tasks of three steps one after another: three reads
+    steps = LoopGuard(repeat_threshold=3)
+    found = [steps.observe("t", guide, branches=[(("g", n), f"task-{n}")]) for n in (1, 2, 3)]
+    assert found[:2] == [None, None] and found[2] is not None and found[2].count == 3
+    # nested: two tasks of an outer step, each running an inner graph whose steps read the
+    # guide once each. Task x reads it on two inner steps, y on three: three reads in all
+    nested = LoopGuard(repeat_threshold=3)
+    reads = [("x", 1), ("y", 1), ("x", 2), ("y", 2), ("y", 3)]
+    found = [
+        nested.observe(
+            "t", guide, branches=[((f"inner-{task}", n), f"{task}{n}"), (("g", 1), task)]
+        )
+        for task, n in reads
+    ]
+    assert found[:4] == [None] * 4 and found[4] is not None and found[4].count == 3
+
+
 def test_a_call_run_again_under_its_id_counts_once_until_the_model_asks_again() -> None:
     guard = LoopGuard(repeat_threshold=3)
     lookup = ToolCall(id="c1", name="lookup", arguments={"order_id": "A-1"})

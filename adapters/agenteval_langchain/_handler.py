@@ -23,7 +23,14 @@ from agenteval_core import (
 )
 from agenteval_core.recording import RunRoots, error_text
 
-from ._translate import SESSION_KWARG, Event, Translator, graph_is_agent, tool_returned
+from ._translate import (
+    SESSION_KWARG,
+    Event,
+    Translator,
+    graph_is_agent,
+    graph_step,
+    tool_returned,
+)
 
 __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
 
@@ -118,17 +125,20 @@ class _Guard:
             except Exception as exc:  # a bug of ours must never reach the agent
                 self.recorder.guard_failed(exc)
             return
+        step = graph_step(kwargs.get("tags"))
         root = self.runs.enter(
             run_id,
             parent_run_id,
             tool=name == "on_tool_start",
             may_be_agent=name == "on_chain_start"
             and self._may_be_agent(args, kwargs, parent_run_id),
+            step=step,
         )
-        if any(str(tag).startswith("graph:step:") for tag in kwargs.get("tags") or ()):
+        if step is not None:
             self.runs.agent_found(parent_run_id)  # a graph: an agent, if named (as traced)
         agent = (kwargs.get("metadata") or {}).get("lc_agent_name")
         if name in _MODEL_STARTS:
+            self.runs.model_started(run_id)
             # what the model asks for next is a call of its own; a model a tool calls (its
             # summariser, a sub-agent) asks for none of the run's calls
             if not self.runs.inside_tool(parent_run_id):
@@ -147,7 +157,13 @@ class _Guard:
             )
             refuse = self.translator.refuser(run_id)
             alert = self.recorder.check_tool_call(
-                root, call, refuse=refuse, agent=agent, lane=self.runs.lane(run_id), key=run_id
+                root,
+                call,
+                refuse=refuse,
+                agent=agent,
+                lane=self.runs.lane(run_id),
+                branches=self.runs.branches(run_id, asked=bool(call.id)),
+                key=run_id,
             )
         except Exception as exc:  # a bug of ours must never reach the agent
             self.recorder.guard_failed(exc)

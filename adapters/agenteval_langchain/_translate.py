@@ -13,6 +13,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from agenteval_core import (
     AGENT_NAME,
     CONTROL_FLOW,
+    GRAPH_STEP,
     HANDOFF_TARGET,
     INTERNAL_CALL,
     PROVIDER_TOOL,
@@ -225,6 +226,16 @@ def graph_is_agent(name: str, in_tool: bool) -> bool:
 
 
 _INTERNAL_METADATA = ("langgraph_", "checkpoint_", "ls_", "__")
+
+
+def graph_step(tags: Any) -> int | None:
+    """The step of its graph a run is a task of (LangGraph tags a node's run
+    ``graph:step:<n>``, and no run below it), else ``None``."""
+    for tag in tags or ():
+        if str(tag).startswith("graph:step:"):
+            number = str(tag)[len("graph:step:") :]
+            return int(number) if number.isdigit() else None
+    return None
 
 
 def run_metadata(metadata: dict[str, Any], tags: Any) -> dict[str, Any]:
@@ -533,8 +544,10 @@ class Translator:
         return parent is not None and parent.attributes.get(INTERNAL_CALL) is True
 
     def _start(self, e: Event, kind: SpanKind, name: str, inputs: Any, **extra: Any) -> None:
-        if any(str(tag).startswith("graph:step:") for tag in e.kwargs.get("tags") or ()):
+        step = graph_step(e.kwargs.get("tags"))
+        if step is not None:
             self._graph_found(e.parent_run_id)
+            extra["attributes"] = {**(extra.get("attributes") or {}), GRAPH_STEP: step}
         agent = self._agent_name(e)
         if agent:
             extra["attributes"] = {AGENT_NAME: agent, **(extra.get("attributes") or {})}

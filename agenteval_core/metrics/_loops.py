@@ -17,11 +17,19 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..schema._trace import EvalCase, LoopAlert, Span, SpanKind, ToolCall, Trace
+from ..schema._trace import GRAPH_STEP, EvalCase, LoopAlert, Span, SpanKind, ToolCall, Trace
 from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
 
-__all__ = ["Lanes", "LoopGuard", "ToolCallLoops", "agents_above", "canonical_call"]
+__all__ = [
+    "Branches",
+    "Lanes",
+    "LoopGuard",
+    "ToolCallLoops",
+    "agents_above",
+    "canonical_call",
+    "steps_above",
+]
 
 
 HANDOFF_PREFIXES = ("transfer_to_", "transfer_back_to_")
@@ -58,6 +66,14 @@ class _RunCalls:
     )
     """Each call id run since its agent's last model call, with its call's identity, the
     agent it ran for (``None``: not said) and its lane (:class:`Lanes`)."""
+    made_in: dict[tuple[Hashable, tuple[str, str]], Counter[Hashable]] = field(default_factory=dict)
+    """For each step of a graph (:data:`Branches`) and call identity, how many times each
+    of the step's tasks made the call."""
+
+
+Branches = Sequence[tuple[Hashable, Hashable]]
+"""The graph steps a call was made in, nearest first, each as the step's key and the task
+of it that made the call: tasks of one step ran side by side (:data:`GRAPH_STEP`)."""
 
 
 class Lanes:
@@ -115,6 +131,46 @@ def agents_above(
     return line
 
 
+def steps_above(
+    key: Hashable | None,
+    parent_of: Callable[[Hashable], Hashable | None],
+    step_of: Callable[[Hashable], Any],
+    most: int,
+    ran_model: Callable[[Hashable], bool] | None = None,
+) -> list[tuple[Hashable, Hashable]]:
+    """The graph steps span ``key`` runs in (:data:`Branches`), nearest first:
+    ``parent_of`` walks up, ``step_of`` gives a task span's step number (``None`` for other
+    spans); a step's key is its number and the task's parent; at most ``most`` steps up.
+
+    ``ran_model``, given for a call a model asked for, tells a task that ran a model call
+    inside it; one that did not only ran a call a model elsewhere asked for (``create_agent``
+    runs each call of a reply as a task of one step) and is left out: the calls a model
+    asked for at once are read as in every framework."""
+    found: list[tuple[Hashable, Hashable]] = []
+    for _ in range(most):
+        if key is None:
+            break
+        parent = parent_of(key)
+        step = step_of(key)
+        if step is not None and (ran_model is None or ran_model(key)):
+            found.append(((parent, step), key))
+        key = parent
+    return found
+
+
+def _beside(run: _RunCalls, branches: Branches, signature: tuple[str, str]) -> bool:
+    """Record a call made in the tasks ``branches``; whether another task of one of those
+    steps, running beside this one, made it as many times already: the same call asked for
+    side by side (three summarisers each reading the style guide once), not made again."""
+    beside = False
+    for step, task in branches:
+        made = run.made_in.setdefault((step, signature), Counter())
+        made[task] += 1
+        if any(count >= made[task] for other, count in made.items() if other != task):
+            beside = True
+    return beside
+
+
 def _unchanged_since(calls: list[ToolCall]) -> list[ToolCall]:
     """The last of ``calls`` (one call made again and again, the last one about to run)
     since one returned other than the one before it: a call that finds the world changed
@@ -158,8 +214,10 @@ class LoopGuard:
     reported once per run. A call run again under its id with no model call of its
     agent in between (:meth:`model_called`; another agent of the run may call its model
     meanwhile) is the same call, its framework's retry (as in :meth:`Trace.tool_calls`),
-    and counts once. State is per run and dropped by :meth:`forget` when the run ends;
-    thread-safe.
+    and counts once. A call the tasks of one graph step made side by side
+    (:data:`Branches`), none seeing what the others found, counts as many times as the
+    task that made it most. State is per run and dropped by :meth:`forget` when the run
+    ends; thread-safe.
     """
 
     def __init__(
@@ -187,10 +245,11 @@ class LoopGuard:
         started: float | None = None,
         agent: str | None = None,
         lane: Hashable | None = None,
+        branches: Branches = (),
     ) -> LoopAlert | None:
         """Record a tool call about to run in ``run`` (for ``agent``, when the run has
-        several; in ``lane``, from :class:`Lanes`, when agents of the run run at once);
-        return an alert if it closes a loop."""
+        several; in ``lane``, from :class:`Lanes`, when agents of the run run at once; in
+        the graph steps' tasks ``branches``); return an alert if it closes a loop."""
         signature = canonical_call(call)
         with self._lock:
             calls = self._runs.get(run)
@@ -201,6 +260,8 @@ class LoopGuard:
                 if earlier is not None and earlier[0] == signature:
                     return None  # its framework runs the call again: no call of the agent's
                 calls.since_model_call[call.id] = (signature, agent, lane)
+            if branches and _beside(calls, branches, signature):
+                return None  # made beside another task's call: one call of the run's
             own = calls.lanes.get(lane)
             if own is None:
                 own = calls.lanes[lane] = _Lane()
@@ -342,6 +403,38 @@ def call_lanes(trace: Trace) -> dict[int, Hashable | None]:
     return found
 
 
+def call_branches(trace: Trace) -> dict[int, Branches]:
+    """The graph steps each tool call of a finished run was made in (:data:`Branches`, as
+    the live guard read them), by the ``id`` of each span's call; empty when no task span
+    says its step."""
+    if not any(GRAPH_STEP in span.attributes for span in trace.spans):
+        return {}
+    by_id = {span.id: span for span in trace.spans}
+
+    def parent_of(key: Hashable) -> Hashable | None:
+        span = by_id.get(str(key))
+        return span.parent_id if span is not None else None
+
+    def step_of(key: Hashable) -> Any:
+        span = by_id.get(str(key))
+        return span.attributes.get(GRAPH_STEP) if span is not None else None
+
+    ran_model: set[Hashable] = set()  # the spans with a model call inside them
+    for span in trace.spans_of(SpanKind.LLM):
+        ran_model.update(task for _, task in steps_above(span.id, parent_of, step_of, len(by_id)))
+    return {
+        id(span.tool_call): steps_above(
+            span.id,
+            parent_of,
+            step_of,
+            len(by_id),
+            ran_model.__contains__ if span.tool_call.id else None,
+        )
+        for span in trace.spans
+        if span.tool_call is not None
+    }
+
+
 def _started(span: Span) -> float:
     return span.start_time if span.start_time is not None else float("-inf")
 
@@ -354,16 +447,18 @@ class ToolCallLoops(Metric):
     replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
     same tool with the same arguments ``repeat_threshold`` times since it last returned
     something new, or a short cycle repeated,
-    in the lanes the live guard read (:func:`call_lanes`).
+    in the lanes the live guard read (:func:`call_lanes`), a call the tasks of one graph
+    step made side by side once (:func:`call_branches`).
     1.0 when there is no loop, 0.0 when there is one; ``metadata["loops"]`` names each loop
     and the calls involved. A run with no calls that did not complete (failed, or paused for
     a human) is skipped. Its score feeds the session metrics' loop signal.
     """
 
     name = "tool_call_loops"
-    version: ClassVar[str] = "3"
+    version: ClassVar[str] = "4"
     """2: the calls of agents running at once read apart; 3: a call that returned something
-    new starts its count again."""
+    new starts its count again; 4: a call the tasks of one graph step made side by side
+    counts once."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
@@ -409,10 +504,12 @@ class ToolCallLoops(Metric):
             {canonical_call(call) for call in calls}
         ) < len(calls):
             guard = LoopGuard(**self.options)
-            lanes = call_lanes(case.trace)
+            lanes, branches = call_lanes(case.trace), call_branches(case.trace)
             for call in calls:  # each call once already: the agent asked for each of them
                 guard.model_called("run")
-                alert = guard.observe("run", call, lane=lanes.get(id(call)))
+                alert = guard.observe(
+                    "run", call, lane=lanes.get(id(call)), branches=branches.get(id(call), ())
+                )
                 if alert is not None:
                     loops.append(alert)
         if not loops:

@@ -24,10 +24,11 @@ from typing import Any, NamedTuple, TypeVar
 
 from .._fork import renew_after_fork
 from .._sync import time_left
-from ..metrics._loops import Lanes, LoopGuard, agents_above
+from ..metrics._loops import Branches, Lanes, LoopGuard, agents_above, steps_above
 from ..schema._conversation import messages_of, share_conversation
 from ..schema._trace import (
     AGENT_NAME,
+    GRAPH_STEP,
     GUARD_REFUSED,
     HUMAN_ANSWERS,
     RESUME,
@@ -443,6 +444,7 @@ class Recorder:
         stops: bool = True,
         agent: str | None = None,
         lane: Hashable | None = None,
+        branches: Branches = (),
         key: Hashable | None = None,
     ) -> LoopAlert | None:
         """Ask the guard about a tool call before it runs, on the agent's thread.
@@ -454,14 +456,17 @@ class Recorder:
         adapter can stop this run as well (False: its looping calls are refused, the run
         goes on, and the alert and the trace say so). ``agent``: the agent the call is made
         for, when the run has several; ``lane``: its lane (:meth:`RunRoots.lane`), when
-        agents of the run run at once. ``key``: the adapter's key of the tool's run, to give
+        agents of the run run at once; ``branches``: the graph steps it is made in
+        (:meth:`RunRoots.branches`). ``key``: the adapter's key of the tool's run, to give
         :meth:`tool_returned` when it ends.
         """
         earlier = self.guard.stopped_by(run)
         if earlier is not None:
             self.put(AlertEvent(refuse, earlier.model_copy(update={"calls": [call]})))
             return earlier
-        alert = self.guard.observe(run, call, started=time.time(), agent=agent, lane=lane)
+        alert = self.guard.observe(
+            run, call, started=time.time(), agent=agent, lane=lane, branches=branches
+        )
         if alert is None:
             if key is not None:
                 with self._running_lock:
@@ -573,6 +578,8 @@ class RunRoots:
         self._may_be_agents: set[Hashable] = set()
         self._agents: dict[Hashable, set[Hashable]] = {}  # a run's agent spans open now
         self._lanes: dict[Hashable, Lanes] = {}
+        self._steps: dict[Hashable, int] = {}  # a graph's tasks: their step's number
+        self._ran_model: set[Hashable] = set()  # tasks with a model call inside them
 
     def __len__(self) -> int:
         return len(self._members)
@@ -584,14 +591,18 @@ class RunRoots:
         *,
         tool: bool = False,
         may_be_agent: bool = False,
+        step: int | None = None,
     ) -> Hashable:
         """Record a span starting under ``parent`` (``None`` for a root), a tool's when
         ``tool``, one that is an agent if :meth:`agent_found` says so when
-        ``may_be_agent``; return its root."""
+        ``may_be_agent``, a task of its graph's step ``step`` (:data:`GRAPH_STEP`); return
+        its root."""
         if tool or parent in self._tools:
             self._tools.add(key)
         if may_be_agent:
             self._may_be_agents.add(key)
+        if step is not None:
+            self._steps[key] = step
         if parent is None:
             self._members.setdefault(key, [])
             return key
@@ -625,6 +636,25 @@ class RunRoots:
 
         return lanes.lane(above(self._parents.get(key)), [above(agent) for agent in running])
 
+    def model_started(self, key: Hashable) -> None:
+        """A model call ``key`` started: the graph's tasks it runs in ran a model."""
+        if self._steps:
+            self._ran_model.update(task for _, task in self._steps_above(key))
+
+    def branches(self, key: Hashable, asked: bool) -> Branches:
+        """The graph steps the open span ``key`` runs in (:data:`Branches`), for a call a
+        model asked for when ``asked``."""
+        if not self._steps:
+            return ()
+        return self._steps_above(key, self._ran_model.__contains__ if asked else None)
+
+    def _steps_above(
+        self, key: Hashable, ran_model: Callable[[Hashable], bool] | None = None
+    ) -> list[tuple[Hashable, Hashable]]:
+        return steps_above(
+            key, self._parents.get, self._steps.get, len(self._parents) + 1, ran_model
+        )
+
     def inside_tool(self, parent: Hashable | None) -> bool:
         """Whether a span started under ``parent`` runs inside a tool (the tool's own
         model call, a sub-agent it runs): a model call there asks for none of the run's
@@ -635,6 +665,8 @@ class RunRoots:
         """A span ended: a root's run is forgotten; an agent inside a run stops running."""
         self._tools.discard(key)
         self._may_be_agents.discard(key)
+        self._steps.pop(key, None)
+        self._ran_model.discard(key)
         if key not in self._members:
             agents = self._agents.get(self._roots.get(key, key))
             if agents is not None:
@@ -647,6 +679,8 @@ class RunRoots:
             self._parents.pop(member, None)
             self._tools.discard(member)
             self._may_be_agents.discard(member)
+            self._steps.pop(member, None)
+            self._ran_model.discard(member)
 
 
 @dataclass
@@ -660,6 +694,8 @@ class _OpenTrace:
     """The loop guard has refused a call of this run."""
     lanes: Lanes = field(default_factory=Lanes)
     """Which of the run's calls the guard reads as one sequence."""
+    ran_model: set[Hashable] = field(default_factory=set)
+    """The run's graph tasks (:data:`GRAPH_STEP`) with a model call inside them."""
     last_event: float = 0.0
     """When a span of this run last started or ended (the event's own time)."""
     waiting: str | None = None
@@ -829,6 +865,8 @@ class TraceAssembler:
             # summariser, a sub-agent) asks for none of the run's calls
             lane = self._lane(owner, parent_key) if parent_key is not None else None
             self.recorder.guard.model_called(owner.key, agent, lane)
+        if kind is SpanKind.LLM and parent_key is not None and self.watch_loops:
+            owner.ran_model.update(task for _, task in self._branches(parent_key))
         if kind is SpanKind.LLM and parent is not None:
             messages = messages_of(input)
             if messages:  # the conversation so far, resent: held once (see share_conversation)
@@ -887,6 +925,7 @@ class TraceAssembler:
             started=started,
             agent=agent,
             lane=self._lane(owner, key),
+            branches=self._branches(key, owner.ran_model.__contains__ if call.id else None),
         )
         if alert is not None:
             trace.alerts.append(alert)
@@ -900,6 +939,19 @@ class TraceAssembler:
             lambda above: spans[above].parent_key if above in spans else None,
             lambda above: above in spans and spans[above].span.kind is SpanKind.AGENT,
             len(spans),
+        )
+
+    def _branches(
+        self, key: Hashable, ran_model: Callable[[Hashable], bool] | None = None
+    ) -> Branches:
+        """The graph steps the open span ``key`` runs in (:data:`Branches`)."""
+        spans = self._spans
+        return steps_above(
+            key,
+            lambda above: spans[above].parent_key if above in spans else None,
+            lambda above: spans[above].span.attributes.get(GRAPH_STEP) if above in spans else None,
+            len(spans),
+            ran_model,
         )
 
     def _lane(self, owner: _OpenTrace, key: Hashable) -> Hashable | None:

@@ -29,6 +29,7 @@ __all__ = [
     "COMPLETED_STATUSES",
     "CONTROL_FLOW",
     "FINISH_REASONS",
+    "GRAPH_STEP",
     "GUARD_REFUSED",
     "HANDOFF_TARGET",
     "HUMAN_ANSWERS",
@@ -88,6 +89,12 @@ flow (a pause for a human, a handoff to another agent) rather than by an error."
 
 HANDOFF_TARGET = "agenteval.handoff.goto"
 """Span attribute: where a handoff went."""
+
+GRAPH_STEP = "agenteval.graph_step"
+"""Span attribute of a task a graph ran as one of its steps (a LangGraph node run): the
+step's number. Tasks under one parent with the same number ran side by side (a ``Send``
+fan-out, parallel edges, a model's parallel tool calls), none seeing what the others found:
+the loop guard reads a call made again in another of them as one call, not a repeat."""
 
 REFUSAL = "agenteval.refusal"
 """Span attribute of an LLM span whose reply was the provider's explicit refusal (OpenAI's
