@@ -34,6 +34,7 @@ from langgraph_agents import (
     answered_by_its_tool,
     functional_agent,
     retrying_agent,
+    summarisers_sent_at_once,
     supervised_team,
 )
 from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
@@ -59,6 +60,7 @@ from workflows.errors import WorkflowCancelledByUser
 
 from agenteval_core import (
     AGENT_NAME,
+    GRAPH_STEP,
     INTERNAL_CALL,
     OnlineEvaluator,
     RunStatus,
@@ -190,6 +192,38 @@ def test_a_langgraph_agent_run(spans_file: Path, tmp_path: Path) -> None:
         ],
     }
     assert theirs.framework == "openinference"
+
+
+def graph_steps(trace: Trace) -> list[tuple[SpanKind, str, Any]]:
+    """The spans of a trace that say their graph step: kind, node name, step."""
+    return [
+        (s.kind, s.name.removeprefix("execute_task "), s.attributes[GRAPH_STEP])
+        for s in trace.spans
+        if GRAPH_STEP in s.attributes
+    ]
+
+
+SUMMARISERS_STEPS = [(SpanKind.CHAIN, "__start__", 0)] + [(SpanKind.CHAIN, "summarise", 1)] * 3
+
+
+def test_nodes_sent_at_once_import_with_their_graph_step(spans_file: Path, tmp_path: Path) -> None:
+    # OpenInference writes LangGraph's step in each run's metadata: three summarisers a
+    # map-reduce graph sent at once imported without it, so their one read of the style
+    # guide each was one call made three times (tool_call_loops 0.0, the handler's 1.0)
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        summarisers_sent_at_once({"a": 1, "b": 1, "c": 1}).invoke(
+            {"docs": ["a", "b", "c"], "summaries": []},
+            {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    assert graph_steps(theirs) == graph_steps(ours) == SUMMARISERS_STEPS
+    for trace in (ours, theirs):
+        loops = ToolCallLoops().measure(trace)
+        assert (loops.score, loops.reason) == (
+            1.0,
+            "no repeated calls or cycles among 3 tool calls",
+        )
 
 
 def test_a_request_with_an_image_imports_with_its_text_and_its_image(

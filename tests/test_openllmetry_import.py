@@ -19,7 +19,13 @@ from agenteval_otel import import_otlp
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
-from test_openinference_import import CLASSIC_RUNS, assert_classic_run, view
+from test_openinference_import import (
+    CLASSIC_RUNS,
+    SUMMARISERS_STEPS,
+    assert_classic_run,
+    graph_steps,
+    view,
+)
 
 from agenteval_core import (
     AGENT_NAME,
@@ -78,6 +84,11 @@ TEAM = langchain_script(
     "from langchain.agents import create_agent\nfrom langgraph_agents import supervised_team",
     "supervised_team(create_agent)",
     ASKED,
+)
+SUMMARISERS = langchain_script(
+    "from langgraph_agents import summarisers_sent_at_once",
+    'summarisers_sent_at_once({"a": 1, "b": 1, "c": 1})',
+    '{"docs": ["a", "b", "c"], "summaries": []}',
 )
 CLASSIC = langchain_script(
     "from test_openinference_import import classic_executor",
@@ -501,3 +512,18 @@ def test_an_openllmetry_supervised_team_imports_with_its_agents_and_handoff(
         "Your order A-1 has shipped.",
         RunStatus.OK,
     )
+
+
+def test_openllmetry_nodes_sent_at_once_import_with_their_graph_step(tmp_path: Path) -> None:
+    # OpenLLMetry writes a run's metadata as attributes, LangGraph's step among them: three
+    # summarisers a map-reduce graph sent at once each read the style guide once, imported
+    # as one call made three times (tool_call_loops 0.0, the handler's 1.0)
+    ours, imported = both_ways(SUMMARISERS, None, tmp_path)
+    [theirs] = imported
+    assert graph_steps(theirs) == graph_steps(ours) == SUMMARISERS_STEPS
+    for trace in (ours, theirs):
+        loops = ToolCallLoops().measure(trace)
+        assert (loops.score, loops.reason) == (
+            1.0,
+            "no repeated calls or cycles among 3 tool calls",
+        )

@@ -26,6 +26,7 @@ from typing import Any
 
 from agenteval_core import (
     AGENT_NAME,
+    GRAPH_STEP,
     HANDOFF_TARGET,
     INTERNAL_CALL,
     OTEL_OPERATION_NAMES,
@@ -694,9 +695,11 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
     agent span when it has a name of its own (``create_agent(name=...)``, a supervisor's
     worker) or a tool runs it (a sub-agent, a deep agent's ``task``), given the request its
     input ends with and answering its last AI message, its name (unless LangGraph's
-    default) on every span below it; any other LangGraph run is no agent."""
+    default) on every span below it; any other LangGraph run is no agent. A task's own run
+    (a node's) says its step (:data:`GRAPH_STEP`), as the adapter records it."""
     by_id = {span.id: span for span in spans}
-    depth = {span.id: _graph_depth(raw) for raw, span in zip(raws, spans, strict=True)}
+    tasks = {span.id: _graph_task(raw) for raw, span in zip(raws, spans, strict=True)}
+    depth = {key: len(task[0].split("|")) if task else None for key, task in tasks.items()}
     runs_graph = {  # a child one graph further down: the run is a graph's
         span.parent_id
         for span in spans
@@ -727,6 +730,9 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
             named[span.id] = named[span.parent_id]
         if span.id in named:
             span.attributes[AGENT_NAME] = named[span.id]
+        task = tasks[span.id]
+        if task is not None and task[1] is not None and task != tasks.get(span.parent_id or ""):
+            span.attributes[GRAPH_STEP] = task[1]  # a task's own run: its parent is not in it
 
 
 def _chain_io(a: dict[str, Any]) -> tuple[Any, Any]:
@@ -799,15 +805,29 @@ _ENTITY_NAME = "traceloop.entity.name"
 _TRACELOOP_KIND = "traceloop.span.kind"
 
 
-def _graph_depth(raw: RawSpan) -> int | None:
-    """How many graphs deep a LangGraph run is (its ``langgraph_checkpoint_ns`` has one
-    part a graph); None for a span of no LangGraph run."""
-    metadata = raw.attributes.get("metadata")
-    if not isinstance(metadata, str) or "langgraph_checkpoint_ns" not in metadata:
-        return None  # most spans: no JSON parsed
-    parsed = _json(metadata)
-    namespace = parsed.get("langgraph_checkpoint_ns") if isinstance(parsed, dict) else None
-    return len(namespace.split("|")) if isinstance(namespace, str) and namespace else None
+_TRACELOOP_METADATA = "traceloop.association.properties."
+"""OpenLLMetry writes a LangChain run's metadata as attributes, each key after this."""
+
+
+def _graph_task(raw: RawSpan) -> tuple[str, int | None] | None:
+    """The LangGraph task a run is in: its ``langgraph_checkpoint_ns`` (one part a graph
+    deep) and its step's number, from the run's metadata (OpenInference's JSON, OpenLLMetry's
+    attributes); None for a span of no LangGraph run."""
+    a = raw.attributes
+    namespace = a.get(_TRACELOOP_METADATA + "langgraph_checkpoint_ns")
+    if namespace is not None:
+        step = a.get(_TRACELOOP_METADATA + "langgraph_step")
+    else:
+        metadata = a.get("metadata")
+        if not isinstance(metadata, str) or "langgraph_checkpoint_ns" not in metadata:
+            return None  # most spans: no JSON parsed
+        parsed = _json(metadata)
+        if not isinstance(parsed, dict):
+            return None
+        namespace, step = parsed.get("langgraph_checkpoint_ns"), parsed.get("langgraph_step")
+    if not isinstance(namespace, str) or not namespace:
+        return None
+    return namespace, step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def _link_calls(spans: list[Span], guessed: set[str]) -> None:
