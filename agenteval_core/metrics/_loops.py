@@ -446,9 +446,10 @@ class ToolCallLoops(Metric):
     The run's tool calls (those the guard refused included: the agent asked for them) are
     replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
     same tool with the same arguments ``repeat_threshold`` times since it last returned
-    something new, or a short cycle repeated,
-    in the lanes the live guard read (:func:`call_lanes`), a call the tasks of one graph
-    step made side by side once (:func:`call_branches`).
+    something new, or a short cycle repeated. The calls are read as the live guard read
+    them: those of agents that ran at once apart, each agent's in a lane of its own, and a
+    call the tasks of one graph step made side by side as many times as the task that made
+    it most.
     1.0 when there is no loop, 0.0 when there is one; ``metadata["loops"]`` names each loop
     and the calls involved. A run with no calls that did not complete (failed, or paused for
     a human) is skipped. Its score feeds the session metrics' loop signal.
