@@ -203,7 +203,17 @@ def graph_steps(trace: Trace) -> list[tuple[SpanKind, str, Any]]:
     ]
 
 
-SUMMARISERS_STEPS = [(SpanKind.CHAIN, "__start__", 0)] + [(SpanKind.CHAIN, "summarise", 1)] * 3
+def assert_summarisers_imported(ours: Trace, theirs: Trace) -> None:
+    """The run of ``summarisers_sent_at_once`` (three summarisers, one read each) imported
+    with each node run's graph step as the handler records them, and no loop in either."""
+    steps = [(SpanKind.CHAIN, "__start__", 0)] + [(SpanKind.CHAIN, "summarise", 1)] * 3
+    assert graph_steps(theirs) == graph_steps(ours) == steps
+    for trace in (ours, theirs):
+        loops = ToolCallLoops().measure(trace)
+        assert (loops.score, loops.reason) == (
+            1.0,
+            "no repeated calls or cycles among 3 tool calls",
+        )
 
 
 def test_nodes_sent_at_once_import_with_their_graph_step(spans_file: Path, tmp_path: Path) -> None:
@@ -217,13 +227,7 @@ def test_nodes_sent_at_once_import_with_their_graph_step(spans_file: Path, tmp_p
         )
         [ours] = evaluator.captured()
     [theirs] = import_otlp(spans_file)
-    assert graph_steps(theirs) == graph_steps(ours) == SUMMARISERS_STEPS
-    for trace in (ours, theirs):
-        loops = ToolCallLoops().measure(trace)
-        assert (loops.score, loops.reason) == (
-            1.0,
-            "no repeated calls or cycles among 3 tool calls",
-        )
+    assert_summarisers_imported(ours, theirs)
 
 
 def test_a_request_with_an_image_imports_with_its_text_and_its_image(
