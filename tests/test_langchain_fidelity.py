@@ -2365,6 +2365,48 @@ def test_sub_agents_sent_at_once_that_each_make_a_call_once_are_not_a_loop(
     assert ToolCallLoops().measure(asked_thrice).score == 0.0
 
 
+@pytest.mark.parametrize("owned_up", [False, True])
+def test_a_failure_in_one_task_of_a_step_is_not_recovered_by_the_tasks_beside_it(
+    evaluator: OnlineEvaluator, owned_up: bool
+) -> None:
+    # three unnamed sub-agents sent at once, each looking up one order; Z-9's lookup
+    # failed and its agent answered as if it had shipped. The lookups of A-1 and B-2 came
+    # later, with other arguments, and counted as its recovery (0.83), though neither
+    # agent could see it: a graph's tasks see each other's results once their step ends
+    @tool
+    def order_status(order_id: str) -> str:
+        """Status of an order."""
+        return "Error: no order Z-9" if order_id == "Z-9" else "shipped"
+
+    def reply(messages: Any) -> AIMessage:
+        order = str(messages[0].content).split()[-1]
+        if messages[-1].type != "tool":
+            return AIMessage(
+                "", tool_calls=[tool_call("order_status", f"c-{order}", order_id=order)]
+            )
+        if owned_up and order == "Z-9":
+            return AIMessage("I could not find order Z-9.")
+        return AIMessage(f"{order} has shipped.")
+
+    checker = create_agent(ScriptedChatModel(reply=reply), tools=[order_status])
+    sent_at_once(checker, "Check").invoke(
+        {"items": ["Z-9", "A-1", "B-2"], "results": []},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    assert sorted((c.arguments["order_id"], c.failed) for c in trace.tool_calls()) == [
+        ("A-1", False),
+        ("B-2", False),
+        ("Z-9", True),
+    ]
+    failures = ToolFailures().measure(trace)
+    # 1 − (1 failed + 1 not recovered) / (2 × 3) = 2/3; owned up to: 1 − 1 / 6 = 5/6
+    assert failures.score == pytest.approx(5 / 6 if owned_up else 2 / 3)
+    assert [(f["arguments"], f["recovered"]) for f in failures.metadata["failures"]] == [
+        ({"order_id": "Z-9"}, owned_up)
+    ]
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 def test_a_models_reasoning_is_recorded_and_is_the_thought_of_its_calls(
     evaluator: OnlineEvaluator, streamed: bool

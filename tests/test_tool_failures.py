@@ -167,7 +167,7 @@ def test_a_call_of_another_agent_recovers_a_failure_only_after_it_was_handed_on(
     # one made after that agent ended (its answer handed on, as to a supervisor) may have
     recovered, unrecovered = 1.0 - 1 / 4, 1.0 - 2 / 4
     beside = ToolFailures().measure(_two_agents(other_starts=1.5))
-    assert (beside.score, beside.version) == (unrecovered, "2")  # version 1 said 0.75
+    assert (beside.score, beside.version) == (unrecovered, "3")  # version 1 said 0.75
     assert ToolFailures().measure(_two_agents(other_starts=3.0)).score == recovered
     # the failing agent's own answer says so: recovered, whatever the run's answer says
     owned_up = _two_agents(other_starts=1.5, first_says="Sorry, R-9 could not be found.")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..schema._trace import EvalCase, Span, SpanKind, ToolCall, Trace, text_of
-from ._loops import canonical_call
+from ._loops import Branches, call_branches, canonical_call
 from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
 
@@ -61,6 +61,8 @@ class _Made:
     agent: Span | None
     within: frozenset[str]
     started: float
+    tasks: Branches = ()
+    """The graph steps it was made in, with the task of each that made it."""
 
 
 def _where_made(trace: Trace, calls: Sequence[ToolCall]) -> list[_Made]:
@@ -79,12 +81,14 @@ def _where_made(trace: Trace, calls: Sequence[ToolCall]) -> list[_Made]:
         agents[span.id] = within | {span.id} if span.kind is SpanKind.AGENT else within
         if span.tool_call is not None:
             made[id(span.tool_call)] = (above, within, span.start_time or 0.0)
+    branches = call_branches(trace)
     return [
         _Made(
             canonical_call(call),
             call.failed,
             step_of.get(id(call)),
             *made.get(id(call), (None, frozenset(), 0.0)),
+            tuple(branches.get(id(call), ())),
         )
         for call in calls
     ]
@@ -95,15 +99,20 @@ def _recovered(index: int, made: Sequence[_Made], said_so: Callable[[Span | None
     arguments), when the same call later succeeded (a retry that worked), or when the final
     answer of the run, or of the agent that made the call, says the task failed. A later
     call is one asked for after the failure was seen: a call asked for in the same step was
-    asked for beside it, and a call of another agent running beside the one that made it
+    asked for beside it; a call of another agent running beside the one that made it
     (before that agent's span ended, and not an agent it runs itself: CrewAI's
-    ``async_execution`` tasks, a graph's parallel branches) did not see it."""
+    ``async_execution`` tasks, a graph's parallel branches) did not see it, nor did a call
+    of another task of a graph step the failing call's task ran in (a graph's tasks see
+    each other's results once their step ends)."""
     where = made[index]
     agent = where.agent
     handed_on = math.inf if agent is None or agent.end_time is None else agent.end_time
+    task_in = dict(where.tasks)
     for there in made[index + 1 :]:
         if where.step is not None and there.step == where.step:  # asked for together
             continue
+        if any(task_in.get(step, task) != task for step, task in there.tasks):
+            continue  # made in a task beside the failing call's
         if (
             there.agent is not agent
             and there.started < handed_on
@@ -125,8 +134,9 @@ class ToolFailures(Metric):
     recovered when a later call is another tool or other arguments, when the same call
     later succeeded, or when the final answer of a completed run (or of the agent that
     made the call) says the task failed; a call the model asked for in the same step (its
-    parallel calls), or a call of another agent running beside the one that made it, came
-    before the failure was seen, and recovers nothing. Each call risks 0 (succeeded), 0.5 (failed, recovered)
+    parallel calls), a call of another agent running beside the one that made it, or one
+    of another task of the graph step it was made in, came before the failure was seen,
+    and recovers nothing. Each call risks 0 (succeeded), 0.5 (failed, recovered)
     or 1 (failed, not recovered); the score is 1 − the mean risk. So one failure the agent
     owned up to in a one-call run scores 0.5, a retry that worked after one failure 0.75,
     and a run whose every call failed unnoticed 0.0. A call its framework ran again
@@ -138,9 +148,10 @@ class ToolFailures(Metric):
     """
 
     name = "tool_failures"
-    version: ClassVar[str] = "2"
+    version: ClassVar[str] = "3"
     """2: a call of another agent running beside the failing one recovers nothing, and a
-    model call of another agent does not end a retry (1 counted both)."""
+    model call of another agent does not end a retry (1 counted both); 3: nor does a call
+    of another task of the graph step the failing call was made in."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
     default_threshold: ClassVar[float] = 0.7
