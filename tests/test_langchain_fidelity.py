@@ -2147,15 +2147,17 @@ def test_pollers_running_at_once_are_not_a_loop_and_one_that_loops_is(
     )
 
 
+@pytest.mark.parametrize("name", ["checker", None])
 @pytest.mark.parametrize("stop_on_loop", [True, False])
-def test_same_named_agents_sent_at_once_keep_their_own_retries(
-    evaluator: OnlineEvaluator, stop_on_loop: bool
+def test_agents_sent_at_once_keep_their_own_retries(
+    evaluator: OnlineEvaluator, stop_on_loop: bool, name: str | None
 ) -> None:
     # two checkers of one name sent at once; A's check raised twice and its retry
     # middleware ran it again each time after B's model had been called. The agents were
     # told apart by name only, so B's model calls read as A's model asking again: three
     # calls where A's agent made one, two failures it had not recovered from, a loop alert,
-    # and with stop_on_loop a stopped run that worked
+    # and with stop_on_loop a stopped run that worked. Unnamed (no agent spans), they are
+    # told apart as two tasks of one graph step
     from langchain.agents.middleware import wrap_tool_call
 
     failed = [threading.Event(), threading.Event()]  # A's first and second run raised
@@ -2191,7 +2193,7 @@ def test_same_named_agents_sent_at_once_keep_their_own_retries(
         return AIMessage("", tool_calls=[tool_call("job_status", f"c-{job}{done}", job=job)])
 
     checker = create_agent(
-        ScriptedChatModel(reply=reply), tools=[job_status], middleware=[retry_twice], name="checker"
+        ScriptedChatModel(reply=reply), tools=[job_status], middleware=[retry_twice], name=name
     )
 
     handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)

@@ -142,7 +142,9 @@ class _Guard:
             # what the model asks for next is a call of its own; a model a tool calls (its
             # summariser, a sub-agent) asks for none of the run's calls
             if not self.runs.inside_tool(parent_run_id):
-                self.recorder.guard.model_called(root, agent, self.runs.lane(run_id))
+                self.recorder.guard.model_called(
+                    root, agent, self.runs.lane(run_id), self.runs.branches(run_id, asked=False)
+                )
             return
         if name != "on_tool_start":
             return

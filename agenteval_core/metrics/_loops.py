@@ -17,7 +17,16 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..schema._trace import GRAPH_STEP, EvalCase, LoopAlert, Span, SpanKind, ToolCall, Trace
+from ..schema._trace import (
+    GRAPH_STEP,
+    EvalCase,
+    LoopAlert,
+    Span,
+    SpanKind,
+    ToolCall,
+    Trace,
+    tasks_apart,
+)
 from ._protocol import Metric, MetricKind, Score, no_calls_to_score, no_trace_to_check
 from ._registry import register_metric
 
@@ -52,6 +61,23 @@ class _Lane:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
+Branches = Sequence[tuple[Hashable, Hashable]]
+"""The graph steps a call was made in, nearest first, each as the step's key and the task
+of it that made the call: tasks of one step ran side by side (:data:`GRAPH_STEP`)."""
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A call run since its agent's last model call: its identity, the agent it ran for
+    (``None``: not said), its lane (:class:`Lanes`) and the graph steps it was made in
+    (:data:`Branches`)."""
+
+    signature: tuple[str, str]
+    agent: str | None
+    lane: Hashable | None
+    branches: Branches
+
+
 @dataclass
 class _RunCalls:
     lanes: dict[Hashable, _Lane] = field(default_factory=dict)
@@ -61,19 +87,11 @@ class _RunCalls:
     """Each handoff's calls since the run last made a call new to it."""
     alerted: set[Any] = field(default_factory=set)
     stopped_by: LoopAlert | None = None
-    since_model_call: dict[str, tuple[tuple[str, str], str | None, Hashable | None]] = field(
-        default_factory=dict
-    )
-    """Each call id run since its agent's last model call, with its call's identity, the
-    agent it ran for (``None``: not said) and its lane (:class:`Lanes`)."""
+    since_model_call: dict[str, _Asked] = field(default_factory=dict)
+    """Each call id run since its agent's last model call, and where it was made."""
     made_in: dict[tuple[Hashable, tuple[str, str]], Counter[Hashable]] = field(default_factory=dict)
     """For each step of a graph (:data:`Branches`) and call identity, how many times each
     of the step's tasks made the call."""
-
-
-Branches = Sequence[tuple[Hashable, Hashable]]
-"""The graph steps a call was made in, nearest first, each as the step's key and the task
-of it that made the call: tasks of one step ran side by side (:data:`GRAPH_STEP`)."""
 
 
 class Lanes:
@@ -257,9 +275,9 @@ class LoopGuard:
                 calls = self._runs[run] = _RunCalls()
             if call.id:
                 earlier = calls.since_model_call.get(call.id)
-                if earlier is not None and earlier[0] == signature:
+                if earlier is not None and earlier.signature == signature:
                     return None  # its framework runs the call again: no call of the agent's
-                calls.since_model_call[call.id] = (signature, agent, lane)
+                calls.since_model_call[call.id] = _Asked(signature, agent, lane, branches)
             if branches and _beside(calls, branches, signature):
                 return None  # made beside another task's call: one call of the run's
             own = calls.lanes.get(lane)
@@ -331,23 +349,29 @@ class LoopGuard:
         return None
 
     def model_called(
-        self, run: Hashable, agent: str | None = None, lane: Hashable | None = None
+        self,
+        run: Hashable,
+        agent: str | None = None,
+        lane: Hashable | None = None,
+        branches: Branches = (),
     ) -> None:
         """A model call of ``run`` started (for ``agent``, when the run has several; in
-        ``lane`` when agents of the run run at once): a call of that agent after it is the
-        model's asking, a call of its own even under an id it had before (a model server
-        that reuses ids). The model call of another agent running beside it (of another
-        name, or in another lane: two agents of one name sent at once) leaves its calls'
-        retries as they are; a model call that names no agent and has no lane ends every
-        call's."""
+        ``lane`` when agents of the run run at once; in the graph steps' tasks
+        ``branches``): a call of that agent after it is the model's asking, a call of its
+        own even under an id it had before (a model server that reuses ids). The model call
+        of another agent running beside it (of another name, or in another lane: two agents
+        of one name sent at once), or one made in another task of a graph step the call's
+        task ran in, leaves its calls' retries as they are; a model call that names no
+        agent and has no lane ends every other call's."""
         with self._lock:
             calls = self._runs.get(run)
             if calls is not None:
                 calls.since_model_call = {
-                    call_id: (signature, owner, owner_lane)
-                    for call_id, (signature, owner, owner_lane) in calls.since_model_call.items()
-                    if (agent is not None and owner is not None and owner != agent)
-                    or (lane is not None and owner_lane is not None and owner_lane != lane)
+                    call_id: asked
+                    for call_id, asked in calls.since_model_call.items()
+                    if (agent is not None and asked.agent is not None and asked.agent != agent)
+                    or (lane is not None and asked.lane is not None and asked.lane != lane)
+                    or tasks_apart(branches, asked.branches)
                 }
 
     def stop(self, run: Hashable, alert: LoopAlert) -> None:

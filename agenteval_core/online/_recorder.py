@@ -860,13 +860,16 @@ class TraceAssembler:
         self._active(owner, at)
         named = attributes.get(AGENT_NAME) if attributes else None
         agent = str(named) if named else None
+        if kind is SpanKind.LLM and parent_key is not None and self.watch_loops:
+            branches = self._branches(parent_key)
+            owner.ran_model.update(task for _, task in branches)
+        else:
+            branches = []
         if kind is SpanKind.LLM and self.watch_loops and not self._inside_tool(parent_key):
             # a call after it is the model's asking; a model call a tool makes (its own
             # summariser, a sub-agent) asks for none of the run's calls
             lane = self._lane(owner, parent_key) if parent_key is not None else None
-            self.recorder.guard.model_called(owner.key, agent, lane)
-        if kind is SpanKind.LLM and parent_key is not None and self.watch_loops:
-            owner.ran_model.update(task for _, task in self._branches(parent_key))
+            self.recorder.guard.model_called(owner.key, agent, lane, branches)
         if kind is SpanKind.LLM and parent is not None:
             messages = messages_of(input)
             if messages:  # the conversation so far, resent: held once (see share_conversation)

@@ -13,7 +13,7 @@ import random
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeVar
 
@@ -791,9 +791,11 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     graph's parallel branches) asks for none of its calls unless it names the call's id:
     an agent of another name (:data:`AGENT_NAME`), or one under an agent span that is
     neither above nor below the call's nearest agent span (two agents of one name sent at
-    once). A model call that names no agent and is under no such span ends every retry. A
-    model call inside a tool's span (the tool's own summariser, a sub-agent it runs) asks
-    only for the calls made inside that span."""
+    once), or one made in another task of a graph step the call's task ran in
+    (:data:`GRAPH_STEP`: unnamed sub-agents a graph sends at once). A model call that names
+    no agent and is under no such span ends every retry. A model call inside a tool's span
+    (the tool's own summariser, a sub-agent it runs) asks only for the calls made inside
+    that span."""
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
     if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
         return None
@@ -804,12 +806,16 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     tools: set[str] = set()  # the tool spans so far
     inside: dict[str, str | None] = {}  # each span's nearest tool span above it
     agents: dict[str, tuple[str, ...]] = {}  # the agent spans at and above each span
+    tasks: dict[str, tuple[tuple[Hashable, Hashable], ...]] = {}  # the graph steps of each
     for span in spans:  # a parent starts before its children
         parent = span.parent_id
         above = None if parent is None else parent if parent in tools else inside.get(parent)
         inside[span.id] = above
         line = agents.get(parent, ()) if parent is not None else ()
         agents[span.id] = (span.id, *line) if span.kind is SpanKind.AGENT else line
+        steps = tasks.get(parent, ()) if parent is not None else ()
+        step = span.attributes.get(GRAPH_STEP) if span.attributes else None
+        tasks[span.id] = steps if step is None else (((parent, step), span.id), *steps)
         if span.kind is SpanKind.TOOL:
             tools.add(span.id)
         call = span.tool_call
@@ -829,6 +835,7 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
                                 and run.attributes.get(AGENT_NAME) not in (None, agent)
                             )
                             or _beside(agents[span.id], agents[run.id])
+                            or tasks_apart(tasks[span.id], tasks[run.id])
                         )
                     )
                 }
@@ -849,6 +856,16 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
             continue
         first[call.id] = span
     return again
+
+
+def tasks_apart(
+    one: Sequence[tuple[Hashable, Hashable]], other: Sequence[tuple[Hashable, Hashable]]
+) -> bool:
+    """Whether spans made in the graph steps ``one`` and ``other`` (each a list of the
+    step's key and the task of it the span ran in, :data:`GRAPH_STEP`) ran in two tasks of
+    one step, side by side: neither saw what the other did before the step ended."""
+    tasks = dict(one)
+    return any(tasks.get(step, task) != task for step, task in other)
 
 
 def _beside(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
