@@ -2071,10 +2071,11 @@ def test_sub_agents_a_graph_fans_out_to_keep_their_own_steps(evaluator: OnlineEv
     assert steps == [("", ["c-A-1"]), ("", ["c-B-2"]), ("delayed", []), ("shipped", [])]
 
 
-def pollers_sent_at_once(polls: dict[str, int]) -> Any:
-    """A graph that sends one poller per job at once (LangGraph's Send); the poller of job
-    J checks it ``polls[J]`` times, and the checks start in turn (A, B, A, B, ...) once
-    every poller has called its model."""
+def pollers_sent_at_once(polls: dict[str, int], name: str | None = "poller") -> Any:
+    """A graph that sends one poller per job at once (LangGraph's Send), each a
+    ``create_agent`` agent named ``name``; the poller of job J checks it ``polls[J]`` times,
+    and the checks start in turn (A, B, A, B, ...) once every poller has called its
+    model."""
     turns = TakingTurns(polls)
 
     @tool
@@ -2089,7 +2090,7 @@ def pollers_sent_at_once(polls: dict[str, int]) -> Any:
             return AIMessage(f"{job} is done")
         return AIMessage("", tool_calls=[tool_call("job_status", check, job=job)])
 
-    poller = create_agent(ScriptedChatModel(reply=reply), tools=[job_status], name="poller")
+    poller = create_agent(ScriptedChatModel(reply=reply), tools=[job_status], name=name)
     return sent_at_once(poller, "Watch")
 
 
@@ -2117,22 +2118,24 @@ def sent_at_once(agent: Any, verb: str) -> Any:
     return graph.compile()
 
 
+@pytest.mark.parametrize("name", ["poller", None])
 @pytest.mark.parametrize("stop_on_loop", [True, False])
 def test_pollers_running_at_once_are_not_a_loop_and_one_that_loops_is(
-    evaluator: OnlineEvaluator, stop_on_loop: bool
+    evaluator: OnlineEvaluator, stop_on_loop: bool, name: str | None
 ) -> None:
     # two pollers sent at once, each checking its own job twice: their calls, read as one
     # sequence, closed "cycle job_status → job_status": an alert, and with stop_on_loop=True
-    # a stopped run, for a run that did its work
+    # a stopped run, for a run that did its work. Unnamed pollers have no agent spans: each
+    # is a task of one graph step that called a model, and has a lane as an agent does
     from agenteval_langchain import AgentLoopError
 
     handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
-    state = pollers_sent_at_once({"A": 2, "B": 2}).invoke(
+    state = pollers_sent_at_once({"A": 2, "B": 2}, name).invoke(
         {"items": ["A", "B"], "results": []}, {"callbacks": [handler]}
     )
     assert sorted(state["results"]) == ["A is done", "B is done"]
     # the poller of A checks it a third time while B's runs: its own loop
-    looping = pollers_sent_at_once({"A": 4, "B": 2})
+    looping = pollers_sent_at_once({"A": 4, "B": 2}, name)
     with (
         pytest.raises(AgentLoopError, match=r'job_status called 3 times .* \{"job": "A"\}')
         if stop_on_loop

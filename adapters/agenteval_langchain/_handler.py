@@ -138,10 +138,10 @@ class _Guard:
             self.runs.agent_found(parent_run_id)  # a graph: an agent, if named (as traced)
         agent = (kwargs.get("metadata") or {}).get("lc_agent_name")
         if name in _MODEL_STARTS:
-            self.runs.model_started(run_id)
             # what the model asks for next is a call of its own; a model a tool calls (its
             # summariser, a sub-agent) asks for none of the run's calls
             if not self.runs.inside_tool(parent_run_id):
+                self.runs.model_started(run_id)
                 self.recorder.guard.model_called(
                     root, agent, self.runs.lane(run_id), self.runs.branches(run_id, asked=False)
                 )

@@ -394,9 +394,11 @@ class LoopGuard:
 
 def call_lanes(trace: Trace) -> dict[int, Hashable | None]:
     """Each tool call's lane in a finished run (:class:`Lanes`, read as the live guard read
-    them: at each call, from the agent spans open then), by the ``id`` of each span's call;
-    empty when fewer than two agent spans ran (every call is in the run's lane)."""
-    agents = [span for span in trace.spans if span.kind is SpanKind.AGENT]
+    them: at each call, from the agent spans open then, a graph's task that called a model
+    among them), by the ``id`` of each span's call; empty when fewer than two ran (every
+    call is in the run's lane)."""
+    thinking = _tasks_that_called_a_model(trace)
+    agents = [span for span in trace.spans if span.kind is SpanKind.AGENT or span.id in thinking]
     if len(agents) < 2:
         return {}
     parent: dict[Hashable, Hashable | None] = {span.id: span.parent_id for span in trace.spans}
@@ -443,20 +445,40 @@ def call_branches(trace: Trace) -> dict[int, Branches]:
         span = by_id.get(str(key))
         return span.attributes.get(GRAPH_STEP) if span is not None else None
 
-    ran_model: set[Hashable] = set()  # the spans with a model call inside them
-    for span in trace.spans_of(SpanKind.LLM):
-        ran_model.update(task for _, task in steps_above(span.id, parent_of, step_of, len(by_id)))
+    thinking = _tasks_that_called_a_model(trace)
     return {
         id(span.tool_call): steps_above(
             span.id,
             parent_of,
             step_of,
             len(by_id),
-            ran_model.__contains__ if span.tool_call.id else None,
+            thinking.__contains__ if span.tool_call.id else None,
         )
         for span in trace.spans
         if span.tool_call is not None
     }
+
+
+def _tasks_that_called_a_model(trace: Trace) -> set[str]:
+    """The ids of a graph's tasks (:data:`GRAPH_STEP`) that called a model of the run's own
+    (not one a tool called inside its span): each such task runs an agent's steps, as an
+    agent span does, though no name made it one (a sub-agent a node runs, a node that asks
+    a model itself)."""
+    if not any(GRAPH_STEP in span.attributes for span in trace.spans):
+        return set()
+    by_id = {span.id: span for span in trace.spans}
+    found: set[str] = set()
+    for span in trace.spans_of(SpanKind.LLM):
+        tasks, above, in_tool = [], by_id.get(span.parent_id or ""), False
+        for _ in range(len(by_id)):  # parents that name each other, in a broken file, end
+            if above is None or (in_tool := above.kind is SpanKind.TOOL):
+                break
+            if GRAPH_STEP in above.attributes:
+                tasks.append(above.id)
+            above = by_id.get(above.parent_id or "")
+        if not in_tool:
+            found.update(tasks)
+    return found
 
 
 def _started(span: Span) -> float:

@@ -576,7 +576,8 @@ class RunRoots:
         self._members: dict[Hashable, list[Hashable]] = {}
         self._tools: set[Hashable] = set()  # tool spans, and every span inside one
         self._may_be_agents: set[Hashable] = set()
-        self._agents: dict[Hashable, set[Hashable]] = {}  # a run's agent spans open now
+        # a run's agent spans open now, and its graph's tasks that called a model
+        self._agents: dict[Hashable, set[Hashable]] = {}
         self._lanes: dict[Hashable, Lanes] = {}
         self._steps: dict[Hashable, int] = {}  # a graph's tasks: their step's number
         self._ran_model: set[Hashable] = set()  # tasks with a model call inside them
@@ -637,9 +638,13 @@ class RunRoots:
         return lanes.lane(above(self._parents.get(key)), [above(agent) for agent in running])
 
     def model_started(self, key: Hashable) -> None:
-        """A model call ``key`` started: the graph's tasks it runs in ran a model."""
+        """A model call ``key`` of the run's own started (not one a tool makes): the graph's
+        tasks it runs in called a model, and run an agent's steps as an agent span does
+        (a sub-agent a node runs, with no name to make it one)."""
         if self._steps:
-            self._ran_model.update(task for _, task in self._steps_above(key))
+            tasks = [task for _, task in self._steps_above(key)]
+            self._ran_model.update(tasks)
+            self._agents.setdefault(self._roots.get(key, key), set()).update(tasks)
 
     def branches(self, key: Hashable, asked: bool) -> Branches:
         """The graph steps the open span ``key`` runs in (:data:`Branches`), for a call a
@@ -860,14 +865,11 @@ class TraceAssembler:
         self._active(owner, at)
         named = attributes.get(AGENT_NAME) if attributes else None
         agent = str(named) if named else None
-        if kind is SpanKind.LLM and parent_key is not None and self.watch_loops:
-            branches = self._branches(parent_key)
-            owner.ran_model.update(task for _, task in branches)
-        else:
-            branches = []
         if kind is SpanKind.LLM and self.watch_loops and not self._inside_tool(parent_key):
             # a call after it is the model's asking; a model call a tool makes (its own
             # summariser, a sub-agent) asks for none of the run's calls
+            branches = self._branches(parent_key) if parent_key is not None else []
+            owner.ran_model.update(task for _, task in branches)  # they run an agent's steps
             lane = self._lane(owner, parent_key) if parent_key is not None else None
             self.recorder.guard.model_called(owner.key, agent, lane, branches)
         if kind is SpanKind.LLM and parent is not None:
@@ -935,14 +937,21 @@ class TraceAssembler:
             self.recorder._on_alert(alert)  # already on the pump's thread
 
     def _agents_above(self, key: Hashable | None) -> list[Hashable]:
-        """The agent spans at and above the open span ``key``, nearest first."""
+        """The agent spans at and above the open span ``key``, nearest first, a graph's
+        task that called a model among them."""
         spans = self._spans
         return agents_above(
             key,
             lambda above: spans[above].parent_key if above in spans else None,
-            lambda above: above in spans and spans[above].span.kind is SpanKind.AGENT,
+            lambda above: above in spans and self._runs_agent(spans[above], above),
             len(spans),
         )
+
+    @staticmethod
+    def _runs_agent(open_span: _OpenSpan, key: Hashable) -> bool:
+        """Whether an open span runs an agent's steps: an agent span, or a graph's task
+        that called a model (a sub-agent a node runs, with no name to make it one)."""
+        return open_span.span.kind is SpanKind.AGENT or key in open_span.owner.ran_model
 
     def _branches(
         self, key: Hashable, ran_model: Callable[[Hashable], bool] | None = None
@@ -962,7 +971,7 @@ class TraceAssembler:
         running = [
             self._agents_above(open_key)
             for open_key in owner.open_keys
-            if self._spans[open_key].span.kind is SpanKind.AGENT
+            if self._runs_agent(self._spans[open_key], open_key)
         ]
         if len(running) < 2 and not owner.lanes.has_own:
             return None  # one agent at a time so far: the run's lane
