@@ -504,8 +504,8 @@ class ToolCallLoops(Metric):
     name = "tool_call_loops"
     version: ClassVar[str] = "4"
     """2: the calls of agents running at once read apart; 3: a call that returned something
-    new starts its count again; 4: a call the tasks of one graph step made side by side
-    counts once."""
+    new starts its count again; 4: the tasks of one graph step read as side by side (a call
+    each made counts once; one that calls a model has a lane, as an agent does)."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
