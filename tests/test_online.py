@@ -375,6 +375,29 @@ def test_a_call_made_side_by_side_counts_as_the_task_that_made_it_most() -> None
     assert found[:4] == [None] * 4 and found[4] is not None and found[4].count == 3
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    made=st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=5),
+    order=st.randoms(use_true_random=False),
+)
+def test_calls_of_a_steps_tasks_count_as_their_most_in_any_order(
+    made: list[int], order: Any
+) -> None:
+    # task i of one graph step makes the same call made[i] times; in whatever order the
+    # tasks' calls interleave, the run made it max(made) times: a loop exactly when that
+    # reaches the threshold, with that many calls
+    guard = LoopGuard(repeat_threshold=3)
+    calls = [task for task, times in enumerate(made) for _ in range(times)]
+    order.shuffle(calls)
+    alerts = [
+        alert
+        for task in calls
+        if (alert := guard.observe("t", call("guide"), branches=[(("g", 1), task)])) is not None
+    ]
+    most = max(made)
+    assert [alert.count for alert in alerts] == ([3] if most >= 3 else [])
+
+
 def test_a_call_run_again_under_its_id_counts_once_until_the_model_asks_again() -> None:
     guard = LoopGuard(repeat_threshold=3)
     lookup = ToolCall(id="c1", name="lookup", arguments={"order_id": "A-1"})
