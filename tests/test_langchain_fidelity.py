@@ -2412,6 +2412,66 @@ def test_a_failure_in_one_task_of_a_step_is_not_recovered_by_the_tasks_beside_it
     ]
 
 
+@pytest.mark.parametrize("failures", [2, 3])
+def test_a_node_its_retry_policy_ran_again_made_each_call_once(
+    evaluator: OnlineEvaluator, failures: int
+) -> None:
+    # summarisers sent at once, each fetching its document itself (no call id); B's fetch
+    # timed out and LangGraph's RetryPolicy ran its node again, up to three times. Each run
+    # was a call of its own: B's two timeouts before the fetch that worked were two failed
+    # calls (tool_failures 0.8 for a run that worked), where a retry middleware's runs of a
+    # call count as its last
+    from langgraph.types import RetryPolicy
+
+    fetched: list[str] = []
+
+    @tool
+    def fetch(doc: str) -> str:
+        """A document's text."""
+        fetched.append(doc)
+        if doc == "b" and fetched.count("b") <= failures:
+            raise ConnectionError("timed out")
+        return f"text of {doc}"
+
+    class Documents(TypedDict):
+        docs: list[str]
+        texts: Annotated[list[str], operator.add]
+
+    graph = StateGraph(Documents)
+    graph.add_node(
+        "summarise",
+        lambda state: {"texts": [fetch.invoke({"doc": state["doc"]})]},
+        retry_policy=RetryPolicy(
+            max_attempts=3, initial_interval=0.01, jitter=False, retry_on=ConnectionError
+        ),
+    )
+    graph.add_conditional_edges(
+        START, lambda state: [Send("summarise", {"doc": d}) for d in state["docs"]], ["summarise"]
+    )
+    graph.add_edge("summarise", END)
+    with contextlib.suppress(ConnectionError):  # three timeouts: the graph raises
+        graph.compile().invoke(
+            {"docs": ["a", "b", "c"], "texts": []},
+            {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+        )
+    [trace] = evaluator.captured()
+    assert sorted(fetched) == ["a", "b", "b", "b", "c"]
+    b = ("b", "text of b", None) if failures == 2 else ("b", None, "ConnectionError: timed out")
+    assert sorted((c.arguments["doc"], c.result, c.error) for c in trace.tool_calls()) == [
+        ("a", "text of a", None),
+        b,
+        ("c", "text of c", None),
+    ]
+    assert len(trace.tool_calls(every_run=True)) == 5
+    failed = ToolFailures().measure(trace)
+    # worked: no call failed; three timeouts: 1 − (1 failed + 1 not recovered) / (2 × 3)
+    assert (failed.score, failed.metadata["runs_retried"]) == (
+        1.0 if failures == 2 else pytest.approx(2 / 3),
+        2,
+    )
+    assert (trace.alerts, ToolCallLoops().measure(trace).score) == ([], 1.0)
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 def test_a_models_reasoning_is_recorded_and_is_the_thought_of_its_calls(
     evaluator: OnlineEvaluator, streamed: bool

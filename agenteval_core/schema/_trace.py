@@ -795,10 +795,13 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     (:data:`GRAPH_STEP`: unnamed sub-agents a graph sends at once). A model call that names
     no agent and is under no such span ends every retry. A model call inside a tool's span
     (the tool's own summariser, a sub-agent it runs) asks only for the calls made inside
-    that span."""
+    that span. A call without an id (a node that calls a tool itself) is run again when
+    its graph's node raised and LangGraph's ``RetryPolicy`` ran the node again: the same
+    tool and arguments, failed, in a run of that node in the same step that raised before
+    the later run started."""
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
-    if len(set(ids)) == len(ids):  # each id once, as in most runs: nothing ran again
-        return None
+    if len(set(ids)) == len(ids) and not any(_failed_task(span) for span in spans):
+        return None  # each id once and no graph task raised, as in most runs: none ran again
     # a call id → the first run since the last model call of the call under it (every later
     # run of that call has the same tool and arguments, so it stands for them all)
     first: dict[str, Span] = {}
@@ -807,6 +810,10 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     inside: dict[str, str | None] = {}  # each span's nearest tool span above it
     agents: dict[str, tuple[str, ...]] = {}  # the agent spans at and above each span
     tasks: dict[str, tuple[tuple[Hashable, Hashable], ...]] = {}  # the graph steps of each
+    task_of: dict[str, Span] = {}  # each span's nearest graph task at or above it
+    # a task that raised, by (its parent, step and name): the failed calls without an id
+    # of its run, each with the span of that call's first run
+    failed_runs: dict[tuple[Any, ...], list[tuple[Span, Span, str]]] = {}
     for span in spans:  # a parent starts before its children
         parent = span.parent_id
         above = None if parent is None else parent if parent in tools else inside.get(parent)
@@ -816,6 +823,9 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
         steps = tasks.get(parent, ()) if parent is not None else ()
         step = span.attributes.get(GRAPH_STEP) if span.attributes else None
         tasks[span.id] = steps if step is None else (((parent, step), span.id), *steps)
+        task = span if step is not None else task_of.get(parent) if parent is not None else None
+        if task is not None:
+            task_of[span.id] = task
         if span.kind is SpanKind.TOOL:
             tools.add(span.id)
         call = span.tool_call
@@ -841,6 +851,16 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
                 }
             continue
         if not call.id:
+            if task is not None and (found := _run_before(failed_runs, task, call)) is not None:
+                again = {} if again is None else again
+                again[found[2]] = call  # the call in its first run's place, as it ended
+                again[found[1].id] = again[span.id] = None
+                first_run = found[2]
+            else:
+                first_run = span.id
+            if task is not None and call.failed and _failed_task(task):
+                key = (task.parent_id, task.attributes[GRAPH_STEP], task.name)
+                failed_runs.setdefault(key, []).append((task, span, first_run))
             continue
         earlier = first.get(call.id)
         before = earlier.tool_call if earlier is not None else None
@@ -856,6 +876,34 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
             continue
         first[call.id] = span
     return again
+
+
+def _failed_task(span: Span) -> bool:
+    """Whether a span is a graph's task (:data:`GRAPH_STEP`) that raised."""
+    return span.error is not None and GRAPH_STEP in span.attributes
+
+
+def _run_before(
+    failed_runs: dict[tuple[Any, ...], list[tuple[Span, Span, str]]], task: Span, call: ToolCall
+) -> tuple[Span, Span, str] | None:
+    """The earlier run of ``call`` (made without an id in the graph task ``task``) that its
+    framework ran again: the same tool and arguments, failed, in a run of the same node in
+    the same step that raised before ``task`` started (LangGraph's ``RetryPolicy`` runs the
+    node again); taken from ``failed_runs``, or ``None``."""
+    runs = failed_runs.get((task.parent_id, task.attributes[GRAPH_STEP], task.name), [])
+    for index, (failed, run, first) in enumerate(runs):
+        before = run.tool_call
+        if (
+            failed.id != task.id
+            and before is not None
+            and (before.name, before.arguments) == (call.name, call.arguments)
+            and failed.end_time is not None
+            and task.start_time is not None
+            and failed.end_time <= task.start_time
+        ):
+            del runs[index]
+            return failed, run, first
+    return None
 
 
 def tasks_apart(
