@@ -1348,10 +1348,14 @@ def test_what_a_flow_asks_and_is_answered_is_the_humans_answer(
         [run] = captured_by(listener)
     finally:
         listener.close()
-    assert (run.status, run.metadata) == (RunStatus.OK, {"human_answers": ["A-1", "20 EUR"]})
+    assert (run.status, run.metadata) == (
+        RunStatus.OK,
+        {"human_answers": ["A-1", "20 EUR"], "human_questions": ["Which order?", "How much?"]},
+    )
+    # a judge is told what each answer answered: "A-1" and "20 EUR" alone say little
     assert describe_trace(EvalCase.of(run)).splitlines()[1:3] == [
-        "a human answered while the run went on: A-1",
-        "a human answered while the run went on: 20 EUR",
+        'a human was asked "Which order?" while the run went on, and answered: A-1',
+        'a human was asked "How much?" while the run went on, and answered: 20 EUR',
     ]
 
 

@@ -995,10 +995,11 @@ def test_a_workflow_stopped_while_it_asks_a_human_is_paused(tmp_path: Path, stop
         "ApproveRefund.ask",
         "ApproveRefund.act",
     ]
-    # the human's answer, which a judge of the run is told: it had been left out
-    assert done.metadata == {"human_answers": ["yes"]}
+    # the human's answer and what it answered, which a judge of the run is told: the answer
+    # had been left out, then given alone ("yes" to what?)
+    assert done.metadata == {"human_answers": ["yes"], "human_questions": ["Refund A-1?"]}
     assert describe_trace(EvalCase.of(done)).splitlines()[1] == (
-        "a human answered while the run went on: yes"
+        'a human was asked "Refund A-1?" while the run went on, and answered: yes'
     )
     assert (paused.input, paused.status, paused.status_reason, paused.output, paused.error) == (
         {"order": "A-2"},

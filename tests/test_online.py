@@ -42,6 +42,7 @@ from agenteval_core import (
     read_capture,
 )
 from agenteval_core.judges import OpenAIJudge
+from agenteval_core.metrics._judge_base import describe_trace
 from agenteval_core.recording import EventPump, Recorder, RunRoots, TraceAssembler
 
 
@@ -295,6 +296,35 @@ def test_run_roots_give_agents_running_at_once_lanes_of_their_own() -> None:
         broken.agent_found(key)
     broken.enter("call", "x", tool=True)
     assert broken.lane("call") is None  # each above the other: not beside each other
+
+
+def test_each_answer_of_a_human_keeps_what_it_answered_when_said() -> None:
+    # a flow's feedback (no question said), then an ask() whose question the event says,
+    # then a workflow step that asked before it waited: the questions line up with the
+    # answers, None where none was said, and a judge is told each
+    finished: list[Trace] = []
+    assembler = assembler_with(finished)
+    assembler.start_span("root", None, SpanKind.AGENT, "flow", input="refund", start_time=1.0)
+    assembler.human_answered("root", "approved")
+    assembler.human_answered("root", "A-1", question="Which order?")
+    assembler.start_span("ask", "root", SpanKind.CHAIN, "ask", start_time=2.0)
+    assembler.wait("ask", "waiting for a response to InputRequiredEvent", question="How much?")
+    assembler.end_span("ask", end_time=3.0)
+    assembler.stop_waiting("root")
+    assembler.human_answered("root", "20 EUR")
+    assembler.human_answered("root", "yes")  # its question was taken by the answer before
+    assembler.end_span("root", output="refunded 20 EUR on A-1", end_time=4.0)
+    [trace] = finished
+    assert trace.metadata == {
+        "human_answers": ["approved", "A-1", "20 EUR", "yes"],
+        "human_questions": [None, "Which order?", "How much?", None],
+    }
+    assert describe_trace(EvalCase.of(trace)).splitlines()[1:5] == [
+        "a human answered while the run went on: approved",
+        'a human was asked "Which order?" while the run went on, and answered: A-1',
+        'a human was asked "How much?" while the run went on, and answered: 20 EUR',
+        "a human answered while the run went on: yes",
+    ]
 
 
 # --- the loop guard --------------------------------------------------------------------------

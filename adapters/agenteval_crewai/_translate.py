@@ -396,7 +396,10 @@ class Translator:
         elif name in ANSWERS:
             parent = self._parent(payload)
             if parent is not None and payload.response is not None:  # None: no answer came
-                self.assembler.human_answered(parent, payload.response)
+                asked = getattr(payload, "message", None)
+                self.assembler.human_answered(
+                    parent, payload.response, question=asked if isinstance(asked, str) else None
+                )
 
     def offered(self, item: tuple[Any, str, list[Any]]) -> None:
         """The tools an agent executor of run ``key`` offers its model (what CrewAI's

@@ -412,14 +412,16 @@ def _waiting_reason(error: BaseException | None) -> str | None:
     return f"waiting for {awaited}" + (f": {asked}" if asked else "")
 
 
-def _input_asked(result: Any) -> str | None:
-    """Why a workflow waits, when a step's ``result`` is an ``InputRequiredEvent`` (the
-    workflow then idles until a step takes the human's answer), else None: "waiting for a
-    response to InputRequiredEvent: Refund A-2?"."""
+def _input_asked(result: Any) -> tuple[str, str | None] | None:
+    """Why a workflow waits, and what it asked, when a step's ``result`` is an
+    ``InputRequiredEvent`` (the workflow then idles until a step takes the human's answer),
+    else None: ("waiting for a response to InputRequiredEvent: Refund A-2?", "Refund A-2?")."""
     if "InputRequiredEvent" not in {c.__name__ for c in type(result).__mro__}:
         return None
     asked = getattr(result, "prefix", None)
-    return f"waiting for a response to {type(result).__name__}" + (f": {asked}" if asked else "")
+    asked = asked if isinstance(asked, str) and asked else None
+    reason = f"waiting for a response to {type(result).__name__}"
+    return (f"{reason}: {asked}" if asked else reason), asked
 
 
 _EARLY_STOP = re.compile(
@@ -899,7 +901,7 @@ class Translator:
         else:
             asked = _input_asked(result)
             if asked is not None:  # a step asked a human: the run waits for the answer
-                self.assembler.wait(span_id, asked)
+                self.assembler.wait(span_id, asked[0], question=asked[1])
             self.assembler.end_span(span_id, end_time=at)
 
     def _drop(self, span_id: str, error: BaseException | None, at: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -22,6 +23,7 @@ from ..judges._pricing import cost_usd
 from ..judges._protocol import Judge, JudgeRequest
 from ..schema._trace import (
     HUMAN_ANSWERS,
+    HUMAN_QUESTIONS,
     RESUME,
     EvalCase,
     SpanKind,
@@ -95,8 +97,17 @@ def describe_trace(case: EvalCase) -> str:
     if resume is not None:  # what the human decided is what the run went on from
         lines.append(f"the run resumed after a pause for a human, who answered: {text_of(resume)}")
     answers = metadata.get(HUMAN_ANSWERS)
-    for answer in answers if isinstance(answers, list) else ():
-        lines.append(f"a human answered while the run went on: {text_of(answer)}")
+    questions = metadata.get(HUMAN_QUESTIONS)
+    questions = questions if isinstance(questions, list) else []
+    for index, answer in enumerate(answers if isinstance(answers, list) else ()):
+        asked = questions[index] if index < len(questions) else None
+        if asked:  # "A-1" or "20 EUR" says little without what was asked
+            lines.append(
+                f"a human was asked {json.dumps(text_of(asked), ensure_ascii=False)} while the "
+                f"run went on, and answered: {text_of(answer)}"
+            )
+        else:
+            lines.append(f"a human answered while the run went on: {text_of(answer)}")
     for index, step in enumerate(case.steps, start=1):
         if step.thought:
             lines.append(f"step {index} thought: {step.thought}")

@@ -31,6 +31,7 @@ from ..schema._trace import (
     GRAPH_STEP,
     GUARD_REFUSED,
     HUMAN_ANSWERS,
+    HUMAN_QUESTIONS,
     RESUME,
     LatestKept,
     LoopAlert,
@@ -705,6 +706,8 @@ class _OpenTrace:
     """When a span of this run last started or ended (the event's own time)."""
     waiting: str | None = None
     """Why the run waits for an event from outside (a human's answer), while it does."""
+    asked: str | None = None
+    """What the run last asked a human, until the answer comes."""
     converted: deque[dict[int, _Converted]] = field(
         default_factory=lambda: deque(maxlen=CONVERTED_CALLS)
     )
@@ -1087,13 +1090,15 @@ class TraceAssembler:
         if trace is not None and trace.status is None:
             trace.status, trace.status_reason = status, reason
 
-    def wait(self, key: Hashable, reason: str) -> None:
+    def wait(self, key: Hashable, reason: str, *, question: str | None = None) -> None:
         """Say that the run a span belongs to waits for an event from outside (a human's
-        answer), ``reason`` saying for what: a run cut short meanwhile (the evaluator
-        closing) was paused, ``interrupted``, not unfinished."""
+        answer), ``reason`` saying for what, having asked ``question``: a run cut short
+        meanwhile (the evaluator closing) was paused, ``interrupted``, not unfinished; the
+        answer that comes is given to the question (:meth:`human_answered`)."""
         open_span = self._spans.get(key)
         if open_span is not None:
             open_span.owner.waiting = reason
+            open_span.owner.asked = question
 
     def stop_waiting(self, key: Hashable) -> str | None:
         """The run a span belongs to no longer waits (its event came, or it ended): why it
@@ -1124,17 +1129,29 @@ class TraceAssembler:
         resumes it, or starts afresh there), or ``None``."""
         return self.recorder.unfinished.pop((self.framework, link), None)
 
-    def human_answered(self, key: Hashable, answer: Any, *, resumed: bool = False) -> None:
-        """A human answered the run ``key`` belongs to: in a run that ``resumed`` after a
-        pause for a human, its first answer is the one it resumed with (:data:`RESUME`);
-        any other is one given while it ran (:data:`HUMAN_ANSWERS`, in order)."""
-        trace = self.trace_of(key)
-        if trace is None:
+    def human_answered(
+        self, key: Hashable, answer: Any, *, resumed: bool = False, question: str | None = None
+    ) -> None:
+        """A human answered the run ``key`` belongs to, asked ``question`` (else what the run
+        said it asked when it began to wait): in a run that ``resumed`` after a pause for a
+        human, its first answer is the one it resumed with (:data:`RESUME`); any other is
+        one given while it ran (:data:`HUMAN_ANSWERS`, in order, and what it was asked in
+        :data:`HUMAN_QUESTIONS` when known)."""
+        open_span = self._spans.get(key)
+        if open_span is None:
             return
-        if resumed and RESUME not in trace.metadata:
-            trace.metadata[RESUME] = answer
-        else:
-            trace.metadata.setdefault(HUMAN_ANSWERS, []).append(answer)
+        owner = open_span.owner
+        asked, owner.asked = question or owner.asked, None
+        metadata = owner.trace.metadata
+        if resumed and RESUME not in metadata:
+            metadata[RESUME] = answer
+            return
+        answers = metadata.setdefault(HUMAN_ANSWERS, [])
+        answers.append(answer)
+        questions = metadata.get(HUMAN_QUESTIONS)
+        if asked is not None or questions is not None:  # the questions, once one is known
+            questions = metadata.setdefault(HUMAN_QUESTIONS, [None] * (len(answers) - 1))
+            questions.append(asked)
 
     def request_found(self, key: Hashable, request: Callable[[], Any]) -> None:
         """The request of the run ``key`` belongs to, found after its start (a run that goes

@@ -33,6 +33,7 @@ __all__ = [
     "GUARD_REFUSED",
     "HANDOFF_TARGET",
     "HUMAN_ANSWERS",
+    "HUMAN_QUESTIONS",
     "INCOMPLETE_STATUSES",
     "INPUT_TOKENS",
     "INTERNAL_CALL",
@@ -128,6 +129,11 @@ HUMAN_ANSWERS = "human_answers"
 """Trace metadata key: the answers a human gave a run while it ran, in order (a CrewAI
 flow's ``@human_feedback`` its provider answered, a LlamaIndex workflow's step given a
 ``HumanResponseEvent``); the answer a resumed run went on from is :data:`RESUME`."""
+
+HUMAN_QUESTIONS = "human_questions"
+"""Trace metadata key: what the human was asked for each answer of :data:`HUMAN_ANSWERS`,
+in the same order, ``None`` where the framework does not say (a CrewAI flow's ``ask()``
+message, a LlamaIndex ``InputRequiredEvent``'s prefix); present only when one is known."""
 
 RESUMES_TRACE_ID = "resumes_trace_id"
 """Trace metadata key: the id of the paused (or failed) run's trace a run went on from."""
