@@ -30,7 +30,7 @@ from crewai.hooks.tool_hooks import (
 
 from agenteval_core import OnlineEvaluator, ToolCall, current_session, default_evaluator, plain
 
-from ._translate import EVENT_NAMES, BusEvent, Translator, tool_result
+from ._translate import EVENT_NAMES, BusEvent, Translator, flow_state, tool_result
 
 __all__ = ["AgentEvalListener"]
 
@@ -124,9 +124,18 @@ class AgentEvalListener(BaseEventListener):
             # CrewAI runs this in a context copied from the code that emitted the event, so
             # the session of agenteval_core.session(...) is seen here, not on the recorder's
             if self._active:
+                # a flow's state is read now: resume() goes on once the bus has run the
+                # handlers of its next event, and changes it before the recorder reads this
+                state = flow_state(source) if type(event).__name__ == "FlowStartedEvent" else None
                 pump.put(
                     BusEvent(
-                        handle, event, time.time(), source, current_session(), kickoff_in_scope()
+                        handle,
+                        event,
+                        time.time(),
+                        source,
+                        current_session(),
+                        kickoff_in_scope(),
+                        state,
                     )
                 )
 

@@ -145,6 +145,22 @@ def _feedback_history(flow: Any) -> list[Any]:
     return history if isinstance(history, list) else []
 
 
+class FlowState(NamedTuple):
+    """What a flow held when it started, read as its start event was heard: the flow
+    goes on after ``resume()`` changes both at once, before the recorder reads the event."""
+
+    resuming: bool
+    """It was paused for a human and is resumed (``resume()``)."""
+    answers: int
+    """How many answers of a human it kept already (its earlier runs')."""
+
+
+def flow_state(flow: Any) -> FlowState:
+    """A flow's :class:`FlowState` now."""
+    pending = getattr(flow, "_pending_feedback_context", None)
+    return FlowState(pending is not None, len(_feedback_history(flow)))
+
+
 def _feedback_collapse(messages: Any) -> bool:
     """Whether an LLM call is CrewAI routing a human's feedback (:data:`FEEDBACK_COLLAPSE`)."""
     first = _content(messages[0]) if isinstance(messages, list) and messages else None
@@ -307,6 +323,8 @@ class BusEvent(NamedTuple):
     """The session of ``agenteval_core.session(...)`` where the event was emitted."""
     kickoff: str | None = None
     """The start event id of the kickoff whose scope the event was emitted in."""
+    flow: FlowState | None = None
+    """The flow's state as its start event was heard (``FlowStartedEvent`` only)."""
 
 
 class Translator:
@@ -388,7 +406,7 @@ class Translator:
         if name == "ToolSelectionErrorEvent":
             self._unknown_tool(payload, at, event.kickoff)
         elif name in STARTS:
-            self._start(name, payload, at, source, session, event.kickoff)
+            self._start(name, payload, at, source, session, event.kickoff, event.flow)
         elif name in ENDS:
             self._end(name, payload, at, source)
         elif name in FAILURES:
@@ -592,6 +610,7 @@ class Translator:
         source: Any = None,
         session: str | None = None,
         kickoff: str | None = None,
+        flow: FlowState | None = None,
     ) -> None:
         key = event.event_id
         kind = STARTS[name]
@@ -602,8 +621,9 @@ class Translator:
             # persistence (@persist) names a flow's state across kickoffs
             inputs, request = _inputs(event)
             flow_id = getattr(source, "flow_id", None)
+            flow = flow or flow_state(source)
             resumed = None
-            if getattr(source, "_pending_feedback_context", None) is not None and flow_id:
+            if flow.resuming and flow_id:
                 # resume() after a pause for a human: the paused run's request, and its trace
                 resumed = self.assembler.take_unfinished((PAUSED_FLOW, str(flow_id)))
                 if resumed is not None:
@@ -619,10 +639,10 @@ class Translator:
             )
             if resumed is not None:
                 self.assembler.annotate(key, metadata={RESUMES_TRACE_ID: resumed[0]})
-            if getattr(source, "_pending_feedback_context", None) is not None:
+            if flow.resuming:
                 self._resumed_flows.add(key)
-            # the human's answers this run gets are those the flow keeps from now on
-            self._feedback_seen[key] = len(_feedback_history(source))
+            # the human's answers this run gets are those the flow keeps from its start on
+            self._feedback_seen[key] = flow.answers
         elif name == "MethodExecutionStartedEvent":
             if parent is not None:  # a method of a flow whose start was seen
                 self._methods.add(key)
