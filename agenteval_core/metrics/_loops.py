@@ -160,10 +160,10 @@ def steps_above(
     ``parent_of`` walks up, ``step_of`` gives a task span's step number (``None`` for other
     spans); a step's key is its number and the task's parent; at most ``most`` steps up.
 
-    ``ran_model``, given for a call a model asked for, tells a task that ran a model call
-    inside it; one that did not only ran a call a model elsewhere asked for (``create_agent``
-    runs each call of a reply as a task of one step) and is left out: the calls a model
-    asked for at once are read as in every framework."""
+    ``ran_model``, given for a call a model asked for, tells a task that called a model of
+    the run's own (not one a tool called); one that did not only ran a call a model
+    elsewhere asked for (``create_agent`` runs each call of a reply as a task of one step)
+    and is left out: the calls a model asked for at once are read as in every framework."""
     found: list[tuple[Hashable, Hashable]] = []
     for _ in range(most):
         if key is None:

@@ -581,7 +581,6 @@ class RunRoots:
         self._agents: dict[Hashable, set[Hashable]] = {}
         self._lanes: dict[Hashable, Lanes] = {}
         self._steps: dict[Hashable, int] = {}  # a graph's tasks: their step's number
-        self._ran_model: set[Hashable] = set()  # tasks with a model call inside them
 
     def __len__(self) -> int:
         return len(self._members)
@@ -643,8 +642,7 @@ class RunRoots:
         tasks it runs in called a model, and run an agent's steps as an agent span does
         (a sub-agent a node runs, with no name to make it one)."""
         if self._steps:
-            tasks = [task for _, task in self._steps_above(key)]
-            self._ran_model.update(tasks)
+            tasks = (task for _, task in self._steps_above(key))
             self._agents.setdefault(self._roots.get(key, key), set()).update(tasks)
 
     def branches(self, key: Hashable, asked: bool) -> Branches:
@@ -652,7 +650,8 @@ class RunRoots:
         model asked for when ``asked``."""
         if not self._steps:
             return ()
-        return self._steps_above(key, self._ran_model.__contains__ if asked else None)
+        running = self._agents.get(self._roots.get(key, key), set())  # those above are open
+        return self._steps_above(key, running.__contains__ if asked else None)
 
     def _steps_above(
         self, key: Hashable, ran_model: Callable[[Hashable], bool] | None = None
@@ -672,7 +671,6 @@ class RunRoots:
         self._tools.discard(key)
         self._may_be_agents.discard(key)
         self._steps.pop(key, None)
-        self._ran_model.discard(key)
         if key not in self._members:
             agents = self._agents.get(self._roots.get(key, key))
             if agents is not None:
@@ -686,7 +684,6 @@ class RunRoots:
             self._tools.discard(member)
             self._may_be_agents.discard(member)
             self._steps.pop(member, None)
-            self._ran_model.discard(member)
 
 
 @dataclass
@@ -701,7 +698,8 @@ class _OpenTrace:
     lanes: Lanes = field(default_factory=Lanes)
     """Which of the run's calls the guard reads as one sequence."""
     ran_model: set[Hashable] = field(default_factory=set)
-    """The run's graph tasks (:data:`GRAPH_STEP`) with a model call inside them."""
+    """The run's graph tasks (:data:`GRAPH_STEP`) that called a model of the run's own (not
+    one a tool called)."""
     last_event: float = 0.0
     """When a span of this run last started or ended (the event's own time)."""
     waiting: str | None = None
