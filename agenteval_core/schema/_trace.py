@@ -94,8 +94,10 @@ HANDOFF_TARGET = "agenteval.handoff.goto"
 GRAPH_STEP = "agenteval.graph_step"
 """Span attribute of a task a graph ran as one of its steps (a LangGraph node run): the
 step's number. Tasks under one parent with the same number ran side by side (a ``Send``
-fan-out, parallel edges, a model's parallel tool calls), none seeing what the others found:
-the loop guard reads a call made again in another of them as one call, not a repeat."""
+fan-out, parallel edges, a model's parallel tool calls), none seeing what the others found
+before the step ended: the loop guard counts a call they each made as often as the task
+that made it most, a task that calls a model is read as an agent, and a call of one of
+them recovers no failure of another (see :class:`~agenteval_core.LoopGuard`)."""
 
 REFUSAL = "agenteval.refusal"
 """Span attribute of an LLM span whose reply was the provider's explicit refusal (OpenAI's
