@@ -146,8 +146,8 @@ def _feedback_history(flow: Any) -> list[Any]:
 
 
 class FlowState(NamedTuple):
-    """What a flow held when it started, read as its start event was heard: the flow
-    goes on after ``resume()`` changes both at once, before the recorder reads the event."""
+    """What a flow held as its start event was heard. The recorder reads the event later,
+    when ``resume()`` may have kept the human's answer and stopped the flow's pause."""
 
     resuming: bool
     """It was paused for a human and is resumed (``resume()``)."""
