@@ -122,8 +122,10 @@ def twenty_a_second(base_url: str) -> Any:
 
 
 def assert_one_limit_spaced(arrivals: list[float], requests: int) -> None:
-    """``requests`` embeddings requests went through one limit of 20 a second: the last at
-    least ``(requests - 1) / 20`` s after the first (two processes each at their own limit
-    sent 24 within 0.1 s)."""
+    """``requests`` embeddings requests went through one limit of 20 a second: the last
+    about ``(requests - 1) / 20`` s after the first (two processes each at their own limit
+    sent 24 within 0.1 s). A quarter second is allowed for the first request: each request
+    waits for its slot once the shared limiter's answer is back, so a slow first answer
+    shortens the span (under load, 24 arrivals once spanned 1.08 s, not 1.15)."""
     arrived = sorted(arrivals)
-    assert len(arrived) == requests and arrived[-1] - arrived[0] >= (requests - 1) / 20 - 0.05
+    assert len(arrived) == requests and arrived[-1] - arrived[0] >= (requests - 1) / 20 - 0.25
