@@ -5,6 +5,7 @@ the trace records the refusal, the alert and the ``stopped`` status the same way
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -41,11 +42,17 @@ MESSAGE = 'lookup_order called 3 times with the same arguments {"order_id": "A-2
 
 class Tools:
     """The two tools, recording every time their body runs; the order's status is each of
-    ``statuses`` in turn, then the last (by default "processing", every time)."""
+    ``statuses`` in turn, then the last (by default "processing", every time). The agents
+    ask for the calls of ``script`` (by default SCRIPT), one per turn."""
 
-    def __init__(self, statuses: tuple[str, ...] = ("processing",)) -> None:
+    def __init__(
+        self,
+        statuses: tuple[str, ...] = ("processing",),
+        script: list[tuple[str, dict[str, Any]]] = SCRIPT,
+    ) -> None:
         self.ran: list[str] = []
         self.statuses = statuses
+        self.script = script
 
     def lookup_order(self, order_id: str) -> str:
         """Status of an order by id."""
@@ -112,7 +119,8 @@ def check_stopped_trace(evaluator: OnlineEvaluator, tools: Tools) -> Trace:
 
 
 def langchain_agent(tools: Tools) -> Any:
-    """A LangChain agent whose scripted model asks for the calls of SCRIPT, one per turn."""
+    """A LangChain agent whose scripted model asks for the calls of the tools' script, one
+    per turn."""
     from agenteval_langchain._scripted import ScriptedChatModel, tool_call
     from langchain.agents import create_agent
     from langchain_core.messages import AIMessage
@@ -120,7 +128,7 @@ def langchain_agent(tools: Tools) -> Any:
 
     replies = [
         AIMessage(content="", tool_calls=[tool_call(name, f"c{i}", **args)])
-        for i, (name, args) in enumerate(SCRIPT)
+        for i, (name, args) in enumerate(tools.script)
     ]
     return create_agent(
         ScriptedChatModel(replies=[*replies, AIMessage(content="done")]),
@@ -168,7 +176,7 @@ def run_llamaindex(evaluator: OnlineEvaluator, tools: Tools) -> BaseException | 
             role=MessageRole.ASSISTANT,
             blocks=[ToolCallBlock(tool_call_id=f"c{i}", tool_name=name, tool_kwargs=args)],
         )
-        for i, (name, args) in enumerate(SCRIPT)
+        for i, (name, args) in enumerate(tools.script)
     ] + [ChatMessage(role=MessageRole.ASSISTANT, content="done")]
 
     def reply(messages: list[ChatMessage], **_: Any) -> ChatMessage:
@@ -221,7 +229,7 @@ def run_crewai(evaluator: OnlineEvaluator, tools: Tools) -> None:
     def action(name: str, args: dict[str, Any]) -> str:
         return f"Thought: check.\nAction: {name}\nAction Input: {json.dumps(args)}"
 
-    replies = [action(name, args) for name, args in SCRIPT]
+    replies = [action(name, args) for name, args in tools.script]
     llm = ScriptedLLM(model="scripted", replies=[*replies, "Thought: stop\nFinal Answer: done"])
 
     def lookup_order(order_id: str) -> str:
@@ -274,6 +282,57 @@ def test_a_call_that_finds_its_order_moved_on_is_no_loop(
     looked = [c.result for c in trace.tool_calls() if c.name == "lookup_order"]
     assert looked == ["processing", "packed", "shipped"]
     assert ToolCallLoops().measure(trace).score == 1.0
+
+
+ORDER_POLL = [("lookup_order", {"order_id": "A-2"}), ("note", {"text": "wait a minute"})] * 3 + [
+    ("lookup_order", {"order_id": "A-2"})
+]
+
+
+@pytest.mark.parametrize("run", [run_langchain, run_llamaindex, run_crewai])
+def test_an_agent_that_polls_an_order_that_moves_on_is_no_loop(
+    evaluator: OnlineEvaluator, run: Callable[[OnlineEvaluator, Tools], Any]
+) -> None:
+    # an agent polls the order (its status, a wait, its status again) while it moves on:
+    # the cycle lookup_order → note went round with a new status each time. The guard
+    # compared the calls alone: it stopped the run at the second wait as a cycle (and at
+    # the third as the same note three times), before the agent saw the order delivered
+    tools = Tools(statuses=("processing", "packed", "shipped", "delivered"), script=ORDER_POLL)
+    run(evaluator, tools)
+    assert evaluator.flush(20)
+    assert tools.ran == [name for name, _ in ORDER_POLL]  # every call ran
+    assert evaluator.capture_path is not None
+    [trace] = list(read_capture(evaluator.capture_path))
+    assert (trace.status, trace.alerts, evaluator.alerts) == (RunStatus.OK, [], [])  # type: ignore[attr-defined]
+    looked = [c.result for c in trace.tool_calls() if c.name == "lookup_order"]
+    assert looked == ["processing", "packed", "shipped", "delivered"]
+    assert ToolCallLoops().measure(trace).score == 1.0
+
+
+@pytest.mark.parametrize("run", [run_langchain, run_llamaindex, run_crewai])
+def test_an_agent_that_polls_an_order_that_stays_put_is_stopped(
+    evaluator: OnlineEvaluator, run: Callable[[OnlineEvaluator, Tools], Any]
+) -> None:
+    # the same polling while the order stays "processing" goes round with nothing new:
+    # stopped as the cycle closes, at the second wait, which never runs
+    from agenteval_langchain import AgentLoopError
+
+    tools = Tools(script=ORDER_POLL)
+    with contextlib.suppress(AgentLoopError):  # LangChain's way to stop; the others end
+        run(evaluator, tools)
+    assert evaluator.flush(20)
+    assert tools.ran == ["lookup_order", "note", "lookup_order"]
+    assert evaluator.capture_path is not None
+    [trace] = list(read_capture(evaluator.capture_path))
+    message = "cycle lookup_order → note repeated 2 times"
+    assert (trace.status, trace.status_reason) == (
+        RunStatus.STOPPED,
+        f"stopped by the loop guard: {message}",
+    )
+    [alert] = trace.alerts
+    assert (alert.pattern, alert.count, alert.message) == ("cycle", 2, message)
+    assert [(c.name, c.arguments) for c in alert.calls] == ORDER_POLL[:4]
+    assert ToolCallLoops().measure(trace).score == 0.0
 
 
 def test_the_guard_forgets_a_stopped_run_for_the_next_one(evaluator: OnlineEvaluator) -> None:

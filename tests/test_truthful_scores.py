@@ -118,6 +118,54 @@ def test_a_call_that_finds_something_new_each_time_is_no_loop() -> None:
     assert (after.score, loop["count"], len(loop["calls"])) == (0.0, 3, 3)
 
 
+def test_calls_between_which_the_run_found_something_new_are_no_loop() -> None:
+    # a deploy watch: the same wait three times, the job's status new after each (a note
+    # of each check between: no cycle). The waits are the agent giving its work time; they
+    # were a loop as long as each call's count read only its own results
+    def status(now: str) -> ToolCall:
+        return ToolCall(name="job_status", arguments={"job": "deploy-7"}, result=now)
+
+    def wait() -> ToolCall:
+        return ToolCall(name="wait", arguments={"seconds": 10}, result="waited 10 s")
+
+    def note(text: str) -> ToolCall:
+        return ToolCall(name="note", arguments={"text": text}, result="noted")
+
+    def measured(*calls: ToolCall) -> Any:
+        steps = [AgentStep(tool_calls=[call]) for call in calls] + [AgentStep(output="Live.")]
+        return create_metric("tool_call_loops").measure(Trace.from_steps("Watch it", steps))
+
+    def watch(*statuses: str) -> list[ToolCall]:
+        calls = []
+        for index, now in enumerate(statuses):
+            calls += [wait(), status(now), note(f"check {index + 1}")]
+        return calls
+
+    assert measured(*watch("queued", "building", "live")).score == 1.0
+    # nothing new between the waits: the third is a loop
+    stuck = measured(*watch("building", "building", "building"))
+    assert (stuck.score, stuck.reason) == (
+        0.0,
+        'wait called 3 times with the same arguments {"seconds": 10}; '
+        'job_status called 3 times with the same arguments {"job": "deploy-7"}',
+    )
+    # counted from the last news ("building", then the same twice): the status asked for
+    # a third time since is the loop, and the waits since the news only two
+    late = measured(*watch("queued", "building", "building"), wait(), status("building"))
+    [loop] = late.metadata["loops"]
+    assert (late.score, loop["count"]) == (0.0, 3)
+    assert loop["calls"] == [{"name": "job_status", "arguments": {"job": "deploy-7"}}] * 3
+    # a cycle whose status moved on each round went on; one whose status stood still loops
+    cycle = [status("queued"), wait(), status("building"), wait(), status("live")]
+    assert measured(*cycle).score == 1.0
+    still = measured(status("queued"), wait(), status("queued"), wait())
+    assert (still.score, still.reason) == (0.0, "cycle job_status → wait repeated 2 times")
+    # as the live guard reads it, the call that closes a cycle is about to run: a wait,
+    # a check, a wait and a check closes it before the second check returns anything
+    blind = measured(wait(), status("queued"), wait(), status("building"))
+    assert (blind.score, blind.reason) == (0.0, "cycle wait → job_status repeated 2 times")
+
+
 def agents_run(
     agents: dict[str, tuple[float, float]], calls: list[tuple[str, str, dict[str, Any]]]
 ) -> Trace:

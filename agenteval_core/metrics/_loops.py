@@ -54,11 +54,46 @@ def canonical_call(call: ToolCall) -> tuple[str, str]:
 
 @dataclass
 class _Lane:
-    """The calls of one lane of a run (see :class:`Lanes`), in the order they started."""
+    """The calls of one lane of a run (see :class:`Lanes`), in the order they started:
+    each one's identity, where each identity was made, and for each call where the same
+    call was made before it (-1: never)."""
 
     signatures: list[tuple[str, str]] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
-    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    positions: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    previous: list[int] = field(default_factory=list)
+    returned: list[Any] = field(default_factory=list)
+
+    def add(self, call: ToolCall, signature: tuple[str, str]) -> None:
+        made = self.positions.setdefault(signature, [])
+        self.previous.append(made[-1] if made else -1)
+        made.append(len(self.calls))
+        self.signatures.append(signature)
+        self.calls.append(call)
+        self.returned.append(None)
+
+    def went_on_after(self, start: int) -> bool:
+        """Whether a call after the one at ``start`` returned other than the same call
+        did before it: the run found something new there (a file read again after an
+        edit, a listing after a write, a status that moved on), so the calls since are
+        the agent seeing what its work did, not going round in circles. The call at
+        ``start`` may be such a call itself: it starts what follows. The last call is about
+        to run, so what it returns is not read (the live guard cannot know it yet), and a
+        result not known yet (a call still running) counts as unchanged."""
+        for index in range(len(self.calls) - 2, start, -1):
+            before = self.previous[index]
+            if before < 0:
+                continue
+            now, then = self._returned(index), self._returned(before)
+            if now is not None and then is not None and now != then:
+                return True
+        return False
+
+    def _returned(self, index: int) -> Any:
+        known = self.returned[index]
+        if known is None:  # read once known: a call's result arrives after it is asked
+            known = self.returned[index] = _returned(self.calls[index])
+        return known
 
 
 Branches = Sequence[tuple[Hashable, Hashable]]
@@ -189,21 +224,6 @@ def _beside(run: _RunCalls, branches: Branches, signature: tuple[str, str]) -> b
     return beside
 
 
-def _unchanged_since(calls: list[ToolCall]) -> list[ToolCall]:
-    """The last of ``calls`` (one call made again and again, the last one about to run)
-    since one returned other than the one before it: a call that finds the world changed
-    (a file read again after an edit, a listing after a write, a status that moved on) is
-    the agent seeing what its work did, not going round in circles. A result not known yet
-    (the call still running, or its end not yet seen) counts as unchanged."""
-    returned = [_returned(call) for call in calls[:-1]]
-    start = 0
-    for index in range(1, len(returned)):
-        before, after = returned[index - 1], returned[index]
-        if before is not None and after is not None and before != after:
-            start = index
-    return calls[start:]
-
-
 def _returned(call: ToolCall) -> Any:
     """What a call returned, its error included; ``None`` when not known."""
     if call.error is not None:
@@ -219,15 +239,16 @@ class LoopGuard:
     """Watches each run's tool calls and reports a loop the moment a call closes one.
 
     ``repeated_call``: a call (same tool, same canonical arguments) reaches
-    ``repeat_threshold`` occurrences in one run since it last returned something new (a
-    run of it that returned other than the one before it starts the count again: a file
-    read again after an edit is the agent seeing its work; the guard reads what each call
-    returned from the call it was given, which the adapters fill in when the tool ends);
+    ``repeat_threshold`` occurrences in one run since the run last found something new (a
+    call that returned other than the same call before it starts the counts again: a file
+    read again after an edit, a status that moved on between two waits, is the agent
+    seeing its work; the guard reads what each call returned from the call it was given,
+    which the adapters fill in when the tool ends);
     a handoff (:data:`HANDOFF_PREFIXES`) with
     no call new to the run between them (a supervisor that hands each part of a task to the
     same worker, which makes new calls each time, delegates; it does not loop). ``cycle``:
     the last ``cycle_repeats`` × L calls are one sequence of L ≥ 2 distinct calls repeated
-    (L ≤ ``max_cycle_length``). Both are read in the call's lane (:class:`Lanes`: the
+    (L ≤ ``max_cycle_length``), with nothing new found among them. Both are read in the call's lane (:class:`Lanes`: the
     calls of agents running at once are apart), handoffs across the run. Each loop is
     reported once per run. A call run again under its id with no model call of its
     agent in between (:meth:`model_called`; another agent of the run may call its model
@@ -283,9 +304,7 @@ class LoopGuard:
             own = calls.lanes.get(lane)
             if own is None:
                 own = calls.lanes[lane] = _Lane()
-            own.signatures.append(signature)
-            own.calls.append(call)
-            own.counts[signature] += 1
+            own.add(call, signature)
             if signature not in calls.seen:  # new work since the handoffs before it
                 calls.seen.add(signature)
                 calls.handoffs.clear()
@@ -314,12 +333,15 @@ class LoopGuard:
         if handoffs is not None:  # a handoff's: those since the run's last new call
             calls, alert = handoffs, signature
         else:
-            count = lane.counts[signature]
-            if count < self.repeat_threshold:
-                return None
-            same = [c for c, s in zip(lane.calls, lane.signatures, strict=True) if s == signature]
-            calls = _unchanged_since(same)
+            made = lane.positions[signature][-self.repeat_threshold :]
             alert = (key, signature)
+            if (
+                len(made) < self.repeat_threshold
+                or alert in run.alerted
+                or lane.went_on_after(made[0])
+            ):
+                return None
+            calls = [lane.calls[index] for index in made]
         if len(calls) < self.repeat_threshold or alert in run.alerted:
             return None
         run.alerted.add(alert)
@@ -338,6 +360,8 @@ class LoopGuard:
             pattern = tail[:length]
             if len(set(pattern)) < length or tail != pattern * self.cycle_repeats:
                 continue
+            if lane.went_on_after(len(signatures) - span):
+                return None  # so did every longer cycle, whose calls include these
             # the same cycle read from another starting point is the same loop
             alert = ("cycle", key, frozenset(pattern))
             if alert in run.alerted:
@@ -491,8 +515,8 @@ class ToolCallLoops(Metric):
 
     The run's tool calls (those the guard refused included: the agent asked for them) are
     replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
-    same tool with the same arguments ``repeat_threshold`` times since it last returned
-    something new, or a short cycle repeated. The calls are read as the live guard read
+    same tool with the same arguments ``repeat_threshold`` times since the run last found
+    something new, or a short cycle repeated with nothing new found among its calls. The calls are read as the live guard read
     them: those of agents that ran at once apart, each agent's in a lane of its own, and a
     call the tasks of one graph step made side by side as many times as the task that made
     it most.
@@ -502,10 +526,12 @@ class ToolCallLoops(Metric):
     """
 
     name = "tool_call_loops"
-    version: ClassVar[str] = "4"
+    version: ClassVar[str] = "5"
     """2: the calls of agents running at once read apart; 3: a call that returned something
     new starts its count again; 4: the tasks of one graph step read as side by side (a call
-    each made counts once; one that calls a model has a lane, as an agent does)."""
+    each made counts once; one that calls a model has a lane, as an agent does); 5: any call
+    that returned something new starts every call's count again, and a cycle with news
+    among its calls is none."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
