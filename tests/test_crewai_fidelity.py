@@ -32,7 +32,7 @@ from agenteval_core import (
     Trace,
     session,
 )
-from agenteval_core.metrics import ParameterCorrectness, ToolFailures
+from agenteval_core.metrics import ParameterCorrectness, ToolCallLoops, ToolFailures
 from agenteval_core.metrics._judge_base import describe_trace
 
 
@@ -248,6 +248,81 @@ def test_native_tool_calling_records_the_provider_calls_and_alerts_on_repeats(
     assert [(a.pattern, a.count, a.calls[0].arguments) for a in alerts] == [
         ("repeated_call", 3, {"city": "Paris"})
     ]
+
+
+@pytest.mark.parametrize("gives_up", [False, True])
+def test_a_react_request_crewai_answers_itself_is_a_call_the_agent_made(
+    evaluator: OnlineEvaluator, gives_up: bool
+) -> None:
+    # a ReAct agent asks for the lookup it just ran: CrewAI runs no tool and emits no tool
+    # event, answering "I tried reusing the same input..." itself (and fails the task at the
+    # agent's fifth such request). The trace held only the calls that ran: an agent that
+    # asked for one lookup eight times scored tool_call_loops 1.0 ("no repeated calls or
+    # cycles among 1 tool calls") beside the live alert "lookup_order called 3 times"
+    ran: list[str] = []
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        ran.append(order_id)
+        return {"A-1": "processing", "B-2": "shipped"}[order_id]
+
+    same = action("lookup_order", order_id="A-1")
+    script = [same] * 8 if gives_up else [same, same, action("lookup_order", order_id="B-2")]
+    llm = ScriptedLLM(model="scripted", replies=[*script, "Thought: done\nFinal Answer: B-2."])
+    alerts: list[Any] = []
+    evaluator.engine.sinks.append(CallbackSink(on_alert=alerts.append))
+    listener = AgentEvalListener(evaluator)
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm, tools=[lookup_order])
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Check A-1.", expected_output="x", agent=agent)]
+    )
+    try:
+        if gives_up:
+            with pytest.raises(Exception, match="with the same arguments 5 times"):
+                crew.kickoff()
+        else:
+            assert crew.kickoff().raw == "B-2."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    crewai_said = (
+        "I tried reusing the same input, I must stop using this action input. I'll try "
+        "something else instead."
+    )
+    not_run = (
+        "not run: the same call as the agent's last one, which CrewAI answers itself: "
+        + crewai_said
+    )
+    asked = [c for s in trace.spans if s.kind is SpanKind.LLM for c in s.requested_tool_calls]
+    calls = trace.tool_calls()
+    # every request is a call, under its request's id, in the order asked
+    assert [c.id for c in calls] == [c.id for c in asked]
+    if gives_up:
+        assert ran == ["A-1"] and trace.status is RunStatus.ERROR
+        assert [(c.arguments, c.result, c.error) for c in calls] == [
+            ({"order_id": "A-1"}, "processing", None)
+        ] + [({"order_id": "A-1"}, crewai_said, not_run)] * 7
+        loops = ToolCallLoops().measure(trace)
+        assert (loops.score, loops.reason) == (
+            0.0,
+            'lookup_order called 3 times with the same arguments {"order_id": "A-1"}',
+        )
+        assert [a.message for a in alerts] == [loops.reason]  # the metric agrees with the alert
+    else:
+        assert ran == ["A-1", "B-2"] and trace.status is RunStatus.OK
+        assert [(c.arguments, c.result, c.error) for c in calls] == [
+            ({"order_id": "A-1"}, "processing", None),
+            ({"order_id": "A-1"}, crewai_said, not_run),
+            ({"order_id": "B-2"}, "shipped", None),
+        ]
+        assert (ToolCallLoops().measure(trace).score, alerts) == (1.0, [])
+        # the agent saw the lookup refused and went on to another: recovered, 1 - 1 / (2 × 3)
+        failures = ToolFailures().measure(EvalCase(trace=trace))
+        assert (failures.score, failures.reason) == (
+            pytest.approx(5 / 6),
+            "1 of 3 tool calls failed (lookup_order), 0 not recovered",
+        )
 
 
 def test_tools_are_listed_by_the_names_they_are_called_by(evaluator: OnlineEvaluator) -> None:

@@ -114,6 +114,10 @@ human's feedback means: the flow's own routing, no step of its run."""
 
 OBSERVATION = "Observation:"
 
+REPEATED_USAGE = I18N_DEFAULT.errors("task_repeated_usage").strip()
+"""What CrewAI answers a ReAct request the same as the agent's last tool run with (same tool,
+same arguments): it runs no tool and emits no tool event."""
+
 
 _TIMED_OUT = re.compile(r"execution timed out after .*max_execution_time")
 """The error CrewAI ends an agent's task with past its ``max_execution_time`` (a plain
@@ -348,6 +352,10 @@ class Translator:
         # execution key → (the last LLM call id, or its native calls' ids; tools run since)
         self._last_llm: dict[str, tuple[str | list[ToolCall], int]] = {}
         self._last_call: dict[str, str | None] = {}  # execution key → its last tool run's id
+        # execution key → the tool and arguments of its last tool run, and the ReAct call its
+        # model's last reply asked for: CrewAI answers a request the same as that run itself
+        self._last_run: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._asked: dict[str, ToolCall] = {}
         # execution key → the model call whose request named a tool the agent does not have
         self._unknown: dict[str, str | list[ToolCall]] = {}
         # scope → execution: CrewAI runs an agent's steps in a flow whose events it does not
@@ -438,6 +446,37 @@ class Translator:
         self._start("ToolSelectionErrorEvent", event, at, kickoff=kickoff)
         self.assembler.end_span(event.event_id, error=str(event.error), end_time=at)
 
+    def _answered_by_crewai(self, execution: str | None, at: float) -> None:
+        """Record the call the agent's last ReAct reply asked for if CrewAI answered it
+        itself: no tool ran for it, and it was the same as the agent's last tool run, which
+        CrewAI does not run again (it answers :data:`REPEATED_USAGE`, and fails the task
+        once the agent has asked five times). The agent asked for it, so the trace has it
+        (and ``tool_call_loops`` counts it, as the live guard does), failed with what the
+        model was told. Called as the agent's next step starts, or as its execution ends."""
+        call = self._asked.pop(execution or "", None)
+        if execution is None or call is None:
+            return
+        used = self._last_llm.get(execution, ("", 0))[1]
+        if used or self._last_run.get(execution) != (call.name, call.arguments):
+            return  # a tool ran for it (or the loop guard refused it, and recorded that)
+        key = ("answered by crewai", call.id)
+        self.assembler.start_span(
+            key,
+            execution,
+            SpanKind.TOOL,
+            call.name,
+            input=call.arguments,
+            start_time=at,
+            tool_call=call.model_copy(),
+        )
+        self.assembler.end_span(
+            key,
+            output=REPEATED_USAGE,
+            error=f"not run: the same call as the agent's last one, which CrewAI answers "
+            f"itself: {REPEATED_USAGE}",
+            end_time=at,
+        )
+
     def _requested_arguments(self, key: str | None, call_id: str | None) -> dict[str, Any]:
         """The arguments of the call ``call_id`` a model of ``key``'s trace asked for."""
         trace = self.assembler.trace_of(key) if key is not None else None
@@ -480,22 +519,25 @@ class Translator:
                 or event.parent_event_id
                 or started
             ]
-        self._forget(name, event)
+        self._forget(name, event, at)
         if _TIMED_OUT.search(error):
             self.assembler.mark(keys[0], RunStatus.TIMEOUT, error)
         for key in keys:
             self.assembler.end_span(key, error=error, end_time=at)
 
-    def _forget(self, name: str, event: Any) -> None:
-        """Drop the lookup entries of an agent execution, task or flow method that ended."""
+    def _forget(self, name: str, event: Any, at: float) -> None:
+        """Drop the lookup entries of an agent execution, task or flow method that ended
+        (at ``at``)."""
         if name.startswith("MethodExecution"):
             self._methods.discard(str(event.started_event_id))
         elif name.startswith("Flow"):
             self._resumed_flows.discard(str(event.started_event_id))
             self._feedback_seen.pop(str(event.started_event_id), None)
         elif name.startswith("AgentExecution"):
-            self._forget_execution(self._executions.pop(_task_id(event), None))
+            self._forget_execution(self._executions.pop(_task_id(event), None), at)
         elif name.startswith("Task"):
+            # a task that failed may close its agent's execution with no event of its own
+            self._answered_by_crewai(self._executions.get(_task_id(event)), at)
             self._tasks.pop(_task_id(event), None)
         elif name.startswith("CrewKickoff"):
             crew = self._crew_of(event.started_event_id)
@@ -510,12 +552,16 @@ class Translator:
                 if execution in kickoffs:
                     kickoffs.remove(execution)
             self._agent_kickoffs = {k: v for k, v in self._agent_kickoffs.items() if v}
-            self._forget_execution(execution)
+            self._forget_execution(execution, at)
 
-    def _forget_execution(self, execution: str | None) -> None:
-        """Drop what was kept about the steps of an agent execution that ended."""
+    def _forget_execution(self, execution: str | None, at: float) -> None:
+        """Drop what was kept about the steps of an agent execution that ended (at ``at``),
+        once the call its last step asked for is recorded, if CrewAI answered it itself."""
+        self._answered_by_crewai(execution, at)
         self._last_llm.pop(execution or "", None)
         self._last_call.pop(execution or "", None)
+        self._last_run.pop(execution or "", None)
+        self._asked.pop(execution or "", None)
         self._unknown.pop(execution or "", None)
         self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
 
@@ -720,6 +766,7 @@ class Translator:
             )
             self._executions[_task_id(event)] = key
         elif name == "LLMCallStartedEvent":
+            self._answered_by_crewai(self._execution_of(event), at)
             attributes = {
                 OPERATION_NAME: "chat",
                 REQUEST_MODEL: event.model,
@@ -810,6 +857,8 @@ class Translator:
             if name == "ToolSelectionErrorEvent":  # the event has none: the model's request's
                 arguments = self._requested_arguments(parent, call_id)
             call = ToolCall(id=call_id, name=tool_name, arguments=arguments)
+            if name != "ToolSelectionErrorEvent":
+                self._last_run[execution] = (tool_name, arguments)
             attributes = _agent_of(getattr(event, "agent_role", None))
             if attempt > 1:
                 attributes[ATTEMPT] = attempt
@@ -870,6 +919,8 @@ class Translator:
             if execution is not None:  # the tool runs that follow take these calls' ids
                 asked = list(requested) if native else event.call_id
                 self._last_llm[execution] = (asked, 0)
+                if not native and requested:
+                    self._asked[execution] = requested[0]
             root = self.assembler.root_key(key)
             if self._watch_loops and root is not None:
                 # calls of their own, even under ids an earlier call had (a reused id)
@@ -896,7 +947,7 @@ class Translator:
             )
             return
         if name in FLOW_EVENTS:  # a flow's or a method's result; a pause for a human
-            self._forget(name, event)
+            self._forget(name, event, at)
             if name == "FlowPausedEvent":
                 self.assembler.mark(
                     key, RunStatus.INTERRUPTED, f"the flow waits for a human: {event.message}"
@@ -915,7 +966,7 @@ class Translator:
             if crew is not None and isinstance(planned, list):
                 for step in planned:  # CrewAI uses a task's first plan
                     crew[1].setdefault(getattr(step, "task_number", 0), str(step.plan))
-        self._forget(name, event)
+        self._forget(name, event, at)
         if name == "KnowledgeRetrievalCompletedEvent":  # the query, what it found
             span = self.assembler.span_of(key)
             if span is not None:
