@@ -334,14 +334,9 @@ class LoopGuard:
             calls, alert = handoffs, signature
         else:
             made = lane.positions[signature][-self.repeat_threshold :]
-            alert = (key, signature)
-            if (
-                len(made) < self.repeat_threshold
-                or alert in run.alerted
-                or lane.went_on_after(made[0])
-            ):
+            if len(made) < self.repeat_threshold or lane.went_on_after(made[0]):
                 return None
-            calls = [lane.calls[index] for index in made]
+            calls, alert = [lane.calls[index] for index in made], (key, signature)
         if len(calls) < self.repeat_threshold or alert in run.alerted:
             return None
         run.alerted.add(alert)
