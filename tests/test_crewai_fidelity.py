@@ -325,6 +325,47 @@ def test_a_react_request_crewai_answers_itself_is_a_call_the_agent_made(
         )
 
 
+def test_a_react_agent_the_guard_stops_has_each_request_in_its_place(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # under stop_on_loop=True, the same lookup asked for over and over: CrewAI answers the
+    # second and third requests itself (the before-tool-call hook never sees them), the
+    # guard refuses the fourth and every one after. Each refusal after the first took the
+    # time of the alert, so its span started before the model had asked for it
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return "processing"
+
+    llm = ScriptedLLM(model="scripted", replies=[action("lookup_order", order_id="A-1")])
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm, tools=[lookup_order])
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Check A-1.", expected_output="x", agent=agent)]
+    )
+    try:
+        with pytest.raises(Exception, match="with the same arguments 5 times"):
+            crew.kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    message = 'lookup_order called 3 times with the same arguments {"order_id": "A-1"}'
+    assert (trace.status, trace.status_reason) == (
+        RunStatus.STOPPED,
+        f"stopped by the loop guard: {message}",
+    )
+    asking = [s for s in trace.spans if s.kind is SpanKind.LLM]
+    asked = {c.id: s for s in asking for c in s.requested_tool_calls}
+    calls = [s for s in trace.spans if s.tool_call is not None]
+    assert [s.tool_call.id for s in calls] == list(asked)  # type: ignore[union-attr]
+    assert [(s.error or "ran").split(":")[0] for s in calls] == ["ran"] + ["not run"] * 2 + [
+        "refused by the loop guard"
+    ] * (len(asking) - 3)
+    for span in calls:  # each after the model call that asked for it
+        assert span.start_time >= asked[span.tool_call.id].end_time  # type: ignore[operator,union-attr]
+    assert ToolCallLoops().measure(trace).reason == message
+
+
 def test_tools_are_listed_by_the_names_they_are_called_by(evaluator: OnlineEvaluator) -> None:
     # CrewAI calls a tool named "Look up order" look_up_order (as it calls its "Delegate work
     # to coworker" delegate_work_to_coworker): the trace lists it by the name calls use

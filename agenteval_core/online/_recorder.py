@@ -463,7 +463,9 @@ class Recorder:
         """
         earlier = self.guard.stopped_by(run)
         if earlier is not None:
-            self.put(AlertEvent(refuse, earlier.model_copy(update={"calls": [call]})))
+            # refused now, under the alert that stopped the run: its span starts now
+            refusal = earlier.model_copy(update={"calls": [call], "time": time.time()})
+            self.put(AlertEvent(refuse, refusal))
             return earlier
         alert = self.guard.observe(
             run, call, started=time.time(), agent=agent, lane=lane, branches=branches
