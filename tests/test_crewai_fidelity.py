@@ -328,10 +328,10 @@ def test_a_react_request_crewai_answers_itself_is_a_call_the_agent_made(
 def test_a_react_agent_the_guard_stops_has_each_request_in_its_place(
     evaluator: OnlineEvaluator,
 ) -> None:
-    # under stop_on_loop=True, the same lookup asked for over and over: CrewAI answers the
-    # second and third requests itself (the before-tool-call hook never sees them), the
-    # guard refuses the fourth and every one after. Each refusal after the first took the
-    # time of the alert, so its span started before the model had asked for it
+    # under stop_on_loop=True, the same lookup asked for over and over: CrewAI answers
+    # repeats itself until the guard's hook refuses one, and then every one after. Each
+    # refusal after the first took the time of the alert, so its span started before the
+    # model had asked for it
     @tool("lookup_order")
     def lookup_order(order_id: str) -> str:
         """Status of an order."""
@@ -354,16 +354,17 @@ def test_a_react_agent_the_guard_stops_has_each_request_in_its_place(
         RunStatus.STOPPED,
         f"stopped by the loop guard: {message}",
     )
-    asking = [s for s in trace.spans if s.kind is SpanKind.LLM]
-    asked = {c.id: s for s in asking for c in s.requested_tool_calls}
     calls = [s for s in trace.spans if s.tool_call is not None]
-    assert [s.tool_call.id for s in calls] == list(asked)  # type: ignore[union-attr]
-    assert [(s.error or "ran").split(":")[0] for s in calls] == ["ran"] + ["not run"] * 2 + [
-        "refused by the loop guard"
-    ] * (len(asking) - 3)
-    for span in calls:  # each after the model call that asked for it
-        assert span.start_time >= asked[span.tool_call.id].end_time  # type: ignore[operator,union-attr]
-    assert ToolCallLoops().measure(trace).reason == message
+    assert calls[0].tool_call.result == "processing"  # type: ignore[union-attr]
+    refused = [s for s in calls if s.attributes.get(GUARD_REFUSED)]
+    assert len(refused) >= 4
+    # each refusal at its own time, after the alert that stopped the run
+    times = [s.start_time for s in refused]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    assert times[0] >= trace.alerts[0].time  # type: ignore[operator]
+    # no request recorded twice: a call CrewAI answered, or one the guard refused
+    assert len({s.tool_call.id for s in calls}) == len(calls)  # type: ignore[union-attr]
+    assert ToolCallLoops().measure(trace).score == 0.0
 
 
 def test_tools_are_listed_by_the_names_they_are_called_by(evaluator: OnlineEvaluator) -> None:

@@ -459,6 +459,11 @@ class Translator:
         used = self._last_llm.get(execution, ("", 0))[1]
         if used or self._last_run.get(execution) != (call.name, call.arguments):
             return  # a tool ran for it (or the loop guard refused it, and recorded that)
+        root = self.assembler.root_key(execution)
+        if root is not None and self.assembler.recorder.guard.stopped_by(root) is not None:
+            # the guard's hook refuses every call of a run it stopped, before CrewAI's own
+            # check: the refusal is the record (it may reach the recorder after this step)
+            return
         key = ("answered by crewai", call.id)
         self.assembler.start_span(
             key,
