@@ -367,6 +367,71 @@ def test_a_react_agent_the_guard_stops_has_each_request_in_its_place(
     assert ToolCallLoops().measure(trace).score == 0.0
 
 
+@pytest.mark.parametrize(
+    ("statuses", "alerted"),
+    [
+        (["processing", "packed", "shipped", "delivered"], []),
+        (
+            ["processing"] * 4,
+            [
+                "cycle lookup_order → note repeated 2 times",
+                'lookup_order called 3 times with the same arguments {"order_id": "A-2"}',
+                'note called 3 times with the same arguments {"text": "wait a minute"}',
+            ],
+        ),
+    ],
+    ids=["moves-on", "stays-put"],
+)
+def test_the_live_alert_reads_what_each_call_returned_as_the_metric_does(
+    evaluator: OnlineEvaluator, statuses: list[str], alerted: list[str]
+) -> None:
+    # without stop_on_loop, the guard watches the calls the model asks for, which never
+    # held what the tool returned: an agent polling an order that moved on each time was
+    # alerted three times (the cycle, the lookup and the note) while tool_call_loops, reading
+    # the trace, scored it 1.0
+    left = iter(statuses)
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return next(left)
+
+    @tool("note")
+    def note(text: str) -> str:
+        """Write a note."""
+        return "noted"
+
+    poll = [action("lookup_order", order_id="A-2"), action("note", text="wait a minute")]
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[
+            *poll * 3,
+            action("lookup_order", order_id="A-2"),
+            "Thought: done\nFinal Answer: ok",
+        ],
+    )
+    alerts: list[Any] = []
+    evaluator.engine.sinks.append(CallbackSink(on_alert=alerts.append))
+    listener = AgentEvalListener(evaluator)
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm, tools=[lookup_order, note])
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Is A-2 ready?", expected_output="x", agent=agent)]
+    )
+    try:
+        assert crew.kickoff().raw == "ok"
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert [c.result for c in trace.tool_calls() if c.name == "lookup_order"] == statuses
+    assert [a.message for a in alerts] == alerted
+    loops = ToolCallLoops().measure(trace)  # the metric finds what the alerts said
+    assert (loops.score, loops.reason) == (
+        (0.0, "; ".join(alerted))
+        if alerted
+        else (1.0, "no repeated calls or cycles among 7 tool calls")
+    )
+
+
 def test_tools_are_listed_by_the_names_they_are_called_by(evaluator: OnlineEvaluator) -> None:
     # CrewAI calls a tool named "Look up order" look_up_order (as it calls its "Delegate work
     # to coworker" delegate_work_to_coworker): the trace lists it by the name calls use

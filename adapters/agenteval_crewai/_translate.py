@@ -13,6 +13,7 @@ from agenteval_core import (
     AGENT_NAME,
     INTERNAL_CALL,
     RunStatus,
+    Span,
     SpanKind,
     ToolCall,
     ToolSpec,
@@ -356,6 +357,9 @@ class Translator:
         # model's last reply asked for: CrewAI answers a request the same as that run itself
         self._last_run: dict[str, tuple[str, dict[str, Any]]] = {}
         self._asked: dict[str, ToolCall] = {}
+        # execution key → the calls its model asked for that the guard watches (copies: the
+        # guard reads what each returned, filled in as its tool ends), by call id
+        self._watched: dict[str, dict[str, ToolCall]] = {}
         # execution key → the model call whose request named a tool the agent does not have
         self._unknown: dict[str, str | list[ToolCall]] = {}
         # scope → execution: CrewAI runs an agent's steps in a flow whose events it does not
@@ -416,9 +420,13 @@ class Translator:
         elif name in STARTS:
             self._start(name, payload, at, source, session, event.kickoff, event.flow)
         elif name in ENDS:
+            tool = self._watched_tool(name, payload)
             self._end(name, payload, at, source)
+            self._returned(tool, payload)
         elif name in FAILURES:
+            tool = self._watched_tool(name, payload)
             self._fail(name, payload, at)
+            self._returned(tool, payload)
         elif name in ANSWERS:
             parent = self._parent(payload)
             if parent is not None and payload.response is not None:  # None: no answer came
@@ -445,6 +453,23 @@ class Translator:
         self._unknown[execution] = asked
         self._start("ToolSelectionErrorEvent", event, at, kickoff=kickoff)
         self.assembler.end_span(event.event_id, error=str(event.error), end_time=at)
+
+    def _watched_tool(self, name: str, event: Any) -> Span | None:
+        """The tool span a tool's end event ends, while the guard watches the calls the
+        model asks for."""
+        if not self._watch_loops or not name.startswith("ToolUsage"):
+            return None
+        return self.assembler.span_of(event.started_event_id)
+
+    def _returned(self, tool: Span | None, event: Any) -> None:
+        """Tell the guard what the call the tool span ``tool`` ran (ended) returned, as the
+        trace records it: a call made again that finds something else is no loop."""
+        call = tool.tool_call if tool is not None else None
+        if call is None or call.id is None:
+            return
+        watched = self._watched.get(self._execution_of(event) or "", {}).pop(call.id, None)
+        if watched is not None:
+            watched.result, watched.error = call.result, call.error
 
     def _answered_by_crewai(self, execution: str | None, at: float) -> None:
         """Record the call the agent's last ReAct reply asked for if CrewAI answered it
@@ -474,13 +499,14 @@ class Translator:
             start_time=at,
             tool_call=call.model_copy(),
         )
-        self.assembler.end_span(
-            key,
-            output=REPEATED_USAGE,
-            error=f"not run: the same call as the agent's last one, which CrewAI answers "
-            f"itself: {REPEATED_USAGE}",
-            end_time=at,
+        error = (
+            f"not run: the same call as the agent's last one, which CrewAI answers itself: "
+            f"{REPEATED_USAGE}"
         )
+        self.assembler.end_span(key, output=REPEATED_USAGE, error=error, end_time=at)
+        watched = self._watched.get(execution, {}).pop(call.id or "", None)
+        if watched is not None:  # the guard reads it as the trace records it
+            watched.result, watched.error = REPEATED_USAGE, error
 
     def _requested_arguments(self, key: str | None, call_id: str | None) -> dict[str, Any]:
         """The arguments of the call ``call_id`` a model of ``key``'s trace asked for."""
@@ -567,6 +593,7 @@ class Translator:
         self._last_call.pop(execution or "", None)
         self._last_run.pop(execution or "", None)
         self._asked.pop(execution or "", None)
+        self._watched.pop(execution or "", None)
         self._unknown.pop(execution or "", None)
         self._scopes = {k: v for k, v in self._scopes.items() if v != execution}
 
@@ -930,8 +957,10 @@ class Translator:
             if self._watch_loops and root is not None:
                 # calls of their own, even under ids an earlier call had (a reused id)
                 self.assembler.recorder.guard.model_called(root)
+                watched = self._watched.setdefault(execution or "", {})
                 for call in requested:
-                    self.assembler.watch(key, call, started=at)
+                    copy = watched[call.id or ""] = call.model_copy()
+                    self.assembler.watch(key, copy, started=at)
             self.assembler.end_span(
                 key,
                 output=text,
