@@ -422,11 +422,11 @@ class Translator:
         elif name in ENDS:
             tool = self._watched_tool(name, payload)
             self._end(name, payload, at, source)
-            self._returned(tool, payload)
+            self._returned(self._execution_of(payload), tool)
         elif name in FAILURES:
             tool = self._watched_tool(name, payload)
             self._fail(name, payload, at)
-            self._returned(tool, payload)
+            self._returned(self._execution_of(payload), tool)
         elif name in ANSWERS:
             parent = self._parent(payload)
             if parent is not None and payload.response is not None:  # None: no answer came
@@ -461,13 +461,13 @@ class Translator:
             return None
         return self.assembler.span_of(event.started_event_id)
 
-    def _returned(self, tool: Span | None, event: Any) -> None:
-        """Tell the guard what the call the tool span ``tool`` ran (ended) returned, as the
+    def _returned(self, execution: str | None, tool: Span | None) -> None:
+        """Tell the guard what the call of the tool span ``tool`` (ended) returned, as the
         trace records it: a call made again that finds something else is no loop."""
         call = tool.tool_call if tool is not None else None
         if call is None or call.id is None:
             return
-        watched = self._watched.get(self._execution_of(event) or "", {}).pop(call.id, None)
+        watched = self._watched.get(execution or "", {}).pop(call.id, None)
         if watched is not None:
             watched.result, watched.error = call.result, call.error
 
@@ -499,14 +499,15 @@ class Translator:
             start_time=at,
             tool_call=call.model_copy(),
         )
-        error = (
-            f"not run: the same call as the agent's last one, which CrewAI answers itself: "
-            f"{REPEATED_USAGE}"
+        span = self.assembler.span_of(key)
+        self.assembler.end_span(
+            key,
+            output=REPEATED_USAGE,
+            error=f"not run: the same call as the agent's last one, which CrewAI answers "
+            f"itself: {REPEATED_USAGE}",
+            end_time=at,
         )
-        self.assembler.end_span(key, output=REPEATED_USAGE, error=error, end_time=at)
-        watched = self._watched.get(execution, {}).pop(call.id or "", None)
-        if watched is not None:  # the guard reads it as the trace records it
-            watched.result, watched.error = REPEATED_USAGE, error
+        self._returned(execution, span)
 
     def _requested_arguments(self, key: str | None, call_id: str | None) -> dict[str, Any]:
         """The arguments of the call ``call_id`` a model of ``key``'s trace asked for."""
