@@ -248,12 +248,12 @@ class LoopGuard:
     no call new to the run between them (a supervisor that hands each part of a task to the
     same worker, which makes new calls each time, delegates; it does not loop). ``cycle``:
     the last ``cycle_repeats`` × L calls are one sequence of L ≥ 2 distinct calls repeated
-    (L ≤ ``max_cycle_length``), with nothing new found among them. Both are read in the call's lane (:class:`Lanes`: the
-    calls of agents running at once are apart), handoffs across the run. Each loop is
-    reported once per run. A call run again under its id with no model call of its
-    agent in between (:meth:`model_called`; another agent of the run may call its model
-    meanwhile) is the same call, its framework's retry (as in :meth:`Trace.tool_calls`),
-    and counts once. A call the tasks of one graph step made side by side
+    (L ≤ ``max_cycle_length``), with nothing new found among them. Both are read in the
+    call's lane (:class:`Lanes`: the calls of agents running at once are apart), handoffs
+    across the run. Each loop is reported once per run. A call run again under its id
+    with no model call of its agent in between (:meth:`model_called`; another agent of the
+    run may call its model meanwhile) is the same call, its framework's retry (as in
+    :meth:`Trace.tool_calls`), and counts once. A call the tasks of one graph step made side by side
     (:data:`Branches`), none seeing what the others found, counts as many times as the
     task that made it most. State is per run and dropped by :meth:`forget` when the run
     ends; thread-safe.
@@ -511,10 +511,10 @@ class ToolCallLoops(Metric):
     The run's tool calls (those the guard refused included: the agent asked for them) are
     replayed through a :class:`LoopGuard` with the same thresholds as the live alert: the
     same tool with the same arguments ``repeat_threshold`` times since the run last found
-    something new, or a short cycle repeated with nothing new found among its calls. The calls are read as the live guard read
-    them: those of agents that ran at once apart, each agent's in a lane of its own, and a
-    call the tasks of one graph step made side by side as many times as the task that made
-    it most.
+    something new, or a short cycle repeated with nothing new found among its calls. The
+    calls are read as the live guard read them: those of agents that ran at once apart,
+    each agent's in a lane of its own, and a call the tasks of one graph step made side by
+    side as many times as the task that made it most.
     1.0 when there is no loop, 0.0 when there is one; ``metadata["loops"]`` names each loop
     and the calls involved. A run with no calls that did not complete (failed, or paused for
     a human) is skipped. Its score feeds the session metrics' loop signal.
