@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,16 +51,30 @@ class Tools:
         self,
         statuses: tuple[str, ...] = ("processing",),
         script: list[tuple[str, dict[str, Any]]] = SCRIPT,
+        *,
+        stamped: bool = False,
     ) -> None:
         self.ran: list[str] = []
         self.statuses = statuses
         self.script = script
+        self.stamped = stamped
 
     def lookup_order(self, order_id: str) -> str:
         """Status of an order by id."""
         self.ran.append("lookup_order")
         looked = self.ran.count("lookup_order")
-        return self.statuses[min(looked, len(self.statuses)) - 1]
+        status = self.statuses[min(looked, len(self.statuses)) - 1]
+        if not self.stamped:
+            return status
+        # as a raw API answers: the time it was asked and an id of the request, new each time
+        checked = datetime.datetime(2026, 12, 3, 9, 30, looked, tzinfo=datetime.UTC)
+        return json.dumps(
+            {"status": status, "checked_at": checked.isoformat(), "request_id": str(uuid.uuid4())}
+        )
+
+    def status_of(self, result: Any) -> str:
+        """The status a lookup's ``result`` gave (a stamped answer is JSON)."""
+        return str(json.loads(result)["status"] if self.stamped else result)
 
     def note(self, text: str) -> str:
         """Write a note."""
@@ -289,35 +305,43 @@ ORDER_POLL = [("lookup_order", {"order_id": "A-2"}), ("note", {"text": "wait a m
 ]
 
 
+@pytest.mark.parametrize("stamped", [False, True], ids=["plain", "stamped"])
 @pytest.mark.parametrize("run", [run_langchain, run_llamaindex, run_crewai])
 def test_an_agent_that_polls_an_order_that_moves_on_is_no_loop(
-    evaluator: OnlineEvaluator, run: Callable[[OnlineEvaluator, Tools], Any]
+    evaluator: OnlineEvaluator, run: Callable[[OnlineEvaluator, Tools], Any], stamped: bool
 ) -> None:
     # an agent polls the order (its status, a wait, its status again) while it moves on:
     # the cycle lookup_order → note went round with a new status each time. The guard
     # compared the calls alone: it stopped the run at the second wait as a cycle (and at
     # the third as the same note three times), before the agent saw the order delivered
-    tools = Tools(statuses=("processing", "packed", "shipped", "delivered"), script=ORDER_POLL)
+    tools = Tools(
+        statuses=("processing", "packed", "shipped", "delivered"),
+        script=ORDER_POLL,
+        stamped=stamped,
+    )
     run(evaluator, tools)
     assert evaluator.flush(20)
     assert tools.ran == [name for name, _ in ORDER_POLL]  # every call ran
     assert evaluator.capture_path is not None
     [trace] = list(read_capture(evaluator.capture_path))
     assert (trace.status, trace.alerts, evaluator.alerts) == (RunStatus.OK, [], [])  # type: ignore[attr-defined]
-    looked = [c.result for c in trace.tool_calls() if c.name == "lookup_order"]
+    looked = [tools.status_of(c.result) for c in trace.tool_calls() if c.name == "lookup_order"]
     assert looked == ["processing", "packed", "shipped", "delivered"]
     assert ToolCallLoops().measure(trace).score == 1.0
 
 
+@pytest.mark.parametrize("stamped", [False, True], ids=["plain", "stamped"])
 @pytest.mark.parametrize("run", [run_langchain, run_llamaindex, run_crewai])
 def test_an_agent_that_polls_an_order_that_stays_put_is_stopped(
-    evaluator: OnlineEvaluator, run: Callable[[OnlineEvaluator, Tools], Any]
+    evaluator: OnlineEvaluator, run: Callable[[OnlineEvaluator, Tools], Any], stamped: bool
 ) -> None:
     # the same polling while the order stays "processing" goes round with nothing new:
-    # stopped as the cycle closes, at the second wait, which never runs
+    # stopped as the cycle closes, at the second wait, which never runs. Stamped, each
+    # answer carries the time it was asked and a new request id, as raw APIs do: those
+    # changed, the order did not, and the run went on polling to the end of its script
     from agenteval_langchain import AgentLoopError
 
-    tools = Tools(script=ORDER_POLL)
+    tools = Tools(script=ORDER_POLL, stamped=stamped)
     with contextlib.suppress(AgentLoopError):  # LangChain's way to stop; the others end
         run(evaluator, tools)
     assert evaluator.flush(20)

@@ -166,6 +166,69 @@ def test_calls_between_which_the_run_found_something_new_are_no_loop() -> None:
     assert (blind.score, blind.reason) == (0.0, "cycle wait → job_status repeated 2 times")
 
 
+def test_a_timestamp_or_request_id_in_an_answer_is_nothing_new() -> None:
+    # a raw API's answer carries the time it was asked and an id of the request: the order
+    # stayed "processing" while those changed, and each lookup read as news (a loop through
+    # such a tool was never seen, and stop_on_loop never stopped it)
+    def lookup(result: Any) -> ToolCall:
+        return ToolCall(name="lookup_order", arguments={"order_id": "A-1"}, result=result)
+
+    def measured(*results: Any) -> Any:
+        steps = [AgentStep(tool_calls=[lookup(result)]) for result in results]
+        steps.append(AgentStep(output="Still processing."))
+        return create_metric("tool_call_loops").measure(Trace.from_steps("Where is A-1?", steps))
+
+    repeat = 'lookup_order called 3 times with the same arguments {"order_id": "A-1"}'
+    stamped = [
+        {
+            "status": "processing",
+            "checked_at": f"2026-12-{day:02}T0{second}:59:5{second}.{second}12Z",
+            "request_id": request,
+            "server_time": 1764755400 + second,
+            "etag": f"W/{etag}",
+        }
+        for day, second, request, etag in [
+            (3, 1, "6f1c3a52-9b4e-4d1a-8f0e-2c7d5b9a1e34", "a3f5c9e1b7d2f4a8c6e0"),
+            (3, 2, "0b8e7d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b", "9e8d7c6b5a4f3e2d1c0b"),
+            (4, 3, "req_01HZX3K9F2Q8W7V6T5R4", "b7d2f4a8c6e0a3f5c9e1"),
+        ]
+    ]
+    assert (measured(*stamped).score, measured(*stamped).reason) == (0.0, repeat)
+    # in an HTTP date or a text, as an error's request id, and in Unix milliseconds alike
+    for said in (
+        "Thu, 03 Dec 2026 09:30:0{n} GMT: processing",
+        "processing (request 8f3a9c2b1d7e6f5a4b3{n})",
+        "processing since 176475540012{n}",
+    ):
+        assert measured(*[said.format(n=n) for n in (1, 2, 3)]).score == 0.0, said
+    # what changed with them is news: a status, a count, a date with no time, a new text
+    moved = [dict(stamped[0]), dict(stamped[1], status="packed"), dict(stamped[2])]
+    assert measured(*moved).score == 1.0
+    for news in (
+        ["3 of 10 parcels scanned", "5 of 10 parcels scanned", "8 of 10 parcels scanned"],
+        ["arrives 2026-12-05", "arrives 2026-12-06", "arrives 2026-12-07"],
+        ["ETA 14:00", "ETA 14:30", "ETA 15:00"],
+    ):
+        assert measured(*news).score == 1.0, news
+    # an answer that is nothing but the time or a new id is what the tool was asked for
+    times = ["2026-12-03T09:30:01Z", "2026-12-03T09:30:02Z", "2026-12-03T09:30:03Z"]
+    assert measured(*times).score == 1.0
+    ids = ["6f1c3a52-9b4e-4d1a-8f0e-2c7d5b9a1e34", "0b8e7d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b"]
+    assert measured(*ids, "req_01HZX3K9F2Q8W7V6T5R4").score == 1.0
+    # a failure told with a new request id each time is the same failure
+    failed = [
+        ToolCall(
+            name="lookup_order",
+            arguments={"order_id": "A-1"},
+            error=f"HTTP 503 (request {request}): try again later",
+        )
+        for request in ("a3f5c9e1b7d2f4a8c6e0", "9e8d7c6b5a4f3e2d1c0b", "b7d2f4a8c6e0a3f5c9e1")
+    ]
+    steps = [AgentStep(tool_calls=[call]) for call in failed] + [AgentStep(output="Down.")]
+    looped = create_metric("tool_call_loops").measure(Trace.from_steps("Where is A-1?", steps))
+    assert (looped.score, looped.reason) == (0.0, repeat)
+
+
 def agents_run(
     agents: dict[str, tuple[float, float]], calls: list[tuple[str, str, dict[str, Any]]]
 ) -> Trace:

@@ -10,6 +10,7 @@ what the live alert saw.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -63,6 +64,7 @@ class _Lane:
     positions: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     previous: list[int] = field(default_factory=list)
     returned: list[Any] = field(default_factory=list)
+    compared: dict[int, Any] = field(default_factory=dict)
 
     def add(self, call: ToolCall, signature: tuple[str, str]) -> None:
         made = self.positions.setdefault(signature, [])
@@ -74,7 +76,8 @@ class _Lane:
 
     def went_on_after(self, start: int) -> bool:
         """Whether a call after the one at ``start`` returned other than the same call
-        did before it: the run found something new there (a file read again after an
+        did before it (its incidental values aside: :func:`_without_incidentals`): the
+        run found something new there (a file read again after an
         edit, a listing after a write, a status that moved on), so the calls since are
         the agent seeing what its work did, not going round in circles. The call at
         ``start`` may be such a call itself: it starts what follows. The last call is about
@@ -85,7 +88,9 @@ class _Lane:
             if before < 0:
                 continue
             now, then = self._returned(index), self._returned(before)
-            if now is not None and then is not None and now != then:
+            if now is None or then is None or now == then:
+                continue
+            if self._compared(index) != self._compared(before):
                 return True
         return False
 
@@ -94,6 +99,14 @@ class _Lane:
         if known is None:  # read once known: a call's result arrives after it is asked
             known = self.returned[index] = _returned(self.calls[index])
         return known
+
+    def _compared(self, index: int) -> Any:
+        """What the call at ``index`` returned without its incidental values (read only
+        where two results differ as written: most loops return the same each time)."""
+        if index not in self.compared:
+            kind, text = self.returned[index]
+            self.compared[index] = (kind, _without_incidentals(text))
+        return self.compared[index]
 
 
 Branches = Sequence[tuple[Hashable, Hashable]]
@@ -224,15 +237,39 @@ def _beside(run: _RunCalls, branches: Branches, signature: tuple[str, str]) -> b
     return beside
 
 
-def _returned(call: ToolCall) -> Any:
+def _returned(call: ToolCall) -> tuple[str, str] | None:
     """What a call returned, its error included; ``None`` when not known."""
     if call.error is not None:
         return ("error", call.error)
-    return (
-        None
-        if call.result is None
-        else ("result", json.dumps(call.result, sort_keys=True, default=str))
-    )
+    if call.result is None:
+        return None
+    return ("result", json.dumps(call.result, sort_keys=True, default=str))
+
+
+_INCIDENTAL = re.compile(
+    # a time of day to the second, its date too in an ISO 8601 timestamp (or alone, as in
+    # an HTTP date)
+    r"(?:\d{4}-\d{2}-\d{2}[T ])?\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    # a Unix time in seconds, milli-, micro- or nanoseconds (2001 to 2033)
+    r"|(?<![\w.])1\d{9}(?:\d{3}){0,3}(?:\.\d+)?(?![\w.])"
+    # a UUID
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    # an identifier of 16 or more letters and digits, both (a request id, a hash, an etag)
+    r"|(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[\w-]{16,}(?![\w-])"
+)
+_LEFT_OUT = "\x00"
+
+
+def _without_incidentals(text: str) -> str:
+    """``text`` with the values that differ on every call of a tool for reasons of its own
+    left out: times to the second (a response's ``checked_at``, an HTTP date), Unix times,
+    UUIDs and long identifiers of letters and digits (a request id, a hash). A status that
+    stays "processing" while the response's timestamp and request id change is nothing new;
+    a status that moves on, a count, a date or a new text is. A result that is nothing but
+    such a value (a tool that tells the time, or makes an id) is kept whole: there the value
+    is the answer."""
+    kept = _INCIDENTAL.sub(_LEFT_OUT, text)
+    return text if not kept.strip('"' + _LEFT_OUT) else kept
 
 
 class LoopGuard:
@@ -521,12 +558,13 @@ class ToolCallLoops(Metric):
     """
 
     name = "tool_call_loops"
-    version: ClassVar[str] = "5"
+    version: ClassVar[str] = "6"
     """2: the calls of agents running at once read apart; 3: a call that returned something
     new starts its count again; 4: the tasks of one graph step read as side by side (a call
     each made counts once; one that calls a model has a lane, as an agent does); 5: any call
     that returned something new starts every call's count again, and a cycle with news
-    among its calls is none."""
+    among its calls is none; 6: a result whose only changes are times to the second, Unix
+    times, UUIDs and long identifiers is nothing new."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
