@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -215,6 +216,25 @@ def test_a_timestamp_or_request_id_in_an_answer_is_nothing_new() -> None:
     assert measured(*times).score == 1.0
     ids = ["6f1c3a52-9b4e-4d1a-8f0e-2c7d5b9a1e34", "0b8e7d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b"]
     assert measured(*ids, "req_01HZX3K9F2Q8W7V6T5R4").score == 1.0
+
+    # in a large answer too, read where the answers differ: a page of 2,000 orders whose
+    # timestamp changed is the same page; one whose 1,000th order moved on is news
+    def page(stamp: str, moved: int | None = None, traced: int = 0) -> dict[str, Any]:
+        orders = [
+            {"id": f"A-{n}", "status": "shipped" if n == moved else "processing"}
+            for n in range(2000)
+        ]
+        for order in orders[:traced]:  # each with a trace id of its own, new on each call
+            order["trace"] = str(uuid.uuid4())
+        return {"orders": orders, "fetched_at": stamp}
+
+    clock = [f"2026-12-03 09:30:0{n}" for n in (1, 2, 3)]
+    assert measured(*[page(at) for at in clock]).score == 0.0
+    assert measured(page(clock[0]), page(clock[1], moved=1000), page(clock[2])).score == 1.0
+    # answers are read for such values over 64 KiB where they differ at most: 500 new
+    # trace ids (~27 KB apart) are nothing new; 2,000 (~108 KB) are news, read as written
+    assert measured(*[page(at, traced=500) for at in clock]).score == 0.0
+    assert measured(*[page(at, traced=2000) for at in clock]).score == 1.0
     # a failure told with a new request id each time is the same failure
     failed = [
         ToolCall(

@@ -63,8 +63,8 @@ class _Lane:
     calls: list[ToolCall] = field(default_factory=list)
     positions: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     previous: list[int] = field(default_factory=list)
-    returned: list[Any] = field(default_factory=list)
-    compared: dict[int, Any] = field(default_factory=dict)
+    returned: list[tuple[str, str] | None] = field(default_factory=list)
+    news: dict[int, bool] = field(default_factory=dict)
 
     def add(self, call: ToolCall, signature: tuple[str, str]) -> None:
         made = self.positions.setdefault(signature, [])
@@ -76,37 +76,35 @@ class _Lane:
 
     def went_on_after(self, start: int) -> bool:
         """Whether a call after the one at ``start`` returned other than the same call
-        did before it (its incidental values aside: :func:`_without_incidentals`): the
-        run found something new there (a file read again after an
-        edit, a listing after a write, a status that moved on), so the calls since are
-        the agent seeing what its work did, not going round in circles. The call at
+        did before it (its incidental values aside: :func:`_differ_beyond_incidentals`):
+        the run found something new there (a file read again after an edit, a listing
+        after a write, a status that moved on), so the calls since are the agent seeing
+        what its work did, not going round in circles. The call at
         ``start`` may be such a call itself: it starts what follows. The last call is about
         to run, so what it returns is not read (the live guard cannot know it yet), and a
         result not known yet (a call still running) counts as unchanged."""
         for index in range(len(self.calls) - 2, start, -1):
             before = self.previous[index]
-            if before < 0:
-                continue
-            now, then = self._returned(index), self._returned(before)
-            if now is None or then is None or now == then:
-                continue
-            if self._compared(index) != self._compared(before):
+            if before >= 0 and self._found_news(index, before):
                 return True
         return False
 
-    def _returned(self, index: int) -> Any:
+    def _found_news(self, index: int, before: int) -> bool:
+        news = self.news.get(index)
+        if news is None:
+            now, then = self._returned(index), self._returned(before)
+            if now is None or then is None:
+                return False  # not known yet: asked again once it is
+            news = self.news[index] = now != then and (
+                now[0] != then[0] or _differ_beyond_incidentals(then[1], now[1])
+            )
+        return news
+
+    def _returned(self, index: int) -> tuple[str, str] | None:
         known = self.returned[index]
         if known is None:  # read once known: a call's result arrives after it is asked
             known = self.returned[index] = _returned(self.calls[index])
         return known
-
-    def _compared(self, index: int) -> Any:
-        """What the call at ``index`` returned without its incidental values (read only
-        where two results differ as written: most loops return the same each time)."""
-        if index not in self.compared:
-            kind, text = self.returned[index]
-            self.compared[index] = (kind, _without_incidentals(text))
-        return self.compared[index]
 
 
 Branches = Sequence[tuple[Hashable, Hashable]]
@@ -258,18 +256,77 @@ _INCIDENTAL = re.compile(
     r"|(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[\w-]{16,}(?![\w-])"
 )
 _LEFT_OUT = "\x00"
+_READ_AT_MOST = 65_536
+"""The most characters of two results, where they differ, read for incidental values: a
+larger difference is news as written (the regular expression reads ~10 MB/s, and the live
+guard reads on the agent's thread with ``stop_on_loop``)."""
+_TOKEN = re.compile(r"[\w:.+-]*")
+"""The characters the values :data:`_INCIDENTAL` finds are made of (and the text around
+them that decides whether they are one)."""
+_BLOCK = 4096
 
 
-def _without_incidentals(text: str) -> str:
-    """``text`` with the values that differ on every call of a tool for reasons of its own
-    left out: times to the second (a response's ``checked_at``, an HTTP date), Unix times,
-    UUIDs and long identifiers of letters and digits (a request id, a hash). A status that
-    stays "processing" while the response's timestamp and request id change is nothing new;
-    a status that moves on, a count, a date or a new text is. A result that is nothing but
-    such a value (a tool that tells the time, or makes an id) is kept whole: there the value
-    is the answer."""
-    kept = _INCIDENTAL.sub(_LEFT_OUT, text)
-    return text if not kept.strip('"' + _LEFT_OUT) else kept
+def _differ_beyond_incidentals(then: str, now: str) -> bool:
+    """Whether two results as written (JSON, or an error's text) differ in more than the
+    values that change on every call of a tool for reasons of its own: times to the second
+    (a response's ``checked_at``, an HTTP date), Unix times, UUIDs and long identifiers of
+    letters and digits (a request id, a hash). A status that stays "processing" while the
+    response's timestamp and request id change is nothing new; a status that moves on, a
+    count, a date or a new text is. A result that is nothing but such a value (a tool that
+    tells the time, or makes an id) is read whole: there the value is the answer. Only the
+    span where the two differ is read (widened to whole values), so a large answer that
+    changed one timestamp costs what that span does."""
+    prefix = _common_prefix(then, now)
+    suffix = _common_prefix(then[prefix:][::-1], now[prefix:][::-1])
+    # widened to whole values (a timestamp's date and time are one, across a space): the
+    # two agree before and after the span, so both are widened alike
+    start = _value_start(then, max(0, prefix - 40))
+    end_then = _value_end(then, min(len(then), len(then) - suffix + 40))
+    end_now = _value_end(now, min(len(now), len(now) - suffix + 40))
+    if max(end_then, end_now) - start > _READ_AT_MOST:
+        return True
+    left_then = _INCIDENTAL.sub(_LEFT_OUT, then[start:end_then])
+    left_now = _INCIDENTAL.sub(_LEFT_OUT, now[start:end_now])
+    return left_then != left_now or _bare(then) or _bare(now)
+
+
+def _bare(text: str) -> bool:
+    """Whether a result is nothing but one incidental value (the time, a new id)."""
+    return _INCIDENTAL.fullmatch(text.strip('"')) is not None
+
+
+def _common_prefix(first: str, second: str) -> int:
+    """How many characters two texts begin with alike (compared a block at a time)."""
+    shorter, at = min(len(first), len(second)), 0
+    while at < shorter:
+        end = min(at + _BLOCK, shorter)
+        if first[at:end] != second[at:end]:
+            break
+        at = end
+    else:
+        return shorter
+    low, high = at, end - 1  # the first character that differs is in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if first[low : middle + 1] == second[low : middle + 1]:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def _value_start(text: str, at: int) -> int:
+    """Where the value ``at`` is in begins (a few hundred characters back at most)."""
+    floor = max(0, at - 256)
+    while at > floor and (text[at - 1].isalnum() or text[at - 1] in "_:.+-"):
+        at -= 1
+    return at
+
+
+def _value_end(text: str, at: int) -> int:
+    """Where the value ``at`` is in ends."""
+    matched = _TOKEN.match(text, at)
+    return matched.end() if matched else at
 
 
 class LoopGuard:
