@@ -200,6 +200,7 @@ def test_a_timestamp_or_request_id_in_an_answer_is_nothing_new() -> None:
         "Thu, 03 Dec 2026 09:30:0{n} GMT: processing",
         "processing (request 8f3a9c2b1d7e6f5a4b3{n})",
         "processing since 176475540012{n}",
+        "{{'status': 'processing', 'conn': <Connection object at 0x7f3a2b1c4d5{n}>}}",
     ):
         assert measured(*[said.format(n=n) for n in (1, 2, 3)]).score == 0.0, said
     # what changed with them is news: a status, a count, a date with no time, a new text

@@ -250,6 +250,8 @@ _INCIDENTAL = re.compile(
     r"(?:\d{4}-\d{2}-\d{2}[T ])?\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
     # a Unix time in seconds, milli-, micro- or nanoseconds (2001 to 2033)
     r"|(?<![\w.])1\d{9}(?:\d{3}){0,3}(?:\.\d+)?(?![\w.])"
+    # an object's address in its repr ("<Connection object at 0x7f3a2b1c4d50>")
+    r"|(?<!\w)0x[0-9a-fA-F]{8,}(?!\w)"
     # a UUID
     r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
     # an identifier of 16 or more letters and digits, both (a request id, a hash, an etag)
@@ -269,8 +271,8 @@ _BLOCK = 4096
 def _differ_beyond_incidentals(then: str, now: str) -> bool:
     """Whether two results as written (JSON, or an error's text) differ in more than the
     values that change on every call of a tool for reasons of its own: times to the second
-    (a response's ``checked_at``, an HTTP date), Unix times, UUIDs and long identifiers of
-    letters and digits (a request id, a hash). A status that stays "processing" while the
+    (a response's ``checked_at``, an HTTP date), Unix times, objects' addresses in their
+    reprs, UUIDs and long identifiers of letters and digits (a request id, a hash). A status that stays "processing" while the
     response's timestamp and request id change is nothing new; a status that moves on, a
     count, a date or a new text is. A result that is nothing but such a value (a tool that
     tells the time, or makes an id) is read whole: there the value is the answer. Only the
@@ -621,7 +623,7 @@ class ToolCallLoops(Metric):
     each made counts once; one that calls a model has a lane, as an agent does); 5: any call
     that returned something new starts every call's count again, and a cycle with news
     among its calls is none; 6: a result whose only changes are times to the second, Unix
-    times, UUIDs and long identifiers is nothing new."""
+    times, objects' addresses, UUIDs and long identifiers is nothing new."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
