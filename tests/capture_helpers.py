@@ -1,6 +1,6 @@
 """What the framework tests share: the `evaluator` fixture, an online evaluator that captures
 to a temporary file (a test module may define its own; `evaluator.captured()` returns its
-traces), and the traces a CrewAI listener captured."""
+traces), the traces a CrewAI listener captured, and the regression case a capture gives."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agenteval_core import OnlineEvaluator, Trace
+from agenteval_core import OnlineEvaluator, RegressionCase, Trace, cases_from_capture
 
 
 @pytest.fixture
@@ -25,3 +25,11 @@ def captured_by(listener: Any) -> list[Trace]:
     (its event bus runs handlers on a loop of its own)."""
     assert listener.flush(20)
     return list(listener.evaluator.captured())
+
+
+def regression_case(evaluator: OnlineEvaluator) -> RegressionCase:
+    """The one regression case the evaluator's capture gives (its runs scored by
+    ``tool_failures``), as ``agenteval cases`` writes it."""
+    assert evaluator.flush(20) and evaluator.capture_path is not None
+    [case] = cases_from_capture(evaluator.capture_path, metrics=["tool_failures"])
+    return case

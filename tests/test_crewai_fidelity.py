@@ -14,7 +14,7 @@ from unittest.mock import ANY
 import pytest
 from agenteval_crewai import AgentEvalListener
 from agenteval_crewai._scripted import ScriptedLLM, native_call
-from capture_helpers import captured_by
+from capture_helpers import captured_by, regression_case
 from crewai import LLM, Agent, Crew, Process, Task
 from crewai.tools import tool
 from judge_server import JudgeServer, Reply
@@ -24,6 +24,7 @@ from agenteval_core import (
     AGENT_NAME,
     GUARD_REFUSED,
     INTERNAL_CALL,
+    TOOL_NOT_RUN,
     CallbackSink,
     EvalCase,
     OnlineEvaluator,
@@ -303,6 +304,9 @@ def test_a_react_request_crewai_answers_itself_is_a_call_the_agent_made(
         assert [(c.arguments, c.result, c.error) for c in calls] == [
             ({"order_id": "A-1"}, "processing", None)
         ] + [({"order_id": "A-1"}, crewai_said, not_run)] * 7
+        # the lookup ran once and worked: CrewAI's answers are no failures of the tool
+        case = regression_case(evaluator)
+        assert (case.tools_must_succeed, case.provenance.failed_tools) == (None, [])
         loops = ToolCallLoops().measure(trace)
         assert (loops.score, loops.reason) == (
             0.0,
@@ -1769,6 +1773,17 @@ def test_a_call_of_a_tool_the_agent_does_not_have_is_a_failed_call(
         ("track_parcel", True),
         ("track_parcel", True),
     ]
+    # no tool ran for them: the regression case of the run had required track_parcel to
+    # be called and to succeed, which no fix of the agent can do
+    assert [
+        s.attributes.get(TOOL_NOT_RUN) for s in trace.spans_of(SpanKind.TOOL) if s.tool_call
+    ] == [True, True, None]
+    case = regression_case(evaluator)
+    assert (case.metrics, case.tools_must_succeed, case.provenance.failed_tools) == (
+        ["tool_failures"],
+        None,
+        [],
+    )
 
 
 def test_the_call_that_shapes_a_tasks_output_is_no_step(evaluator: OnlineEvaluator) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from agenteval_llamaindex import instrument
+from capture_helpers import regression_case
 from llama_index.core.agent.workflow import (
     AgentWorkflow,
     CodeActAgent,
@@ -54,6 +55,7 @@ from workflows.errors import WorkflowCancelledByUser
 from agenteval_core import (
     AGENT_NAME,
     REASONING,
+    TOOL_NOT_RUN,
     EvalCase,
     OnlineEvaluator,
     RunStatus,
@@ -260,6 +262,55 @@ def test_a_react_agent_asks_for_its_calls_in_text(evaluator: OnlineEvaluator) ->
         "shipped",
     )
     assert [tool.name for tool in trace.tools] == ["lookup_order"]
+
+
+def test_a_call_of_a_tool_the_agent_does_not_have_ran_no_tool(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # LlamaIndex answers a call of a tool the agent does not have itself: no tool runs.
+    # Recorded as any failed call, it made a regression case that required track_parcel to
+    # be called and to succeed, which no fix of the agent can do
+    def asked(call_id: str, name: str) -> ChatMessage:
+        block = ToolCallBlock(tool_call_id=call_id, tool_name=name, tool_kwargs={"order_id": "A-1"})
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    replies = [
+        asked("c0", "track_parcel"),
+        asked("c1", "track_parcel"),
+        asked("c2", "lookup_order"),
+    ]
+
+    def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        done = sum(1 for m in messages if m.role == MessageRole.TOOL)
+        return replies[done] if done < len(replies) else answer("A-1 has shipped.")
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(lookup_order)],
+        llm=MockFunctionCallingLLM(response_generator=reply),
+    )
+    said, trace = agent_run(evaluator, agent, "Where is A-1?")
+    assert said == "A-1 has shipped."
+    unknown = "Tool track_parcel not found. Please select a tool that is available."
+    assert [
+        (c.id, c.name, c.arguments, c.result, c.error, s.attributes.get(TOOL_NOT_RUN))
+        for s in trace.spans_of(SpanKind.TOOL)
+        for c in [s.tool_call]
+        if c is not None
+    ] == [
+        ("c0", "track_parcel", {"order_id": "A-1"}, unknown, unknown, True),
+        ("c1", "track_parcel", {"order_id": "A-1"}, unknown, unknown, True),
+        ("c2", "lookup_order", {"order_id": "A-1"}, "shipped", None, None),
+    ]
+    # the failed calls are the agent's (1 - 2 / (2 × 3) < 0.7: a case), no tool's to fix
+    case = regression_case(evaluator)
+    assert [(m.name, m.score) for m in case.provenance.failing_metrics] == [
+        ("tool_failures", pytest.approx(2 / 3))
+    ]
+    assert (case.metrics, case.tools_must_succeed, case.provenance.failed_tools) == (
+        ["tool_failures"],
+        None,
+        [],
+    )
 
 
 def triage_and_billing(triage: Any, billing: Any) -> AgentWorkflow:

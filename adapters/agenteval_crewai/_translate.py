@@ -12,6 +12,7 @@ from crewai.utilities.string_utils import sanitize_tool_name
 from agenteval_core import (
     AGENT_NAME,
     INTERNAL_CALL,
+    TOOL_NOT_RUN,
     RunStatus,
     Span,
     SpanKind,
@@ -452,7 +453,9 @@ class Translator:
             return
         self._unknown[execution] = asked
         self._start("ToolSelectionErrorEvent", event, at, kickoff=kickoff)
-        self.assembler.end_span(event.event_id, error=str(event.error), end_time=at)
+        self.assembler.end_span(
+            event.event_id, error=str(event.error), end_time=at, attributes={TOOL_NOT_RUN: True}
+        )
 
     def _watched_tool(self, name: str, event: Any) -> Span | None:
         """The tool span a tool's end event ends, while the guard watches the calls the
@@ -506,6 +509,7 @@ class Translator:
             error=f"not run: the same call as the agent's last one, which CrewAI answers "
             f"itself: {REPEATED_USAGE}",
             end_time=at,
+            attributes={TOOL_NOT_RUN: True},
         )
         self._returned(execution, span)
 
@@ -1019,7 +1023,9 @@ class Translator:
             return  # CrewAI's stand-in for a call the guard refused: recorded once, refused
         if output == NOT_FOUND and not self._offered(key, str(event.tool_name)):
             # a native call of a tool the agent does not have: it failed, as the model saw
-            self.assembler.end_span(key, output=output, error=output, end_time=at)
+            self.assembler.end_span(
+                key, output=output, error=output, end_time=at, attributes={TOOL_NOT_RUN: True}
+            )
             return
         # a result CrewAI's tool cache answered: the tool itself did not run
         cached = {FROM_CACHE: True} if getattr(event, "from_cache", False) else None

@@ -33,6 +33,7 @@ from agenteval_core import (
     INTERNAL_CALL,
     REASONING,
     REFUSAL,
+    TOOL_NOT_RUN,
     RunStatus,
     SpanKind,
     ToolCall,
@@ -302,6 +303,17 @@ def tool_returned(result: Any) -> tuple[Any, str | None]:
     content = getattr(output, "content", None) if output is not None else None
     failed = output is not None and getattr(output, "is_error", False)
     return plain(content), (str(content or "tool error") if failed else None)
+
+
+def _no_such_tool(output: Any) -> bool:
+    """Whether a ``call_tool`` step's output is LlamaIndex's answer to a call of a tool the
+    agent does not have: an error with no tool's output (a tool that raised keeps its
+    error's text there), no tool ran."""
+    return (
+        getattr(output, "is_error", False) is True
+        and getattr(output, "raw_output", "") is None
+        and str(getattr(output, "content", "")).startswith(f"Tool {output.tool_name} not found")
+    )
 
 
 def _native_calls(message: ChatMessage | None) -> list[ToolCall]:
@@ -886,7 +898,10 @@ class Translator:
             error = self._tool_errors.pop(span_id, None) or flagged
             if _refused_handoff(output, content):
                 error = error or str(content)  # no error flag: the agent stays in control
-            self.assembler.end_span(span_id, output=content, error=error, end_time=at)
+            not_run = {TOOL_NOT_RUN: True} if _no_such_tool(output) else None
+            self.assembler.end_span(
+                span_id, output=content, error=error, end_time=at, attributes=not_run
+            )
         elif self.assembler.is_root(span_id):
             self._end_agent(span_id, at)
             self.assembler.stop_waiting(span_id)
