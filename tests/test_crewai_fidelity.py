@@ -313,6 +313,10 @@ def test_a_react_request_crewai_answers_itself_is_a_call_the_agent_made(
             'lookup_order called 3 times with the same arguments {"order_id": "A-1"}',
         )
         assert [a.message for a in alerts] == [loops.reason]  # the metric agrees with the alert
+        # at the third request: CrewAI's answer to the second, no tool having run, was no
+        # news (it had restarted the count, and the alert came at the fourth)
+        [alert] = alerts
+        assert [c.id for c in alert.calls] == [c.id for c in asked[:3]]
     else:
         assert ran == ["A-1", "B-2"] and trace.status is RunStatus.OK
         assert [(c.arguments, c.result, c.error) for c in calls] == [
@@ -362,6 +366,12 @@ def test_a_react_agent_the_guard_stops_has_each_request_in_its_place(
     assert calls[0].tool_call.result == "processing"  # type: ignore[union-attr]
     refused = [s for s in calls if s.attributes.get(GUARD_REFUSED)]
     assert len(refused) >= 4
+    # stopped at the third request: the second, CrewAI's own answer, was no news
+    assert [(bool(s.attributes.get(TOOL_NOT_RUN)), s in refused) for s in calls[:3]] == [
+        (False, False),
+        (True, False),
+        (False, True),
+    ]
     # each refusal at its own time, after the alert that stopped the run
     times = [s.start_time for s in refused]
     assert times == sorted(times) and len(set(times)) == len(times)

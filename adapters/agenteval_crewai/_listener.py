@@ -30,7 +30,14 @@ from crewai.hooks.tool_hooks import (
 
 from agenteval_core import OnlineEvaluator, ToolCall, current_session, default_evaluator, plain
 
-from ._translate import EVENT_NAMES, BusEvent, Translator, flow_state, tool_result
+from ._translate import (
+    EVENT_NAMES,
+    REPEATED_USAGE,
+    BusEvent,
+    Translator,
+    flow_state,
+    tool_result,
+)
 
 __all__ = ["AgentEvalListener"]
 
@@ -170,6 +177,11 @@ class AgentEvalListener(BaseEventListener):
     def _after_tool_call(self, context: ToolCallHookContext) -> str | None:
         """A call the guard let through ended: the guard reads what it gave the agent."""
         try:
+            if str(context.raw_tool_result).strip() == REPEATED_USAGE:
+                # CrewAI answered the call itself (the agent's last one again): no tool
+                # ran, and what it said is no news of the world, so the result is not known
+                self.recorder.tool_returned(_run_of(context))
+                return None
             # what the tool returned, as the trace records it
             returned = tool_result(context.tool_result)
             self.recorder.tool_returned(_run_of(context), plain(returned))

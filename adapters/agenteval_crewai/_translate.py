@@ -471,7 +471,8 @@ class Translator:
         if call is None or call.id is None:
             return
         watched = self._watched.get(execution or "", {}).pop(call.id, None)
-        if watched is not None:
+        if watched is not None and not tool.attributes.get(TOOL_NOT_RUN):  # type: ignore[union-attr]
+            # CrewAI's own answer (no tool ran) stays not known: it is no news of the world
             watched.result, watched.error = call.result, call.error
 
     def _answered_by_crewai(self, execution: str | None, at: float) -> None:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from ..schema._trace import (
     GRAPH_STEP,
+    TOOL_NOT_RUN,
     EvalCase,
     LoopAlert,
     Span,
@@ -623,7 +624,8 @@ class ToolCallLoops(Metric):
     each made counts once; one that calls a model has a lane, as an agent does); 5: any call
     that returned something new starts every call's count again, and a cycle with news
     among its calls is none; 6: a result whose only changes are times to the second, Unix
-    times, objects' addresses, UUIDs and long identifiers is nothing new."""
+    times, objects' addresses, UUIDs and long identifiers is nothing new, nor is what a
+    framework answered for a call no tool ran for."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 
@@ -670,10 +672,23 @@ class ToolCallLoops(Metric):
         ) < len(calls):
             guard = LoopGuard(**self.options)
             lanes, branches = call_lanes(case.trace), call_branches(case.trace)
+            # what the framework answered for a call no tool ran for (CrewAI's "I tried
+            # reusing the same input", a middleware's refusal) tells the agent nothing new
+            # of the world: read as a result not known, as the live guard reads it
+            unrun = {
+                id(span.tool_call)
+                for span in case.trace.spans
+                if span.tool_call is not None and span.attributes.get(TOOL_NOT_RUN)
+            }
             for call in calls:  # each call once already: the agent asked for each of them
                 guard.model_called("run")
                 alert = guard.observe(
-                    "run", call, lane=lanes.get(id(call)), branches=branches.get(id(call), ())
+                    "run",
+                    call.model_copy(update={"result": None, "error": None})
+                    if id(call) in unrun
+                    else call,
+                    lane=lanes.get(id(call)),
+                    branches=branches.get(id(call), ()),
                 )
                 if alert is not None:
                     loops.append(alert)
