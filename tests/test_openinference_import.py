@@ -872,6 +872,57 @@ def test_a_llamaindex_function_agent_run(spans_file: Path, tmp_path: Path) -> No
     )
 
 
+def test_a_llamaindex_call_of_a_tool_the_agent_does_not_have_imports_as_a_failed_call(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # LlamaIndex answers it itself ("Tool get_forecast not found. ..."), runs no tool and
+    # marks no error in the tool message the model is shown: the import had a call that
+    # worked (tool_failures 1.0), the adapter a failed one (0.75)
+    def forecast_first(messages: list[ChatMessage], **_: object) -> ChatMessage:
+        shown = sum(1 for m in messages if m.role == MessageRole.TOOL)
+        if shown == 2:
+            return ChatMessage(role=MessageRole.ASSISTANT, content="It is sunny and 21°C in Paris.")
+        name, call_id = [("get_forecast", "f1"), ("get_weather", "w1")][shown]
+        call = ToolCallBlock(tool_call_id=call_id, tool_name=name, tool_kwargs={"city": "Paris"})
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(weather, name="get_weather")],
+        llm=MockFunctionCallingLLM(response_generator=forecast_first),
+    )
+    _, ours, theirs = llamaindex_both_ways(agent, spans_file, tmp_path)
+    unknown = "Tool get_forecast not found. Please select a tool that is available."
+    for trace in (ours, theirs):
+        assert [
+            (s.tool_call.model_dump(), s.attributes.get("agenteval.tool.not_run"))
+            for s in trace.spans_of(SpanKind.TOOL)
+            if s.tool_call is not None
+        ] == [
+            (
+                {
+                    "id": "f1",
+                    "name": "get_forecast",
+                    "arguments": {"city": "Paris"},
+                    "result": unknown,
+                    "error": unknown,
+                },
+                True,
+            ),
+            (
+                {
+                    "id": "w1",
+                    "name": "get_weather",
+                    "arguments": {"city": "Paris"},
+                    "result": "sunny, 21°C",
+                    "error": None,
+                },
+                None,
+            ),
+        ]
+        assert ToolFailures().measure(trace).score == pytest.approx(0.75)  # 1 - 1 / (2 × 2)
+    assert theirs.output == ours.output == "It is sunny and 21°C in Paris."
+
+
 def test_a_llamaindex_react_agent_answers_with_its_answer(spans_file: Path, tmp_path: Path) -> None:
     # OpenInference writes the run's StopEvent as a repr cut at 200 characters, so the import
     # took the last model call's text: a ReAct agent's "Thought: ... Answer: ..." where the

@@ -52,6 +52,7 @@ from agenteval_core.recording import (
     Recorder,
     error_text,
     limit_or_timeout,
+    no_such_tool,
     react_actions,
     step_thought,
 )
@@ -312,7 +313,7 @@ def _no_such_tool(output: Any) -> bool:
     return (
         getattr(output, "is_error", False) is True
         and getattr(output, "raw_output", "") is None
-        and str(getattr(output, "content", "")).startswith(f"Tool {output.tool_name} not found")
+        and no_such_tool(str(output.tool_name), getattr(output, "content", None))
     )
 
 

@@ -54,6 +54,7 @@ from agenteval_core.recording import (
     UNPARSED_REPLY,
     LatestKept,
     limit_or_timeout,
+    no_such_tool,
     stopped_by_caller,
     unreadable_call,
 )
@@ -969,7 +970,7 @@ def _unrun_calls(raws: list[RawSpan], spans: list[Span]) -> None:
                 request = asked.get(call_id)
                 if request is None:
                     continue
-                error = text if failed else None
+                error = text if failed or no_such_tool(request.name, text) else None
                 ran[call_id] = unrun = Span(
                     id=f"{span.id}-{call_id}",
                     parent_id=span.parent_id,

@@ -123,6 +123,14 @@ CLASSIC_STOPS = frozenset(
 default): the run ended at a limit."""
 
 
+def no_such_tool(name: str, answer: Any) -> bool:
+    """Whether ``answer`` is a framework's own answer to a call of a tool ``name`` the agent
+    does not have (LlamaIndex's ``Tool <name> not found. ...``): no tool ran, and the call
+    failed, though the tool message the model was shown marks no error (for the adapter
+    and the span import alike)."""
+    return isinstance(answer, str) and answer.startswith(f"Tool {name} not found. ")
+
+
 def limit_or_timeout(kind: str, message: str) -> RunStatus | None:
     """How a run ended, by the class name (``kind``, qualified or not) and message of the
     exception that ended it, where that says more than an error: ``limit`` for LangGraph's
