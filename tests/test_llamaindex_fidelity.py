@@ -60,6 +60,7 @@ from agenteval_core import (
     OnlineEvaluator,
     RunStatus,
     SpanKind,
+    ToolCallLimit,
     Trace,
 )
 from agenteval_core.metrics import Coherence, ToolCallLoops, ToolFailures
@@ -334,6 +335,99 @@ def triage_and_billing(triage: Any, billing: Any) -> AgentWorkflow:
         ],
         root_agent="triage",
     )
+
+
+@pytest.mark.parametrize("works", [False, True], ids=["ping-pong", "new-order-each-time"])
+def test_agents_handing_a_request_back_and_forth_are_a_loop_whatever_their_reasons(
+    evaluator: OnlineEvaluator, works: bool
+) -> None:
+    # triage hands the request to billing, which hands it back, each time with a reason in
+    # its own words: each handoff was a call new to the run (its reason in its arguments,
+    # and in what it returned), so the ping-pong was never a loop, live or scored. With
+    # billing looking up a new order each time, the handoffs between are its work
+    reasons = iter(f"reason {n}" for n in range(100))
+    looked = iter(f"A-{n}" for n in range(100))
+
+    def hand_to(agent: str) -> Any:
+        def reply(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+            said = [m for m in messages if m.role == MessageRole.TOOL]
+            if works and agent == "triage" and said and said[-1].content.startswith("Agent b"):
+                order = next(looked)  # billing's turn: a lookup first, then the handoff
+                block = ToolCallBlock(
+                    tool_call_id=f"l-{order}",
+                    tool_name="lookup_order",
+                    tool_kwargs={"order_id": order},
+                )
+                return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+            handoff = {"to_agent": agent, "reason": next(reasons)}
+            block = ToolCallBlock(
+                tool_call_id=handoff["reason"], tool_name="handoff", tool_kwargs=handoff
+            )
+            return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+        return reply
+
+    rounds = iter(range(4))
+
+    def billing(messages: Sequence[ChatMessage], **_: Any) -> ChatMessage:
+        if works and next(rounds, None) is None:
+            return answer("Refunded.")
+        return hand_to("triage")(messages)
+
+    workflow = triage_and_billing(hand_to("billing"), billing)
+    workflow.agents["triage"].can_handoff_to = ["billing"]
+    workflow.agents["billing"].can_handoff_to = ["triage"]
+    instrumentation = instrument(evaluator, stop_on_loop=True)
+    try:
+
+        async def main() -> None:
+            with contextlib.suppress(Exception):  # a stopped run raises
+                await instrumentation.guard(workflow.run("Refund A-1"))
+
+        asyncio.run(main())
+        [trace] = evaluator.captured()
+    finally:
+        instrumentation.uninstrument()
+    made = [(c.name, dict(c.arguments), c.error) for c in trace.tool_calls()]
+
+    def handoff(to: str, n: int, error: str | None = None) -> tuple[str, dict[str, Any], Any]:
+        return "handoff", {"to_agent": to, "reason": f"reason {n}"}, error
+
+    if works:
+        lookups = [("lookup_order", {"order_id": f"A-{n}"}, None) for n in (0, 1)]
+        assert made == [
+            handoff("billing", 0),
+            lookups[0],
+            handoff("triage", 1),
+            handoff("billing", 2),
+            lookups[1],
+            handoff("triage", 3),
+            handoff("billing", 4),
+        ]
+        assert (trace.status, trace.alerts, trace.output) == (RunStatus.OK, [], "Refunded.")
+        assert ToolCallLoops().measure(trace).score == 1.0
+        return
+    message = "cycle handoff → handoff repeated 2 times"
+    refused = f"refused by the loop guard: {message}"
+    assert made == [
+        handoff("billing", 0),
+        handoff("triage", 1),
+        handoff("billing", 2),
+        handoff("triage", 3, refused),
+    ]
+    assert (trace.status, trace.status_reason) == (
+        RunStatus.STOPPED,
+        f"stopped by the loop guard: {message}",
+    )
+    [alert] = trace.alerts
+    assert [c.arguments["to_agent"] for c in alert.calls] == ["billing", "triage"] * 2
+    loops = ToolCallLoops().measure(trace)
+    assert (loops.score, loops.reason) == (0.0, message)
+    # its regression case holds the handoff back to triage to once, whatever the reason
+    case = regression_case(evaluator)
+    assert case.tool_call_limits == [
+        ToolCallLimit(name="handoff", arguments={"to_agent": "triage"}, max_calls=1)
+    ]
 
 
 def test_an_agent_workflow_says_which_agent_did_what(evaluator: OnlineEvaluator) -> None:

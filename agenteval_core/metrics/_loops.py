@@ -39,6 +39,8 @@ __all__ = [
     "ToolCallLoops",
     "agents_above",
     "canonical_call",
+    "identity_arguments",
+    "is_handoff",
     "steps_above",
 ]
 
@@ -49,9 +51,33 @@ Agents SDK): ``transfer_to_<agent>``, with no arguments, so every handoff to one
 same call."""
 
 
+HANDOFF_TOOL = "handoff"
+"""How a LlamaIndex ``AgentWorkflow`` names its handoff tool: ``handoff(to_agent, reason)``,
+the reason in the model's words, new at each handoff."""
+
+
 def canonical_call(call: ToolCall) -> tuple[str, str]:
-    """A tool call's identity for loop detection: its name and sorted-key JSON arguments."""
-    return call.name, json.dumps(call.arguments, sort_keys=True, default=str)
+    """A tool call's identity for loop detection: its name and sorted-key JSON arguments
+    (:func:`identity_arguments`)."""
+    return call.name, json.dumps(identity_arguments(call), sort_keys=True, default=str)
+
+
+def identity_arguments(call: ToolCall) -> dict[str, Any]:
+    """The arguments that make ``call`` the call it is: all of them, but a LlamaIndex
+    handoff's ``reason``, the model's words for the same handoff (an agent handing the same
+    request back and forth, a new reason each time, made a new call each time, and the loop
+    was never seen)."""
+    if is_handoff(call) and call.name == HANDOFF_TOOL:
+        return {"to_agent": call.arguments["to_agent"]}
+    return call.arguments
+
+
+def is_handoff(call: ToolCall) -> bool:
+    """Whether ``call`` hands the run to another agent: ``transfer_to_<agent>`` and
+    ``transfer_back_to_<agent>`` (:data:`HANDOFF_PREFIXES`), LlamaIndex's ``handoff``."""
+    return call.name.startswith(HANDOFF_PREFIXES) or (
+        call.name == HANDOFF_TOOL and "to_agent" in call.arguments
+    )
 
 
 @dataclass
@@ -237,7 +263,11 @@ def _beside(run: _RunCalls, branches: Branches, signature: tuple[str, str]) -> b
 
 
 def _returned(call: ToolCall) -> tuple[str, str] | None:
-    """What a call returned, its error included; ``None`` when not known."""
+    """What a call returned, its error included; ``None`` when not known, or for a handoff,
+    whose answer says who took the run over (LlamaIndex's repeats the model's reason), no
+    news of the world."""
+    if is_handoff(call):
+        return None
     if call.error is not None:
         return ("error", call.error)
     if call.result is None:
@@ -341,7 +371,7 @@ class LoopGuard:
     read again after an edit, a status that moved on between two waits, is the agent
     seeing its work; the guard reads what each call returned from the call it was given,
     which the adapters fill in when the tool ends);
-    a handoff (:data:`HANDOFF_PREFIXES`) with
+    a handoff (:func:`is_handoff`) with
     no call new to the run between them (a supervisor that hands each part of a task to the
     same worker, which makes new calls each time, delegates; it does not loop). ``cycle``:
     the last ``cycle_repeats`` × L calls are one sequence of L ≥ 2 distinct calls repeated
@@ -405,7 +435,7 @@ class LoopGuard:
             if signature not in calls.seen:  # new work since the handoffs before it
                 calls.seen.add(signature)
                 calls.handoffs.clear()
-            if call.name.startswith(HANDOFF_PREFIXES):
+            if is_handoff(call):
                 calls.handoffs.setdefault(signature, []).append(call)
             found = self._repeat(calls, own, lane, signature) or self._cycle(calls, own, lane)
         if found is None:
@@ -625,7 +655,8 @@ class ToolCallLoops(Metric):
     that returned something new starts every call's count again, and a cycle with news
     among its calls is none; 6: a result whose only changes are times to the second, Unix
     times, objects' addresses, UUIDs and long identifiers is nothing new, nor is what a
-    framework answered for a call no tool ran for."""
+    framework answered for a call no tool ran for; a LlamaIndex handoff is one to its
+    agent, whatever its reason."""
     reads_steps: ClassVar[bool] = True
     kind: ClassVar[MetricKind] = MetricKind.DETERMINISTIC
 

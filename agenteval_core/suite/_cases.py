@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .._errors import CaptureError, MetricInputError, UnknownMetricError, describe_validation
 from .._text import says_nothing_alone
 from ..engine._sinks import CallbackSink
-from ..metrics._loops import canonical_call
+from ..metrics._loops import canonical_call, identity_arguments
 from ..metrics._protocol import Metric, SessionMetric
 from ..metrics._registry import metric_class
 from ..schema._capture import runs_with_turns
@@ -300,7 +300,7 @@ def _refused_limits(trace: Trace) -> list[ToolCallLimit]:
             continue
         limit = ToolCallLimit(
             name=span.tool_call.name,
-            arguments=span.tool_call.arguments,
+            arguments=identity_arguments(span.tool_call),
             max_calls=max(0, calls.count(canonical_call(span.tool_call)) - 1),
         )
         if limit not in limits:
