@@ -147,6 +147,53 @@ def test_round_trip_gives_the_same_trace(tmp_path: Path) -> None:
     assert [s.start_time for s in back.spans] == [s.start_time for s in trace.spans]
 
 
+def test_a_long_conversations_model_call_keeps_its_own_attributes_within_the_limit() -> None:
+    # a model call sent 60 messages: OpenInference's copy, a field per message, took it past
+    # the SDK's 128 attributes, and the SDK dropped the oldest set: the span's kind, id,
+    # session and operation, so a backend showed a span of no kind in no session
+    sent = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
+        for n in range(60)
+    ]
+    trace = Trace(
+        input="message 0",
+        output="done",
+        session_id="s-1",
+        spans=[
+            Span(id="a", kind=SpanKind.AGENT, name="agent", start_time=1.0, end_time=3.0),
+            Span(
+                id="m",
+                parent_id="a",
+                kind=SpanKind.LLM,
+                name="gpt-4o",
+                input=sent,
+                output="done",
+                start_time=1.5,
+                end_time=2.5,
+                attributes={"gen_ai.request.model": "gpt-4o"},
+            ),
+        ],
+    )
+    model = by_name(exported(trace))["chat gpt-4o"]
+    attributes = dict(model.attributes or {})
+    assert len(attributes) <= 128 and model.dropped_attributes == 0
+    assert (
+        attributes["openinference.span.kind"],
+        attributes["agenteval.span.id"],
+        attributes["gen_ai.conversation.id"],
+        attributes["gen_ai.operation.name"],
+    ) == ("LLM", "m", "s-1", "chat")
+    # the latest messages whole, numbered from 0, the count left out said; all of them
+    # still in gen_ai.input.messages
+    left_out = attributes["agenteval.llm.input_messages.left_out"]
+    shown = [attributes[f"llm.input_messages.{n}.message.content"] for n in range(60 - left_out)]
+    assert shown == [f"message {n}" for n in range(left_out, 60)]
+    assert f"llm.input_messages.{60 - left_out}.message.role" not in attributes
+    assert len(json.loads(attributes["gen_ai.input.messages"])) == 60
+    [back] = import_otlp(json.dumps(otlp_json(exported(trace))))
+    assert back == trace
+
+
 def test_spans_are_named_and_attributed_after_the_genai_conventions_and_openinference() -> None:
     finished = exported(sample_trace())
     spans = by_name(finished)

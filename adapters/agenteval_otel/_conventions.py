@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import defaultdict
 from fractions import Fraction
 from typing import Any
 
@@ -307,6 +308,53 @@ def _llm_attributes(span: AgentSpan, trace: Trace) -> dict[str, Any]:
         for index, definition in enumerate(definitions):
             attributes[f"llm.tools.{index}.tool.json_schema"] = dumps(definition)
     return attributes
+
+
+INPUT_MESSAGES_LEFT_OUT = "agenteval.llm.input_messages.left_out"
+"""How many of a model call's earliest messages its OpenInference copy
+(``llm.input_messages.*``) leaves out, to keep the span within the SDK's attribute limit;
+``gen_ai.input.messages`` and ``input.value`` hold them all."""
+
+_DISPLAY_COPIES = ("llm.tools.", "retrieval.documents.", "llm.output_messages.")
+"""OpenInference's attribute-per-field copies of what a span also holds whole: past the
+attribute limit, the SDK drops these first (they are set first)."""
+
+
+def within_limit(attributes: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """A span's attributes within ``limit``, the most a span keeps (the SDK's span limits:
+    128 unless configured): past it, the SDK drops the oldest set, and a model call of a
+    long conversation (a field per message) had lost its kind, its id, its session and its
+    operation, the attributes set first. OpenInference's per-message copy then keeps the
+    latest messages whole (numbered from 0, the count left out said), and the copies go
+    first, the span's own attributes last, so that only copies can be dropped."""
+    if limit is None or len(attributes) <= limit:
+        return attributes
+    messages: dict[int, dict[str, Any]] = defaultdict(dict)
+    copies: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if key.startswith("llm.input_messages."):
+            number, _, field = key.removeprefix("llm.input_messages.").partition(".")
+            messages[int(number)][field] = value
+        elif key.startswith(_DISPLAY_COPIES):
+            copies[key] = value
+        else:
+            own[key] = value
+    room = limit - len(own) - len(copies) - 1  # the count left out is an attribute too
+    kept: list[int] = []
+    for index in sorted(messages, reverse=True):
+        if len(messages[index]) > room:
+            break
+        room -= len(messages[index])
+        kept.insert(0, index)
+    fitted = {
+        f"llm.input_messages.{renumbered}.{field}": value
+        for renumbered, index in enumerate(kept)
+        for field, value in messages[index].items()
+    }
+    if len(kept) < len(messages):
+        own[INPUT_MESSAGES_LEFT_OUT] = len(messages) - len(kept)
+    return fitted | copies | own
 
 
 def _documents(found: Any) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from ._conventions import (
     span_attributes,
     span_name,
     to_ns,
+    within_limit,
 )
 from ._phoenix import PhoenixAnnotations
 
@@ -328,6 +329,11 @@ class OTelExporter:
         self.provider: Any = tracer_provider or otel_trace.get_tracer_provider()
         tracer: Any = self.provider.get_tracer("agenteval")
         self.tracer = tracer
+        # how many attributes the SDK keeps on a span (no public accessor: its tracer's
+        # span limits); another API's tracer keeps what it keeps
+        limits = getattr(tracer, "_span_limits", None)
+        most = getattr(limits, "max_span_attributes", None)
+        self._attribute_limit: int | None = most if isinstance(most, int) and most > 0 else None
         self.logger: Any = (
             logger_provider.get_logger("agenteval") if logger_provider is not None else None
         )
@@ -422,6 +428,7 @@ class OTelExporter:
             attributes = span_attributes(span, trace, index)
             if spanless:
                 attributes[SPANLESS] = True
+            attributes = within_limit(attributes, self._attribute_limit)
             if self._ids is not None:
                 self._ids.use(*otel_ids(trace.id, span.id))
             otel_span = self.tracer.start_span(
