@@ -194,6 +194,40 @@ def test_a_long_conversations_model_call_keeps_its_own_attributes_within_the_lim
     assert back == trace
 
 
+def test_a_retrieval_of_many_documents_keeps_its_own_attributes_and_its_top_documents() -> None:
+    # 50 documents, three fields each: the top ones whole, the span's own attributes kept
+    found = [{"id": f"d{n}", "content": f"text {n}", "score": 1 - n / 100} for n in range(50)]
+    trace = Trace(
+        input="refund policy",
+        output="30 days",
+        session_id="s-1",
+        spans=[
+            Span(id="a", kind=SpanKind.AGENT, name="agent", start_time=1.0, end_time=3.0),
+            Span(
+                id="r",
+                parent_id="a",
+                kind=SpanKind.RETRIEVER,
+                name="retriever",
+                input="refund policy",
+                output=found,
+                start_time=1.5,
+                end_time=2.5,
+            ),
+        ],
+    )
+    retrieval = by_name(exported(trace))["retrieval retriever"]
+    attributes = dict(retrieval.attributes or {})
+    assert len(attributes) <= 128 and retrieval.dropped_attributes == 0
+    assert (attributes["agenteval.span.id"], attributes["session.id"]) == ("r", "s-1")
+    listed = sorted(int(key.split(".")[2]) for key in attributes if key.endswith(".document.id"))
+    assert listed == list(range(len(listed))) and 30 < len(listed) < 50
+    assert [attributes[f"retrieval.documents.{n}.document.id"] for n in listed] == [
+        f"d{n}" for n in listed
+    ]
+    [back] = import_otlp(json.dumps(otlp_json(exported(trace))))
+    assert back == trace
+
+
 def test_spans_are_named_and_attributed_after_the_genai_conventions_and_openinference() -> None:
     finished = exported(sample_trace())
     spans = by_name(finished)

@@ -315,46 +315,48 @@ INPUT_MESSAGES_LEFT_OUT = "agenteval.llm.input_messages.left_out"
 (``llm.input_messages.*``) leaves out, to keep the span within the SDK's attribute limit;
 ``gen_ai.input.messages`` and ``input.value`` hold them all."""
 
-_DISPLAY_COPIES = ("llm.tools.", "retrieval.documents.", "llm.output_messages.")
-"""OpenInference's attribute-per-field copies of what a span also holds whole: past the
-attribute limit, the SDK drops these first (they are set first)."""
+_COPIES = ("llm.input_messages.", "llm.output_messages.", "llm.tools.", "retrieval.documents.")
+"""OpenInference's attribute-per-field copies of what a span also holds whole (its messages,
+its tools offered, its documents), in the order they are given room under the limit."""
 
 
 def within_limit(attributes: dict[str, Any], limit: int | None) -> dict[str, Any]:
     """A span's attributes within ``limit``, the most a span keeps (the SDK's span limits:
     128 unless configured): past it, the SDK drops the oldest set, and a model call of a
     long conversation (a field per message) had lost its kind, its id, its session and its
-    operation, the attributes set first. OpenInference's per-message copy then keeps the
-    latest messages whole (numbered from 0, the count left out said), and the copies go
-    first, the span's own attributes last, so that only copies can be dropped."""
+    operation, the attributes set first. OpenInference's copies give way, whole entries at
+    a time: the messages a model call was sent keep the latest (numbered from 0, the count
+    left out said), the others their first (the top documents, the first tools); the
+    span's own attributes are set last."""
     if limit is None or len(attributes) <= limit:
         return attributes
-    messages: dict[int, dict[str, Any]] = defaultdict(dict)
-    copies: dict[str, Any] = {}
+    entries: dict[str, dict[int, dict[str, Any]]] = {
+        prefix: defaultdict(dict) for prefix in _COPIES
+    }
     own: dict[str, Any] = {}
     for key, value in attributes.items():
-        if key.startswith("llm.input_messages."):
-            number, _, field = key.removeprefix("llm.input_messages.").partition(".")
-            messages[int(number)][field] = value
-        elif key.startswith(_DISPLAY_COPIES):
-            copies[key] = value
-        else:
+        prefix = next((p for p in _COPIES if key.startswith(p)), None)
+        digits, _, field = key.removeprefix(prefix or "").partition(".")
+        if prefix is None or not digits.isdigit():
             own[key] = value
-    room = limit - len(own) - len(copies) - 1  # the count left out is an attribute too
-    kept: list[int] = []
-    for index in sorted(messages, reverse=True):
-        if len(messages[index]) > room:
-            break
-        room -= len(messages[index])
-        kept.insert(0, index)
-    fitted = {
-        f"llm.input_messages.{renumbered}.{field}": value
-        for renumbered, index in enumerate(kept)
-        for field, value in messages[index].items()
-    }
-    if len(kept) < len(messages):
-        own[INPUT_MESSAGES_LEFT_OUT] = len(messages) - len(kept)
-    return fitted | copies | own
+        else:
+            entries[prefix][int(digits)][field] = value
+    room = limit - len(own) - 1  # the count of messages left out is an attribute too
+    fitted: dict[str, Any] = {}
+    for prefix, found in entries.items():
+        order = sorted(found, reverse=prefix == "llm.input_messages.")
+        kept: list[int] = []
+        for number in order:
+            if len(found[number]) > room:
+                break
+            room -= len(found[number])
+            kept.append(number)
+        kept.sort()
+        for renumbered, number in enumerate(kept):
+            fitted.update({f"{prefix}{renumbered}.{f}": v for f, v in found[number].items()})
+        if prefix == "llm.input_messages." and len(kept) < len(found):
+            own[INPUT_MESSAGES_LEFT_OUT] = len(found) - len(kept)
+    return fitted | own
 
 
 def _documents(found: Any) -> dict[str, Any]:
