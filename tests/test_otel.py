@@ -147,6 +147,13 @@ def test_round_trip_gives_the_same_trace(tmp_path: Path) -> None:
     assert [s.start_time for s in back.spans] == [s.start_time for s in trace.spans]
 
 
+def run_of_one(span: Span) -> Trace:
+    """A run of session "s-1" whose agent made one call, ``span`` (its times set)."""
+    span = span.model_copy(update={"parent_id": "a", "start_time": 1.5, "end_time": 2.5})
+    agent = Span(id="a", kind=SpanKind.AGENT, name="agent", start_time=1.0, end_time=3.0)
+    return Trace(input="q", output="done", session_id="s-1", spans=[agent, span])
+
+
 def test_a_long_conversations_model_call_keeps_its_own_attributes_within_the_limit() -> None:
     # a model call sent 60 messages: OpenInference's copy, a field per message, took it past
     # the SDK's 128 attributes, and the SDK dropped the oldest set: the span's kind, id,
@@ -155,24 +162,15 @@ def test_a_long_conversations_model_call_keeps_its_own_attributes_within_the_lim
         {"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
         for n in range(60)
     ]
-    trace = Trace(
-        input="message 0",
-        output="done",
-        session_id="s-1",
-        spans=[
-            Span(id="a", kind=SpanKind.AGENT, name="agent", start_time=1.0, end_time=3.0),
-            Span(
-                id="m",
-                parent_id="a",
-                kind=SpanKind.LLM,
-                name="gpt-4o",
-                input=sent,
-                output="done",
-                start_time=1.5,
-                end_time=2.5,
-                attributes={"gen_ai.request.model": "gpt-4o"},
-            ),
-        ],
+    trace = run_of_one(
+        Span(
+            id="m",
+            kind=SpanKind.LLM,
+            name="gpt-4o",
+            input=sent,
+            output="done",
+            attributes={"gen_ai.request.model": "gpt-4o"},
+        )
     )
     model = by_name(exported(trace))["chat gpt-4o"]
     attributes = dict(model.attributes or {})
@@ -197,23 +195,8 @@ def test_a_long_conversations_model_call_keeps_its_own_attributes_within_the_lim
 def test_a_retrieval_of_many_documents_keeps_its_own_attributes_and_its_top_documents() -> None:
     # 50 documents, three fields each: the top ones whole, the span's own attributes kept
     found = [{"id": f"d{n}", "content": f"text {n}", "score": 1 - n / 100} for n in range(50)]
-    trace = Trace(
-        input="refund policy",
-        output="30 days",
-        session_id="s-1",
-        spans=[
-            Span(id="a", kind=SpanKind.AGENT, name="agent", start_time=1.0, end_time=3.0),
-            Span(
-                id="r",
-                parent_id="a",
-                kind=SpanKind.RETRIEVER,
-                name="retriever",
-                input="refund policy",
-                output=found,
-                start_time=1.5,
-                end_time=2.5,
-            ),
-        ],
+    trace = run_of_one(
+        Span(id="r", kind=SpanKind.RETRIEVER, name="retriever", input="refund", output=found)
     )
     retrieval = by_name(exported(trace))["retrieval retriever"]
     attributes = dict(retrieval.attributes or {})
