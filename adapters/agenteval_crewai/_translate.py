@@ -468,10 +468,10 @@ class Translator:
         """Tell the guard what the call of the tool span ``tool`` (ended) returned, as the
         trace records it: a call made again that finds something else is no loop."""
         call = tool.tool_call if tool is not None else None
-        if call is None or call.id is None:
+        if tool is None or call is None or call.id is None:
             return
         watched = self._watched.get(execution or "", {}).pop(call.id, None)
-        if watched is not None and not tool.attributes.get(TOOL_NOT_RUN):  # type: ignore[union-attr]
+        if watched is not None and not tool.attributes.get(TOOL_NOT_RUN):
             # CrewAI's own answer (no tool ran) stays not known: it is no news of the world
             watched.result, watched.error = call.result, call.error
 

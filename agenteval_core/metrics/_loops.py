@@ -67,7 +67,7 @@ def identity_arguments(call: ToolCall) -> dict[str, Any]:
     handoff's ``reason``, the model's words for the same handoff (an agent handing the same
     request back and forth, a new reason each time, made a new call each time, and the loop
     was never seen)."""
-    if is_handoff(call) and call.name == HANDOFF_TOOL:
+    if call.name == HANDOFF_TOOL and "to_agent" in call.arguments:
         return {"to_agent": call.arguments["to_agent"]}
     return call.arguments
 
