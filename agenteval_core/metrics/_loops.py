@@ -303,12 +303,12 @@ def _differ_beyond_incidentals(then: str, now: str) -> bool:
     """Whether two results as written (JSON, or an error's text) differ in more than the
     values that change on every call of a tool for reasons of its own: times to the second
     (a response's ``checked_at``, an HTTP date), Unix times, objects' addresses in their
-    reprs, UUIDs and long identifiers of letters and digits (a request id, a hash). A status that stays "processing" while the
-    response's timestamp and request id change is nothing new; a status that moves on, a
-    count, a date or a new text is. A result that is nothing but such a value (a tool that
-    tells the time, or makes an id) is read whole: there the value is the answer. Only the
-    span where the two differ is read (widened to whole values), so a large answer that
-    changed one timestamp costs what that span does."""
+    reprs, UUIDs and long identifiers of letters and digits (a request id, a hash). A status
+    that stays "processing" while the response's timestamp and request id change is nothing
+    new; a status that moves on, a count, a date or a new text is. A result that is nothing
+    but such a value (a tool that tells the time, or makes an id) is read whole: there the
+    value is the answer. Only the span where the two differ is read (widened to whole
+    values), so a large answer that changed one timestamp costs what that span does."""
     prefix = _common_prefix(then, now)
     suffix = _common_prefix(then[prefix:][::-1], now[prefix:][::-1])
     # widened to whole values (a timestamp's date and time are one, across a space): the
