@@ -500,6 +500,36 @@ def test_a_call_of_a_tool_the_agent_does_not_have_imports_as_a_failed_call(
         assert not_run.attributes["agenteval.tool.not_run"] is True
 
 
+def test_a_long_conversations_model_call_imports_saying_which_messages_the_file_lost(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # 35 turns before the request: the SDK keeps 128 attributes on a span and drops the
+    # oldest set, OpenInference's first messages among them (and input.value). The import
+    # gave the messages left as the call's whole input
+    history: list[Any] = []
+    for n in range(35):
+        history += [("user", f"question {n}"), ("assistant", f"answer {n}")]
+    model = ScriptedChatModel(
+        replies=[
+            reply("", [tool_call("get_weather", "w1", city="Paris")], (30, 8)),
+            reply("It is sunny and 21°C in Paris.", [], (50, 10)),
+        ]
+    )
+    agent = create_agent(model, tools=[get_weather])
+    ours, theirs = both_ways(agent, [*history, ("user", "Weather in Paris?")], spans_file, tmp_path)
+    sent = [s.input[0] for s in ours.spans_of(SpanKind.LLM)]  # a batch of one prompt
+    for whole, model_call in zip(sent, theirs.spans_of(SpanKind.LLM), strict=True):
+        left_out = model_call.attributes["agenteval.llm.input_messages.left_out"]
+        assert left_out > 0 and len(model_call.input) + left_out == len(whole)
+        # the messages left are the conversation's latest, each whole
+        assert [(m["role"], m["content"]) for m in model_call.input[:2]] == [
+            ({"human": "user", "ai": "assistant"}[m["role"]], m["content"])
+            for m in whole[left_out : left_out + 2]
+        ]
+    assert (theirs.input, theirs.output) == (ours.input, ours.output)
+    assert theirs.tool_calls() == ours.tool_calls()
+
+
 def test_a_call_whose_arguments_could_not_be_read_imports_as_a_failed_call(
     spans_file: Path, tmp_path: Path
 ) -> None:

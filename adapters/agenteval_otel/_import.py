@@ -59,7 +59,16 @@ from agenteval_core.recording import (
     unreadable_call,
 )
 
-from ._conventions import ENCODED, FROM_TRACE, JSON_MIME, OWN, SPANLESS, WORKFLOW, from_ns
+from ._conventions import (
+    ENCODED,
+    FROM_TRACE,
+    INPUT_MESSAGES_LEFT_OUT,
+    JSON_MIME,
+    OWN,
+    SPANLESS,
+    WORKFLOW,
+    from_ns,
+)
 from ._otlp import SPANS, TRACE_IDS, RawSpan, SpanSource
 
 __all__ = ["import_otlp", "import_otlp_json", "iter_otlp"]
@@ -420,7 +429,24 @@ def _openinference_messages(a: dict[str, Any], prefix: str) -> list[dict[str, An
     for at, parts in contents.items():
         if "content" not in messages[at]:
             messages[at]["content"] = [_block(parts[n]) for n in sorted(parts)]
-    return [messages[i] for i in sorted(messages)]
+    first = _first_whole_message(a, prefix)
+    return [messages[i] for i in sorted(messages) if i >= first]
+
+
+def _first_whole_message(a: dict[str, Any], prefix: str) -> int:
+    """The index of the first of OpenInference's ``PREFIX.N.message.*`` with its role: 0,
+    unless the SDK dropped the earliest past its attribute limit (the oldest set go
+    first, a message's role before its content)."""
+    return min(
+        (
+            int(number)
+            for key in a
+            if key.startswith(prefix) and key.endswith(".message.role")
+            for number in [key[len(prefix) :].partition(".")[0]]
+            if number.isdigit()
+        ),
+        default=0,
+    )
 
 
 def _block(part: dict[str, Any]) -> dict[str, Any]:
@@ -533,6 +559,11 @@ def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
                 kept[f"gen_ai.usage.{ours}"] = a[theirs]
         if FINISH_REASONS not in kept and a.get("llm.finish_reason"):  # OpenInference's one
             kept[FINISH_REASONS] = [a["llm.finish_reason"]]
+        # past its attribute limit the SDK drops the oldest set: a long conversation's
+        # first messages (and its input.value); the span says how many are unknown
+        first = _first_whole_message(a, "llm.input_messages.")
+        if first:
+            kept[INPUT_MESSAGES_LEFT_OUT] = first
         reasoning = [
             str(part.get("content") or "")
             for message in _json(a.get("gen_ai.output.messages")) or []
