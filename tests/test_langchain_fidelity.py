@@ -49,10 +49,13 @@ from pydantic import BaseModel
 
 from agenteval_core import (
     GRAPH_STEP,
+    GUARD_REFUSED,
     INTERNAL_CALL,
     PROVIDER_TOOL,
     REASONING,
     REFUSAL,
+    TOOL_NOT_RUN,
+    CallbackSink,
     EvalCase,
     OnlineEvaluator,
     RunStatus,
@@ -1420,6 +1423,57 @@ def test_model_calls_in_a_middlewares_hooks_and_decision_models_are_no_steps(
         "step 2 output: A-1 has shipped.",
         "final answer: A-1 has shipped.",
     ]
+
+
+@pytest.mark.parametrize("stop_on_loop", [False, True], ids=["alert", "stop"])
+def test_an_agent_asking_again_and_again_for_a_tool_it_lacks_is_a_loop(
+    evaluator: OnlineEvaluator, stop_on_loop: bool
+) -> None:
+    # no tool runs for a tool the agent does not have (the tool node answers each call
+    # with an error), so no tool start came for the guard to ask at: with stop_on_loop the
+    # agent asking for track_parcel six times was never alerted or stopped, where the
+    # alert without it came at the third, and tool_call_loops scored the run 0.0
+    from agenteval_langchain import AgentLoopError
+
+    asks = [
+        AIMessage(content="", tool_calls=[tool_call("track_parcel", f"t{n}", order_id="A-1")])
+        for n in range(6)
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=[*asks, AIMessage(content="I could not track it.")]),
+        tools=[lookup_order],
+    )
+    alerts: list[Any] = []
+    evaluator.engine.sinks.append(CallbackSink(on_alert=alerts.append))
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+    with pytest.raises(AgentLoopError) if stop_on_loop else contextlib.nullcontext():
+        agent.invoke({"messages": [("user", "Track A-1")]}, config={"callbacks": [handler]})
+    [trace] = evaluator.captured()
+    message = 'track_parcel called 3 times with the same arguments {"order_id": "A-1"}'
+    assert [(a.message, a.stopped, [c.id for c in a.calls]) for a in alerts] == [
+        (message, stop_on_loop, ["t0", "t1", "t2"])
+    ]
+    unknown = "Error: track_parcel is not a valid tool, try one of [lookup_order]."
+    made = [
+        (c.id, c.error, s.attributes.get(TOOL_NOT_RUN), s.attributes.get(GUARD_REFUSED))
+        for s in trace.spans_of(SpanKind.TOOL)
+        for c in [s.tool_call]
+        if c is not None
+    ]
+    if stop_on_loop:  # the third refused as its model call ends, before the tool node
+        assert made == [
+            ("t0", unknown, True, None),
+            ("t1", unknown, True, None),
+            ("t2", f"refused by the loop guard: {message}", None, True),
+        ]
+        assert (trace.status, trace.status_reason) == (
+            RunStatus.STOPPED,
+            f"stopped by the loop guard: {message}",
+        )
+    else:
+        assert made == [(f"t{n}", unknown, True, None) for n in range(6)]
+        assert (trace.status, trace.output) == (RunStatus.OK, "I could not track it.")
+    assert ToolCallLoops().measure(trace).reason == message
 
 
 def test_a_call_the_tool_node_answered_without_a_tool_is_a_failed_call(

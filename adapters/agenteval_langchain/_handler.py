@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
@@ -29,7 +30,9 @@ from ._translate import (
     Translator,
     graph_is_agent,
     graph_step,
+    requested_calls,
     tool_returned,
+    tools_offered,
 )
 
 __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
@@ -99,6 +102,7 @@ class _Guard:
         self.recorder = evaluator.recorder
         self.translator = translator
         self.runs = RunRoots()
+        self._asking: dict[UUID, _ModelCall] = {}
 
     def _may_be_agent(self, args: tuple[Any, ...], kwargs: dict[str, Any], parent: Any) -> bool:
         """Whether a chain is traced as an agent once it runs a graph's steps."""
@@ -116,14 +120,20 @@ class _Guard:
     ) -> None:
         if name.endswith(("_end", "_error")):
             self.runs.exit(run_id)
+            asking = self._asking.pop(run_id, None)
+            alert = None
             try:
                 if name == "on_tool_error":
                     self.recorder.tool_returned(run_id, error=error_text(args[0]))
                 elif name == "on_tool_end":
                     call_id = kwargs.get("tool_call_id")
                     self.recorder.tool_returned(run_id, *tool_returned(args[0], call_id))
+                elif name == "on_llm_end" and asking is not None:
+                    alert = self._no_tool_runs_for(args[0], asking)
             except Exception as exc:  # a bug of ours must never reach the agent
                 self.recorder.guard_failed(exc)
+            if alert is not None:
+                raise AgentLoopError(alert)
             return
         step = graph_step(kwargs.get("tags"))
         root = self.runs.enter(
@@ -142,9 +152,20 @@ class _Guard:
             # summariser, a sub-agent) asks for none of the run's calls
             if not self.runs.inside_tool(parent_run_id):
                 self.runs.model_started(run_id)
+                lane = self.runs.lane(run_id)
                 self.recorder.guard.model_called(
-                    root, agent, self.runs.lane(run_id), self.runs.branches(run_id, asked=False)
+                    root, agent, lane, self.runs.branches(run_id, asked=False)
                 )
+                offered = {tool.name for tool in tools_offered(kwargs.get("invocation_params"))}
+                if offered:
+                    self._asking[run_id] = _ModelCall(
+                        root,
+                        agent,
+                        lane,
+                        self.runs.branches(run_id, asked=True),
+                        offered,
+                        parent_run_id,
+                    )
             return
         if name != "on_tool_start":
             return
@@ -172,6 +193,40 @@ class _Guard:
             return
         if alert is not None:
             raise AgentLoopError(alert)
+
+    def _no_tool_runs_for(self, response: Any, asked: _ModelCall) -> LoopAlert | None:
+        """Ask the guard about the calls a model's reply asks for of tools it was not offered
+        (a tool the agent does not have): no tool runs for them, so no tool start comes to
+        ask at, and LangChain answers each with an error. An agent asking for one over and
+        over was never stopped (the alert without ``stop_on_loop`` saw it)."""
+        generations = getattr(response, "generations", None) or []
+        first = generations[0][0] if generations and generations[0] else None
+        for call in requested_calls(getattr(first, "message", None)):
+            if call.name in asked.offered:
+                continue
+            alert = self.recorder.check_tool_call(
+                asked.root,
+                call,
+                refuse=self.translator.refuser(asked.parent, call),
+                agent=asked.agent,
+                lane=asked.lane,
+                branches=asked.branches,
+            )
+            if alert is not None:
+                return alert
+        return None
+
+
+class _ModelCall(NamedTuple):
+    """A model call of a run the guard watches, as it started: where the calls it asks for
+    are made, and the tools it was offered."""
+
+    root: Hashable
+    agent: str | None
+    lane: Hashable | None
+    branches: Sequence[tuple[Hashable, Hashable]]
+    offered: set[str]
+    parent: UUID | None
 
 
 def _make_hook(name: str) -> Any:

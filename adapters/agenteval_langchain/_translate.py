@@ -200,7 +200,8 @@ def _last_ai_text(output: Any) -> str | None:
     return _text(last.content) if last is not None and getattr(last, "type", None) == "ai" else None
 
 
-def _tools(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
+def tools_offered(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
+    """The tools a model call was offered, from its ``invocation_params``."""
     specs = []
     for tool in (invocation_params or {}).get("tools") or []:
         function = tool.get("function", tool) if isinstance(tool, dict) else {}
@@ -440,7 +441,8 @@ def _tool_replies(prompts: Any) -> list[ToolMessage]:
     return replies
 
 
-def _requested_calls(message: BaseMessage | None) -> list[ToolCall]:
+def requested_calls(message: BaseMessage | None) -> list[ToolCall]:
+    """The tool calls a model's reply asks for."""
     return [
         ToolCall(id=call.get("id"), name=call["name"], arguments=call.get("args") or {})
         for call in getattr(message, "tool_calls", None) or []
@@ -503,11 +505,15 @@ class Translator:
             "on_agent_finish": self._agent_finish,
         }
 
-    def refuser(self, run_id: UUID) -> Callable[[AlertEvent], None]:
-        """What the recorder calls, in order with the events, to mark a refused tool run."""
+    def refuser(
+        self, run_id: UUID | None, call: ToolCall | None = None
+    ) -> Callable[[AlertEvent], None]:
+        """What the recorder calls, in order with the events, to mark a refused tool run
+        ``run_id``; or, for a ``call`` no tool runs for (a tool the agent does not have),
+        to record it refused under the run ``run_id`` (the model call's node)."""
 
         def refuse(event: AlertEvent) -> None:
-            self.assembler.refuse(run_id, event.alert)
+            self.assembler.refuse(run_id, event.alert, call=call)
 
         return refuse
 
@@ -663,7 +669,7 @@ class Translator:
             attributes=attributes,
             tools=None
             if internal
-            else self.assembler.field("the available tools", lambda: _tools(params), None),
+            else self.assembler.field("the available tools", lambda: tools_offered(params), None),
         )
         # a tool error the graph handled (ToolNode(handle_tool_errors=...)) reached the
         # model as a message: that text is what the call returned to it
@@ -684,7 +690,7 @@ class Translator:
         message = generation.message if isinstance(generation, ChatGeneration) else None
         text = field("the reply's text", lambda: _reply_text(generation), "")
         requested: list[ToolCall] = field(
-            "the requested tool calls", lambda: _requested_calls(message), []
+            "the requested tool calls", lambda: requested_calls(message), []
         )
         attributes: dict[str, Any] = field("the token usage", lambda: _usage(message, response), {})
         blocks: list[dict[str, Any]] = field("the content blocks", lambda: _blocks(message), [])
