@@ -28,11 +28,12 @@ from ._translate import (
     SESSION_KWARG,
     Event,
     Translator,
+    first_generation,
     graph_is_agent,
     graph_step,
+    names_offered,
     requested_calls,
     tool_returned,
-    tools_offered,
 )
 
 __all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
@@ -156,7 +157,7 @@ class _Guard:
                 self.recorder.guard.model_called(
                     root, agent, lane, self.runs.branches(run_id, asked=False)
                 )
-                offered = {tool.name for tool in tools_offered(kwargs.get("invocation_params"))}
+                offered = names_offered(kwargs.get("invocation_params"))
                 if offered:
                     self._asking[run_id] = _ModelCall(
                         root,
@@ -199,9 +200,7 @@ class _Guard:
         (a tool the agent does not have): no tool runs for them, so no tool start comes to
         ask at, and LangChain answers each with an error. An agent asking for one over and
         over was never stopped (the alert without ``stop_on_loop`` saw it)."""
-        generations = getattr(response, "generations", None) or []
-        first = generations[0][0] if generations and generations[0] else None
-        for call in requested_calls(getattr(first, "message", None)):
+        for call in requested_calls(getattr(first_generation(response), "message", None)):
             if call.name in asked.offered:
                 continue
             alert = self.recorder.check_tool_call(

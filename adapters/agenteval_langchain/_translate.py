@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -202,18 +202,26 @@ def _last_ai_text(output: Any) -> str | None:
 
 def tools_offered(invocation_params: dict[str, Any] | None) -> list[ToolSpec]:
     """The tools a model call was offered, from its ``invocation_params``."""
-    specs = []
+    return [
+        ToolSpec(
+            name=function["name"],
+            description=function.get("description", ""),
+            parameters=function.get("parameters"),
+        )
+        for function in _functions_offered(invocation_params)
+    ]
+
+
+def names_offered(invocation_params: dict[str, Any] | None) -> set[str]:
+    """The names of the tools a model call was offered (on the agent's thread: no specs)."""
+    return {function["name"] for function in _functions_offered(invocation_params)}
+
+
+def _functions_offered(invocation_params: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
     for tool in (invocation_params or {}).get("tools") or []:
         function = tool.get("function", tool) if isinstance(tool, dict) else {}
         if function.get("name"):
-            specs.append(
-                ToolSpec(
-                    name=function["name"],
-                    description=function.get("description", ""),
-                    parameters=function.get("parameters"),
-                )
-            )
-    return specs
+            yield function
 
 
 _UNNAMED_GRAPH = "LangGraph"
@@ -350,7 +358,8 @@ def _token_details(usage: Any) -> dict[str, int]:
     return details
 
 
-def _generation(response: LLMResult) -> Any:
+def first_generation(response: LLMResult) -> Any:
+    """The reply of a model call's first prompt (``None`` when it gave none)."""
     return response.generations[0][0] if response.generations and response.generations[0] else None
 
 
@@ -686,7 +695,7 @@ class Translator:
         # the span ends whatever the response holds: each part is read under its own guard
         field = self.assembler.field
         response: LLMResult = e.args[0]
-        generation = field("the model's reply", lambda: _generation(response), None)
+        generation = field("the model's reply", lambda: first_generation(response), None)
         message = generation.message if isinstance(generation, ChatGeneration) else None
         text = field("the reply's text", lambda: _reply_text(generation), "")
         requested: list[ToolCall] = field(
