@@ -38,6 +38,10 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
 - A framework that calls its handlers on a thread of its own, possibly after the run
   returned, gives the recorder its wait (:meth:`Recorder.drain_before_flush`), so every
   flush of the evaluator includes those events.
+- A value sent where its length is limited (an OpenTelemetry exporter under the SDK's
+  attribute value length limit) is cut so a reader can tell: text with :func:`cut_within`,
+  JSON with :func:`fit_json` (its longest strings cut, so it stays JSON); each cut string
+  ends in the marker of its original size, as the capture writer cuts.
 """
 
 from .online._react import json_arguments, react_actions
@@ -58,6 +62,7 @@ from .online._recorder import (
     stopped_by_caller,
     unreadable_call,
 )
+from .schema._capture import FittedJson, fit_json
 from .schema._trace import (
     FINISH_REASONS,
     HUMAN_ANSWERS,
@@ -72,6 +77,7 @@ from .schema._trace import (
     LatestKept,
     media_kind,
 )
+from .schema._values import cut_within
 
 __all__ = [
     "CANCELLED_BY_CALLER",
@@ -90,11 +96,14 @@ __all__ = [
     "UNSET",
     "AlertEvent",
     "EventPump",
+    "FittedJson",
     "LatestKept",
     "Recorder",
     "RunRoots",
     "TraceAssembler",
+    "cut_within",
     "error_text",
+    "fit_json",
     "json_arguments",
     "limit_or_timeout",
     "media_kind",

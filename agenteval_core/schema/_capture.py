@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -26,7 +26,7 @@ from .._errors import CaptureError, CaptureFormatError, SchemaVersionError
 from .._fork import renew_after_fork
 from .._sync import time_left
 from ._trace import RESUMES_TRACE_ID, NewerVersionError, RecentRuns, Trace, read_again
-from ._values import TRUNCATED, plain, truncated
+from ._values import cut_text, plain
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -542,36 +542,22 @@ SHORTEST_CUT = 100
 
 
 def fit_line(line: bytes, limit: int = MAX_LINE_BYTES) -> bytes:
-    """A trace's JSON line cut to at most ``limit`` bytes: its longest strings are cut to one
-    length, the longest that makes the line fit, each ending in the redactor's visible
-    marker with its original size (``…[truncated: N characters in all]``). Ids, names and
-    every value shorter than that length stay whole, so the trace reads back with all its
-    spans and calls. A run of hundreds of large tool results (pages read in full, the
-    redactor's 100,000 characters each) otherwise wrote a line that every reader refuses.
+    """A trace's JSON line cut to at most ``limit`` bytes (:func:`fit_json`): its longest
+    strings are cut to one length, each ending in the redactor's visible marker with its
+    original size (``…[truncated: N characters in all]``). Ids, names and every value
+    shorter than that length stay whole, so the trace reads back with all its spans and
+    calls. A run of hundreds of large tool results (pages read in full, the redactor's
+    100,000 characters each) otherwise wrote a line that every reader refuses.
 
     A line that holds more strings than fit at :data:`SHORTEST_CUT` bytes each is returned
     as cut as far as that goes (and logged): ``read_capture(max_line_bytes=...)`` reads it.
     """
     if len(line) <= limit:
         return line
-    data = json.loads(line)
-    target = limit * 0.98  # the markers and JSON escapes the estimate leaves out
-    fitted, size = line, len(line)
-    for _ in range(8):
-        strings: list[tuple[dict[str, object] | list[object], str | int, str, int]] = []
-        _long_strings(data, strings)
-        sizes = sorted((encoded for *_, encoded in strings), reverse=True)
-        level = _water_level(sizes, excess=size - target)
-        cut = 0
-        for holder, key, text, encoded in strings:
-            if encoded > level:
-                holder[key] = _cut(text, int(len(text) * level / encoded))  # type: ignore[index]
-                cut += 1
-        fitted = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-        if len(fitted) <= limit or level <= SHORTEST_CUT:
-            break
-        # over by the markers' and escapes' bytes: aim lower by as much, from the start
-        data, target = json.loads(line), target - (len(fitted) - limit) - 1
+    fitted = fit_json(
+        line, limit, lambda data: json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    )
+    data = fitted.data
     logger.warning(
         "trace %s: its capture line of %s bytes is over the %s bytes a reader takes; its %d "
         "longest strings are cut to about %s bytes each, ending in '…[truncated: N "
@@ -579,11 +565,56 @@ def fit_line(line: bytes, limit: int = MAX_LINE_BYTES) -> bytes:
         data.get("id") if isinstance(data, dict) else None,
         f"{len(line):,}",
         f"{limit:,}",
-        cut,
-        f"{level:,.0f}",
-        "" if len(fitted) <= limit else f" (still {len(fitted):,} bytes: too many strings)",
+        fitted.cut,
+        f"{fitted.level:,.0f}",
+        "" if fitted.fits else f" (still {len(fitted.encoded):,} bytes: too many strings)",
     )
-    return fitted
+    return fitted.encoded
+
+
+class FittedJson(NamedTuple):
+    """What :func:`fit_json` made of a JSON text."""
+
+    encoded: bytes
+    """The value encoded again, its longest strings cut."""
+    data: Any
+    """The value as cut."""
+    cut: int
+    """How many strings were cut."""
+    level: float
+    """The length in bytes they were cut to."""
+    fits: bool
+    """Whether ``encoded`` is within the limit: not when the value holds more strings than
+    fit at :data:`SHORTEST_CUT` bytes each, or its keys, numbers and short strings alone
+    take more room."""
+
+
+def fit_json(text: str | bytes, limit: int, encode: Callable[[Any], str]) -> FittedJson:
+    """A JSON text over ``limit`` bytes, encoded again by ``encode`` with its longest string
+    values cut to one length, the longest that makes it fit, each ending in the visible
+    marker of its original size (``…[truncated: N characters in all]``). Keys, and every
+    value shorter than that length, stay whole: what is cut is readable JSON that says
+    where it was cut."""
+    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
+    target = limit * 0.98  # the markers and JSON escapes the estimate leaves out
+    encoded, level, cut = b"", float(SHORTEST_CUT), 0
+    for attempt in range(8):
+        if attempt:  # over by the markers' and escapes' bytes: aim lower, from the start
+            target -= len(encoded) - limit + 1
+        held = [json.loads(text)]  # held, so a text alone is cut like one inside
+        strings: list[tuple[dict[str, object] | list[object], str | int, str, int]] = []
+        _long_strings(held, strings)
+        sizes = sorted((length for *_, length in strings), reverse=True)
+        level = _water_level(sizes, excess=size - target)
+        cut = 0
+        for holder, key, string, length in strings:
+            if length > level:
+                holder[key] = cut_text(string, int(len(string) * level / length))  # type: ignore[index]
+                cut += 1
+        encoded = encode(held[0]).encode("utf-8", "surrogatepass")
+        if len(encoded) <= limit or level <= SHORTEST_CUT:
+            break
+    return FittedJson(encoded, held[0], cut, level, len(encoded) <= limit)
 
 
 def _long_strings(
@@ -624,15 +655,6 @@ def _water_level(sizes: list[int], excess: float) -> float:
         if floor == SHORTEST_CUT:
             break
     return SHORTEST_CUT
-
-
-def _cut(text: str, keep: int) -> str:
-    """``text`` cut to ``keep`` characters with the marker of its original size (kept from
-    an earlier cut)."""
-    earlier = TRUNCATED.search(text)
-    if earlier is not None:
-        return truncated(text[: min(keep, earlier.start())], int(earlier[1]))
-    return truncated(text[:keep], len(text))
 
 
 def _excerpt(text: str, limit: int = 120) -> str:

@@ -21,6 +21,8 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "MAX_VALUE_NODES",
     "TRUNCATED",
+    "cut_text",
+    "cut_within",
     "plain",
     "safe_int",
     "safe_text",
@@ -47,6 +49,26 @@ def truncated(kept: str, size: int) -> str:
     """``kept``, the start of a text of ``size`` characters, ending in the visible marker of
     that size: how every string agenteval cuts ends, so a reader knows it was cut."""
     return f"{kept}…[truncated: {size} characters in all]"
+
+
+def cut_text(text: str, keep: int) -> str:
+    """``text`` cut to its first ``keep`` characters, ending in the marker of its original
+    size (an earlier cut's, when it was cut before)."""
+    earlier = TRUNCATED.search(text)
+    if earlier is not None:
+        return truncated(text[: min(keep, earlier.start())], int(earlier[1]))
+    return truncated(text[:keep], len(text))
+
+
+def cut_within(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: whole when it fits, else its start ending in
+    the marker of its original size (as it is when ``limit`` leaves no room for one)."""
+    if len(text) <= limit:
+        return text
+    cut = cut_text(text, 0)
+    if len(cut) > limit:
+        return text
+    return cut_text(text, limit - len(cut))
 
 
 def safe_text(text: str) -> str:
