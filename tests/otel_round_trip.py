@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,17 +27,24 @@ ADAPTER_MODULES = (
 )
 
 
-def exported_and_imported(traces: list[Trace]) -> list[Trace]:
-    """The traces through OTelExporter (SDK spans) → OTLP JSON text → import_otlp."""
+LENGTH_LIMIT = 200
+"""The attribute value length limit the second round trip runs under (a provider's
+``SpanLimits(max_attribute_length=...)``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``): short
+enough that every kind of run has values past it."""
+
+
+def exported_and_imported(traces: list[Trace], length_limit: int | None = None) -> list[Trace]:
+    """The traces through OTelExporter (SDK spans, attribute values held to
+    ``length_limit`` characters when given) → OTLP JSON text → import_otlp."""
     from agenteval_otel import OTelExporter, import_otlp, otlp_json
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     disabled = os.environ.pop("OTEL_SDK_DISABLED", None)  # conftest turns the SDK off
     try:
         memory = InMemorySpanExporter()
-        provider = TracerProvider()
+        provider = TracerProvider(span_limits=SpanLimits(max_attribute_length=length_limit))
         provider.add_span_processor(SimpleSpanProcessor(memory))
         exporter = OTelExporter(provider, redactor=None)
         for trace in traces:
@@ -45,7 +53,8 @@ def exported_and_imported(traces: list[Trace]) -> list[Trace]:
         if disabled is not None:
             os.environ["OTEL_SDK_DISABLED"] = disabled
     spans = memory.get_finished_spans()
-    assert_conventions(traces, spans)
+    if length_limit is None:
+        assert_conventions(traces, spans)
     return import_otlp(json.dumps(otlp_json(spans)))
 
 
@@ -125,6 +134,60 @@ def assert_round_trips(traces: list[Trace]) -> None:
         )
 
 
+MARKER = re.compile(r"…\[truncated: (\d+) characters in all\]\Z")
+"""How every string agenteval cuts ends: the marker of its original size."""
+UNREADABLE = "agenteval.otel.unreadable"
+TRACE_FIELDS = {"agenteval.trace.tools": "tools", "agenteval.trace.alerts": "alerts"}
+
+
+def cut_from(want: object, got: object, at: str = "trace") -> str | None:
+    """Where ``got`` is not ``want`` whole or visibly cut, as a path and the two values:
+    equal, or a text of ``want``'s start (of its JSON, when ``want`` is no text) ending in
+    the marker of its original size, with dicts and lists of the same shape around."""
+    if isinstance(want, dict) and isinstance(got, dict) and set(want) == set(got):
+        found = (cut_from(want[key], got[key], f"{at}.{key}") for key in sorted(want, key=str))
+        return next((problem for problem in found if problem), None)
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        found = (
+            cut_from(w, g, f"{at}[{i}]") for i, (w, g) in enumerate(zip(want, got, strict=True))
+        )
+        return next((problem for problem in found if problem), None)
+    if want == got:
+        return None
+    marker = MARKER.search(got) if isinstance(got, str) else None
+    text = want if isinstance(want, str) else json.dumps(want, ensure_ascii=False, sort_keys=True)
+    earlier = MARKER.search(text)
+    size = int(earlier[1]) if earlier else len(text)
+    if marker and text.startswith(got[: marker.start()]) and int(marker[1]) == size:
+        return None
+    return f"{at}: {want!r} became {got!r}"
+
+
+def assert_cut_visibly(traces: list[Trace]) -> None:
+    """Under an attribute value length limit, each trace comes back with every value whole
+    or visibly cut; a record the file holds cut past reading is named on its span
+    (``agenteval.otel.unreadable``) and comes back empty."""
+    back = {trace.id: trace for trace in exported_and_imported(traces, LENGTH_LIMIT)}
+    for trace in traces:
+        assert trace.id in back, f"trace {trace.id} was lost under a length limit"
+        want, got = trace.model_dump(), back[trace.id].model_dump()
+        for index, (span, cut) in enumerate(zip(want["spans"], got["spans"], strict=True)):
+            lost = cut["attributes"].pop(UNREADABLE, [])
+            unknown = {TRACE_FIELDS.get(key, "") for key in lost} if index == 0 else set()
+            if "metadata" in lost and index == 0:
+                unknown.add("metadata")
+            for field in unknown - {""}:
+                assert not got[field], (trace.id, field, got[field])
+                got[field] = want[field]
+            if "agenteval.requested_tool_calls" in lost:
+                cut["requested_tool_calls"] = span["requested_tool_calls"]
+            if "gen_ai.tool.call.arguments" in lost:
+                assert cut["tool_call"]["arguments"] == {}, cut["tool_call"]
+                cut["tool_call"]["arguments"] = span["tool_call"]["arguments"]
+        problem = cut_from(want, got)
+        assert problem is None, problem
+
+
 @pytest.fixture(autouse=True)
 def otel_round_trip(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.module.__name__.rpartition(".")[2] not in ADAPTER_MODULES:
@@ -141,3 +204,4 @@ def otel_round_trip(request: pytest.FixtureRequest) -> Iterator[None]:
     ]
     if traces:
         assert_round_trips(traces)
+        assert_cut_visibly(traces)

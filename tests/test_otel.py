@@ -192,6 +192,70 @@ def test_a_long_conversations_model_call_keeps_its_own_attributes_within_the_lim
     assert back == trace
 
 
+def test_values_past_a_length_limit_are_cut_visibly_and_json_stays_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT=1000: the SDK cut each longer value where the limit
+    # fell, unmarked; the tools offered and the calls a model asked for, cut mid-JSON, made
+    # the import of the file raise (ValidationError), and a page read came back as its
+    # first 1,000 characters, as if that were all it said
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "1000")
+    page = "".join(f"line {n} of the refund policy. " for n in range(200))  # 5,890 chars
+    described = [
+        ToolSpec(
+            name=f"tool_{n}",
+            description=f"Tool {n}: " + "does one careful thing. " * 20,
+            parameters={"type": "object", "properties": {"order_id": {"type": "string"}}},
+        )
+        for n in range(3)
+    ]
+    trace = sample_trace()
+    trace.tools = [LOOKUP, *described]
+    read = trace.spans[2].tool_call
+    assert read is not None
+    read.result = page
+    spans = exported(trace)
+    for span in spans:
+        for key, value in (span.attributes or {}).items():
+            assert not isinstance(value, str) or len(value) <= 1000, key
+    [back] = import_otlp(json.dumps(otlp_json(spans)))
+    # the page: its start and the marker of its size, within the limit
+    result = back.spans[2].tool_call.result  # type: ignore[union-attr]
+    kept = result.removesuffix(f"…[truncated: {len(page)} characters in all]")
+    assert kept != result and page.startswith(kept) and len(kept) > 800
+    # the tools: whole, but for their long descriptions, each cut visibly
+    assert [(t.name, t.parameters) for t in back.tools] == [
+        (t.name, t.parameters) for t in trace.tools
+    ]
+    assert back.tools[0].description == LOOKUP.description
+    for got, want in zip(back.tools[1:], described, strict=True):
+        kept = got.description.removesuffix(
+            f"…[truncated: {len(want.description)} characters in all]"
+        )
+        assert kept != got.description and want.description.startswith(kept)
+    assert back.tool_calls()[1] == trace.tool_calls()[1]
+    assert back.spans[1].requested_tool_calls == trace.spans[1].requested_tool_calls
+
+
+def test_a_record_that_cannot_fit_a_length_limit_is_named_not_made_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # forty tools whose names, schemas and keys alone take more than 1,000 characters: cut
+    # as text, the file cannot give them back; the import says so on the root span
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "1000")
+    trace = sample_trace()
+    trace.tools = [LOOKUP.model_copy(update={"name": f"lookup_{n}"}) for n in range(40)]
+    [back] = import_otlp(json.dumps(otlp_json(exported(trace))))
+    assert back.tools == []
+    assert back.spans[0].attributes["agenteval.otel.unreadable"] == ["agenteval.trace.tools"]
+    assert "agenteval.otel.unreadable" not in back.spans[1].attributes
+    assert (back.input, back.output, back.tool_calls()) == (
+        trace.input,
+        trace.output,
+        trace.tool_calls(),
+    )
+
+
 def test_a_retrieval_of_many_documents_keeps_its_own_attributes_and_its_top_documents() -> None:
     # 50 documents, three fields each: the top ones whole, the span's own attributes kept
     found = [{"id": f"d{n}", "content": f"text {n}", "score": 1 - n / 100} for n in range(50)]

@@ -38,6 +38,8 @@ from agenteval_core.recording import (
     OUTPUT_TOKENS,
     PROVIDER_NAME,
     REQUEST_MODEL,
+    cut_within,
+    fit_json,
     media_kind,
 )
 
@@ -64,11 +66,31 @@ FROM_TRACE = "agenteval.span.values_from_trace"
 """On a root span that has no input (or output) of its own: ``input.value`` (``output.value``)
 shows the run's, so a backend's trace list is not blank; import drops them again."""
 
+UNREADABLE = "agenteval.otel.unreadable"
+"""On an imported span: the names of the attributes of agenteval's export that the file
+holds cut past reading (a JSON value cut as text past a length limit, see
+:func:`within_length`, or by a collector): what they held is unknown, not empty."""
+OWN_JSON: dict[str, type] = {
+    "agenteval.requested_tool_calls": list,
+    "agenteval.trace.tools": list,
+    "agenteval.trace.alerts": list,
+    "metadata": dict,
+    "gen_ai.tool.call.arguments": dict,
+}
+"""The attributes of agenteval's export that the import reads into records, with the JSON
+type each holds."""
+
 _ROLES = {"human": "user", "ai": "assistant", "function": "tool", "developer": "system"}
 
 
+class _Json(str):
+    """A value :func:`dumps` encoded: cut to a length (:func:`within_length`), it stays JSON."""
+
+    __slots__ = ()
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return _Json(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
 
 
 def _digest(*parts: str, size: int) -> int:
@@ -357,6 +379,31 @@ def within_limit(attributes: dict[str, Any], limit: int | None) -> dict[str, Any
         if prefix == "llm.input_messages." and len(kept) < len(found):
             own[INPUT_MESSAGES_LEFT_OUT] = len(found) - len(kept)
     return fitted | own
+
+
+def within_length(attributes: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """A span's attributes with each string value within ``limit`` characters, the longest
+    the SDK keeps (its span limits: no limit unless configured, as by
+    ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``). Past it the SDK cuts a value where the limit
+    falls, unmarked, and a JSON value so cut (the calls a model asked for, the tools
+    offered) could not be read back. Here a JSON value has its longest strings cut and stays
+    JSON; text keeps its start; each cut string ends in the marker of its original size
+    (``…[truncated: N characters in all]``), as the capture writer cuts. A JSON value whose
+    keys and short strings alone take more room is cut as text, marked the same."""
+    if limit is None:
+        return attributes
+    return {
+        key: _within(value, limit) if isinstance(value, str) and len(value) > limit else value
+        for key, value in attributes.items()
+    }
+
+
+def _within(value: str, limit: int) -> str:
+    if isinstance(value, _Json):
+        fitted = fit_json(value, limit, dumps)
+        if fitted.fits:  # bytes, so its characters fit too
+            return fitted.encoded.decode("utf-8", "surrogatepass")
+    return cut_within(value, limit)
 
 
 def _documents(found: Any) -> dict[str, Any]:

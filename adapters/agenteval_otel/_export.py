@@ -48,6 +48,7 @@ from ._conventions import (
     span_attributes,
     span_name,
     to_ns,
+    within_length,
     within_limit,
 )
 from ._phoenix import PhoenixAnnotations
@@ -179,6 +180,10 @@ def _probe(url: str, headers: dict[str, str] | None, timeout: float) -> int | st
         reason = str(exc) or type(exc).__name__
         return "connection refused" if "refused" in reason.lower() else reason
     return response.status_code
+
+
+def _positive(limit: object) -> int | None:
+    return limit if isinstance(limit, int) and limit > 0 else None
 
 
 def _event(result: MetricResult, scope: str | None = None) -> dict[str, Any]:
@@ -329,11 +334,14 @@ class OTelExporter:
         self.provider: Any = tracer_provider or otel_trace.get_tracer_provider()
         tracer: Any = self.provider.get_tracer("agenteval")
         self.tracer = tracer
-        # how many attributes the SDK keeps on a span (no public accessor: its tracer's
-        # span limits); another API's tracer keeps what it keeps
+        # how many attributes the SDK keeps on a span, and how long a value (no public
+        # accessor: its tracer's span limits); another API's tracer keeps what it keeps
         limits = getattr(tracer, "_span_limits", None)
         most = getattr(limits, "max_span_attributes", None)
         self._attribute_limit: int | None = most if isinstance(most, int) and most > 0 else None
+        self._length_limit = _positive(getattr(limits, "max_span_attribute_length", None))
+        # an event's attributes (the exception, the scores) are held to the general one
+        self._event_length_limit = _positive(getattr(limits, "max_attribute_length", None))
         self.logger: Any = (
             logger_provider.get_logger("agenteval") if logger_provider is not None else None
         )
@@ -429,6 +437,7 @@ class OTelExporter:
             if spanless:
                 attributes[SPANLESS] = True
             attributes = within_limit(attributes, self._attribute_limit)
+            attributes = within_length(attributes, self._length_limit)
             if self._ids is not None:
                 self._ids.use(*otel_ids(trace.id, span.id))
             otel_span = self.tracer.start_span(
@@ -441,9 +450,10 @@ class OTelExporter:
             )
             if span.error is not None:
                 otel_span.set_status(Status(StatusCode.ERROR, span.error))
+                raised = {"exception.type": error_type(span.error), "exception.message": span.error}
                 otel_span.add_event(
                     "exception",
-                    {"exception.type": error_type(span.error), "exception.message": span.error},
+                    within_length(raised, self._event_length_limit),
                     timestamp=to_ns(span.end_time),
                 )
             elif span.end_time is not None:
@@ -456,11 +466,13 @@ class OTelExporter:
         tool_spans = [s for s in trace.spans if s.tool_call is not None]
         evaluations: list[tuple[Span, dict[str, Any]]] = []
         for result in results:
-            evaluations.append((root, _event(result)))
+            evaluations.append((root, self._event(result)))
             for index, call in per_call_results(result):
                 if index < len(tool_spans):
-                    evaluations.append((tool_spans[index], _event(call, scope="tool_call")))
-        evaluations.extend((root, _event(result, scope="session")) for result in session_results)
+                    evaluations.append((tool_spans[index], self._event(call, scope="tool_call")))
+        evaluations.extend(
+            (root, self._event(result, scope="session")) for result in session_results
+        )
         if self.score_events == "spans":
             for span, event in evaluations:  # inside the span: at its end, not after it
                 opened[span.id].add_event(EVALUATION_EVENT, event, timestamp=to_ns(span.end_time))
@@ -477,6 +489,9 @@ class OTelExporter:
         if self.phoenix is not None:
             self.phoenix.add_trace(trace, exported, results)
         return exported
+
+    def _event(self, result: MetricResult, scope: str | None = None) -> dict[str, Any]:
+        return within_length(_event(result, scope), self._event_length_limit)
 
     def export_session(self, session_id: str, results: Sequence[MetricResult]) -> None:
         """A closed session's final results: Phoenix session annotations (plain OTLP has no

@@ -65,7 +65,9 @@ from ._conventions import (
     INPUT_MESSAGES_LEFT_OUT,
     JSON_MIME,
     OWN,
+    OWN_JSON,
     SPANLESS,
+    UNREADABLE,
     WORKFLOW,
     from_ns,
 )
@@ -134,6 +136,13 @@ def _json(text: Any) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _json_list(text: Any) -> list[Any]:
+    """A JSON list attribute's items; none when it does not read as one (absent, or cut
+    past reading by a length limit)."""
+    value = _json(text)
+    return value if isinstance(value, list) else []
 
 
 def _value(attributes: dict[str, Any], prefix: str) -> Any:
@@ -383,9 +392,24 @@ def _failed_output(value: Any) -> str | None:
 # --- spans --------------------------------------------------------------------------------
 
 
+def _readable(a: dict[str, Any], key: str) -> Any:
+    """One of the attributes :data:`OWN_JSON` names, read; ``None`` when absent or cut past
+    reading (:func:`_unreadable`)."""
+    value = _json(a.get(key))
+    return value if isinstance(value, OWN_JSON[key]) else None
+
+
+def _unreadable(a: dict[str, Any]) -> list[str]:
+    """The attributes :data:`OWN_JSON` names that a span holds and that do not read as the
+    JSON they hold: cut as text past a length limit (by our exporter, which marks the cut,
+    or by a collector)."""
+    return [key for key in OWN_JSON if key in a and _readable(a, key) is None]
+
+
 def _requested_calls(a: dict[str, Any]) -> list[ToolCall]:
-    if "agenteval.requested_tool_calls" in a:
-        return [ToolCall.model_validate(c) for c in _json(a["agenteval.requested_tool_calls"])]
+    asked = _readable(a, "agenteval.requested_tool_calls")
+    if asked is not None:
+        return [ToolCall.model_validate(c) for c in asked]
     calls: dict[tuple[int, int], dict[str, Any]] = defaultdict(dict)
     prefix = "llm.output_messages."
     for key, value in a.items():
@@ -402,10 +426,11 @@ def _requested_calls(a: dict[str, Any]) -> list[ToolCall]:
             )
             for _, fields in sorted(calls.items())
         ]
-    for message in _json(a.get("gen_ai.output.messages")) or []:
+    for message in _json_list(a.get("gen_ai.output.messages")):
+        parts = message.get("parts") if isinstance(message, dict) else None
         return [
             ToolCall(id=p.get("id"), name=p.get("name", "tool"), arguments=p.get("arguments") or {})
-            for p in message.get("parts", [])
+            for p in (parts if isinstance(parts, list) else ())
             if isinstance(p, dict) and p.get("type") == "tool_call"
         ]
     return []
@@ -479,7 +504,7 @@ def _genai_answer(a: dict[str, Any]) -> str | None:
     """The text of the messages a span's ``gen_ai.output.messages`` holds, joined."""
     texts = [
         text
-        for message in _json(a["gen_ai.output.messages"]) or []
+        for message in _json_list(a["gen_ai.output.messages"])
         if isinstance(message, dict) and isinstance(message.get("parts"), list)
         for text in [_parts_text(message["parts"])]
         if text
@@ -520,7 +545,7 @@ def _tools(a: dict[str, Any]) -> list[ToolSpec]:
             key=lambda k: int(k.split(".")[2]),
         )
     ]
-    definitions.extend(_json(a.get("gen_ai.tool.definitions")) or [])
+    definitions.extend(_json_list(a.get("gen_ai.tool.definitions")))
     tools = []
     for definition in definitions:
         if not isinstance(definition, dict):
@@ -566,7 +591,7 @@ def _foreign_attributes(a: dict[str, Any], kind: SpanKind) -> dict[str, Any]:
             kept[INPUT_MESSAGES_LEFT_OUT] = first
         reasoning = [
             str(part.get("content") or "")
-            for message in _json(a.get("gen_ai.output.messages")) or []
+            for message in _json_list(a.get("gen_ai.output.messages"))
             if isinstance(message, dict)
             for part in message.get("parts") or []
             if isinstance(part, dict) and part.get("type") == "reasoning"
@@ -638,11 +663,14 @@ def _span(raw: RawSpan, guessed: set[str]) -> Span:
         output = None if "output" in borrowed else output
         name = a.get("agenteval.span.name", raw.name)
         attributes = _own_attributes(a)
+        lost = _unreadable(a)
+        if lost:
+            attributes[UNREADABLE] = lost
         if "gen_ai.tool.name" in a and kind is SpanKind.TOOL:
             tool_call = ToolCall(
                 id=a.get("gen_ai.tool.call.id"),
                 name=a["gen_ai.tool.name"],
-                arguments=_json(a.get("gen_ai.tool.call.arguments", "{}")),
+                arguments=_readable(a, "gen_ai.tool.call.arguments") or {},
                 result=_json(a["gen_ai.tool.call.result"])
                 if "gen_ai.tool.call.result" in a
                 else None,
@@ -1214,8 +1242,8 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
             else root.output,
             error=a.get("agenteval.trace.error"),
             spans=[] if a.get(SPANLESS) else spans,
-            tools=[ToolSpec.model_validate(t) for t in _json(a["agenteval.trace.tools"])],
-            metadata=_json(a["metadata"]) if "metadata" in a else {},
+            tools=[ToolSpec.model_validate(t) for t in _readable(a, "agenteval.trace.tools") or ()],
+            metadata=_readable(a, "metadata") or {},
             framework=a.get("agenteval.trace.framework"),
             start_time=a.get("agenteval.trace.start_time"),
             end_time=a.get("agenteval.trace.end_time"),
@@ -1224,7 +1252,7 @@ def _trace(trace_id: str, raws: list[RawSpan]) -> Trace:
             else None,
             status_reason=a.get("agenteval.trace.status_reason"),
             alerts=[
-                LoopAlert.model_validate(x) for x in _json(a.get("agenteval.trace.alerts", "[]"))
+                LoopAlert.model_validate(x) for x in _readable(a, "agenteval.trace.alerts") or ()
             ],
         )
     waiting = _drop_waits(raws, spans)
