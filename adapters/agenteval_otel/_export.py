@@ -337,8 +337,7 @@ class OTelExporter:
         # how many attributes the SDK keeps on a span, and how long a value (no public
         # accessor: its tracer's span limits); another API's tracer keeps what it keeps
         limits = getattr(tracer, "_span_limits", None)
-        most = getattr(limits, "max_span_attributes", None)
-        self._attribute_limit: int | None = most if isinstance(most, int) and most > 0 else None
+        self._attribute_limit = _positive(getattr(limits, "max_span_attributes", None))
         self._length_limit = _positive(getattr(limits, "max_span_attribute_length", None))
         # an event's attributes (the exception, the scores) are held to the general one
         self._event_length_limit = _positive(getattr(limits, "max_attribute_length", None))
