@@ -137,7 +137,12 @@ def assert_round_trips(traces: list[Trace]) -> None:
 MARKER = re.compile(r"…\[truncated: (\d+) characters in all\]\Z")
 """How every string agenteval cuts ends: the marker of its original size."""
 UNREADABLE = "agenteval.otel.unreadable"
-TRACE_FIELDS = {"agenteval.trace.tools": "tools", "agenteval.trace.alerts": "alerts"}
+TRACE_FIELDS = {
+    "agenteval.trace.tools": "tools",
+    "agenteval.trace.alerts": "alerts",
+    "metadata": "metadata",
+}
+"""The root span's attributes that hold a field of the trace, by the field."""
 
 
 def cut_from(want: object, got: object, at: str = "trace") -> str | None:
@@ -173,10 +178,8 @@ def assert_cut_visibly(traces: list[Trace]) -> None:
         want, got = trace.model_dump(), back[trace.id].model_dump()
         for index, (span, cut) in enumerate(zip(want["spans"], got["spans"], strict=True)):
             lost = cut["attributes"].pop(UNREADABLE, [])
-            unknown = {TRACE_FIELDS.get(key, "") for key in lost} if index == 0 else set()
-            if "metadata" in lost and index == 0:
-                unknown.add("metadata")
-            for field in unknown - {""}:
+            unknown = [TRACE_FIELDS[key] for key in lost if key in TRACE_FIELDS and index == 0]
+            for field in unknown:
                 assert not got[field], (trace.id, field, got[field])
                 got[field] = want[field]
             if "agenteval.requested_tool_calls" in lost:
