@@ -124,6 +124,7 @@ if TYPE_CHECKING:
         ToolCallLimit,
         ToolSpec,
         Trace,
+        answers_by_question,
         text_of,
     )
     from .schema._values import plain
@@ -250,6 +251,7 @@ _EXPORTS: dict[str, str] = {
     "ToolSpec": ".schema._trace",
     "Trace": ".schema._trace",
     "text_of": ".schema._trace",
+    "answers_by_question": ".schema._trace",
     "MetricSummary": ".engine._summary",
     "ResultSummary": ".engine._summary",
     "CallbackSink": ".engine._sinks",

@@ -274,6 +274,69 @@ def test_a_human_reviewers_decision_is_what_the_resumed_run_went_on_from(
     ]
 
 
+def test_interrupts_answered_by_id_are_recorded_with_what_each_asked(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # two refunds approved in their tools at once: two interrupts (parallel tool tasks),
+    # answered by id. The resumed run kept the ids alone: a judge was told
+    # "{'5ba6…': 'yes', '31e1…': 'no'}", and a new run, whose interrupts have new ids,
+    # could not be given the answers
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order once a reviewer approves it."""
+        approved = interrupt(f"Approve the refund of {order_id}?") == "yes"
+        return f"refunded {order_id}" if approved else f"refund of {order_id} rejected"
+
+    script = [
+        AIMessage(
+            content="",
+            tool_calls=[
+                tool_call("refund", "c1", order_id="A-1"),
+                tool_call("refund", "c2", order_id="B-2"),
+            ],
+        ),
+        AIMessage(content="A-1 refunded, B-2 not."),
+    ]
+    agent = create_agent(
+        ScriptedChatModel(replies=script), tools=[refund], checkpointer=InMemorySaver()
+    )
+    config: Any = {
+        "callbacks": [AgentEvalCallbackHandler(evaluator)],
+        "configurable": {"thread_id": "t-7"},
+    }
+    paused_at = agent.invoke({"messages": [("user", "Refund A-1 and B-2")]}, config=config)
+    ids = {i.value: i.id for i in paused_at["__interrupt__"]}
+    assert set(ids) == {"Approve the refund of A-1?", "Approve the refund of B-2?"}
+    first, second = ids["Approve the refund of A-1?"], ids["Approve the refund of B-2?"]
+    # one answered, then the other: the run pauses again at the one left
+    agent.invoke(Command(resume={first: "yes"}), config=config)
+    agent.invoke(Command(resume={second: "no"}), config=config)
+    paused, half, resumed = evaluator.captured()
+    assert (paused.status, half.status, resumed.status) == (
+        RunStatus.INTERRUPTED,
+        RunStatus.INTERRUPTED,
+        RunStatus.OK,
+    )
+    assert half.metadata == {
+        "thread_id": "t-7",
+        "resume": {first: "yes"},
+        "resume_questions": {first: "Approve the refund of A-1?"},
+        "resumes_trace_id": paused.id,
+    }
+    assert resumed.metadata == {
+        "thread_id": "t-7",
+        "resume": {second: "no"},
+        "resume_questions": {second: "Approve the refund of B-2?"},
+        "resumes_trace_id": half.id,
+    }
+    assert [(c.id, c.result) for c in resumed.tool_calls()] == [("c2", "refund of B-2 rejected")]
+    assert describe_trace(EvalCase.of(half)).splitlines()[:2] == [
+        "user input: Refund A-1 and B-2",
+        'the run resumed after a pause for a human, who was asked "Approve the refund of '
+        'A-1?" and answered: yes',
+    ]
+
+
 def test_structured_output_is_the_runs_output(evaluator: OnlineEvaluator) -> None:
     # a model without native structured output answers through its schema offered as a
     # tool (ToolStrategy): that schema was listed among the agent's tools

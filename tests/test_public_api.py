@@ -81,7 +81,8 @@ def test_adapter_plumbing_lives_in_its_own_module_not_at_the_root() -> None:
     }  # fmt: skip
     names = {
         "INPUT_TOKENS", "OPERATION_NAME", "OUTPUT_TOKENS", "PROVIDER_NAME", "REQUEST_MODEL",
-        "FINISH_REASONS", "MEDIA_BLOCK_TYPES", "RESUME", "RESUMES_TRACE_ID", "HUMAN_ANSWERS",
+        "FINISH_REASONS", "MEDIA_BLOCK_TYPES", "RESUME", "RESUME_QUESTIONS", "RESUMES_TRACE_ID",
+        "HUMAN_ANSWERS",
     }  # fmt: skip
     assert set(recording.__all__) == plumbing | names
     assert recording.OPERATION_NAME == "gen_ai.operation.name"

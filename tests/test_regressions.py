@@ -3,6 +3,7 @@ known failures, `agenteval suite` against a fixed and a broken agent, baselines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import sys
 import uuid
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
 from math import comb, factorial
 from pathlib import Path
@@ -1346,6 +1348,26 @@ def _run_reviewed(
         pass  # the run failed: its trace says so
 
 
+def _fails_until_payments_are_up(
+    case: RegressionCase, agent: Callable[[bool], Any], answer: str
+) -> EvalSuite:
+    """A suite of ``case`` fails ``agent(payments_up=False)`` (each attempt incomplete,
+    with the payments API's error) and passes ``agent(payments_up=True)``, which answers
+    ``answer``."""
+    suite = EvalSuite("refunds").add_cases([case.to_eval_case()])
+    broken = suite.run(agent(False), k=1, attempts=2, progress=False)
+    assert [(r.outcome, r.status, r.reason) for r in broken.cases[0].runs] == [
+        (
+            "incomplete",
+            "error",
+            "the run did not complete (error): ConnectionError: payments API down",
+        )
+    ] * 2
+    fixed = suite.run(agent(True), k=1, attempts=2, progress=False)
+    assert [(r.outcome, r.output) for r in fixed.cases[0].runs] == [("passed", answer)] * 2
+    return suite
+
+
 def test_a_run_resumed_after_a_humans_answer_is_a_case_that_resumes_with_it(
     tmp_path: Path,
 ) -> None:
@@ -1385,17 +1407,7 @@ def test_a_run_resumed_after_a_humans_answer_is_a_case_that_resumes_with_it(
 
         return run
 
-    suite = EvalSuite("refunds").add_cases([case.to_eval_case()])
-    broken = suite.run(agent(payments_up=False), k=1, attempts=2, progress=False)
-    assert [(r.outcome, r.status, r.reason) for r in broken.cases[0].runs] == [
-        (
-            "incomplete",
-            "error",
-            "the run did not complete (error): ConnectionError: payments API down",
-        )
-    ] * 2
-    fixed = suite.run(agent(payments_up=True), k=1, attempts=2, progress=False)
-    assert [(r.outcome, r.output) for r in fixed.cases[0].runs] == [("passed", "Refunded.")] * 2
+    suite = _fails_until_payments_are_up(case, agent, "Refunded.")
 
     # an agent function that cannot be given the answers is not run: it would stop at the
     # review, where the captured run went on
@@ -1408,6 +1420,150 @@ def test_a_run_resumed_after_a_humans_answer_is_a_case_that_resumes_with_it(
         "not run: the case's run went on from a human's answers (the case's `resume`: "
         "given at a pause, or while it ran)"
     )
+
+
+def _parallel_refunds_agent(payments_up: bool) -> Any:
+    """A LangGraph agent that refunds A-1 and B-2 at once, each in a tool that asks a
+    reviewer first (``interrupt()``: two interrupts, answered together by id); the payments
+    API is down unless ``payments_up``."""
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import interrupt
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order once a reviewer approves it."""
+        if interrupt(f"Approve the refund of {order_id}?") != "yes":
+            return f"refund of {order_id} rejected"
+        if not payments_up:
+            raise ConnectionError("payments API down")
+        return f"refunded {order_id}"
+
+    def reply(messages: Any) -> AIMessage:
+        if messages[-1].type == "tool":
+            return AIMessage("; ".join(str(m.content) for m in messages if m.type == "tool"))
+        return AIMessage(
+            "",
+            tool_calls=[
+                tool_call("refund", "c1", order_id="A-1"),
+                tool_call("refund", "c2", order_id="B-2"),
+            ],
+        )
+
+    return create_agent(
+        ScriptedChatModel(reply=reply), tools=[refund], checkpointer=InMemorySaver()
+    )
+
+
+def test_interrupts_answered_at_once_by_id_are_a_case_a_new_run_can_be_given(
+    tmp_path: Path,
+) -> None:
+    # a reviewer approved A-1 and rejected B-2, both asked at once and answered by interrupt
+    # id; the approved refund failed. The case kept the ids as its answer, and a new run's
+    # interrupts have new ids: every attempt paused again at the review, fixed agent or not
+    from agenteval_langchain import resume_command
+    from langgraph.types import Command
+
+    capture = tmp_path / "capture.jsonl"
+    with OnlineEvaluator(capture=capture, log=False) as evaluator:
+        agent = _parallel_refunds_agent(payments_up=False)
+        config: Any = {
+            "callbacks": [AgentEvalCallbackHandler(evaluator)],
+            "configurable": {"thread_id": "t-1"},
+        }
+        paused_at = agent.invoke({"messages": [("user", "Refund A-1 and B-2")]}, config=config)
+        ids = {i.value: i.id for i in paused_at["__interrupt__"]}
+        answers = {  # B-2's first: the answers are matched by question, not by place
+            ids["Approve the refund of B-2?"]: "no",
+            ids["Approve the refund of A-1?"]: "yes",
+        }
+        with pytest.raises(ConnectionError):
+            agent.invoke(Command(resume=answers), config=config)
+    [case] = cases_from_capture(capture, metrics=["tool_failures"])
+    assert (case.input, case.tools_must_succeed, case.provenance.status) == (
+        "Refund A-1 and B-2",
+        ["refund"],
+        "error",
+    )
+    assert case.resume == [
+        {
+            "answers_by_question": [
+                {"question": "Approve the refund of B-2?", "answer": "no"},
+                {"question": "Approve the refund of A-1?", "answer": "yes"},
+            ]
+        }
+    ]
+    cases_file = tmp_path / "cases.jsonl"
+    listed = CliRunner().invoke(
+        cli,
+        ["cases", str(capture), "--metrics", "tool_failures", "-o", str(cases_file)],
+        env={"COLUMNS": "200"},
+    )
+    assert listed.exit_code == 0, listed.output
+    assert (  # each question beside its answer, never the interrupts' ids
+        "│ Refund A-1 and B-2; answered: Approve the refund of B-2? no, Approve the … │"
+        in listed.output
+    )
+    [read] = read_cases(cases_file)
+    assert read.resume == case.resume
+    # a hand-edited answer by question that is not one is refused where it is
+    line = json.loads(cases_file.read_text())
+    line["resume"] = [{"answers_by_question": [{"question": "Approve?"}]}]
+    cases_file.write_text(json.dumps(line) + "\n")
+    with pytest.raises(CaptureError) as refused:
+        read_cases(cases_file)
+    assert str(refused.value).startswith(f"{cases_file}:1: resume: ")
+    assert 'holds a list of {"question": ..., "answer": ...} objects' in str(refused.value)
+
+    def agent_fn(payments_up: bool) -> Any:
+        def run(request: str, resume: list[Any]) -> Trace:
+            with OnlineEvaluator(capture=attempt_capture(tmp_path), log=False) as evaluator:
+                agent = _parallel_refunds_agent(payments_up)
+                config: Any = {
+                    "callbacks": [AgentEvalCallbackHandler(evaluator)],
+                    "configurable": {"thread_id": str(uuid.uuid4())},
+                }
+                with contextlib.suppress(ConnectionError):  # the run failed: its trace says so
+                    result = agent.invoke({"messages": [("user", request)]}, config=config)
+                    for answer in resume:
+                        result = agent.invoke(resume_command(answer, result), config=config)
+                return evaluator.captured()[-1]
+
+        return run
+
+    _fails_until_payments_are_up(case, agent_fn, "refunded A-1; refund of B-2 rejected")
+
+
+def test_resume_command_answers_the_interrupts_that_ask_the_cases_questions() -> None:
+    from agenteval_langchain import resume_command
+    from langgraph.types import Interrupt
+
+    given = {
+        "answers_by_question": [
+            {"question": "Approve?", "answer": "yes"},
+            {"question": {"amount": 40}, "answer": "ok"},
+            {"question": "Approve?", "answer": "no"},
+        ]
+    }
+    waiting = [
+        Interrupt(value="Approve?", id="i1"),
+        Interrupt(value="Anything else?", id="i2"),
+        Interrupt(value={"amount": 40}, id="i3"),
+        Interrupt(value="Approve?", id="i4"),
+    ]
+    # a question asked twice is answered in order; one not in the case is left waiting
+    expected = {"i1": "yes", "i3": "ok", "i4": "no"}
+    assert resume_command(given, {"__interrupt__": waiting}).resume == expected
+    assert resume_command(given, waiting).resume == expected
+    # an answer the captured run was resumed with as it is goes as it is
+    decisions = {"decisions": [{"type": "approve"}]}
+    assert resume_command(decisions, {"__interrupt__": waiting}).resume == decisions
+    with pytest.raises(ValueError, match=r"none of the questions answered \(\['Approve\?'"):
+        resume_command(given, [Interrupt(value="Which card?", id="i9")])
+    with pytest.raises(ValueError, match=r"none of the questions answered .* \(\[\]\)"):
+        resume_command(given, {"messages": []})  # the run did not pause
+    with pytest.raises(ValueError, match=re.escape('a list of {"question": ..., "answer": ...}')):
+        resume_command({"answers_by_question": ["yes"]}, waiting)
 
 
 def test_answers_across_pauses_are_kept_in_order_and_a_paused_run_is_no_reference(

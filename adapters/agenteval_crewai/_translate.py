@@ -711,7 +711,7 @@ class Translator:
                 # resume() after a pause for a human: the paused run's request, and its trace
                 resumed = self.assembler.take_unfinished((PAUSED_FLOW, str(flow_id)))
                 if resumed is not None:
-                    request = resumed[1]
+                    request = resumed.request
             self.assembler.start_span(
                 key,
                 None,
@@ -722,7 +722,7 @@ class Translator:
                 session_id=self._session(session, inputs, flow_id),
             )
             if resumed is not None:
-                self.assembler.annotate(key, metadata={RESUMES_TRACE_ID: resumed[0]})
+                self.assembler.annotate(key, metadata={RESUMES_TRACE_ID: resumed.trace_id})
             if flow.resuming:
                 self._resumed_flows.add(key)
             # the human's answers this run gets are those the flow keeps from its start on

@@ -14,5 +14,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._handler import AgentEvalCallbackHandler, AgentLoopError, AsyncAgentEvalCallbackHandler
+from ._resume import resume_command
 
-__all__ = ["AgentEvalCallbackHandler", "AgentLoopError", "AsyncAgentEvalCallbackHandler"]
+__all__ = [
+    "AgentEvalCallbackHandler",
+    "AgentLoopError",
+    "AsyncAgentEvalCallbackHandler",
+    "resume_command",
+]

@@ -36,6 +36,7 @@ from agenteval_core.recording import (
     PROVIDER_NAME,
     REQUEST_MODEL,
     RESUME,
+    RESUME_QUESTIONS,
     RESUMES_TRACE_ID,
     UNPARSED_REPLY,
     AlertEvent,
@@ -610,7 +611,11 @@ class Translator:
             kept[RESUME] = jsonable(resume)
             paused = self.assembler.take_unfinished(thread) if thread is not None else None
             if paused is not None:
-                kept[RESUMES_TRACE_ID], request = paused
+                kept[RESUMES_TRACE_ID], request = paused.trace_id, paused.request
+                asked = paused.asked or {}
+                if isinstance(resume, dict) and resume and all(k in asked for k in resume):
+                    # answers by interrupt id: the ids are new in every run, the questions not
+                    kept[RESUME_QUESTIONS] = {str(k): asked[k] for k in resume}
             else:  # its pause was not seen here (another process): its first node is given
                 request = None  # the thread's state, whose last human message is the request
         elif thread is not None:
@@ -619,7 +624,7 @@ class Translator:
             if inputs is None and unfinished is not None:
                 # invoke(None, config): the run goes on from the thread's checkpoint, after
                 # a failure (LangGraph's durable execution) or a pause, with that request
-                kept[RESUMES_TRACE_ID], request = unfinished
+                kept[RESUMES_TRACE_ID], request = unfinished.trace_id, unfinished.request
         self._start(e, SpanKind.AGENT, name, jsonable(request))
         self.assembler.annotate(e.run_id, metadata=kept)
 
@@ -959,18 +964,23 @@ class Translator:
             self.assembler.mark(root, RunStatus.LIMIT, reason)
 
     def _interrupt(self, key: UUID, interrupts: Any) -> None:
-        values = [getattr(i, "value", i) for i in interrupts or []]
+        interrupts = list(interrupts or [])
+        values = [getattr(i, "value", i) for i in interrupts]
         reason = "waiting for a human: " + "; ".join(str(v) for v in values)
         self.assembler.mark(key, RunStatus.INTERRUPTED, reason)
-        self._unfinished_run(key)
+        asked = {
+            str(i.id): jsonable(i.value) for i in interrupts if getattr(i, "id", None) is not None
+        }
+        self._unfinished_run(key, asked=asked or None)
 
-    def _unfinished_run(self, key: UUID) -> None:
-        """Remember the run ``key`` belongs to as its thread's unfinished one (it paused, or
-        its root failed): a run that resumes it from the thread's checkpoint takes it up."""
+    def _unfinished_run(self, key: UUID, *, asked: dict[str, Any] | None = None) -> None:
+        """Remember the run ``key`` belongs to as its thread's unfinished one (it paused at
+        interrupts that ``asked`` what they did, or its root failed): a run that resumes it
+        from the thread's checkpoint takes it up."""
         trace = self.assembler.trace_of(key)
         thread = trace.metadata.get("thread_id") if trace is not None else None
         if thread is not None:
-            self.assembler.keep_unfinished(thread, key)
+            self.assembler.keep_unfinished(thread, key, asked=asked)
 
     def _agent_action(self, e: Event) -> None:
         action = e.args[0]

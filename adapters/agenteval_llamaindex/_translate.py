@@ -718,8 +718,8 @@ class Translator:
             paused = self.assembler.take_unfinished((WAITING_IN_TOOL, call.id))
             root = self.assembler.root_key(span_id)
             if paused is not None and root in self._resumed:
-                self.assembler.annotate(root, metadata={RESUMES_TRACE_ID: paused[0]})
-                self.assembler.request_found(root, lambda: paused[1])
+                self.assembler.annotate(root, metadata={RESUMES_TRACE_ID: paused.trace_id})
+                self.assembler.request_found(root, lambda: paused.request)
         elif (
             parent is None
             or self.assembler.trace_of(parent) is None

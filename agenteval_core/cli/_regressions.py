@@ -19,6 +19,7 @@ from rich.console import Console
 from .._errors import CaptureFormatError
 from .._tables import TextTable, show
 from .._text import first_words
+from ..schema._trace import answers_by_question, text_of
 from ..suite._baseline import (
     DEFAULT_MAX_REGRESSION_PROB,
     BaselineComparison,
@@ -56,6 +57,15 @@ if TYPE_CHECKING:
     from ..judges import OpenAIJudge
 
 __all__ = ["load_agent"]
+
+
+def _answer_text(answer: Any) -> str:
+    """A human's answer as the cases table shows it: one given by question as each
+    question and its answer."""
+    pairs = answers_by_question(answer)
+    if pairs is None:
+        return str(answer)
+    return ", ".join(f"{text_of(question)} {text_of(given)}" for question, given in pairs)
 
 
 def _why(case: RegressionCase) -> str:
@@ -168,7 +178,7 @@ def cases_command(
         for case in shown:
             asked = first_words(str(case.input))
             if case.resume:  # the same request answered otherwise is another case
-                asked += "; answered: " + first_words("; ".join(map(str, case.resume)))
+                asked += "; answered: " + first_words("; ".join(map(_answer_text, case.resume)))
             table.add_row(case.id, str(case.count), asked, _why(case), ", ".join(case.metrics))
         show(console, table)
     failures = sum(case.count for case in cases)

@@ -25,11 +25,14 @@ from ..schema._trace import (
     HUMAN_ANSWERS,
     HUMAN_QUESTIONS,
     RESUME,
+    RESUME_QUESTIONS,
     EvalCase,
     SpanKind,
     ToolCall,
     Trace,
+    answers_by_question,
     last_answer,
+    resume_by_question,
     text_of,
 )
 from ._protocol import Metric, MetricKind, Score
@@ -93,8 +96,15 @@ def describe_trace(case: EvalCase) -> str:
     if media:  # what the agent saw that the judge does not
         lines.append(f"the user's request also held {_media_words(media)}, not shown here")
     metadata = case.trace.metadata if case.trace is not None else {}
-    resume = metadata.get(RESUME)
-    if resume is not None:  # what the human decided is what the run went on from
+    resume = resume_by_question(metadata.get(RESUME), metadata.get(RESUME_QUESTIONS))
+    by_question = answers_by_question(resume)
+    if by_question:  # interrupts' ids say nothing; what each asked does
+        lines.extend(
+            f"the run resumed after a pause for a human, who was asked "
+            f"{json.dumps(text_of(asked), ensure_ascii=False)} and answered: {text_of(answer)}"
+            for asked, answer in by_question
+        )
+    elif resume is not None:  # what the human decided is what the run went on from
         lines.append(f"the run resumed after a pause for a human, who answered: {text_of(resume)}")
     answers = metadata.get(HUMAN_ANSWERS)
     questions = metadata.get(HUMAN_QUESTIONS)

@@ -162,6 +162,16 @@ def step_thought(reasoning: str | None, text: str | None) -> str | None:
     return "\n\n".join(part for part in (reasoning, text) if part) or None
 
 
+class Unfinished(NamedTuple):
+    """A run that paused (or failed), kept for the run that resumes it."""
+
+    trace_id: str
+    request: Any
+    asked: dict[str, Any] | None
+    """What each interrupt the run paused at asked, by the interrupt's id, where the
+    framework names them (LangGraph); else ``None``."""
+
+
 class AlertEvent(NamedTuple):
     """A loop alert on its way through the pump: to the sinks, or to the adapter's refuser
     (which records the refused call on the trace, in order with the run's events)."""
@@ -371,7 +381,7 @@ class Recorder:
         """The calls :meth:`check_tool_call` let run, by the adapter's key of each run,
         until :meth:`tool_returned`."""
         self._running_lock = threading.Lock()
-        self.unfinished: OrderedDict[Hashable, tuple[str, Any]] = OrderedDict()
+        self.unfinished: OrderedDict[Hashable, Unfinished] = OrderedDict()
         """Runs that paused or failed, for the run that resumes one, by what that run shows
         (see :meth:`TraceAssembler.keep_unfinished`): kept here, for every adapter object
         of the evaluator, since an app may make a handler per request, and the resume comes
@@ -1118,23 +1128,29 @@ class TraceAssembler:
         reason, owner.waiting = owner.waiting, None
         return reason
 
-    def keep_unfinished(self, link: Hashable, key: Hashable) -> None:
+    def keep_unfinished(
+        self, link: Hashable, key: Hashable, *, asked: dict[str, Any] | None = None
+    ) -> None:
         """Remember the run ``key`` belongs to (it paused, or failed) under ``link``, what a
         run that resumes it shows (a LangGraph thread, the tool call a LlamaIndex run waits
-        in): that run takes up its request and names it (:meth:`take_unfinished`), whichever
-        adapter object of the evaluator records it (an app may make a handler per request)."""
+        in), with what each interrupt it paused at ``asked`` by id: that run takes up its
+        request and names it (:meth:`take_unfinished`), whichever adapter object of the
+        evaluator records it (an app may make a handler per request)."""
         trace = self.trace_of(key)
         if trace is None:
             return
         kept = self.recorder.unfinished
-        kept[(self.framework, link)] = (trace.id, trace.input)
+        earlier = kept.get((self.framework, link))
+        if earlier is not None and earlier.trace_id == trace.id and earlier.asked:
+            asked = {**earlier.asked, **(asked or {})}  # parallel tasks pause one by one
+        kept[(self.framework, link)] = Unfinished(trace.id, trace.input, asked)
         kept.move_to_end((self.framework, link))
         while len(kept) > UNFINISHED_KEPT:  # runs never resumed
             kept.popitem(last=False)
 
-    def take_unfinished(self, link: Hashable) -> tuple[str, Any] | None:
-        """The trace id and request of the run kept under ``link``, forgotten here (a run
-        resumes it, or starts afresh there), or ``None``."""
+    def take_unfinished(self, link: Hashable) -> Unfinished | None:
+        """The run kept under ``link``, forgotten here (a run resumes it, or starts afresh
+        there), or ``None``."""
         return self.recorder.unfinished.pop((self.framework, link), None)
 
     def human_answered(

@@ -45,6 +45,7 @@ __all__ = [
     "REQUEST_MODEL",
     "RESUME",
     "RESUMES_TRACE_ID",
+    "RESUME_QUESTIONS",
     "SCHEMA_VERSION",
     "STEPS_UNRECORDED",
     "TOKEN_LIMIT_REASONS",
@@ -62,10 +63,12 @@ __all__ = [
     "ToolCallLimit",
     "ToolSpec",
     "Trace",
+    "answers_by_question",
     "known_version",
     "last_answer",
     "new_id",
     "read_again",
+    "resume_by_question",
     "run_fingerprint",
     "text_of",
 ]
@@ -126,6 +129,13 @@ metrics that check them do not score it (:attr:`Trace.steps_recorded`)."""
 RESUME = "resume"
 """Trace metadata key: the answer a human gave a run that paused for one (a LangGraph
 interrupt's resume value, a CrewAI flow's feedback), in the run that went on from it."""
+
+RESUME_QUESTIONS = "resume_questions"
+"""Trace metadata key, beside a :data:`RESUME` that answers the paused run's interrupts by
+their ids (LangGraph's ``Command(resume={interrupt_id: answer, ...})``, as for interrupts
+raised by parallel nodes or tools): what each of those interrupts asked, by id. The ids are
+new in every run, so a run asked the same again is answered by the questions
+(:func:`agenteval_core.answers_by_question`)."""
 
 HUMAN_ANSWERS = "human_answers"
 """Trace metadata key: the answers a human gave a run while it ran, in order (a CrewAI
@@ -322,6 +332,41 @@ def last_answer(turns: Sequence[Mapping[str, Any]]) -> str:
         if text:
             return text
     return ""
+
+
+BY_QUESTION = "answers_by_question"
+"""The key of a resume answer given by question (:func:`resume_by_question`)."""
+
+
+def resume_by_question(resume: Any, asked: Any) -> Any:
+    """A run's :data:`RESUME` answer as another run can be given it: answers by interrupt
+    id whose interrupts' questions are known (``asked``, the run's
+    :data:`RESUME_QUESTIONS`) as ``{"answers_by_question": [{"question": ..., "answer":
+    ...}, ...]}``, in the order given (a new run's interrupts have new ids, and ask the
+    same); any other answer as it is."""
+    if not (isinstance(resume, dict) and resume and isinstance(asked, dict)):
+        return resume
+    if not all(key in asked for key in resume):
+        return resume
+    return {BY_QUESTION: [{"question": asked[k], "answer": a} for k, a in resume.items()]}
+
+
+def answers_by_question(answer: Any) -> list[tuple[Any, Any]] | None:
+    """The ``(question, answer)`` pairs of a resume answer given by question (a regression
+    case's ``resume`` entry for a run that answered several interrupts at once, see
+    :func:`resume_by_question`), in order; ``None`` for any other answer, which the run is
+    resumed with as it is."""
+    if not (isinstance(answer, dict) and set(answer) == {BY_QUESTION}):
+        return None
+    pairs = answer[BY_QUESTION]
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, dict) and set(p) == {"question", "answer"} for p in pairs
+    ):
+        raise ValueError(
+            f"a resume answer given by question holds a list of "
+            f'{{"question": ..., "answer": ...}} objects, got {pairs!r:.200}'
+        )
+    return [(p["question"], p["answer"]) for p in pairs]
 
 
 _SCALARS = (bool, int, float, type(None))
@@ -1323,7 +1368,9 @@ class EvalCase(_Model):
     """The answers a human gave the run, in order: each time it paused for one (a LangGraph
     interrupt's resume value, a CrewAI flow's feedback) and while it ran (a flow's
     ``ask()``): an agent that takes a ``resume`` argument gets them in a suite, to give
-    each as its run asks. A case made from a captured run a human answered keeps them."""
+    each as its run asks. A case made from a captured run a human answered keeps them
+    (interrupts answered at once by id, by question: :func:`answers_by_question`;
+    ``agenteval_langchain.resume_command`` gives a LangGraph run each)."""
     metrics: list[str] | None = None
     """Registry names of metrics this case asks for, scored in a suite beside the suite's own
     (a regression case names the checks its failure calls for)."""

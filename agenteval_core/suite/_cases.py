@@ -35,6 +35,7 @@ from ..schema._trace import (
     GUARD_REFUSED,
     HUMAN_ANSWERS,
     RESUME,
+    RESUME_QUESTIONS,
     RESUMES_TRACE_ID,
     TOOL_NOT_RUN,
     EvalCase,
@@ -43,8 +44,10 @@ from ..schema._trace import (
     RunStatus,
     ToolCallLimit,
     Trace,
+    answers_by_question,
     known_version,
     last_answer,
+    resume_by_question,
     text_of,
 )
 
@@ -138,7 +141,8 @@ class RegressionCase(BaseModel):
     """The earlier turns of the conversation, oldest first (``{"input", "output"}`` each)."""
     resume: list[Any] | None = None
     """The answers a human gave the run each time it paused for one, in order (see
-    :attr:`EvalCase.resume`)."""
+    :attr:`EvalCase.resume`); interrupts answered at once by id are given by question
+    (:func:`agenteval_core.answers_by_question`)."""
     metrics: list[str] = Field(default_factory=list)
     expected_tool_calls: list[ExpectedToolCall] | None = None
     expected_state: dict[str, Any] | None = None
@@ -155,6 +159,13 @@ class RegressionCase(BaseModel):
     @classmethod
     def _known_version(cls, value: int) -> int:
         return known_version(value, CASES_VERSION, "cases format")
+
+    @field_validator("resume")
+    @classmethod
+    def _readable_answers(cls, value: list[Any] | None) -> list[Any] | None:
+        for answer in value or ():
+            answers_by_question(answer)  # one given by question is well formed
+        return value
 
     def to_eval_case(self) -> EvalCase:
         """The case a suite runs: its checks as ``metrics``, its provenance and count in
@@ -353,7 +364,11 @@ def _answers(trace: Trace, paused: LatestKept[str, list[Any]]) -> list[Any] | No
     given = given if isinstance(given, list) else []
     if RESUME not in metadata and not given:
         return None
-    resumed = [metadata[RESUME]] if RESUME in metadata else []
+    resumed = (
+        [resume_by_question(metadata[RESUME], metadata.get(RESUME_QUESTIONS))]
+        if RESUME in metadata
+        else []
+    )
     goes_on_from = metadata.get(RESUMES_TRACE_ID) if resumed else None
     earlier = paused.pop(str(goes_on_from), []) if goes_on_from is not None else []
     answers = [*earlier, *resumed, *given]

@@ -555,7 +555,8 @@ _NO_RESUME = (
     "at a pause, or while it ran), and the agent function takes no `resume` parameter to "
     "be given them (run without them, it stops or goes otherwise where the run went on); "
     "add one, give the agent's run each answer where it asks (LangGraph: "
-    "`Command(resume=answer)` at each pause; a CrewAI flow: `resume(answer)`, or its "
+    "`invoke(resume_command(answer, paused), config)` at each pause, with "
+    "`agenteval_langchain.resume_command`; a CrewAI flow: `resume(answer)`, or its "
     "feedback provider) and return the trace of the run resumed last"
 )
 
