@@ -27,6 +27,7 @@ from agenteval_core import (
     TOOL_NOT_RUN,
     CallbackSink,
     EvalCase,
+    LoopAlert,
     OnlineEvaluator,
     RunStatus,
     SpanKind,
@@ -1715,6 +1716,24 @@ def test_an_answer_cut_at_the_token_limit_is_no_completed_run(
     assert len(judge_server.requests) == 1
 
 
+def _shipped_lookup() -> Any:
+    """An order lookup tool that finds every order shipped."""
+
+    @tool("lookup_order")
+    def lookup_order(order_id: str) -> str:
+        """Status of an order."""
+        return "shipped"
+
+    return lookup_order
+
+
+def _ask_for_a1(native: bool, call_id: str, name: str) -> Any:
+    """A model reply asking for tool ``name`` on order A-1, natively or in ReAct text."""
+    if native:
+        return [native_call(call_id, name, order_id="A-1")]
+    return action(name, order_id="A-1")
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_a_call_of_a_tool_the_agent_does_not_have_is_a_failed_call(
     evaluator: OnlineEvaluator, native: bool
@@ -1723,23 +1742,14 @@ def test_a_call_of_a_tool_the_agent_does_not_have_is_a_failed_call(
     # native calling the call read as a success ("Tool not found" as its result); with
     # ReAct no tool event came at all (only a selection error, several per request), so the
     # trace had no such call and tool_failures passed the run
-    @tool("lookup_order")
-    def lookup_order(order_id: str) -> str:
-        """Status of an order."""
-        return "shipped"
-
-    def ask(call_id: str, name: str) -> Any:
-        if native:
-            return [native_call(call_id, name, order_id="A-1")]
-        return action(name, order_id="A-1")
-
+    lookup_order = _shipped_lookup()
     llm = ScriptedLLM(
         model="scripted",
         native=native,
         replies=[
-            ask("c1", "track_parcel"),
-            ask("c2", "track_parcel"),
-            ask("c3", "lookup_order"),
+            _ask_for_a1(native, "c1", "track_parcel"),
+            _ask_for_a1(native, "c2", "track_parcel"),
+            _ask_for_a1(native, "c3", "lookup_order"),
             "A-1 has shipped." if native else "Thought: done\nFinal Answer: A-1 has shipped.",
         ],
     )
@@ -1794,6 +1804,56 @@ def test_a_call_of_a_tool_the_agent_does_not_have_is_a_failed_call(
         None,
         [],
     )
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_agent_asking_again_and_again_for_a_tool_it_lacks_is_stopped(
+    evaluator: OnlineEvaluator, native: bool
+) -> None:
+    # under stop_on_loop=True the guard is asked as a tool starts (CrewAI's before-tool
+    # hook), and with ReAct no tool starts for a call of a tool the agent does not have:
+    # an agent asking for track_parcel five times was never alerted (CrewAI failed the
+    # task at the fifth), where tool_call_loops scored the run 0.0 and the native path
+    # stopped it at the third
+    lookup_order = _shipped_lookup()
+    asks = [_ask_for_a1(native, f"c{number}", "track_parcel") for number in range(5)]
+    done = "A-1 has shipped." if native else "Thought: done\nFinal Answer: A-1 has shipped."
+    llm = ScriptedLLM(model="scripted", native=native, replies=[*asks, done])
+    alerts: list[LoopAlert] = []
+    evaluator.engine.sinks.append(CallbackSink(on_alert=alerts.append))
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    agent = Agent(role="support", goal="answer", backstory="b", llm=llm, tools=[lookup_order])
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="Where is A-1?", expected_output="x", agent=agent)]
+    )
+    try:
+        if native:  # the guard refused the third and later calls: the agent answered
+            assert str(crew.kickoff()) == "A-1 has shipped."
+        else:  # CrewAI's own check fails the task at the fifth request
+            with pytest.raises(Exception, match="with the same arguments 5 times"):
+                crew.kickoff()
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    message = 'track_parcel called 3 times with the same arguments {"order_id": "A-1"}'
+    assert (trace.status, trace.status_reason) == (
+        RunStatus.STOPPED,
+        f"stopped by the loop guard: {message}",
+    )
+    assert [(a.pattern, a.count, a.message, a.stopped) for a in alerts] == [
+        ("repeated_call", 3, message, True)
+    ]
+    assert [(a.message, a.trace_id) for a in trace.alerts] == [(message, trace.id)]
+    [alert] = alerts
+    assert [(c.name, c.arguments) for c in alert.calls] == [
+        ("track_parcel", {"order_id": "A-1"})
+    ] * 3
+    calls = [s for s in trace.spans if s.tool_call is not None]
+    assert [s.tool_call.name for s in calls] == ["track_parcel"] * 5  # type: ignore[union-attr]
+    # native: refused by the guard from the third on; ReAct: CrewAI answered each itself
+    refused = [bool(s.attributes.get(GUARD_REFUSED)) for s in calls]
+    assert refused == ([False, False, True, True, True] if native else [False] * 5)
+    assert ToolCallLoops().measure(trace).score == 0.0
 
 
 def test_the_call_that_shapes_a_tasks_output_is_no_step(evaluator: OnlineEvaluator) -> None:

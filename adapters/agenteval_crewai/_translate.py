@@ -453,6 +453,16 @@ class Translator:
             return
         self._unknown[execution] = asked
         self._start("ToolSelectionErrorEvent", event, at, kickoff=kickoff)
+        span = self.assembler.span_of(event.event_id)
+        root = self.assembler.root_key(execution)
+        if not self._watch_loops and span is not None and span.tool_call and root is not None:
+            # under stop_on_loop the guard is asked as a tool starts, and none starts for
+            # this call: asked here, an agent asking for it over and over is alerted and
+            # stopped (each later tool call refused); CrewAI answers this one itself
+            call = span.tool_call.model_copy()
+            self.assembler.recorder.check_tool_call(
+                root, call, refuse=lambda refused: self.assembler.refuse(root, refused.alert)
+            )
         self.assembler.end_span(
             event.event_id, error=str(event.error), end_time=at, attributes={TOOL_NOT_RUN: True}
         )
