@@ -77,6 +77,7 @@ from .schema._trace import (
     RESUMES_TRACE_ID,
     LatestKept,
     media_kind,
+    resume_questions,
 )
 from .schema._values import cut_within
 
@@ -111,6 +112,7 @@ __all__ = [
     "media_kind",
     "no_such_tool",
     "react_actions",
+    "resume_questions",
     "step_thought",
     "stopped_by_caller",
     "unreadable_call",

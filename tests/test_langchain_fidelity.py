@@ -317,6 +317,11 @@ def test_interrupts_answered_by_id_are_recorded_with_what_each_asked(
         RunStatus.INTERRUPTED,
         RunStatus.OK,
     )
+    # waiting at both (the reason had named the one whose task paused first), then at one
+    assert (paused.status_reason, half.status_reason) == (
+        "waiting for a human: Approve the refund of A-1?; Approve the refund of B-2?",
+        "waiting for a human: Approve the refund of B-2?",
+    )
     assert half.metadata == {
         "thread_id": "t-7",
         "resume": {first: "yes"},

@@ -27,7 +27,7 @@ from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 from langgraph_agents import (
     ORDER_STATUS,
     Classifier,
@@ -335,6 +335,55 @@ def test_a_run_paused_for_a_human_imports_as_paused(spans_file: Path, tmp_path: 
     assert resumed.metadata == {
         "thread_id": "t-1",
         "resume": {"decisions": [{"type": "approve"}]},
+        "resumes_trace_id": paused.id,
+    }
+    assert ours_resumed.metadata == {**resumed.metadata, "resumes_trace_id": ours_paused.id}
+
+
+def test_interrupts_answered_at_once_by_id_import_with_what_each_asked(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # two refunds, each approved in its tool at once (two interrupts, parallel tool tasks),
+    # answered by id: OpenInference writes each interrupt's id and value in its node's
+    # exception, and the resumed run's input; the import had the answers by id alone
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order once a reviewer approves it."""
+        approved = interrupt(f"Approve the refund of {order_id}?") == "yes"
+        return f"refunded {order_id}" if approved else f"refund of {order_id} rejected"
+
+    model = ScriptedChatModel(
+        replies=[
+            reply(
+                "",
+                [
+                    tool_call("refund", "c1", order_id="A-1"),
+                    tool_call("refund", "c2", order_id="B-2"),
+                ],
+                (30, 8),
+            ),
+            reply("A-1 refunded, B-2 not.", [], (45, 5)),
+        ]
+    )
+    agent = create_agent(model, tools=[refund], checkpointer=InMemorySaver())
+    thread: Any = {"configurable": {"thread_id": "t-1"}}
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        handler = AgentEvalCallbackHandler(evaluator)
+        config = {**thread, "callbacks": [handler]}
+        paused_at = agent.invoke({"messages": [("user", "Refund A-1 and B-2")]}, config)
+        answers = {i.id: "yes" if "A-1" in i.value else "no" for i in paused_at["__interrupt__"]}
+        agent.invoke(Command(resume=answers), config)
+        ours_paused, ours_resumed = evaluator.captured()
+    paused, resumed = import_otlp(spans_file)
+    assert (paused.status, resumed.status) == (RunStatus.INTERRUPTED, RunStatus.OK)
+    assert (paused.status_reason, ours_paused.status_reason) == (
+        "waiting for a human: Approve the refund of A-1?; Approve the refund of B-2?",
+    ) * 2  # every interrupt it waits at (the first only had been read), unquoted as ours
+    asked = {i.id: i.value for i in paused_at["__interrupt__"]}
+    assert resumed.metadata == {
+        "thread_id": "t-1",
+        "resume": answers,
+        "resume_questions": asked,
         "resumes_trace_id": paused.id,
     }
     assert ours_resumed.metadata == {**resumed.metadata, "resumes_trace_id": ours_paused.id}

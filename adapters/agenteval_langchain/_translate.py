@@ -40,14 +40,20 @@ from agenteval_core.recording import (
     RESUMES_TRACE_ID,
     UNPARSED_REPLY,
     AlertEvent,
+    LatestKept,
     Recorder,
     error_text,
     limit_or_timeout,
+    resume_questions,
     step_thought,
     unreadable_call,
 )
 
 __all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
+
+PAUSING_KEPT = 1024
+"""Traces whose interrupts a translator keeps as they pause (the latest; one pause's
+interrupts come within moments of each other)."""
 
 SESSION_KEYS = ("session_id", "thread_id", "conversation_id")
 
@@ -496,6 +502,9 @@ class Translator:
         self._unparsed: set[UUID] = set()  # its stand-in tool runs for replies that did not parse
         # a tool node → when the model that answered in the tool's place (LLMToolEmulator) began
         self._emulated: dict[UUID, float | None] = {}
+        # a trace pausing → the interrupts it waits at (by id, else by question): parallel
+        # tasks pause one by one, and the trace waits at every one
+        self._waiting_at: LatestKept[str, dict[str, str]] = LatestKept(PAUSING_KEPT)
         self.handlers: dict[str, Callable[[Event], None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
@@ -612,10 +621,10 @@ class Translator:
             paused = self.assembler.take_unfinished(thread) if thread is not None else None
             if paused is not None:
                 kept[RESUMES_TRACE_ID], request = paused.trace_id, paused.request
-                asked = paused.asked or {}
-                if isinstance(resume, dict) and resume and all(k in asked for k in resume):
-                    # answers by interrupt id: the ids are new in every run, the questions not
-                    kept[RESUME_QUESTIONS] = {str(k): asked[k] for k in resume}
+                # answers by interrupt id: the ids are new in every run, the questions not
+                questions = resume_questions(resume, paused.asked)
+                if questions is not None:
+                    kept[RESUME_QUESTIONS] = questions
             else:  # its pause was not seen here (another process): its first node is given
                 request = None  # the thread's state, whose last human message is the request
         elif thread is not None:
@@ -965,9 +974,16 @@ class Translator:
 
     def _interrupt(self, key: UUID, interrupts: Any) -> None:
         interrupts = list(interrupts or [])
-        values = [getattr(i, "value", i) for i in interrupts]
-        reason = "waiting for a human: " + "; ".join(str(v) for v in values)
-        self.assembler.mark(key, RunStatus.INTERRUPTED, reason)
+        trace = self.assembler.trace_of(key)
+        waiting = self._waiting_at.setdefault(trace.id, {}) if trace is not None else {}
+        for i in interrupts:
+            value = str(getattr(i, "value", i))
+            waiting.setdefault(str(getattr(i, "id", None) or value), value)
+        reason = "waiting for a human: " + "; ".join(sorted(waiting.values()))
+        if trace is not None and trace.status is RunStatus.INTERRUPTED:
+            trace.status_reason = reason  # another of the pause's interrupts
+        else:
+            self.assembler.mark(key, RunStatus.INTERRUPTED, reason)
         asked = {
             str(i.id): jsonable(i.value) for i in interrupts if getattr(i, "id", None) is not None
         }

@@ -22,7 +22,7 @@ import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from agenteval_core import (
     AGENT_NAME,
@@ -50,11 +50,13 @@ from agenteval_core.recording import (
     PROVIDER_NAME,
     REQUEST_MODEL,
     RESUME,
+    RESUME_QUESTIONS,
     RESUMES_TRACE_ID,
     UNPARSED_REPLY,
     LatestKept,
     limit_or_timeout,
     no_such_tool,
+    resume_questions,
     stopped_by_caller,
     unreadable_call,
 )
@@ -1446,21 +1448,52 @@ _INTERRUPTS = ("GraphInterrupt", "NodeInterrupt")
 """LangGraph's exceptions for a run that pauses for a human (``interrupt()``): recorded as
 an exception event of the node that paused, whose span ends without an error."""
 
-_INTERRUPT_VALUE = re.compile(r"Interrupt\(value=(.*?), (?:id|resumable|ns)=", re.DOTALL)
+_INTERRUPT_VALUE = re.compile(r"Interrupt\(value=(.*?), (?:id='([^']+)'|resumable=|ns=)", re.DOTALL)
+"""An interrupt's value (its repr) and id (LangGraph's that give one) in its exception."""
 
 
-def _interrupt(raws: list[RawSpan]) -> str | None:
-    """Why a foreign run paused, when a span of it raised LangGraph's interrupt: "waiting
-    for a human: " and each interrupt's value, as the adapter says it (the exception's text
-    when its values cannot be read)."""
+def _interrupt_messages(raws: list[RawSpan]) -> Iterator[str]:
+    """The text of each exception LangGraph's interrupt raised in a run's spans."""
     for raw in raws:
         for name, event in raw.events:
             kind = str(event.get("exception.type", ""))
             if name == "exception" and kind.rsplit(".", 1)[-1] in _INTERRUPTS:
-                message = str(event.get("exception.message", ""))
-                values = _INTERRUPT_VALUE.findall(message)
-                return "waiting for a human: " + ("; ".join(values) if values else message)
-    return None
+                yield str(event.get("exception.message", ""))
+
+
+def _interrupt(raws: list[RawSpan]) -> str | None:
+    """Why a foreign run paused, when a span of it raised LangGraph's interrupt: "waiting
+    for a human: " and the value of each interrupt it waits at, as the adapter says it (the
+    exception's text when its values cannot be read)."""
+    messages = list(_interrupt_messages(raws))
+    if not messages:
+        return None
+    waiting: dict[str, str] = {}
+    for message in messages:
+        for value, interrupt_id in _INTERRUPT_VALUE.findall(message):
+            waiting.setdefault(interrupt_id or value, str(_literal(value)))
+    return "waiting for a human: " + (
+        "; ".join(sorted(waiting.values())) if waiting else messages[0]
+    )
+
+
+def _interrupts_asked(raws: list[RawSpan]) -> dict[str, Any]:
+    """What each interrupt a foreign run paused at asked, by the interrupt's id, as the
+    adapter keeps them for the run that resumes it."""
+    asked: dict[str, Any] = {}
+    for message in _interrupt_messages(raws):
+        for value, interrupt_id in _INTERRUPT_VALUE.findall(message):
+            if interrupt_id:
+                asked.setdefault(interrupt_id, _literal(value))
+    return asked
+
+
+def _literal(text: str) -> Any:
+    """A value from its Python repr, or the repr's text when it is no literal."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
 
 
 def _framework(raws: list[RawSpan]) -> str:
@@ -1508,26 +1541,29 @@ def iter_otlp(
     return _runs(found, on_left_out)
 
 
-def _runs(
-    found: Iterator[tuple[str, Trace | None, bool]], on_left_out: Callable[[str], None] | None
-) -> Iterator[Trace]:
+def _runs(found: Iterator[_Found], on_left_out: Callable[[str], None] | None) -> Iterator[Trace]:
     """The traces found, each one left out as no run said to ``on_left_out``. A run another
     instrumentor recorded as resumed after a pause for a human names the paused run of its
     session before it (:data:`RESUMES_TRACE_ID`), as agenteval's LangChain adapter does (a
     run agenteval exported says itself what it resumed)."""
-    paused = LatestKept[str, str](PAUSES_KEPT)  # session → its paused run, not resumed yet
-    for trace_id, trace, foreign in found:
+    # session → its paused run, not resumed yet, and what its interrupts asked by id
+    paused = LatestKept[str, tuple[str, dict[str, Any]]](PAUSES_KEPT)
+    for found_run in found:
+        trace = found_run.trace
         if trace is None:
             if on_left_out is not None:
-                on_left_out(trace_id)
+                on_left_out(found_run.trace_id)
             continue
         session = trace.session_id
         if session is not None:
             earlier = paused.pop(session, None)
-            if earlier is not None and foreign and RESUME in trace.metadata:
-                trace.metadata.setdefault(RESUMES_TRACE_ID, earlier)
+            if earlier is not None and found_run.foreign and RESUME in trace.metadata:
+                trace.metadata.setdefault(RESUMES_TRACE_ID, earlier[0])
+                questions = resume_questions(trace.metadata[RESUME], earlier[1])
+                if questions is not None:
+                    trace.metadata.setdefault(RESUME_QUESTIONS, questions)
             if trace.status is RunStatus.INTERRUPTED:
-                paused[session] = trace.id
+                paused[session] = (trace.id, found_run.asked)
         yield trace
 
 
@@ -1535,11 +1571,8 @@ PAUSES_KEPT = 10_000
 """Sessions whose paused run :func:`iter_otlp` keeps for the run that resumes it."""
 
 
-def _grouped(
-    batches: Iterator[list[RawSpan]], last: dict[str, int]
-) -> Iterator[tuple[str, Trace | None, bool]]:
-    """Each trace id's run (None when its spans record none), as soon as its last span is
-    read, and whether another instrumentor than agenteval's export wrote it."""
+def _grouped(batches: Iterator[list[RawSpan]], last: dict[str, int]) -> Iterator[_Found]:
+    """Each trace id's run, as soon as its last span is read."""
     held: dict[str, list[RawSpan]] = {}
     order: deque[str] = deque()  # held trace ids, by first span
     for document, batch in enumerate(batches, start=1):
@@ -1556,9 +1589,23 @@ def _grouped(
         yield _found(trace_id, held[trace_id])
 
 
-def _found(trace_id: str, raws: list[RawSpan]) -> tuple[str, Trace | None, bool]:
+class _Found(NamedTuple):
+    """One trace id's run, as :func:`_runs` reads it."""
+
+    trace_id: str
+    trace: Trace | None
+    """None when its spans record no run."""
+    foreign: bool
+    """Whether another instrumentor than agenteval's export wrote it."""
+    asked: dict[str, Any]
+    """What each interrupt it paused at asked, by id (a foreign run's)."""
+
+
+def _found(trace_id: str, raws: list[RawSpan]) -> _Found:
     run = _run(trace_id, raws)  # puts the root first
-    return trace_id, run, "agenteval.trace.id" not in raws[0].attributes
+    foreign = "agenteval.trace.id" not in raws[0].attributes
+    paused = foreign and run is not None and run.status is RunStatus.INTERRUPTED
+    return _Found(trace_id, run, foreign, _interrupts_asked(raws) if paused else {})
 
 
 def _run(trace_id: str, raws: list[RawSpan]) -> Trace | None:

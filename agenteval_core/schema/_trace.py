@@ -69,6 +69,7 @@ __all__ = [
     "new_id",
     "read_again",
     "resume_by_question",
+    "resume_questions",
     "run_fingerprint",
     "text_of",
 ]
@@ -338,17 +339,31 @@ BY_QUESTION = "answers_by_question"
 """The key of a resume answer given by question (:func:`resume_by_question`)."""
 
 
+def resume_questions(resume: Any, asked: Any) -> dict[str, Any] | None:
+    """A resumed run's :data:`RESUME_QUESTIONS`: what each interrupt its ``resume`` answer
+    answers by id asked, from ``asked`` (interrupt id → question, of the interrupts the run
+    paused at); ``None`` when the answer is not given by those ids."""
+    if not (isinstance(resume, dict) and resume and isinstance(asked, dict)):
+        return None
+    if not all(str(key) in asked for key in resume):
+        return None
+    return {str(key): asked[str(key)] for key in resume}
+
+
 def resume_by_question(resume: Any, asked: Any) -> Any:
     """A run's :data:`RESUME` answer as another run can be given it: answers by interrupt
     id whose interrupts' questions are known (``asked``, the run's
     :data:`RESUME_QUESTIONS`) as ``{"answers_by_question": [{"question": ..., "answer":
     ...}, ...]}``, in the order given (a new run's interrupts have new ids, and ask the
     same); any other answer as it is."""
-    if not (isinstance(resume, dict) and resume and isinstance(asked, dict)):
+    questions = resume_questions(resume, asked)
+    if questions is None:
         return resume
-    if not all(key in asked for key in resume):
-        return resume
-    return {BY_QUESTION: [{"question": asked[k], "answer": a} for k, a in resume.items()]}
+    return {
+        BY_QUESTION: [
+            {"question": questions[str(key)], "answer": answer} for key, answer in resume.items()
+        ]
+    }
 
 
 def answers_by_question(answer: Any) -> list[tuple[Any, Any]] | None:
