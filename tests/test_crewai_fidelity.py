@@ -1856,6 +1856,44 @@ def test_an_agent_asking_again_and_again_for_a_tool_it_lacks_is_stopped(
     assert ToolCallLoops().measure(trace).score == 0.0
 
 
+def test_tasks_run_at_once_asking_for_a_tool_they_lack_are_counted_apart(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # two async_execution tasks, each asking twice for a tool its agent lacks: under
+    # stop_on_loop the guard counts each task's calls in a lane of its own (as its hook
+    # does for the tools they have), so neither asked three times
+    def tracker(name: str) -> tuple[Agent, Task]:
+        asks = [_ask_for_a1(False, f"{name}{n}", "track_parcel") for n in range(2)]
+        llm = ScriptedLLM(model="scripted", replies=[*asks, "Thought: done\nFinal Answer: ok"])
+        agent = Agent(role=f"tracker {name}", goal="g", backstory="b", llm=llm, tools=[])
+        return agent, Task(
+            description=f"Track A-1 ({name})",
+            expected_output="x",
+            agent=agent,
+            async_execution=True,
+        )
+
+    trackers = [tracker("a"), tracker("b")]
+    writer = Agent(
+        role="writer", goal="g", backstory="b", llm=ScriptedLLM(model="s", replies=["Done."])
+    )
+    sum_up = Task(
+        description="Sum up", expected_output="x", agent=writer, context=[t for _, t in trackers]
+    )
+    crew = Crew(
+        agents=[*(a for a, _ in trackers), writer], tasks=[*(t for _, t in trackers), sum_up]
+    )
+    listener = AgentEvalListener(evaluator, stop_on_loop=True)
+    try:
+        assert str(crew.kickoff()) == "Done."
+        [trace] = captured_by(listener)
+    finally:
+        listener.close()
+    assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+    calls = [s.tool_call for s in trace.spans if s.tool_call is not None]
+    assert [(c.name, c.arguments) for c in calls] == [("track_parcel", {"order_id": "A-1"})] * 4
+
+
 def test_the_call_that_shapes_a_tasks_output_is_no_step(evaluator: OnlineEvaluator) -> None:
     # a task with output_pydantic has CrewAI convert the agent's answer with one more model
     # call, after the agent finished: that call was a step whose JSON a judge read as the

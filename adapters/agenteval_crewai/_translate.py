@@ -350,6 +350,7 @@ class Translator:
         self.assembler = recorder.assembler("crewai", watch_loops=False)
         self._watch_loops = watch_loops
         self._executions: dict[str | None, str] = {}  # task id → its agent execution's span
+        self._async_tasks: set[str | None] = set()  # tasks run beside the crew's others
         self._tasks: dict[str | None, str] = {}  # task id → span key
         # execution key → (the last LLM call id, or its native calls' ids; tools run since)
         self._last_llm: dict[str, tuple[str | list[ToolCall], int]] = {}
@@ -459,9 +460,13 @@ class Translator:
             # under stop_on_loop the guard is asked as a tool starts, and none starts for
             # this call: asked here, an agent asking for it over and over is alerted and
             # stopped (each later tool call refused); CrewAI answers this one itself
-            call = span.tool_call.model_copy()
+            # the event names no task: the one whose agent execution this is
+            task = next((t for t, e in self._executions.items() if e == execution), None)
             self.assembler.recorder.check_tool_call(
-                root, call, refuse=lambda refused: self.assembler.refuse(root, refused.alert)
+                root,
+                span.tool_call.model_copy(),
+                refuse=lambda refused: self.assembler.refuse(root, refused.alert),
+                lane=task if task in self._async_tasks else None,  # as the hook's lanes
             )
         self.assembler.end_span(
             event.event_id, error=str(event.error), end_time=at, attributes={TOOL_NOT_RUN: True}
@@ -586,6 +591,7 @@ class Translator:
             # a task that failed may close its agent's execution with no event of its own
             self._answered_by_crewai(self._executions.get(_task_id(event)), at)
             self._tasks.pop(_task_id(event), None)
+            self._async_tasks.discard(_task_id(event))
         elif name.startswith("CrewKickoff"):
             crew = self._crew_of(event.started_event_id)
             self._crew_tasks.pop(crew, None)
@@ -800,6 +806,8 @@ class Translator:
             if trace is not None and trace.input is None:  # a kickoff without inputs
                 trace.input = self._request(key, _task_id(event), description)
             self._tasks[_task_id(event)] = key
+            if getattr(task, "async_execution", False):  # its calls in a lane of its own
+                self._async_tasks.add(_task_id(event))
         elif name == "AgentExecutionStartedEvent":
             role = event.agent_role or getattr(getattr(event, "agent", None), "role", None)
             self.assembler.start_span(
