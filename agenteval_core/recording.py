@@ -34,7 +34,9 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   :func:`step_thought` as its ``thought``.
 - To stop loops, the adapter asks :meth:`Recorder.check_tool_call` before a tool runs (on
   the agent's thread, finding the run with :class:`RunRoots`); the refusal comes back to
-  the translator as an :class:`AlertEvent`, in order with the run's events.
+  the translator as an :class:`AlertEvent`, in order with the run's events. Tasks a run
+  starts where the framework says no graph step (LangGraph's functional API) take one
+  from :class:`TaskSteps`, on both sides.
 - A framework that calls its handlers on a thread of its own, possibly after the run
   returned, gives the recorder its wait (:meth:`Recorder.drain_before_flush`), so every
   flush of the evaluator includes those events.
@@ -44,6 +46,7 @@ follows (see ``docs/architecture.md``, "Writing an adapter"):
   ends in the marker of its original size, as the capture writer cuts.
 """
 
+from .metrics._loops import TaskSteps
 from .online._react import json_arguments, react_actions
 from .online._recorder import (
     CANCELLED_BY_CALLER,
@@ -103,6 +106,7 @@ __all__ = [
     "LatestKept",
     "Recorder",
     "RunRoots",
+    "TaskSteps",
     "TraceAssembler",
     "cut_within",
     "error_text",

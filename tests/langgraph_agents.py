@@ -221,3 +221,37 @@ def summarisers_sent_at_once(reads: dict[str, int]) -> Any:
     )
     graph.add_edge("summarise", END)
     return graph.compile()
+
+
+@tool
+def job_status(job: str) -> str:
+    """A deploy job's status."""
+    return "running"
+
+
+def jobs_checked_at_once() -> Any:
+    """A functional-API entrypoint that checks each job it is given in an ``@task`` of its
+    own, all started at once (a job named twice is checked twice)."""
+    from langgraph.func import entrypoint, task
+
+    @task
+    def check(job: str) -> str:
+        return str(job_status.invoke({"job": job}))
+
+    @entrypoint()
+    def jobs(names: list[str]) -> list[str]:
+        return [future.result() for future in [check(name) for name in names]]
+
+    return jobs
+
+
+def assert_job_checks_stepped(trace: Any, steps: list[int]) -> None:
+    """The ``check`` tasks of a :func:`jobs_checked_at_once` run say ``steps`` (sorted:
+    tasks end in any order), and ``tool_call_loops`` reads them so: a loop when a job was
+    checked three times."""
+    from agenteval_core import GRAPH_STEP
+    from agenteval_core.metrics import ToolCallLoops
+
+    checks = [s for s in trace.spans if s.name.removeprefix("execute_task ") == "check"]
+    assert sorted(s.attributes.get(GRAPH_STEP) for s in checks) == steps
+    assert ToolCallLoops().measure(trace).score == (0.0 if max(steps) >= 2 else 1.0)

@@ -38,9 +38,11 @@ from langgraph_agents import (
     answered_by_its_tool,
     functional_agent,
     handoff,
+    job_status,
     lookup_order,
     orders_agent,
     retrying_agent,
+    style_guide,
     summarisers_sent_at_once,
     supervised_team,
 )
@@ -2390,6 +2392,72 @@ def test_nodes_sent_at_once_that_each_make_a_call_once_are_not_a_loop(
     if not stop_on_loop:  # scored as the live guard read it: b's three reads
         loops = ToolCallLoops().measure(looped)
         assert (loops.score, loops.metadata["loops"][0]["count"]) == (0.0, 3)
+
+
+@pytest.mark.parametrize("stop_on_loop", [True, False])
+def test_functional_api_tasks_on_other_input_are_not_a_loop_and_a_task_redone_is(
+    evaluator: OnlineEvaluator, stop_on_loop: bool
+) -> None:
+    # the functional API: an @entrypoint that maps @task summarise over three parts (all
+    # started at once, or one after another), each reading the style guide once, was
+    # "style_guide called 3 times", and stop_on_loop=True stopped the run at the third
+    # part. LangGraph tags no step on a task, and tasks started together carry what tasks
+    # called in turn do. A task called again with the same input redoes its work: a poll
+    from agenteval_langchain import AgentLoopError
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.func import entrypoint, task
+
+    @task
+    def summarise(part: str) -> str:
+        return f"{part}: {style_guide.invoke({})}"
+
+    @task
+    def check(call: dict[str, Any]) -> str:  # the call the model asked for: a new id each time
+        return str(job_status.invoke(call["args"]))
+
+    @entrypoint(checkpointer=InMemorySaver())
+    def at_once(parts: list[str]) -> list[str]:
+        return [future.result() for future in [summarise(part) for part in parts]]
+
+    @entrypoint(checkpointer=InMemorySaver())
+    def in_turn(parts: list[str]) -> list[str]:
+        return [summarise(part).result() for part in parts]
+
+    @entrypoint(checkpointer=InMemorySaver())
+    def polling(job: str) -> list[str]:
+        asked = [tool_call("job_status", f"c{n}", job=job) for n in range(4)]
+        return [check(call).result() for call in asked]
+
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=stop_on_loop)
+    for entry in (at_once, in_turn):
+        config: Any = {"configurable": {"thread_id": entry.name}, "callbacks": [handler]}
+        assert entry.invoke(["a", "b", "c"], config) == [f"{p}: Short sentences." for p in "abc"]
+    config = {"configurable": {"thread_id": "polling"}, "callbacks": [handler]}
+    with (
+        pytest.raises(AgentLoopError, match=r"job_status called 3 times with the same arguments")
+        if stop_on_loop
+        else contextlib.nullcontext()
+    ):
+        polling.invoke("J1", config)
+    *mapped, polled = evaluator.captured()
+    for trace in mapped:
+        assert (trace.status, trace.alerts) == (RunStatus.OK, [])
+        tasks = [s for s in trace.spans if s.name == "summarise"]
+        assert [s.attributes.get(GRAPH_STEP) for s in tasks] == [0, 0, 0]  # beside each other
+        assert sorted((c.parent_id, c.tool_call.name) for c in trace.spans if c.tool_call) == (
+            sorted((s.id, "style_guide") for s in tasks)
+        )
+        loops = ToolCallLoops().measure(trace)
+        assert (loops.score, loops.reason) == (
+            1.0,
+            "no repeated calls or cycles among 3 tool calls",
+        )
+    checks = [s for s in polled.spans if s.name == "check"]
+    assert [s.attributes.get(GRAPH_STEP) for s in checks] == [0, 1, 2, 3][: len(checks)]
+    [alert] = polled.alerts
+    assert (alert.pattern, alert.count, alert.stopped) == ("repeated_call", 3, stop_on_loop)
+    assert polled.status == (RunStatus.STOPPED if stop_on_loop else RunStatus.OK)
+    assert ToolCallLoops().measure(polled).score == 0.0
 
 
 def test_parallel_nodes_that_each_make_a_call_once_are_not_a_loop_and_steps_in_turn_are(

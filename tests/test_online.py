@@ -43,7 +43,7 @@ from agenteval_core import (
 )
 from agenteval_core.judges import OpenAIJudge
 from agenteval_core.metrics._judge_base import describe_trace
-from agenteval_core.recording import EventPump, Recorder, RunRoots, TraceAssembler
+from agenteval_core.recording import EventPump, Recorder, RunRoots, TaskSteps, TraceAssembler
 
 
 def call(name: str, **arguments: Any) -> ToolCall:
@@ -426,6 +426,25 @@ def test_calls_of_a_steps_tasks_count_as_their_most_in_any_order(
     ]
     most = max(made)
     assert [alert.count for alert in alerts] == ([3] if most >= 3 else [])
+
+
+def test_tasks_on_other_input_share_a_step_and_a_task_redone_is_a_step_later() -> None:
+    steps = TaskSteps()
+    asked = {"name": "lookup", "args": {"order_id": "A-1"}, "type": "tool_call"}
+    started = [
+        steps.step("entry", "summarise", {"part": "a"}),
+        steps.step("entry", "summarise", {"part": "b"}),
+        steps.step("entry", "summarise", {"part": "a"}),
+        steps.step("entry", "translate", {"part": "a"}),  # another task's first
+        steps.step("other", "summarise", {"part": "a"}),  # another caller's first
+        # the same call the model asked for again, under a new id: the same work again
+        steps.step("entry", "run_call", {"call": {**asked, "id": "c1"}}),
+        steps.step("entry", "run_call", {"call": {**asked, "id": "c2"}}),
+        steps.step("entry", "run_call", [{**asked, "id": "c3", "args": {"order_id": "B-2"}}]),
+    ]
+    assert started == [0, 0, 1, 0, 0, 0, 1, 0]
+    steps.forget("entry")  # it ended: a new entry's tasks start again
+    assert steps.step("entry", "summarise", {"part": "a"}) == 0
 
 
 def test_a_call_run_again_under_its_id_counts_once_until_the_model_asks_again() -> None:

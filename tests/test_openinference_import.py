@@ -32,7 +32,9 @@ from langgraph_agents import (
     ORDER_STATUS,
     Classifier,
     answered_by_its_tool,
+    assert_job_checks_stepped,
     functional_agent,
+    jobs_checked_at_once,
     retrying_agent,
     summarisers_sent_at_once,
     supervised_team,
@@ -1197,6 +1199,23 @@ def test_a_llamaindex_query_engine_on_a_completion_model(spans_file: Path, tmp_p
     [found] = ours.spans_of(SpanKind.RETRIEVER)
     retrieve, _ = theirs.spans_of(SpanKind.RETRIEVER)
     assert (retrieve.input, retrieve.output) == (found.input, found.output)
+
+
+def test_functional_api_tasks_import_with_the_steps_the_adapter_gives(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # LangGraph leaves a functional-API task its entrypoint's step: imported, three tasks
+    # polling one job were side by side (tool_call_loops 1.0, where the adapter saw the
+    # loop); tasks on other input are side by side, one redone is a step later
+    jobs = jobs_checked_at_once()
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        for names in (["J1", "J2", "J3"], ["J1", "J1", "J1"]):
+            jobs.invoke(names, {"callbacks": [AgentEvalCallbackHandler(evaluator)]})
+        ours = evaluator.captured()
+    theirs = import_otlp(spans_file)
+    for want, got, steps in zip(ours, theirs, ([0, 0, 0], [0, 1, 2]), strict=True):
+        assert_job_checks_stepped(want, steps)
+        assert_job_checks_stepped(got, steps)
 
 
 def test_a_langgraph_functional_api_agent(spans_file: Path, tmp_path: Path) -> None:

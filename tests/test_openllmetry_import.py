@@ -19,6 +19,7 @@ from agenteval_otel import import_otlp
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
+from langgraph_agents import assert_job_checks_stepped
 from test_openinference_import import (
     CLASSIC_RUNS,
     assert_classic_run,
@@ -88,6 +89,11 @@ SUMMARISERS = langchain_script(
     "from langgraph_agents import summarisers_sent_at_once",
     'summarisers_sent_at_once({"a": 1, "b": 1, "c": 1})',
     '{"docs": ["a", "b", "c"], "summaries": []}',
+)
+JOBS = langchain_script(
+    "from langgraph_agents import jobs_checked_at_once",
+    "jobs_checked_at_once()",
+    '["J1", "J2", "J1", "J1"]',
 )
 CLASSIC = langchain_script(
     "from test_openinference_import import classic_executor",
@@ -520,3 +526,15 @@ def test_openllmetry_nodes_sent_at_once_import_with_their_graph_step(tmp_path: P
     ours, imported = both_ways(SUMMARISERS, None, tmp_path)
     [theirs] = imported
     assert_summarisers_imported(ours, theirs)
+
+
+def test_openllmetry_functional_api_tasks_import_with_the_steps_the_adapter_gives(
+    tmp_path: Path,
+) -> None:
+    # J1 checked three times and J2 once, in tasks started at once: LangGraph leaves each
+    # task its entrypoint's step, and the import had all four side by side (tool_call_loops
+    # 1.0, where the handler read the same work done three times)
+    ours, imported = both_ways(JOBS, None, tmp_path)
+    [theirs] = imported
+    assert_job_checks_stepped(ours, [0, 0, 1, 2])
+    assert_job_checks_stepped(theirs, [0, 0, 1, 2])

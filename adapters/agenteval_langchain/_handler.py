@@ -22,17 +22,19 @@ from agenteval_core import (
     current_session,
     default_evaluator,
 )
-from agenteval_core.recording import RunRoots, error_text
+from agenteval_core.recording import RunRoots, TaskSteps, error_text
 
 from ._translate import (
     SESSION_KWARG,
     Event,
     Translator,
+    chain_name,
     first_generation,
     graph_is_agent,
     graph_step,
     names_offered,
     requested_calls,
+    task_step,
     tool_returned,
 )
 
@@ -103,13 +105,12 @@ class _Guard:
         self.recorder = evaluator.recorder
         self.translator = translator
         self.runs = RunRoots()
+        self._task_steps = TaskSteps()
         self._asking: dict[UUID, _ModelCall] = {}
 
     def _may_be_agent(self, args: tuple[Any, ...], kwargs: dict[str, Any], parent: Any) -> bool:
         """Whether a chain is traced as an agent once it runs a graph's steps."""
-        serialized = args[0] if args else None
-        name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
-        return graph_is_agent(name, self.runs.inside_tool(parent))
+        return graph_is_agent(chain_name(args, kwargs), self.runs.inside_tool(parent))
 
     def event(
         self,
@@ -121,6 +122,7 @@ class _Guard:
     ) -> None:
         if name.endswith(("_end", "_error")):
             self.runs.exit(run_id)
+            self._task_steps.forget(run_id)
             asking = self._asking.pop(run_id, None)
             alert = None
             try:
@@ -137,13 +139,22 @@ class _Guard:
                 raise AgentLoopError(alert)
             return
         step = graph_step(kwargs.get("tags"))
+        called = None
+        if step is None and name == "on_chain_start":
+            called = task_step(
+                self._task_steps,
+                parent_run_id,
+                chain_name(args, kwargs),
+                kwargs.get("metadata") or {},
+                args[1],
+            )
         root = self.runs.enter(
             run_id,
             parent_run_id,
             tool=name == "on_tool_start",
             may_be_agent=name == "on_chain_start"
             and self._may_be_agent(args, kwargs, parent_run_id),
-            step=step,
+            step=step if step is not None else called,
         )
         if step is not None:
             self.runs.agent_found(parent_run_id)  # a graph: an agent, if named (as traced)

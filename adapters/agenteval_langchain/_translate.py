@@ -42,6 +42,7 @@ from agenteval_core.recording import (
     AlertEvent,
     LatestKept,
     Recorder,
+    TaskSteps,
     error_text,
     limit_or_timeout,
     resume_questions,
@@ -49,7 +50,7 @@ from agenteval_core.recording import (
     unreadable_call,
 )
 
-__all__ = ["SESSION_KWARG", "Event", "Translator", "jsonable"]
+__all__ = ["SESSION_KWARG", "Event", "Translator", "chain_name", "jsonable", "task_step"]
 
 PAUSING_KEPT = 1024
 """Traces whose interrupts a translator keeps as they pause (the latest; one pause's
@@ -252,6 +253,32 @@ def graph_step(tags: Any) -> int | None:
             number = str(tag)[len("graph:step:") :]
             return int(number) if number.isdigit() else None
     return None
+
+
+def chain_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """A chain run's name, from what its start callback was given."""
+    serialized = args[0] if args else None
+    return kwargs.get("name") or (serialized or {}).get("name") or "chain"
+
+
+def task_step(
+    steps: TaskSteps, parent: Any, name: str, metadata: dict[str, Any], inputs: Any
+) -> int | None:
+    """The step (:class:`TaskSteps`) of the chain run ``name`` starting under ``parent``
+    when it is a task the functional API called (an ``@task`` an ``@entrypoint`` calls:
+    its ``langgraph_path`` is ``("__pregel_push", <caller's path>, <index>, True)``, and
+    LangGraph tags no step on it); ``None`` for any other run."""
+    path = metadata.get("langgraph_path")
+    if (
+        parent is None
+        or name != metadata.get("langgraph_node")
+        or not isinstance(path, tuple)
+        or len(path) < 3
+        or path[0] != "__pregel_push"
+        or path[-1] is not True  # a Send's task: (..., False), its step tagged
+    ):
+        return None
+    return steps.step(parent, name, jsonable(inputs))
 
 
 def run_metadata(metadata: dict[str, Any], tags: Any) -> dict[str, Any]:
@@ -502,6 +529,7 @@ class Translator:
         self._unparsed: set[UUID] = set()  # its stand-in tool runs for replies that did not parse
         # a tool node → when the model that answered in the tool's place (LLMToolEmulator) began
         self._emulated: dict[UUID, float | None] = {}
+        self._task_steps = TaskSteps()
         # a trace pausing → the interrupts it waits at (by id, else by question): parallel
         # tasks pause one by one, and the trace waits at every one
         self._waiting_at: LatestKept[str, dict[str, str]] = LatestKept(PAUSING_KEPT)
@@ -572,6 +600,10 @@ class Translator:
         step = graph_step(e.kwargs.get("tags"))
         if step is not None:
             self._graph_found(e.parent_run_id)
+        elif kind is SpanKind.CHAIN:
+            metadata = e.kwargs.get("metadata") or {}
+            step = task_step(self._task_steps, e.parent_run_id, name, metadata, e.args[1])
+        if step is not None:
             extra["attributes"] = {**(extra.get("attributes") or {}), GRAPH_STEP: step}
         agent = self._agent_name(e)
         if agent:
@@ -592,8 +624,8 @@ class Translator:
         )
 
     def _chain_start(self, e: Event) -> None:
-        serialized, inputs = e.args
-        name = e.kwargs.get("name") or (serialized or {}).get("name") or "chain"
+        inputs = e.args[1]
+        name = chain_name(e.args, e.kwargs)
         root = e.parent_run_id is None or self.assembler.trace_of(e.parent_run_id) is None
         metadata = e.kwargs.get("metadata") or {}
         if not root:
@@ -837,6 +869,7 @@ class Translator:
         self._emulated.pop(e.run_id, None)
         self._requests.pop(e.run_id, None)
         self._actions.pop(e.run_id, None)
+        self._task_steps.forget(e.run_id)
         answered = e.run_id in self._answers
         answer = self._answers.pop(e.run_id, None)
         span = self.assembler.span_of(e.run_id)
@@ -938,6 +971,7 @@ class Translator:
         self._emulated.pop(e.run_id, None)
         error = e.args[0]
         self._requests.pop(e.run_id, None)
+        self._task_steps.forget(e.run_id)
         self._actions.pop(e.run_id, None)
         self._answers.pop(e.run_id, None)
         self._unparsed.discard(e.run_id)

@@ -54,6 +54,7 @@ from agenteval_core.recording import (
     RESUMES_TRACE_ID,
     UNPARSED_REPLY,
     LatestKept,
+    TaskSteps,
     limit_or_timeout,
     no_such_tool,
     resume_questions,
@@ -761,7 +762,9 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
     (a node's) says its step (:data:`GRAPH_STEP`), as the adapter records it."""
     by_id = {span.id: span for span in spans}
     tasks = {span.id: _graph_task(raw) for raw, span in zip(raws, spans, strict=True)}
-    depth = {key: len(task[0].split("|")) if task else None for key, task in tasks.items()}
+    depth = {key: len(task.namespace.split("|")) if task else None for key, task in tasks.items()}
+    called = TaskSteps()
+    raw_of = {span.id: raw.attributes for raw, span in zip(raws, spans, strict=True)}
     runs_graph = {  # a child one graph further down: the run is a graph's
         span.parent_id
         for span in spans
@@ -793,8 +796,15 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
         if span.id in named:
             span.attributes[AGENT_NAME] = named[span.id]
         task = tasks[span.id]
-        if task is not None and task[1] is not None and task != tasks.get(span.parent_id or ""):
-            span.attributes[GRAPH_STEP] = task[1]  # a task's own run: its parent is not in it
+        above = tasks.get(span.parent_id) if span.parent_id is not None else None
+        if task is None or (above is not None and above.namespace == task.namespace):
+            continue  # not a task's own run (its parent is in the task)
+        if task.called and span.parent_id is not None:
+            # OpenLLMetry writes a task's inputs beside its callback's other arguments
+            given = span.input if span.input is not None else _chain_io(raw_of[span.id])[0]
+            span.attributes[GRAPH_STEP] = called.step(span.parent_id, span.name, given)
+        elif task.step is not None:
+            span.attributes[GRAPH_STEP] = task.step
 
 
 def _chain_io(a: dict[str, Any]) -> tuple[Any, Any]:
@@ -871,14 +881,25 @@ _TRACELOOP_METADATA = "traceloop.association.properties."
 """OpenLLMetry writes a LangChain run's metadata as attributes, each key after this."""
 
 
-def _graph_task(raw: RawSpan) -> tuple[str, int | None] | None:
-    """The LangGraph task a run is in: its ``langgraph_checkpoint_ns`` (one part a graph
-    deep) and its step's number, from the run's metadata (OpenInference's JSON, OpenLLMetry's
-    attributes); None for a span of no LangGraph run."""
+class _GraphTask(NamedTuple):
+    """The LangGraph task a run is in."""
+
+    namespace: str
+    """Its ``langgraph_checkpoint_ns``: one part a graph deep."""
+    step: int | None
+    called: bool
+    """Whether the functional API called it (an ``@task`` an ``@entrypoint`` called), whose
+    step LangGraph leaves its caller's: :class:`TaskSteps` gives it one, as the adapter."""
+
+
+def _graph_task(raw: RawSpan) -> _GraphTask | None:
+    """The LangGraph task a run is in, from the run's metadata (OpenInference's JSON,
+    OpenLLMetry's attributes); None for a span of no LangGraph run."""
     a = raw.attributes
     namespace = a.get(_TRACELOOP_METADATA + "langgraph_checkpoint_ns")
     if namespace is not None:
         step = a.get(_TRACELOOP_METADATA + "langgraph_step")
+        path = a.get(_TRACELOOP_METADATA + "langgraph_path")
     else:
         metadata = a.get("metadata")
         if not isinstance(metadata, str) or "langgraph_checkpoint_ns" not in metadata:
@@ -887,9 +908,22 @@ def _graph_task(raw: RawSpan) -> tuple[str, int | None] | None:
         if not isinstance(parsed, dict):
             return None
         namespace, step = parsed.get("langgraph_checkpoint_ns"), parsed.get("langgraph_step")
+        path = parsed.get("langgraph_path")
     if not isinstance(namespace, str) or not namespace:
         return None
-    return namespace, step if isinstance(step, int) and not isinstance(step, bool) else None
+    step = step if isinstance(step, int) and not isinstance(step, bool) else None
+    return _GraphTask(namespace, step, _called_task(path))
+
+
+def _called_task(path: Any) -> bool:
+    """Whether a run's ``langgraph_path`` is a task the functional API called: pushed, and
+    called (``("__pregel_push", <caller's path>, <index>, True)``; OpenLLMetry writes each
+    part as text and leaves the caller's out), not a ``Send``'s (``(..., False)``)."""
+    if isinstance(path, str):
+        path = _literal(path)
+    if not isinstance(path, list | tuple) or len(path) < 3:
+        return False
+    return path[0] == "__pregel_push" and path[-1] in (True, "True")
 
 
 def _link_calls(spans: list[Span], guessed: set[str]) -> None:

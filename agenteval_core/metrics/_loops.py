@@ -36,6 +36,7 @@ __all__ = [
     "Branches",
     "Lanes",
     "LoopGuard",
+    "TaskSteps",
     "ToolCallLoops",
     "agents_above",
     "canonical_call",
@@ -220,6 +221,46 @@ def agents_above(
             line.append(key)
         key = parent_of(key)
     return line
+
+
+class TaskSteps:
+    """The tasks one run starts (LangGraph's functional API: each ``@task`` an
+    ``@entrypoint`` calls) as the steps of a graph (:data:`GRAPH_STEP`), where the framework
+    says no step and tasks started together look as tasks called one after another do. A
+    task called with other input than its caller's earlier tasks is other work beside them,
+    step 0 (a map: three summarisers, each reading the style guide once); one called again
+    with the same input does the same work again, a step later (a poll). Thread-safe:
+    tasks start on threads of their own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._called: dict[Hashable, Counter[tuple[str, int]]] = {}
+
+    def step(self, caller: Hashable, name: str, inputs: Any) -> int:
+        """The step of task ``name`` started by ``caller`` with ``inputs`` (JSON values)."""
+        given = json.dumps(without_call_ids(inputs), sort_keys=True, default=str)
+        called = (name, hash(given))
+        with self._lock:
+            counts = self._called.setdefault(caller, Counter())
+            step = counts[called]
+            counts[called] += 1
+        return step
+
+    def forget(self, caller: Hashable) -> None:
+        """``caller`` ended, and the tasks it started with it."""
+        self._called.pop(caller, None)
+
+
+def without_call_ids(value: Any) -> Any:
+    """``value`` (JSON values) with the id of each tool call in it left out (``{"name",
+    "args", "id"}``): a model gives a call a new id each time it asks for it, and a task
+    that runs the call the model asked for again does the same work again."""
+    if isinstance(value, list):
+        return [without_call_ids(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    call = {"name", "args", "id"} <= value.keys()
+    return {k: without_call_ids(v) for k, v in value.items() if not (call and k == "id")}
 
 
 def steps_above(
