@@ -68,10 +68,12 @@ def answered_by_its_tool(build: Any = None) -> Any:
     return (build or create_agent)(model, tools=[order_status])
 
 
-def functional_agent() -> Any:
+def functional_agent(by_arguments: bool = False) -> Any:
     """The agent loop of LangGraph's functional API: an ``@entrypoint`` given the
     conversation as a list of messages, ``@task``s for the model and for each tool call (run
-    concurrently), answering with the model's last message."""
+    concurrently), answering with the model's last message. ``by_arguments``: one task runs
+    the reply's calls instead, each tool given the arguments alone, its answer made by
+    hand."""
     from langgraph.func import entrypoint, task
     from langgraph.graph import add_messages
 
@@ -99,12 +101,26 @@ def functional_agent() -> Any:
         except ValueError as error:
             return ToolMessage(f"Error: {error}", tool_call_id=call["id"], status="error")
 
+    @task
+    def call_tools(reply: AIMessage) -> list[ToolMessage]:
+        answers = []
+        for call in reply.tool_calls:
+            try:
+                answer = ToolMessage(strict_lookup.invoke(call["args"]), tool_call_id=call["id"])
+            except ValueError as error:
+                answer = ToolMessage(f"Error: {error}", tool_call_id=call["id"], status="error")
+            answers.append(answer)
+        return answers
+
     @entrypoint()
     def agent(messages: list[Any]) -> AIMessage:
         reply = call_model(messages).result()
         while reply.tool_calls:
-            running = [call_tool(call) for call in reply.tool_calls]
-            messages = add_messages(messages, [reply, *(r.result() for r in running)])
+            if by_arguments:
+                answers = call_tools(reply).result()
+            else:
+                answers = [r.result() for r in [call_tool(call) for call in reply.tool_calls]]
+            messages = add_messages(messages, [reply, *answers])
             reply = call_model(messages).result()
         return reply
 

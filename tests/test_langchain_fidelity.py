@@ -2137,10 +2137,16 @@ def test_a_classic_agent_that_answers_with_a_dict_keeps_it(evaluator: OnlineEval
     assert not evaluator.stats.problems
 
 
-def test_a_functional_api_agent_has_the_request_and_the_answer(evaluator: OnlineEvaluator) -> None:
+@pytest.mark.parametrize("by_arguments", [False, True])
+def test_a_functional_api_agent_has_the_request_and_the_answer(
+    evaluator: OnlineEvaluator, by_arguments: bool
+) -> None:
     # an @entrypoint agent is given a list of messages and answers with a message: the
-    # trace's input and output were those structures, which metrics and judges read as JSON
-    answer = functional_agent().invoke(
+    # trace's input and output were those structures, which metrics and judges read as JSON.
+    # A task that gives each tool the call's arguments alone and makes its answer by hand
+    # ran each call without its id: each was in the trace twice, the run and a call "no tool
+    # ran" for the answer (tool_failures read four calls)
+    answer = functional_agent(by_arguments).invoke(
         [{"role": "user", "content": "Where are A-1 and Z-9?"}],
         {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
     )
@@ -2155,6 +2161,7 @@ def test_a_functional_api_agent_has_the_request_and_the_answer(evaluator: Online
         ("c1", {"order_id": "A-1"}, "shipped", None),
         ("c2", {"order_id": "Z-9"}, "Error: no order Z-9", "ValueError: no order Z-9"),
     ]
+    assert not any(s.attributes.get(TOOL_NOT_RUN) for s in trace.spans)
     asked, answered = trace.steps()
     assert sorted(c.id for c in asked.tool_calls) == ["c1", "c2"]
     assert (answered.output, answered.tool_calls) == (

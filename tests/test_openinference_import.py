@@ -1218,12 +1218,16 @@ def test_functional_api_tasks_import_with_the_steps_the_adapter_gives(
         assert_job_checks_stepped(got, steps)
 
 
-def test_a_langgraph_functional_api_agent(spans_file: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("by_arguments", [False, True])
+def test_a_langgraph_functional_api_agent(
+    spans_file: Path, tmp_path: Path, by_arguments: bool
+) -> None:
     # its tool calls run as concurrent tasks and LangChain passed each tool the only
     # argument's value: the import paired the calls with the wrong requests (arguments and
-    # errors swapped), and made the handled error's call a third, unrun call
+    # errors swapped), and made the handled error's call a third, unrun call. Run in one
+    # task, each tool given the arguments alone, they import as the adapter records them
     with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
-        functional_agent().invoke(
+        functional_agent(by_arguments).invoke(
             [{"role": "user", "content": "Where are A-1 and Z-9?"}],
             {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
         )

@@ -21,6 +21,7 @@ from agenteval_core import (
     REFUSAL,
     TOOL_NOT_RUN,
     RunStatus,
+    Span,
     SpanKind,
     ToolCall,
     ToolSpec,
@@ -471,6 +472,31 @@ def _tool_node_replies(output: Any) -> list[ToolMessage]:
     ):
         return messages
     return []
+
+
+def _ran_without_ids(spans: list[Span], node: Span) -> list[ToolCall]:
+    """The calls run under ``node`` without the id of the request they answer (a tool
+    invoked with the arguments alone, its reply made by hand: a functional-API task's
+    ``ToolMessage(tool.invoke(call["args"]), tool_call_id=call["id"])``), in order."""
+    under = {node.id}
+    ran = []
+    for span in spans[spans.index(node) + 1 :]:
+        if span.parent_id in under:
+            under.add(span.id)
+            if span.tool_call is not None and span.tool_call.id is None:
+                ran.append(span.tool_call)
+    return ran
+
+
+def _run_for(request: ToolCall, ran: list[ToolCall]) -> ToolCall | None:
+    """The call in ``ran`` that answers ``request`` (the same tool and arguments, else the
+    same tool), taken from ``ran``; ``None`` when none does."""
+    same = [call for call in ran if call.name == request.name]
+    run = next((call for call in same if call.arguments == request.arguments), None)
+    run = run if run is not None else next(iter(same), None)
+    if run is not None:
+        ran.remove(run)
+    return run
 
 
 def _tool_replies(prompts: Any) -> list[ToolMessage]:
@@ -942,6 +968,7 @@ class Translator:
             if span is node:  # the node's own calls start after it
                 break
         asked = {call.id: call for span in trace.spans for call in span.requested_tool_calls}
+        ran = _ran_without_ids(trace.spans, node)
         emulated = e.run_id in self._emulated
         started = self._emulated.get(e.run_id) or node.start_time
         # a middleware's hook answering a call (ToolCallLimitMiddleware over its limit) is
@@ -950,6 +977,10 @@ class Translator:
         for message in replies:
             request = asked.get(message.tool_call_id)
             if request is None or message.tool_call_id not in unanswered:
+                continue
+            run = _run_for(request, ran)
+            if run is not None:  # its tool ran, given the arguments alone: the call it ran
+                run.id = request.id
                 continue
             answer = _text(message.content)
             call = ToolCall(id=request.id, name=request.name, arguments=request.arguments)
