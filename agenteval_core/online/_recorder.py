@@ -466,7 +466,8 @@ class Recorder:
         branches: Branches = (),
         key: Hashable | None = None,
     ) -> LoopAlert | None:
-        """Ask the guard about a tool call before it runs, on the agent's thread.
+        """Ask the guard about a tool call before it runs, on the agent's thread (a call no
+        tool starts for, which the framework answers itself, as the adapter records it).
 
         Returns an alert when the call closes a loop, or when the guard already refused a
         call of the run; the adapter then refuses the call its framework's way. ``refuse``
