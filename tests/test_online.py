@@ -327,6 +327,36 @@ def test_each_answer_of_a_human_keeps_what_it_answered_when_said() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("metadata", "told"),
+    [
+        (  # answers by interrupt id: each question and its answer, in the order given
+            {"resume": {"i2": "no", "i1": "yes"}, "resume_questions": {"i1": "A-1?", "i2": "B-2?"}},
+            [
+                'the run resumed after a pause for a human, who was asked "B-2?" and answered: no',
+                'the run resumed after a pause for a human, who was asked "A-1?" and answered: yes',
+            ],
+        ),
+        (  # a map the questions do not cover, or one written by hand: as it is
+            {"resume": {"i1": "yes", "note": "ok"}, "resume_questions": {"i1": "A-1?"}},
+            ['the run resumed after a pause for a human, who answered: {"i1": "yes", "note": "ok"}'],
+        ),
+        (
+            {"resume": {"answers_by_question": "yes"}},
+            [
+                "the run resumed after a pause for a human, who answered: "
+                '{"answers_by_question": "yes"}'
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_a_judge_is_told_what_each_interrupt_answered_by_id_asked(
+    metadata: dict[str, Any], told: list[str]
+) -> None:
+    trace = Trace.from_steps("Refund A-1 and B-2", [], metadata=metadata)
+    assert describe_trace(EvalCase.of(trace)).splitlines()[1:-1] == told
+
+
 # --- the loop guard --------------------------------------------------------------------------
 
 

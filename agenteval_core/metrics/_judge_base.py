@@ -30,9 +30,8 @@ from ..schema._trace import (
     SpanKind,
     ToolCall,
     Trace,
-    answers_by_question,
     last_answer,
-    resume_by_question,
+    resume_questions,
     text_of,
 )
 from ._protocol import Metric, MetricKind, Score
@@ -96,13 +95,14 @@ def describe_trace(case: EvalCase) -> str:
     if media:  # what the agent saw that the judge does not
         lines.append(f"the user's request also held {_media_words(media)}, not shown here")
     metadata = case.trace.metadata if case.trace is not None else {}
-    resume = resume_by_question(metadata.get(RESUME), metadata.get(RESUME_QUESTIONS))
-    by_question = answers_by_question(resume)
-    if by_question:  # interrupts' ids say nothing; what each asked does
+    resume = metadata.get(RESUME)
+    by_id = resume_questions(resume, metadata.get(RESUME_QUESTIONS))
+    if by_id is not None and isinstance(resume, dict):  # ids say nothing; the questions do
         lines.extend(
             f"the run resumed after a pause for a human, who was asked "
-            f"{json.dumps(text_of(asked), ensure_ascii=False)} and answered: {text_of(answer)}"
-            for asked, answer in by_question
+            f"{json.dumps(text_of(by_id[str(key)]), ensure_ascii=False)} and answered: "
+            f"{text_of(answer)}"
+            for key, answer in resume.items()
         )
     elif resume is not None:  # what the human decided is what the run went on from
         lines.append(f"the run resumed after a pause for a human, who answered: {text_of(resume)}")
