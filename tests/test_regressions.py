@@ -1459,31 +1459,34 @@ def test_interrupts_answered_at_once_by_id_are_a_case_a_new_run_can_be_given(
     tmp_path: Path,
 ) -> None:
     # a reviewer approved A-1 and rejected B-2, both asked at once and answered by interrupt
-    # id; the approved refund failed. The case kept the ids as its answer, and a new run's
-    # interrupts have new ids: every attempt paused again at the review, fixed agent or not
+    # id; the approved refund failed, twice (two users). The case kept the ids as its
+    # answer, and a new run's interrupts have new ids: every attempt paused again at the
+    # review, fixed agent or not; and the two failures, answered alike, were two cases
     from agenteval_langchain import resume_command
     from langgraph.types import Command
 
     capture = tmp_path / "capture.jsonl"
     with OnlineEvaluator(capture=capture, log=False) as evaluator:
         agent = _parallel_refunds_agent(payments_up=False)
-        config: Any = {
-            "callbacks": [AgentEvalCallbackHandler(evaluator)],
-            "configurable": {"thread_id": "t-1"},
-        }
-        paused_at = agent.invoke({"messages": [("user", "Refund A-1 and B-2")]}, config=config)
-        ids = {i.value: i.id for i in paused_at["__interrupt__"]}
-        answers = {  # B-2's first: the answers are matched by question, not by place
-            ids["Approve the refund of B-2?"]: "no",
-            ids["Approve the refund of A-1?"]: "yes",
-        }
-        with pytest.raises(ConnectionError):
-            agent.invoke(Command(resume=answers), config=config)
+        for thread in ("t-1", "t-2"):
+            config: Any = {
+                "callbacks": [AgentEvalCallbackHandler(evaluator)],
+                "configurable": {"thread_id": thread},
+            }
+            paused_at = agent.invoke({"messages": [("user", "Refund A-1 and B-2")]}, config=config)
+            ids = {i.value: i.id for i in paused_at["__interrupt__"]}
+            answers = {  # B-2's first: the answers are matched by question, not by place
+                ids["Approve the refund of B-2?"]: "no",
+                ids["Approve the refund of A-1?"]: "yes",
+            }
+            with pytest.raises(ConnectionError):
+                agent.invoke(Command(resume=answers), config=config)
     [case] = cases_from_capture(capture, metrics=["tool_failures"])
-    assert (case.input, case.tools_must_succeed, case.provenance.status) == (
+    assert (case.input, case.tools_must_succeed, case.provenance.status, case.count) == (
         "Refund A-1 and B-2",
         ["refund"],
         "error",
+        2,
     )
     assert case.resume == [
         {
