@@ -22,6 +22,7 @@ from pollers import TakingTurns, assert_each_poller_loops_alone
 
 from agenteval_core import (
     AGENT_NAME,
+    GRAPH_STEP,
     GUARD_REFUSED,
     INTERNAL_CALL,
     TOOL_NOT_RUN,
@@ -1379,6 +1380,87 @@ def research_then_write(fails: bool = False) -> Any:
             return "Report: " + str(crew("writer", llm).kickoff(inputs={"topic": facts}))
 
     return Report()
+
+
+def test_a_flows_methods_are_each_others_work_and_one_run_again_is_a_step_on(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # three listeners of one start method, each kicking off a crew that reads the style
+    # guide once: the flow's run read "style_guide called 3 times" (an alert, and
+    # tool_call_loops 0.0) unless their crews' agents happened to run at the same moment.
+    # A method a router sends the run back to, on the same input, does its work again
+    from crewai.flow.flow import Flow, listen, or_, router, start
+
+    def one_call_crew_of(role: str, tool_used: Any, **arguments: Any) -> Crew:
+        llm = ScriptedLLM(
+            model="scripted",
+            replies=[action(tool_used.name, **arguments), "Thought: done\nFinal Answer: ok"],
+        )
+        agent = Agent(role=role, goal="g", backstory="b", llm=llm, tools=[tool_used])
+        return Crew(
+            agents=[agent], tasks=[Task(description=f"{role}", expected_output="x", agent=agent)]
+        )
+
+    @tool("style_guide")
+    def style_guide(part: str) -> str:
+        """The house style guide."""
+        return "Short sentences."
+
+    @tool("job_status")
+    def job_status(job: str) -> str:
+        """A deploy job's status."""
+        return "running"
+
+    class Sections(Flow[Any]):
+        @start()
+        def plan(self) -> str:
+            return "three sections"
+
+        @listen(plan)
+        def intro(self) -> str:
+            return str(one_call_crew_of("intro", style_guide, part="all").kickoff())
+
+        @listen(plan)
+        def body(self) -> str:
+            return str(one_call_crew_of("body", style_guide, part="all").kickoff())
+
+        @listen(plan)
+        def outro(self) -> str:
+            return str(one_call_crew_of("outro", style_guide, part="all").kickoff())
+
+    class Poll(Flow[dict[str, Any]]):
+        @start()
+        def begin(self) -> None:
+            self.state["checks"] = 0
+
+        @listen(or_(begin, "again"))
+        def check(self) -> str:
+            return str(one_call_crew_of("checker", job_status, job="J1").kickoff())
+
+        @router(check)
+        def route(self) -> str:
+            self.state["checks"] += 1
+            return "again" if self.state["checks"] < 3 else "done"
+
+    alerts: list[LoopAlert] = []
+    evaluator.engine.sinks.append(CallbackSink(on_alert=alerts.append))
+    listener = AgentEvalListener(evaluator)
+    try:
+        Sections().kickoff()
+        Poll().kickoff()
+        sections, poll = captured_by(listener)
+    finally:
+        listener.close()
+    steps = {
+        s.name: s.attributes.get(GRAPH_STEP) for s in sections.spans if s.kind is SpanKind.CHAIN
+    }
+    assert steps == {"plan": 0, "intro": 0, "body": 0, "outro": 0}
+    assert (sections.alerts, ToolCallLoops().measure(sections).score) == ([], 1.0)
+    checks = [s.attributes.get(GRAPH_STEP) for s in poll.spans if s.name == "check"]
+    assert checks == [0, 1, 2]
+    message = 'job_status called 3 times with the same arguments {"job": "J1"}'
+    assert [a.message for a in alerts] == [a.message for a in poll.alerts] == [message]
+    assert ToolCallLoops().measure(poll).score == 0.0
 
 
 def test_a_flow_is_one_run_of_its_crews(evaluator: OnlineEvaluator) -> None:

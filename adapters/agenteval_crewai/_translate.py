@@ -11,6 +11,7 @@ from crewai.utilities.string_utils import sanitize_tool_name
 
 from agenteval_core import (
     AGENT_NAME,
+    GRAPH_STEP,
     INTERNAL_CALL,
     TOOL_NOT_RUN,
     RunStatus,
@@ -30,6 +31,7 @@ from agenteval_core.recording import (
     RESUMES_TRACE_ID,
     AlertEvent,
     Recorder,
+    TaskSteps,
     error_text,
     json_arguments,
     react_actions,
@@ -351,6 +353,7 @@ class Translator:
         self._watch_loops = watch_loops
         self._executions: dict[str | None, str] = {}  # task id → its agent execution's span
         self._async_tasks: set[str | None] = set()  # tasks run beside the crew's others
+        self._method_steps = TaskSteps()  # a flow's methods as the steps of a graph
         self._tasks: dict[str | None, str] = {}  # task id → span key
         # execution key → (the last LLM call id, or its native calls' ids; tools run since)
         self._last_llm: dict[str, tuple[str | list[ToolCall], int]] = {}
@@ -583,6 +586,7 @@ class Translator:
         if name.startswith("MethodExecution"):
             self._methods.discard(str(event.started_event_id))
         elif name.startswith("Flow"):
+            self._method_steps.forget(str(event.started_event_id))
             self._resumed_flows.discard(str(event.started_event_id))
             self._feedback_seen.pop(str(event.started_event_id), None)
         elif name.startswith("AgentExecution"):
@@ -746,13 +750,19 @@ class Translator:
         elif name == "MethodExecutionStartedEvent":
             if parent is not None:  # a method of a flow whose start was seen
                 self._methods.add(key)
+                params = plain(event.params) or None
                 self.assembler.start_span(
                     key,
                     parent,
                     kind,
                     event.method_name,
-                    input=plain(event.params) or None,
+                    input=params,
                     start_time=at,
+                    # listeners of one method run at once, and methods one after another
+                    # are each other's work: the same method on the same input is a step on
+                    attributes={
+                        GRAPH_STEP: self._method_steps.step(parent, event.method_name, params)
+                    },
                 )
         elif name == "CrewKickoffStartedEvent":
             # the crew is the event's source (CrewAI leaves event.crew unset)

@@ -887,13 +887,14 @@ class TraceAssembler:
         self._active(owner, at)
         named = attributes.get(AGENT_NAME) if attributes else None
         agent = str(named) if named else None
-        if kind is SpanKind.LLM and self.watch_loops and not self._inside_tool(parent_key):
+        if kind is SpanKind.LLM and not self._inside_tool(parent_key):
             # a call after it is the model's asking; a model call a tool makes (its own
             # summariser, a sub-agent) asks for none of the run's calls
             branches = self._branches(parent_key) if parent_key is not None else []
             owner.ran_model.update(task for _, task in branches)  # they run an agent's steps
-            lane = self._lane(owner, parent_key) if parent_key is not None else None
-            self.recorder.guard.model_called(owner.key, agent, lane, branches)
+            if self.watch_loops:  # else the adapter tells the guard itself
+                lane = self._lane(owner, parent_key) if parent_key is not None else None
+                self.recorder.guard.model_called(owner.key, agent, lane, branches)
         if kind is SpanKind.LLM and parent is not None:
             messages = messages_of(input)
             if messages:  # the conversation so far, resent: held once (see share_conversation)
