@@ -78,7 +78,7 @@ def test_adapter_plumbing_lives_in_its_own_module_not_at_the_root() -> None:
         "CANCELLED_BY_CALLER", "error_text", "json_arguments", "react_actions", "step_thought",
         "media_kind", "limit_or_timeout", "stopped_by_caller", "CLASSIC_STOPS", "UNPARSED_REPLY",
         "unreadable_call", "LatestKept", "no_such_tool", "cut_within", "fit_json", "FittedJson",
-        "resume_questions", "TaskSteps",
+        "resume_questions", "TaskSteps", "Unfinished",
     }  # fmt: skip
     names = {
         "INPUT_TOKENS", "OPERATION_NAME", "OUTPUT_TOKENS", "PROVIDER_NAME", "REQUEST_MODEL",

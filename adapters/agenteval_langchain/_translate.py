@@ -41,9 +41,9 @@ from agenteval_core.recording import (
     RESUMES_TRACE_ID,
     UNPARSED_REPLY,
     AlertEvent,
-    LatestKept,
     Recorder,
     TaskSteps,
+    Unfinished,
     error_text,
     limit_or_timeout,
     resume_questions,
@@ -53,9 +53,6 @@ from agenteval_core.recording import (
 
 __all__ = ["SESSION_KWARG", "Event", "Translator", "chain_name", "jsonable", "task_step"]
 
-PAUSING_KEPT = 1024
-"""Traces whose interrupts a translator keeps as they pause (the latest; one pause's
-interrupts come within moments of each other)."""
 
 SESSION_KEYS = ("session_id", "thread_id", "conversation_id")
 
@@ -556,9 +553,6 @@ class Translator:
         # a tool node → when the model that answered in the tool's place (LLMToolEmulator) began
         self._emulated: dict[UUID, float | None] = {}
         self._task_steps = TaskSteps()
-        # a trace pausing → the interrupts it waits at (by id, else by question): parallel
-        # tasks pause one by one, and the trace waits at every one
-        self._waiting_at: LatestKept[str, dict[str, str]] = LatestKept(PAUSING_KEPT)
         self.handlers: dict[str, Callable[[Event], None]] = {
             "on_chain_start": self._chain_start,
             "on_chain_end": self._end_output,
@@ -1038,30 +1032,33 @@ class Translator:
             self.assembler.mark(root, RunStatus.LIMIT, reason)
 
     def _interrupt(self, key: UUID, interrupts: Any) -> None:
+        """The run ``key`` belongs to paused at ``interrupts`` (a node's: parallel tasks
+        pause one by one, and the run waits at every one)."""
         interrupts = list(interrupts or [])
+        asked = {
+            str(i.id): jsonable(i.value) for i in interrupts if getattr(i, "id", None) is not None
+        }
+        kept = self._unfinished_run(key, asked=asked or None)
+        waiting = kept.asked if kept is not None and kept.asked else asked
+        values = waiting.values() if waiting else [getattr(i, "value", i) for i in interrupts]
+        reason = "waiting for a human: " + "; ".join(sorted(str(v) for v in values))
         trace = self.assembler.trace_of(key)
-        waiting = self._waiting_at.setdefault(trace.id, {}) if trace is not None else {}
-        for i in interrupts:
-            value = str(getattr(i, "value", i))
-            waiting.setdefault(str(getattr(i, "id", None) or value), value)
-        reason = "waiting for a human: " + "; ".join(sorted(waiting.values()))
         if trace is not None and trace.status is RunStatus.INTERRUPTED:
             trace.status_reason = reason  # another of the pause's interrupts
         else:
             self.assembler.mark(key, RunStatus.INTERRUPTED, reason)
-        asked = {
-            str(i.id): jsonable(i.value) for i in interrupts if getattr(i, "id", None) is not None
-        }
-        self._unfinished_run(key, asked=asked or None)
 
-    def _unfinished_run(self, key: UUID, *, asked: dict[str, Any] | None = None) -> None:
+    def _unfinished_run(
+        self, key: UUID, *, asked: dict[str, Any] | None = None
+    ) -> Unfinished | None:
         """Remember the run ``key`` belongs to as its thread's unfinished one (it paused at
         interrupts that ``asked`` what they did, or its root failed): a run that resumes it
-        from the thread's checkpoint takes it up."""
+        from the thread's checkpoint takes it up. Returns what is kept."""
         trace = self.assembler.trace_of(key)
         thread = trace.metadata.get("thread_id") if trace is not None else None
-        if thread is not None:
-            self.assembler.keep_unfinished(thread, key, asked=asked)
+        if thread is None:
+            return None
+        return self.assembler.keep_unfinished(thread, key, asked=asked)
 
     def _agent_action(self, e: Event) -> None:
         action = e.args[0]

@@ -1132,23 +1132,25 @@ class TraceAssembler:
 
     def keep_unfinished(
         self, link: Hashable, key: Hashable, *, asked: dict[str, Any] | None = None
-    ) -> None:
+    ) -> Unfinished | None:
         """Remember the run ``key`` belongs to (it paused, or failed) under ``link``, what a
         run that resumes it shows (a LangGraph thread, the tool call a LlamaIndex run waits
-        in), with what each interrupt it paused at ``asked`` by id: that run takes up its
-        request and names it (:meth:`take_unfinished`), whichever adapter object of the
-        evaluator records it (an app may make a handler per request)."""
+        in), with what each interrupt it paused at ``asked`` by id (added to those it paused
+        at already: parallel tasks pause one by one): that run takes up its request and
+        names it (:meth:`take_unfinished`), whichever adapter object of the evaluator
+        records it (an app may make a handler per request). Returns what is kept."""
         trace = self.trace_of(key)
         if trace is None:
-            return
+            return None
         kept = self.recorder.unfinished
         earlier = kept.get((self.framework, link))
         if earlier is not None and earlier.trace_id == trace.id and earlier.asked:
-            asked = {**earlier.asked, **(asked or {})}  # parallel tasks pause one by one
-        kept[(self.framework, link)] = Unfinished(trace.id, trace.input, asked)
+            asked = {**earlier.asked, **(asked or {})}
+        unfinished = kept[(self.framework, link)] = Unfinished(trace.id, trace.input, asked)
         kept.move_to_end((self.framework, link))
         while len(kept) > UNFINISHED_KEPT:  # runs never resumed
             kept.popitem(last=False)
+        return unfinished
 
     def take_unfinished(self, link: Hashable) -> Unfinished | None:
         """The run kept under ``link``, forgotten here (a run resumes it, or starts afresh
