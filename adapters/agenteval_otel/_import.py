@@ -1495,6 +1495,16 @@ def _interrupt_messages(raws: list[RawSpan]) -> Iterator[str]:
                 yield str(event.get("exception.message", ""))
 
 
+def _interrupts(messages: list[str]) -> dict[str, tuple[bool, Any]]:
+    """The interrupts those exceptions name, once each: by id (else by value's repr),
+    whether the id is known, and the value."""
+    found: dict[str, tuple[bool, Any]] = {}
+    for message in messages:
+        for value, interrupt_id in _INTERRUPT_VALUE.findall(message):
+            found.setdefault(interrupt_id or value, (bool(interrupt_id), _literal(value)))
+    return found
+
+
 def _interrupt(raws: list[RawSpan]) -> str | None:
     """Why a foreign run paused, when a span of it raised LangGraph's interrupt: "waiting
     for a human: " and the value of each interrupt it waits at, as the adapter says it (the
@@ -1502,24 +1512,15 @@ def _interrupt(raws: list[RawSpan]) -> str | None:
     messages = list(_interrupt_messages(raws))
     if not messages:
         return None
-    waiting: dict[str, str] = {}
-    for message in messages:
-        for value, interrupt_id in _INTERRUPT_VALUE.findall(message):
-            waiting.setdefault(interrupt_id or value, str(_literal(value)))
-    return "waiting for a human: " + (
-        "; ".join(sorted(waiting.values())) if waiting else messages[0]
-    )
+    values = sorted(str(value) for _, value in _interrupts(messages).values())
+    return "waiting for a human: " + ("; ".join(values) if values else messages[0])
 
 
 def _interrupts_asked(raws: list[RawSpan]) -> dict[str, Any]:
     """What each interrupt a foreign run paused at asked, by the interrupt's id, as the
     adapter keeps them for the run that resumes it."""
-    asked: dict[str, Any] = {}
-    for message in _interrupt_messages(raws):
-        for value, interrupt_id in _INTERRUPT_VALUE.findall(message):
-            if interrupt_id:
-                asked.setdefault(interrupt_id, _literal(value))
-    return asked
+    found = _interrupts(list(_interrupt_messages(raws)))
+    return {key: value for key, (by_id, value) in found.items() if by_id}
 
 
 def _literal(text: str) -> Any:
