@@ -60,7 +60,8 @@ def assert_eval(
     a metric fails its threshold or errors, or when a metric is skipped: a check that did
     not run (``tool_call_accuracy`` without ``expected_tool_calls``) is never a pass. With
     ``allow_skipped=True`` a skipped metric is accepted, as long as some metric scored the
-    run. ``judge`` and ``embedder`` go to the metrics that take them; ``options`` to every
+    run; a run that ended in a refusal the case allows passes whatever the metrics skipped.
+    ``judge`` and ``embedder`` go to the metrics that take them; ``options`` to every
     metric built by name. Returns the results."""
     from ._errors import MetricInputError
     from .engine._engine import Engine
@@ -80,7 +81,13 @@ def assert_eval(
     problems = [why] if ended else []
     problems += [_describe(r) for r in outcome.failing()]
     skipped = [r for r in outcome.results if r.skipped and r.error is None]
-    if not ended and skipped and (not allow_skipped or verdict == "not_scored"):
+    # a pass no metric scored: the run ended in a refusal the case allows, nothing to check
+    refusal_allowed = verdict == "passed" and all(r.score is None for r in outcome.results)
+    if (
+        not (ended or refusal_allowed)
+        and skipped
+        and (not allow_skipped or verdict == "not_scored")
+    ):
         problems += [f"{r.name}: skipped — {r.reason}" for r in skipped]
         problems.append(
             "a skipped metric checked nothing: give what it needs (an EvalCase with its "

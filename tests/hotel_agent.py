@@ -20,6 +20,7 @@ from typing import Any
 from agenteval_langchain import AgentEvalCallbackHandler
 from agenteval_langchain.testing import ScriptedChatModel, tool_call
 from langchain.agents import create_agent
+from langchain.agents.middleware import ModelRefusalMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 
@@ -117,12 +118,16 @@ def run(
     behaviour: str = "book",
     booking_fails: bool = False,
     recursion_limit: int = 25,
+    raise_refusals: bool = False,
 ) -> str | None:
     """One run of the agent with ``handler``; returns its answer (None when the run raised:
-    a guard stop or a recursion limit, which the trace records)."""
+    a guard stop, a recursion limit, or a refusal ``raise_refusals`` raises as LangChain's
+    ``ModelRefusalError``, which the trace records)."""
     token = _booking_fails.set(booking_fails)
     agent = create_agent(
-        ScriptedChatModel(reply=MODELS[behaviour]), tools=[book_hotel, search_hotels]
+        ScriptedChatModel(reply=MODELS[behaviour]),
+        tools=[book_hotel, search_hotels],
+        middleware=[ModelRefusalMiddleware()] if raise_refusals else [],
     )
     try:
         state = agent.invoke(

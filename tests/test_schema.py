@@ -27,6 +27,7 @@ from agenteval_core import (
     Metric,
     MetricKind,
     MetricResult,
+    RunStatus,
     Score,
     Span,
     SpanKind,
@@ -203,6 +204,27 @@ def test_the_refusal_a_run_ended_on_is_its_last_own_model_calls() -> None:
     assert run(check, judged, failed).refusal() == ""
     # a later answer is
     assert run(Span(id="m3", kind=SpanKind.LLM, name="m", output="Here.")).refusal() is None
+
+
+def test_a_run_that_failed_at_its_models_refusal_raised_that_refusal() -> None:
+    def run(*last: Span, status: RunStatus | None = RunStatus.ERROR) -> Trace:
+        refused = Span(id="m1", kind=SpanKind.LLM, name="m", attributes={REFUSAL: "No."})
+        spans = [Span(id="root", kind=SpanKind.AGENT, name="a"), refused, *last]
+        return Trace(input="q", spans=spans, status=status, error="ModelRefusalError: No.")
+
+    assert run().raised_refusal() == "No."
+    assert run(status=None).raised_refusal() == "No."  # an unrecorded status, an error
+    # a node that failed after it, not a model or tool call, failed at the refusal
+    assert run(Span(id="n", kind=SpanKind.CHAIN, name="n", error="E")).raised_refusal() == "No."
+    # a run that went on after it failed elsewhere: a tool, a failed retry of the model
+    tool = Span(id="t", kind=SpanKind.TOOL, name="book", error="ValueError: full")
+    failed = Span(id="m2", kind=SpanKind.LLM, name="m", error="RuntimeError: 500")
+    assert run(tool).raised_refusal() is None
+    assert run(failed).raised_refusal() is None
+    # the refusal returned as the answer, and a run stopped by the guard, raised none
+    assert run(status=RunStatus.OK).refusal() == "No."
+    assert run(status=RunStatus.OK).raised_refusal() is None
+    assert run(status=RunStatus.STOPPED).raised_refusal() is None
 
 
 def test_json_round_trip_is_lossless() -> None:

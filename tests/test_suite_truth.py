@@ -192,6 +192,65 @@ def test_a_run_the_model_refused_fails_its_attempt_unless_the_case_allows_one() 
     assert assert_eval(EvalCase.from_trace(refused, allow_refusal=True), ["tool_failures"])
 
 
+def test_a_refusal_the_run_raised_as_its_error_is_a_refusal() -> None:
+    # LangChain's ModelRefusalMiddleware raises a refusal as ModelRefusalError (a structured
+    # output's parser fails on one): the run ended in error, and every attempt was
+    # `incomplete`, a case that allows the refusal included
+    raised = hotel_agent.traced("Book a hotel in Rome", behaviour="refuse", raise_refusals=True)
+    error = (
+        f"ModelRefusalError: Model refused to produce the requested output: {hotel_agent.REFUSAL}"
+    )
+    assert (raised.status, raised.error, raised.refusal(), raised.raised_refusal()) == (
+        RunStatus.ERROR,
+        error,
+        hotel_agent.REFUSAL,
+        hotel_agent.REFUSAL,
+    )
+    case = EvalCase(id="rome", input="Book a hotel in Rome")
+    suite = EvalSuite("s").add_evaluators("tool_failures", "coherence")
+    [run] = suite.add_cases(case).run(lambda q: raised, k=1).cases[0].runs
+    assert (run.outcome, run.reason) == (
+        "refused",
+        f"the model refused to answer: {hotel_agent.REFUSAL}; the run raised it as its error "
+        f"({error}) (allow_refusal=True on a case the agent should refuse)",
+    )
+    # allowed: what the case allows is what the run did; the metrics skip a failed run
+    allowed = case.model_copy(update={"id": "allowed", "allow_refusal": True})
+    [run] = (
+        EvalSuite("s")
+        .add_evaluators("tool_failures", "coherence")
+        .add_cases(allowed)
+        .run(lambda q: raised, k=1)
+        .cases[0]
+        .runs
+    )
+    assert (run.outcome, run.reason) == (
+        "passed",
+        f"the model refused to answer: {hotel_agent.REFUSAL}, as the case allows; the run "
+        f"raised it as its error ({error})",
+    )
+    assert [(r.name, r.skipped) for r in run.results] == [
+        ("tool_failures", True),
+        ("coherence", True),
+    ]
+    assert assert_eval(EvalCase.from_trace(raised, allow_refusal=True), ["tool_failures"])
+    with pytest.raises(AssertionError, match="the run raised it as its error"):
+        assert_eval(raised, ["tool_failures"])
+    # a refusal returned as the answer, allowed, that no metric scores passes alike
+    returned = hotel_agent.traced("Book a hotel in Rome", behaviour="refuse")
+    report = (
+        EvalSuite("s")
+        .add_cases(allowed)
+        .add_evaluators("tool_call_accuracy")
+        .run(lambda q: returned, k=1)
+    )
+    [run] = report.cases[0].runs
+    assert (run.outcome, run.reason) == (
+        "passed",
+        f"the model refused to answer: {hotel_agent.REFUSAL}, as the case allows",
+    )
+
+
 def test_stopped_runs_fail_their_attempt_interrupted_ones_do_not() -> None:
     # a real guard stop: the looping agent, stopped at its third identical search
     stopped = hotel_agent.traced("Find me a hotel in Paris", behaviour="loop", stop_on_loop=True)

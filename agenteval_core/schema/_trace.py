@@ -1185,6 +1185,19 @@ class Trace(_Model):
         refused = final.attributes.get(REFUSAL) if final is not None else None
         return refused if isinstance(refused, str) else None
 
+    def raised_refusal(self) -> str | None:
+        """The provider's refusal (:meth:`refusal`) a run that ended in error ended at, or
+        ``None``: its last own model call refused, no model or tool call started after it,
+        and the run failed there. LangChain's ``ModelRefusalMiddleware`` raises a refusal as
+        ``ModelRefusalError``, and a structured output's parser fails on one: such a run
+        ended in its model's refusal, raised rather than returned as its answer."""
+        failed = self.error is not None if self.status is None else self.status is RunStatus.ERROR
+        refused = self.refusal() if failed else None
+        if refused is None:
+            return None
+        calls = [s for s in self._agents_own_spans() if s.kind in (SpanKind.LLM, SpanKind.TOOL)]
+        return refused if calls[-1] is self.final_model_call() else None
+
     def _first_call_messages(self) -> list[dict[str, Any]]:
         """The messages the run's first own model call was sent (the conversation so far,
         the request last), or ``[]``."""

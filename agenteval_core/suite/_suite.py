@@ -407,11 +407,14 @@ def _describe(result: MetricResult) -> str:
 
 def attempt_outcome(case: EvalCase, results: Sequence[MetricResult]) -> tuple[AttemptOutcome, str]:
     """Whether one scored run passes, and why: a run that did not complete fails; so does a
-    run whose answer was the provider's refusal, unless the case allows one, and a metric
-    that failed its threshold or errored; a run no metric scored is not scored (a failure
-    too); otherwise it passed."""
+    run whose answer was the provider's refusal (returned, or raised as its error:
+    :meth:`Trace.raised_refusal`), unless the case allows one, and a metric that failed its
+    threshold or errored; a run no metric scored is not scored (a failure too), unless it
+    ended in a refusal the case allows; otherwise it passed."""
     trace = case.trace
-    if trace is not None and trace.incomplete:
+    # a run that raised its model's refusal as its error ended in that refusal
+    raised = trace.raised_refusal() if trace is not None else None
+    if trace is not None and trace.incomplete and raised is None:
         why = (
             f": {trace.status_reason or trace.error}" if trace.status_reason or trace.error else ""
         )
@@ -423,20 +426,29 @@ def attempt_outcome(case: EvalCase, results: Sequence[MetricResult]) -> tuple[At
             f"answer(s), where the captured run went on ({trace.status_reason or 'paused'}): "
             "what the case checks was not reached; give the agent each answer its run asks for"
         )
-    refused = trace.refusal() if trace is not None and not case.allow_refusal else None
-    if refused is not None:  # no answer: what metrics say of the rest checks no task done
-        said = f": {refused}" if refused else ""
+    refused = trace.refusal() if trace is not None else None
+    said = f": {refused}" if refused else ""
+    how = (
+        f"; the run raised it as its error ({trace.error})"
+        if raised is not None and trace is not None
+        else ""
+    )
+    if refused is not None and not case.allow_refusal:
+        # no answer: what metrics say of the rest checks no task done
         return "refused", (
-            f"the model refused to answer{said} (allow_refusal=True on a case the agent "
+            f"the model refused to answer{said}{how} (allow_refusal=True on a case the agent "
             "should refuse)"
         )
     failed = failing(results)
     if failed:
         return "failed", "; ".join(_describe(r) for r in failed)
-    if not any(r.score is not None for r in results):
+    scored = [r.name for r in results if r.score is not None]
+    if refused is not None and not scored:
+        # what the case allows is what the run did (metrics skip a run that ended in error)
+        return "passed", f"the model refused to answer{said}, as the case allows{how}"
+    if not scored:
         reasons = sorted({f"{r.name}: {r.reason}" for r in results})
         return "not_scored", "no metric scored this run (" + "; ".join(reasons) + ")"
-    scored = [r.name for r in results if r.score is not None]
     return "passed", "scored by " + ", ".join(scored) + "; none failed"
 
 
