@@ -51,6 +51,7 @@ from llamaindex_hitl import (
 from llamaindex_models import CompletionModel, orders_index
 from pydantic import BaseModel
 from workflows.errors import WorkflowCancelledByUser
+from workflows.retry_policy import retry_policy, stop_after_attempt, wait_none
 
 from agenteval_core import (
     AGENT_NAME,
@@ -1016,6 +1017,86 @@ def test_a_loop_of_a_steps_own_calls_is_an_alert(
         False,
         trace.id,
     )
+
+
+def flaky_flow(failures: int) -> Workflow:
+    """A workflow whose step, retried by its policy up to three times, looks up A-1 itself:
+    the lookup times out ``failures`` times first."""
+    attempts: list[str] = []
+
+    def lookup(order_id: str) -> str:
+        """Status of an order by id."""
+        attempts.append(order_id)
+        if len(attempts) <= failures:
+            raise ConnectionError("timed out")
+        return "shipped"
+
+    class Flaky(Workflow):
+        tool = FunctionTool.from_defaults(lookup)
+
+        @step(retry_policy=retry_policy(wait=wait_none(), stop=stop_after_attempt(3)))
+        async def fetch(self, ev: StartEvent) -> StopEvent:
+            if ev.get("poll"):  # a loop in the step itself
+                for _ in range(4):
+                    await self.tool.acall(order_id="A-2")
+                return StopEvent(result="polled")
+            found = await self.tool.acall(order_id="A-1")
+            if found.is_error:
+                raise ConnectionError(str(found.content))
+            return StopEvent(result=f"A-1 is {found.content}")
+
+    return Flaky(timeout=10)
+
+
+@pytest.mark.parametrize("failures", [2, 3])
+def test_a_step_its_retry_policy_ran_again_made_its_call_once(
+    evaluator: OnlineEvaluator, failures: int
+) -> None:
+    # the step timed out and the workflow's retry policy ran it again on the same event:
+    # each run of the lookup was a call of its own, two failed calls in a run that worked
+    # (tool_failures 0.33), "lookup called 3 times with the same arguments" (0.0), and
+    # the guard alerted at the third attempt. Its runs are one call's now, as LangGraph's
+    # RetryPolicy reruns are
+    instrumentation = instrument(evaluator, stop_on_loop=True)
+
+    async def main() -> Any:
+        return await flaky_flow(failures).run()
+
+    try:
+        with contextlib.suppress(ConnectionError):  # three timeouts: the workflow raises
+            assert asyncio.run(main()) == "A-1 is shipped"
+    finally:
+        instrumentation.uninstrument()
+    [trace] = evaluator.captured()
+    ended = ("shipped", None) if failures == 2 else (None, "ConnectionError: timed out")
+    assert [(c.name, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
+        ("lookup", {"order_id": "A-1"}, *ended)
+    ]
+    assert [(c.result, c.error) for c in trace.tool_calls(every_run=True)] == [
+        (None, "ConnectionError: timed out")
+    ] * 2 + [ended]
+    assert trace.status is (RunStatus.OK if failures == 2 else RunStatus.ERROR)
+    failed = ToolFailures().measure(trace)
+    # worked: no call failed; three timeouts: 1 − (1 failed + 1 not recovered) / (2 × 1)
+    assert (failed.score, failed.metadata["runs_retried"]) == (1.0 if failures == 2 else 0.0, 2)
+    assert (trace.alerts, ToolCallLoops().measure(trace).score) == ([], 1.0)
+
+
+def test_a_loop_in_a_step_with_a_retry_policy_is_still_a_loop(evaluator: OnlineEvaluator) -> None:
+    instrumentation = instrument(evaluator)
+
+    async def main() -> Any:
+        return await flaky_flow(0).run(poll=True)
+
+    try:
+        assert asyncio.run(main()) == "polled"
+    finally:
+        instrumentation.uninstrument()
+    [trace] = evaluator.captured()
+    assert [c.arguments for c in trace.tool_calls()] == [{"order_id": "A-2"}] * 4
+    [alert] = trace.alerts
+    assert (alert.pattern, alert.count) == ("repeated_call", 3)
+    assert ToolCallLoops().measure(trace).score == 0.0
 
 
 def test_a_tool_that_waits_for_a_human_is_one_call_and_a_run_stopped_there_is_paused(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import re
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
@@ -27,9 +28,11 @@ from llama_index.core.instrumentation.events.llm import (
     LLMCompletionStartEvent,
 )
 from llama_index.core.tools.types import BaseTool
+from llama_index.core.workflow import Event
 
 from agenteval_core import (
     AGENT_NAME,
+    GRAPH_STEP,
     INTERNAL_CALL,
     REASONING,
     REFUSAL,
@@ -513,6 +516,72 @@ def reply_text(event: Any) -> str | None:
     return _message_text(event.response.message)
 
 
+class StepRetries:
+    """The runs of workflow steps that have a retry policy, as the tasks of graph steps
+    (:data:`GRAPH_STEP`): each run is a step of its own, and a run the policy makes after
+    one raised (the same step given the same event objects again) is that step again. The
+    calls a step made without an id and made again once the policy ran it again are then
+    read as one call's runs, as LangGraph's ``RetryPolicy`` reruns are (its last run
+    counts; the loop guard counts the call once), not as the same call asked for three
+    times. Used on the recorder's thread only."""
+
+    def __init__(self) -> None:
+        self._numbers = itertools.count()
+        self._workflows: dict[Hashable, Any] = {}  # a workflow run's span → the workflow
+        # a run's root → the runs of its steps that raised: (parent, step, events, number)
+        self._failed: dict[Hashable, list[tuple[Hashable, str, tuple[Any, ...], int]]] = {}
+        # a step's open span → its run's root and what a run again would match it by
+        self._open: dict[str, tuple[Hashable, Hashable, str, tuple[Any, ...], int]] = {}
+
+    def workflow_started(self, span_id: str, workflow: Any) -> None:
+        """A workflow (or a workflow agent) runs under ``span_id``: its steps run under it
+        (the dispatcher gives a step's span no workflow)."""
+        self._workflows[span_id] = workflow
+
+    def step(
+        self,
+        span_id: str,
+        above: list[str],
+        name: str,
+        arguments: dict[str, Any],
+    ) -> int | None:
+        """The graph step of a run of step ``name`` (``Flow.step``) under the spans
+        ``above`` (innermost first, the run's root last), or ``None`` for a step of no
+        retry policy."""
+        workflow = next((self._workflows[key] for key in above if key in self._workflows), None)
+        method = getattr(workflow, name.rpartition(".")[2], None)
+        if getattr(getattr(method, "_step_config", None), "retry_policy", None) is None:
+            return None
+        root, parent = above[-1], above[0]
+        events = tuple(value for value in arguments.values() if isinstance(value, Event))
+        failed = self._failed.get(root, [])
+        for index, (before, step, given, again) in enumerate(failed):
+            if (
+                (before, step) == (parent, name)
+                and len(given) == len(events)
+                and all(one is other for one, other in zip(given, events, strict=True))
+            ):
+                del failed[index]
+                number = again
+                break
+        else:
+            number = next(self._numbers)
+        self._open[span_id] = (root, parent, name, events, number)
+        return number
+
+    def end(self, span_id: str, raised: bool) -> None:
+        """A span ended; a step's that ``raised`` may run again."""
+        self._workflows.pop(span_id, None)
+        run = self._open.pop(span_id, None)
+        if run is not None and raised:
+            root, parent, name, events, number = run
+            self._failed.setdefault(root, []).append((parent, name, events, number))
+
+    def forget(self, root: Hashable) -> None:
+        """The run of ``root`` ended: its steps run no more."""
+        self._failed.pop(root, None)
+
+
 class Translator:
     """Turns dispatcher spans and events into TraceAssembler calls.
 
@@ -567,6 +636,7 @@ class Translator:
         self._agents: dict[Any, str] = {}  # run's root span → the workflow agent running now
         # run's root span → the agent span that the running agent's steps nest under
         self._agent_spans: dict[Any, str] = {}
+        self._retries = StepRetries()
 
     def refuser(self, span_id: str, call: ToolCall) -> Callable[[AlertEvent], None]:
         """What the recorder calls, in order with the events, to mark a refused call
@@ -743,10 +813,16 @@ class Translator:
                 tools=_tool_specs(getattr(instance, "tools", None)) if root else None,
                 attributes={AGENT_NAME: named} if isinstance(named, str) and named else None,
             )
+            self._retries.workflow_started(span_id, instance)
         else:
             attributes = self._agent_of(parent)
             if name in BOOKKEEPING_STEPS:
                 attributes[INTERNAL_CALL] = True
+            if parent is not None:
+                above = [parent, *self._ancestors(parent)]
+                step = self._retries.step(span_id, above, name, arguments)
+                if step is not None:
+                    attributes[GRAPH_STEP] = step
             self.assembler.start_span(
                 span_id,
                 parent,
@@ -836,6 +912,7 @@ class Translator:
     def _end_agent(self, root: Any, at: float) -> None:
         """The run of ``root`` ends: so does the span of the agent running in it."""
         self._resumed.discard(root)
+        self._retries.forget(root)
         self._agents.pop(root, None)
         span = self._agent_spans.pop(root, None)
         if span is not None:
@@ -877,6 +954,7 @@ class Translator:
         self._end_model_streams(lambda origin, _: origin[1] == span_id)
         if self._folded.pop(span_id, "unset") != "unset":
             return
+        self._retries.end(span_id, raised=False)
         name = _name(span_id)
         if span_id in self._direct_tools:
             self._direct_tools.discard(span_id)
@@ -958,6 +1036,7 @@ class Translator:
             waiting = self.assembler.stop_waiting(span_id)
             if waiting is not None:  # stopped while it waited for an event: paused
                 self.assembler.mark(span_id, RunStatus.INTERRUPTED, waiting)
+        self._retries.end(span_id, raised=isinstance(error, Exception))
         if error is None:
             self.assembler.end_span(span_id, error=message, end_time=at)
         else:  # a run whose task its caller cancelled is cancelled, event or no event

@@ -864,9 +864,9 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     no agent and is under no such span ends every retry. A model call inside a tool's span
     (the tool's own summariser, a sub-agent it runs) asks only for the calls made inside
     that span. A call without an id (a node that calls a tool itself) is run again when
-    its graph's node raised and LangGraph's ``RetryPolicy`` ran the node again: the same
-    tool and arguments, failed, in a run of that node in the same step that raised before
-    the later run started."""
+    its graph's node raised and the graph ran the node again (LangGraph's ``RetryPolicy``,
+    a LlamaIndex workflow step's retry policy): the same tool and arguments, failed, in a
+    run of that node in the same step that raised before the later run started."""
     ids = [span.tool_call.id for span in spans if span.tool_call is not None and span.tool_call.id]
     if len(set(ids)) == len(ids) and not any(_failed_task(span) for span in spans):
         return None  # each id once and no graph task raised, as in most runs: none ran again
