@@ -271,3 +271,54 @@ def assert_job_checks_stepped(trace: Any, steps: list[int]) -> None:
     checks = [s for s in trace.spans if s.name.removeprefix("execute_task ") == "check"]
     assert sorted(s.attributes.get(GRAPH_STEP) for s in checks) == steps
     assert ToolCallLoops().measure(trace).score == (0.0 if max(steps) >= 2 else 1.0)
+
+
+def flaky_fetch(failures: int) -> Any:
+    """A functional-API entrypoint that fetches a document in an ``@task`` its retry policy
+    runs up to three times; the fetch (a tool) times out ``failures`` times first."""
+    from langgraph.func import entrypoint, task
+    from langgraph.types import RetryPolicy
+
+    fetched: list[str] = []
+
+    @tool
+    def fetch(doc: str) -> str:
+        """A document's text."""
+        fetched.append(doc)
+        if len(fetched) <= failures:
+            raise ConnectionError("timed out")
+        return f"text of {doc}"
+
+    policy = RetryPolicy(
+        max_attempts=3, initial_interval=0.01, jitter=False, retry_on=ConnectionError
+    )
+
+    @task(retry_policy=policy)
+    def get(doc: str) -> str:
+        return str(fetch.invoke({"doc": doc}))
+
+    @entrypoint()
+    def read(doc: str) -> str:
+        return get(doc).result()
+
+    return read
+
+
+def assert_fetched_once(trace: Any, failures: int, arguments: dict[str, Any] | None = None) -> None:
+    """A :func:`flaky_fetch` run is one fetch (given ``arguments``, by default as the
+    tool was called), as its last run ended, its earlier runs retries: no failed call when
+    a run worked, no loop."""
+    from agenteval_core.metrics import ToolCallLoops, ToolFailures
+
+    ended = ("text of a", None) if failures < 3 else (None, "ConnectionError: timed out")
+    assert [(c.name, c.arguments, c.result, c.error) for c in trace.tool_calls()] == [
+        ("fetch", arguments or {"doc": "a"}, *ended)
+    ]
+    assert len(trace.tool_calls(every_run=True)) == min(failures + 1, 3)
+    failed = ToolFailures().measure(trace)
+    # worked: no call failed; three timeouts: 1 − (1 failed + 1 not recovered) / (2 × 1)
+    assert (failed.score, failed.metadata.get("runs_retried")) == (
+        1.0 if failures < 3 else 0.0,
+        min(failures, 2) or None,
+    )
+    assert ToolCallLoops().measure(trace).score == 1.0

@@ -36,6 +36,8 @@ from langgraph_agents import (
     ORDER_STATUS,
     Classifier,
     answered_by_its_tool,
+    assert_fetched_once,
+    flaky_fetch,
     functional_agent,
     handoff,
     job_status,
@@ -2465,6 +2467,28 @@ def test_functional_api_tasks_on_other_input_are_not_a_loop_and_a_task_redone_is
     assert (alert.pattern, alert.count, alert.stopped) == ("repeated_call", 3, stop_on_loop)
     assert polled.status == (RunStatus.STOPPED if stop_on_loop else RunStatus.OK)
     assert ToolCallLoops().measure(polled).score == 0.0
+
+
+@pytest.mark.parametrize("failures", [2, 3])
+def test_a_task_its_retry_policy_ran_again_made_its_call_once(
+    evaluator: OnlineEvaluator, failures: int
+) -> None:
+    # an @task whose fetch timed out, run again by its retry policy on the same input: read
+    # as the same work redone (a step later each time), its runs were three calls, two
+    # failed in a run that worked (tool_failures 0.33), a loop alert, and stop_on_loop=True
+    # stopped the third attempt, which would have worked
+    read = flaky_fetch(failures)
+    handler = AgentEvalCallbackHandler(evaluator, stop_on_loop=True)
+    with contextlib.suppress(ConnectionError) if failures == 3 else contextlib.nullcontext():
+        assert read.invoke("a", {"callbacks": [handler]}) == "text of a"
+    [trace] = evaluator.captured()
+    assert (trace.status, trace.alerts) == (
+        RunStatus.OK if failures < 3 else RunStatus.ERROR,
+        [],
+    )
+    gets = [s for s in trace.spans if s.name == "get"]
+    assert [s.attributes.get(GRAPH_STEP) for s in gets] == [0, 0, 0]  # one task, run again
+    assert_fetched_once(trace, failures)
 
 
 def test_parallel_nodes_that_each_make_a_call_once_are_not_a_loop_and_steps_in_turn_are(

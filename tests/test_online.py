@@ -461,20 +461,31 @@ def test_calls_of_a_steps_tasks_count_as_their_most_in_any_order(
 def test_tasks_on_other_input_share_a_step_and_a_task_redone_is_a_step_later() -> None:
     steps = TaskSteps()
     asked = {"name": "lookup", "args": {"order_id": "A-1"}, "type": "tool_call"}
+    runs = iter(range(100))
     started = [
-        steps.step("entry", "summarise", {"part": "a"}),
-        steps.step("entry", "summarise", {"part": "b"}),
-        steps.step("entry", "summarise", {"part": "a"}),
-        steps.step("entry", "translate", {"part": "a"}),  # another task's first
-        steps.step("other", "summarise", {"part": "a"}),  # another caller's first
+        steps.step("entry", "summarise", {"part": "a"}, next(runs)),
+        steps.step("entry", "summarise", {"part": "b"}, next(runs)),
+        steps.step("entry", "summarise", {"part": "a"}, next(runs)),
+        steps.step("entry", "translate", {"part": "a"}, next(runs)),  # another task's first
+        steps.step("other", "summarise", {"part": "a"}, next(runs)),  # another caller's first
         # the same call the model asked for again, under a new id: the same work again
-        steps.step("entry", "run_call", {"call": {**asked, "id": "c1"}}),
-        steps.step("entry", "run_call", {"call": {**asked, "id": "c2"}}),
-        steps.step("entry", "run_call", [{**asked, "id": "c3", "args": {"order_id": "B-2"}}]),
+        steps.step("entry", "run_call", {"call": {**asked, "id": "c1"}}, next(runs)),
+        steps.step("entry", "run_call", {"call": {**asked, "id": "c2"}}, next(runs)),
+        steps.step(
+            "entry", "run_call", [{**asked, "id": "c3", "args": {"order_id": "B-2"}}], next(runs)
+        ),
     ]
     assert started == [0, 0, 1, 0, 0, 0, 1, 0]
-    steps.forget("entry")  # it ended: a new entry's tasks start again
-    assert steps.step("entry", "summarise", {"part": "a"}) == 0
+    # a run that raised, called again on its input: its retry policy's run, at its step
+    fetch = steps.step("entry", "fetch", {"doc": "a"}, "f1")
+    steps.ended("f1", raised=True)
+    retried = steps.step("entry", "fetch", {"doc": "a"}, "f2")
+    steps.ended("f2", raised=True)
+    again = steps.step("entry", "fetch", {"doc": "a"}, "f3")
+    steps.ended("f3")  # it worked: the same input once more is the same work again
+    assert [fetch, retried, again, steps.step("entry", "fetch", {"doc": "a"}, "f4")] == [0, 0, 0, 1]
+    steps.ended("entry")  # it ended: a new entry's tasks start again
+    assert steps.step("entry", "summarise", {"part": "a"}, "s") == 0
 
 
 def test_a_call_run_again_under_its_id_counts_once_until_the_model_asks_again() -> None:

@@ -32,7 +32,9 @@ from langgraph_agents import (
     ORDER_STATUS,
     Classifier,
     answered_by_its_tool,
+    assert_fetched_once,
     assert_job_checks_stepped,
+    flaky_fetch,
     functional_agent,
     jobs_checked_at_once,
     retrying_agent,
@@ -1216,6 +1218,20 @@ def test_functional_api_tasks_import_with_the_steps_the_adapter_gives(
     for want, got, steps in zip(ours, theirs, ([0, 0, 0], [0, 1, 2]), strict=True):
         assert_job_checks_stepped(want, steps)
         assert_job_checks_stepped(got, steps)
+
+
+def test_a_functional_api_task_run_again_by_its_retry_policy_imports_as_one_call(
+    spans_file: Path, tmp_path: Path
+) -> None:
+    # imported, each run again of the task was a step later: three fetches, two failed
+    read = flaky_fetch(2)
+    with OnlineEvaluator(capture=tmp_path / "ours.jsonl", log=False) as evaluator:
+        read.invoke("a", {"callbacks": [AgentEvalCallbackHandler(evaluator)]})
+        [ours] = evaluator.captured()
+    [theirs] = import_otlp(spans_file)
+    assert_fetched_once(ours, 2)
+    # OpenInference records a one-argument tool's input as its value alone
+    assert_fetched_once(theirs, 2, {"input": "a"})
 
 
 @pytest.mark.parametrize("by_arguments", [False, True])

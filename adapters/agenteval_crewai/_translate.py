@@ -585,8 +585,9 @@ class Translator:
         (at ``at``)."""
         if name.startswith("MethodExecution"):
             self._methods.discard(str(event.started_event_id))
+            self._method_steps.ended(str(event.started_event_id))
         elif name.startswith("Flow"):
-            self._method_steps.forget(str(event.started_event_id))
+            self._method_steps.ended(str(event.started_event_id))
             self._resumed_flows.discard(str(event.started_event_id))
             self._feedback_seen.pop(str(event.started_event_id), None)
         elif name.startswith("AgentExecution"):
@@ -761,7 +762,7 @@ class Translator:
                     # listeners of one method run at once, and methods one after another
                     # are each other's work: the same method on the same input is a step on
                     attributes={
-                        GRAPH_STEP: self._method_steps.step(parent, event.method_name, params)
+                        GRAPH_STEP: self._method_steps.step(parent, event.method_name, params, key)
                     },
                 )
         elif name == "CrewKickoffStartedEvent":

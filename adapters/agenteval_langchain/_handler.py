@@ -122,7 +122,7 @@ class _Guard:
     ) -> None:
         if name.endswith(("_end", "_error")):
             self.runs.exit(run_id)
-            self._task_steps.forget(run_id)
+            self._task_steps.ended(run_id, raised=name.endswith("_error"))
             asking = self._asking.pop(run_id, None)
             alert = None
             try:
@@ -143,6 +143,7 @@ class _Guard:
         if step is None and name == "on_chain_start":
             called = task_step(
                 self._task_steps,
+                run_id,
                 parent_run_id,
                 chain_name(args, kwargs),
                 kwargs.get("metadata") or {},

@@ -260,9 +260,9 @@ def chain_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 
 def task_step(
-    steps: TaskSteps, parent: Any, name: str, metadata: dict[str, Any], inputs: Any
+    steps: TaskSteps, run: Any, parent: Any, name: str, metadata: dict[str, Any], inputs: Any
 ) -> int | None:
-    """The step (:class:`TaskSteps`) of the chain run ``name`` starting under ``parent``
+    """The step (:class:`TaskSteps`) of the chain run ``run`` (``name``) starting under ``parent``
     when it is a task the functional API called (an ``@task`` an ``@entrypoint`` calls:
     its ``langgraph_path`` is ``("__pregel_push", <caller's path>, <index>, True)``, and
     LangGraph tags no step on it); ``None`` for any other run."""
@@ -276,7 +276,7 @@ def task_step(
         or path[-1] is not True  # a Send's task: (..., False), its step tagged
     ):
         return None
-    return steps.step(parent, name, jsonable(inputs))
+    return steps.step(parent, name, jsonable(inputs), run)
 
 
 def run_metadata(metadata: dict[str, Any], tags: Any) -> dict[str, Any]:
@@ -622,7 +622,7 @@ class Translator:
             self._graph_found(e.parent_run_id)
         elif kind is SpanKind.CHAIN:
             metadata = e.kwargs.get("metadata") or {}
-            step = task_step(self._task_steps, e.parent_run_id, name, metadata, e.args[1])
+            step = task_step(self._task_steps, e.run_id, e.parent_run_id, name, metadata, e.args[1])
         if step is not None:
             extra["attributes"] = {**(extra.get("attributes") or {}), GRAPH_STEP: step}
         agent = self._agent_name(e)
@@ -889,7 +889,7 @@ class Translator:
         self._emulated.pop(e.run_id, None)
         self._requests.pop(e.run_id, None)
         self._actions.pop(e.run_id, None)
-        self._task_steps.forget(e.run_id)
+        self._task_steps.ended(e.run_id)
         answered = e.run_id in self._answers
         answer = self._answers.pop(e.run_id, None)
         span = self.assembler.span_of(e.run_id)
@@ -996,7 +996,7 @@ class Translator:
         self._emulated.pop(e.run_id, None)
         error = e.args[0]
         self._requests.pop(e.run_id, None)
-        self._task_steps.forget(e.run_id)
+        self._task_steps.ended(e.run_id, raised=True)
         self._actions.pop(e.run_id, None)
         self._answers.pop(e.run_id, None)
         self._unparsed.discard(e.run_id)

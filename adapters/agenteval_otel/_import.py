@@ -802,7 +802,9 @@ def _graph_agents(raws: list[RawSpan], spans: list[Span]) -> None:
         if task.called and span.parent_id is not None:
             # OpenLLMetry writes a task's inputs beside its callback's other arguments
             given = span.input if span.input is not None else _chain_io(raw_of[span.id])[0]
-            span.attributes[GRAPH_STEP] = called.step(span.parent_id, span.name, given)
+            span.attributes[GRAPH_STEP] = called.step(span.parent_id, span.name, given, span.id)
+            if span.error is not None:  # a retry policy may run it again: at its step
+                called.ended(span.id, raised=True)
         elif task.step is not None:
             span.attributes[GRAPH_STEP] = task.step
 

@@ -229,26 +229,38 @@ class TaskSteps:
     says no step and tasks started together look as tasks called one after another do. A
     task called with other input than its caller's earlier tasks is other work beside them,
     step 0 (a map: three summarisers, each reading the style guide once); one called again
-    with the same input does the same work again, a step later (a poll). Thread-safe:
+    with the same input does the same work again, a step later (a poll), unless its last
+    run raised: then it is that run again (a retry policy's), at its step, so the calls the
+    failed run made and the retry made again are read as one call's runs. Thread-safe:
     tasks start on threads of their own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._called: dict[Hashable, Counter[tuple[str, int]]] = {}
+        self._running: dict[Hashable, tuple[Hashable, tuple[str, int]]] = {}  # run → its task
 
-    def step(self, caller: Hashable, name: str, inputs: Any) -> int:
-        """The step of task ``name`` started by ``caller`` with ``inputs`` (JSON values)."""
+    def step(self, caller: Hashable, name: str, inputs: Any, run: Hashable) -> int:
+        """The step of task ``name`` started by ``caller`` with ``inputs`` (JSON values) as
+        the run ``run``."""
         given = json.dumps(without_call_ids(inputs), sort_keys=True, default=str)
         called = (name, hash(given))
         with self._lock:
             counts = self._called.setdefault(caller, Counter())
             step = counts[called]
             counts[called] += 1
+            self._running[run] = (caller, called)
         return step
 
-    def forget(self, caller: Hashable) -> None:
-        """``caller`` ended, and the tasks it started with it."""
-        self._called.pop(caller, None)
+    def ended(self, run: Hashable, *, raised: bool = False) -> None:
+        """``run`` ended (it ``raised``), and the tasks it started with it."""
+        with self._lock:
+            self._called.pop(run, None)
+            task = self._running.pop(run, None)
+            if task is not None and raised:
+                caller, called = task
+                counts = self._called.get(caller)
+                if counts is not None and counts[called] > 0:
+                    counts[called] -= 1  # called again with this input: run again
 
 
 def without_call_ids(value: Any) -> Any:
