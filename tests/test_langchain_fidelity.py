@@ -59,6 +59,7 @@ from agenteval_core import (
     REASONING,
     REFUSAL,
     TOOL_NOT_RUN,
+    AgentStep,
     CallbackSink,
     EvalCase,
     OnlineEvaluator,
@@ -2019,6 +2020,39 @@ def test_a_model_that_refused_to_answer_says_so(evaluator: OnlineEvaluator, prov
     # and what a judge is told of the run
     told = "the model refused to answer" + (f": {said}" if said else "")
     assert describe_trace(EvalCase.of(trace)).splitlines()[-1] == told
+
+
+def test_a_refusal_a_fallback_model_answered_in_its_place_is_no_step(
+    evaluator: OnlineEvaluator,
+) -> None:
+    # ModelRefusalMiddleware raised the refusal inside the model node and
+    # ModelFallbackMiddleware asked the next model: the refused call, no failure to
+    # LangChain's callbacks, was a step of the run ("step 1 output: I can't help with
+    # picking locks."), as if the agent had said so before it answered
+    from langchain.agents.middleware import ModelFallbackMiddleware, ModelRefusalMiddleware
+
+    answer = "Call a locksmith: they can open it without damage."
+    backup = ScriptedChatModel(replies=[AIMessage(answer)])
+    agent = create_agent(
+        ScriptedChatModel(replies=[REFUSALS["openai"]]),
+        tools=[lookup_order],
+        middleware=[ModelFallbackMiddleware(backup), ModelRefusalMiddleware()],
+    )
+    agent.invoke(
+        {"messages": [("user", "I'm locked out of my house.")]},
+        {"callbacks": [AgentEvalCallbackHandler(evaluator)]},
+    )
+    [trace] = evaluator.captured()
+    refused, answered = trace.spans_of(SpanKind.LLM)
+    assert (refused.attributes.get(REFUSAL), answered.output) == (
+        "I can't help with picking locks.",
+        answer,
+    )  # both calls recorded as they were
+    assert (trace.status, trace.output, trace.refusal()) == (RunStatus.OK, answer, None)
+    assert trace.steps() == [AgentStep(output=answer)]
+    assert describe_trace(EvalCase.of(trace)) == (
+        f"user input: I'm locked out of my house.\nstep 1 output: {answer}\nfinal answer: {answer}"
+    )
 
 
 @pytest.mark.parametrize("limited", [False, True], ids=["answers", "max_iterations"])

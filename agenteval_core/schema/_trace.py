@@ -946,6 +946,23 @@ def ran_again(spans: list[Span]) -> dict[str, ToolCall | None] | None:
     return again
 
 
+def _refusals_replaced(spans: list[Span]) -> set[str]:
+    """The ids of the model calls among ``spans`` that refused (:data:`REFUSAL`) and were
+    followed by another model call under the same parent (the same graph node): the
+    refusal was raised there and another model answered in its place, so it was no step
+    of the run."""
+    refused: dict[str | None, str] = {}  # a parent → the refusal of its last model call
+    replaced: set[str] = set()
+    for span in spans:
+        if span.kind is SpanKind.LLM:
+            earlier = refused.pop(span.parent_id, None)
+            if earlier is not None:
+                replaced.add(earlier)
+            if isinstance(span.attributes.get(REFUSAL), str):
+                refused[span.parent_id] = span.id
+    return replaced
+
+
 def _failed_task(span: Span) -> bool:
     """Whether a span is a graph's task (:data:`GRAPH_STEP`) that raised."""
     return span.error is not None and GRAPH_STEP in span.attributes
@@ -1145,18 +1162,22 @@ class Trace(_Model):
         graph fans out to, interleave their steps), else the open step.
 
         A model call that failed opens none (a retry or a fallback model made the step, or
-        the run ended there, as its error says); nothing inside a span marked
+        the run ended there, as its error says), nor does a refusal another model call of the
+        same node answered in its place (LangChain's ``ModelRefusalMiddleware`` raised it
+        and ``ModelFallbackMiddleware`` asked the next model); nothing inside a span marked
         :data:`INTERNAL_CALL` is a step, nor is a model or tool call a tool made inside its
         own span (an agent run inside a tool is the run's: its steps are)."""
         steps: list[AgentStep] = []
         current: AgentStep | None = None
         asked: dict[str, AgentStep] = {}  # a requested call's id → the step that asked
         again = ran_again(self.spans) or {}  # a call run again is one call: its last run
-        for span in self._agents_own_spans():
+        own = list(self._agents_own_spans())
+        replaced = _refusals_replaced(own)
+        for span in own:
             if span.id in again and again[span.id] is None:
                 continue
             if span.kind is SpanKind.LLM:
-                if span.error is not None and span.output is None:
+                if (span.error is not None and span.output is None) or span.id in replaced:
                     continue
                 output = span.output if isinstance(span.output, str) else None
                 current = AgentStep(thought=span.thought, output=output or None)
